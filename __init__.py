@@ -1,0 +1,108 @@
+"""tensorpress: error-bounded compression of arrays and tensors.
+
+>>> import numpy as np, tensorpress as tp
+>>> x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+>>> blob = tp.compress(x, rel=1e-3)
+>>> y = tp.decompress(blob)
+>>> bool(np.abs(x - y).max() <= tp.info(blob)["bound"]["tolerance"])
+True
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+import numpy as np  # noqa: E402
+
+from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
+from .formats import ContainerReader, encode_array, read_header  # noqa: E402
+
+__all__ = ["ErrorBound", "__version__", "available_codecs", "compress", "decompress", "info"]
+
+
+def compress(x, *, abs=None, rel=None, pw_rel=None, codec="sz", chunk_bytes=None,  # noqa: A002
+             workers=None, **codec_params) -> bytes:
+    """Compress an array (numpy or torch) into a self-describing, checksummed stream.
+
+    Give exactly one bound for a lossy codec: ``abs`` (absolute), ``rel``
+    (times the range max - min of the finite values) or ``pw_rel`` (times
+    |x| per element). ``codec`` is a registered name, a config dict or a
+    Codec; extra keywords are the codec's parameters. ``chunk_bytes`` is the
+    target input bytes per chunk; ``workers`` the threads (None: all cores).
+    """
+    from .formats.container import DEFAULT_CHUNK_BYTES
+
+    arr, order = _as_array(x)
+    codec = get_codec(codec, **codec_params)
+    if str(arr.dtype) not in codec.dtypes:
+        if arr.dtype.kind in "biu" and codec.lossy:
+            raise TypeError(
+                f"{arr.dtype} data cannot be compressed with an error bound: integer and bool "
+                "arrays need a lossless codec, e.g. tp.compress(x, codec='zstd')"
+            )
+        raise TypeError(
+            f"codec {codec.name!r} does not accept dtype {arr.dtype}; it takes "
+            f"{', '.join(codec.dtypes)}"
+        )
+    if codec.lossy:
+        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel).resolve(arr)
+    else:
+        if (abs, rel, pw_rel) != (None, None, None):
+            raise ValueError(f"codec {codec.name!r} is lossless and takes no error bound")
+        bound = None
+    return encode_array(arr, codec, bound, order=order, workers=workers,
+                        chunk_bytes=DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes)
+
+
+def decompress(blob, *, workers=None) -> np.ndarray:
+    """Decompress a stream from :func:`compress`: same dtype, shape and layout."""
+    return ContainerReader(_as_buffer(blob), workers=workers).read()
+
+
+def info(blob) -> dict:
+    """What a stream holds: codec, config, dtype, shape, bound, sizes, format version."""
+    h = read_header(_as_buffer(blob))
+    return {
+        "format_version": h.version,
+        "codec": h.codec["id"],
+        "config": h.codec,
+        "dtype": str(h.dtype),
+        "shape": h.shape,
+        "order": h.order,
+        "bound": None if h.bound is None else h.bound.to_dict(),
+        "chunks": h.nchunks,
+        "chunk_rows": h.chunk_rows,
+        "original_bytes": h.original_bytes,
+        "compressed_bytes": h.compressed_bytes,
+        "ratio": h.original_bytes / h.compressed_bytes,
+        "writer": h.writer,
+    }
+
+
+def _as_array(x) -> tuple[np.ndarray, str]:
+    """(native-endian numpy array, 'C' or 'F' memory layout) from numpy/torch/array-like."""
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            if x.dtype == torch.bfloat16:
+                raise TypeError(
+                    "bfloat16 tensors are not supported by tp.compress yet; "
+                    "convert with t.float() first"
+                )
+            x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if arr.dtype.kind == "c" or arr.dtype.kind not in "biuf":
+        raise TypeError(f"cannot compress an array of dtype {arr.dtype}; give a numeric array")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    order = "F" if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+    return arr, order
+
+
+def _as_buffer(blob):
+    if isinstance(blob, np.ndarray):
+        return np.ascontiguousarray(blob).view(np.uint8).reshape(-1)
+    if isinstance(blob, (bytes, bytearray, memoryview)):
+        return blob
+    raise TypeError(f"expected a bytes-like compressed stream, got {type(blob).__name__}")

@@ -1,0 +1,1 @@
+"""Activation compression and tiered offload (saved-tensor hooks)."""

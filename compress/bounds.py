@@ -1,0 +1,97 @@
+"""Error bounds: what the user asks for, and what the kernels need.
+
+``abs``    |x - y| <= e for every element.
+``rel``    |x - y| <= e * (max - min), max and min over the finite values of
+           the whole array (the value range, as SZ3 and ZFP users mean it).
+           On an array whose finite values are all equal (or that has none)
+           the range is 0, so the bound resolves to 0: the data is stored
+           losslessly, which for a constant array costs a few bytes.
+``pw_rel`` |x - y| <= e * |x| point-wise: zeros stay exact, signs are kept.
+
+A resolved bound is either ``abs`` with an absolute tolerance (``rel`` turns
+into this) or ``pw_rel`` with its relative tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MODES = ("abs", "rel", "pw_rel")
+
+
+@dataclass(frozen=True)
+class ErrorBound:
+    """An error bound as given (``mode``, ``value``) and, once resolved, ``tolerance``.
+
+    ``tolerance`` is the absolute bound for ``abs``/``rel`` and the relative
+    bound for ``pw_rel``; it is None until :meth:`resolve` has seen the data.
+    """
+
+    mode: str
+    value: float
+    tolerance: float | None = None
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"unknown error-bound mode {self.mode!r}; use one of {MODES}")
+        try:
+            value = float(self.value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{self.mode} bound must be a number, got {self.value!r}"
+            ) from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"{self.mode} bound must be a finite number >= 0, got {self.value!r}"
+            )
+        object.__setattr__(self, "value", value)
+
+    @classmethod
+    def from_kwargs(cls, abs=None, rel=None, pw_rel=None) -> ErrorBound:  # noqa: A002
+        """Build from ``abs=``/``rel=``/``pw_rel=`` keywords; exactly one must be given."""
+        given = {k: v for k, v in (("abs", abs), ("rel", rel), ("pw_rel", pw_rel)) if v is not None}
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one error bound: abs=..., rel=... or pw_rel=... "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        (mode, value), = given.items()
+        return cls(mode, value)
+
+    @property
+    def resolved_mode(self) -> str:
+        """``abs`` for abs and rel bounds, ``pw_rel`` for point-wise relative ones."""
+        return "pw_rel" if self.mode == "pw_rel" else "abs"
+
+    def resolve(self, data: np.ndarray) -> ErrorBound:
+        """Return a copy whose ``tolerance`` is set for ``data`` (a float array)."""
+        if self.mode != "rel":
+            return ErrorBound(self.mode, self.value, self.value)
+        lo, hi = finite_range(data)
+        span = float(hi) - float(lo)
+        if not math.isfinite(span):  # e.g. -1e308 .. 1e308 in float64
+            span = math.inf
+        tol = self.value * span if span > 0 else 0.0
+        if not math.isfinite(tol):
+            tol = float(np.finfo(np.float64).max)
+        return ErrorBound(self.mode, self.value, tol)
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "value": self.value, "tolerance": self.tolerance}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ErrorBound:
+        return cls(d["mode"], d["value"], d.get("tolerance"))
+
+
+def finite_range(data: np.ndarray) -> tuple[float, float]:
+    """(min, max) over the finite elements, as float64; (0, 0) when there are none."""
+    finite = np.isfinite(data)
+    if not finite.all():
+        data = data[finite]
+    if data.size == 0:
+        return 0.0, 0.0
+    return float(data.min()), float(data.max())

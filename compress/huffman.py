@@ -1,0 +1,368 @@
+"""Canonical Huffman coding of uint16 quantization codes.
+
+API::
+
+    huffman_encode(symbols: np.ndarray) -> bytes     # 1-d uint16 symbols
+    huffman_decode(buf, count: int) -> np.ndarray    # uint16 array of `count` symbols
+
+The symbol count is not stored: the enclosing container records it and passes it
+back to ``huffman_decode``.
+
+Stream layout (all integers little-endian; ``n`` = number of distinct symbols)::
+
+    offset      size        field
+    0           4           n          uint32, 0..65536
+    4           8           nbits      uint64, bitstream length in bits
+    12          2*n         gaps       uint16[n]: the distinct symbols in ascending order,
+                                       delta-coded: gaps[0] = sym[0],
+                                       gaps[i] = sym[i] - sym[i-1] - 1
+    12+2n       n           lengths    uint8[n]: code length in bits of sym[i], 1..24
+                                       (0 for the single-symbol case)
+    12+3n       ceil(nbits/8)  bitstream
+
+The stream is exactly ``12 + 3*n + ceil(nbits / 8)`` bytes.  Cases:
+
+* ``n == 0``: empty input; ``nbits == 0``, 12 bytes in all.
+* ``n == 1``: one distinct symbol, coded with zero bits; ``lengths[0] == 0``,
+  ``nbits == 0``; the decoder repeats the symbol ``count`` times.
+* ``n >= 2``: every listed symbol occurs at least once, lengths are 1..24 and form a
+  complete prefix code: ``sum(2**-length) == 1`` exactly.
+
+Codes are canonical, as in DEFLATE (RFC 1951, 3.2.2): symbols are ranked by
+(length, symbol value); the first code of length ``l`` is
+``first[l] = (first[l-1] + count_of_length[l-1]) << 1`` with ``first[1] = 0``, and
+codes within one length are consecutive in symbol order.  Bit order also follows
+DEFLATE: the bitstream is filled from the least significant bit of byte 0 upwards
+(equivalently: little-endian uint64 words, from bit 0 up), and each code is written
+starting with its most significant bit.  Padding bits of the last byte are zero.
+
+Decoding (little-endian hosts): a 64-bit bit buffer, refilled with 32-bit words
+whenever it holds fewer bits than the longest code; the next ``min(12, max_length)``
+bits index a table of (symbol, length); codes longer than that are decoded length by
+length from the canonical first code per length.  Every header field is validated
+before decoding and the kernel never reads past the (zero-padded) bitstream, so a
+damaged or truncated stream raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+
+import numpy as np
+
+from .kernels import huffman as _k
+
+__all__ = ["MAX_CODE_LEN", "LUT_BITS", "code_lengths", "huffman_encode", "huffman_decode"]
+
+#: longest code length in bits the format allows
+MAX_CODE_LEN = 24
+#: index width in bits of the decoder's first-level lookup table
+LUT_BITS = 12
+
+_HEADER = struct.Struct("<IQ")  # n, nbits
+_HEADER_SIZE = _HEADER.size  # 12 bytes
+_ALPHABET = 65536
+
+
+def _huffman_depths_seq(weights: list[int]) -> list[int]:
+    """Huffman code lengths (bits) for ``weights`` sorted ascending (two-queue method).
+
+    Leaves win ties against internal nodes.  A Python loop per merge: used for
+    small alphabets, where it beats the batched version.
+    """
+    n = len(weights)
+    parent = [0] * (2 * n - 1)
+    internal: list[int] = []  # weights of internal nodes n, n+1, ..., nondecreasing
+    i = j = 0
+    for node in range(n, 2 * n - 1):
+        total = 0
+        for _ in range(2):
+            if i < n and (j >= node - n or weights[i] <= internal[j]):
+                parent[i] = node
+                total += weights[i]
+                i += 1
+            else:
+                parent[n + j] = node
+                total += internal[j]
+                j += 1
+        internal.append(total)
+    depth = [0] * (2 * n - 1)
+    for node in range(2 * n - 3, -1, -1):  # parents have larger indices
+        depth[node] = depth[parent[node]] + 1
+    return depth[:n]
+
+
+def _huffman_depths_batched(weights: np.ndarray) -> np.ndarray:
+    """Huffman code lengths (bits) for int64 ``weights`` sorted ascending (n >= 2).
+
+    The two-queue method, many merges per numpy step: with ``t`` the sum of the two
+    smallest remaining items, every remaining item <= t is taken before any node
+    created from now on (those weigh >= t), so the items <= t (an even number of
+    them) can be paired off in sorted order at once.  The smallest remaining weight
+    at least doubles every two rounds, so there are at most ~2*log2(sum) rounds.
+    """
+    n = weights.shape[0]
+    parent = np.empty(2 * n - 1, dtype=np.int64)
+    internal = np.empty(n - 1, dtype=np.int64)  # weights of internal nodes n, n+1, ...
+    i = j = m = 0  # next leaf, next unmerged internal node, internal nodes made
+    while (n - i) + (m - j) > 1:
+        two = sorted(weights[i : i + 2].tolist() + internal[j : min(j + 2, m)].tolist())
+        t = two[0] + two[1]
+        cl = int(np.searchsorted(weights[i:], t, side="right"))
+        ci = int(np.searchsorted(internal[j:m], t, side="right"))
+        vals = np.concatenate((weights[i : i + cl], internal[j : j + ci]))
+        ids = np.concatenate((np.arange(i, i + cl), np.arange(n + j, n + j + ci)))
+        take = np.argsort(vals, kind="stable")[: (cl + ci) // 2 * 2]  # leaves win ties
+        tv = vals[take]
+        k = take.shape[0] // 2
+        parent[ids[take]] = n + m + (np.arange(2 * k) >> 1)
+        internal[m : m + k] = tv[0::2] + tv[1::2]
+        m += k
+        leaves = int(np.count_nonzero(take < cl))
+        i += leaves
+        j += 2 * k - leaves
+    # depth = number of ancestors, by pointer doubling
+    root = 2 * n - 2
+    parent[root] = root
+    depth = np.ones(2 * n - 1, dtype=np.int64)
+    depth[root] = 0
+    while True:
+        live = parent != root
+        if not live.any():
+            break
+        depth += np.where(live, depth[parent], 0)
+        parent = parent[parent]
+    return depth[:n]
+
+
+#: alphabets at least this large use the batched Huffman construction
+_BATCHED_MIN_SYMBOLS = 512
+
+
+def _limit_lengths(lengths_desc: list[int], max_len: int) -> list[int]:
+    """Limit sorted (descending) code lengths to ``max_len`` bits, keeping the code complete.
+
+    The adjustment of JPEG (ITU T.81, Annex K.3) on the counts per length: lengths
+    beyond ``max_len`` are clamped to it, which overfills the Kraft sum; each step then
+    removes one leaf at ``max_len`` and splits the deepest leaf shorter than
+    ``max_len`` into two, lowering the sum by exactly one unit of 2**-max_len until
+    it is 1 again.  The symbol count is unchanged by every step.
+    """
+    counts = [0] * (max_len + 1)
+    for ln in lengths_desc:
+        counts[min(ln, max_len)] += 1
+    total = sum(c << (max_len - ln) for ln, c in enumerate(counts) if ln)
+    while total > (1 << max_len):
+        counts[max_len] -= 1
+        for ln in range(max_len - 1, 0, -1):
+            if counts[ln]:
+                counts[ln] -= 1
+                counts[ln + 1] += 2
+                break
+        total -= 1
+    out: list[int] = []
+    for ln in range(max_len, 0, -1):
+        out.extend([ln] * counts[ln])
+    return out
+
+
+def code_lengths(freqs: np.ndarray, max_len: int = MAX_CODE_LEN) -> np.ndarray:
+    """Length-limited Huffman code lengths (bits) for positive frequencies.
+
+    freqs: 1-d array of counts > 0, one per symbol that occurs.  Returns a uint8
+    array in the same order: 0 for a single symbol, else lengths 1..max_len
+    forming a complete prefix code.  Ties are broken by position, so the result is
+    deterministic.
+    """
+    freqs = np.asarray(freqs, dtype=np.int64)
+    n = freqs.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.uint8)
+    if n == 1:
+        return np.zeros(1, dtype=np.uint8)
+    if max_len < 1 or n > (1 << max_len):
+        raise ValueError(f"cannot code {n} symbols with max length {max_len} bits")
+    if freqs.min() <= 0:
+        raise ValueError("frequencies must be positive")
+    order = np.argsort(freqs, kind="stable")  # ascending frequency
+    if n < _BATCHED_MIN_SYMBOLS:
+        depths = _huffman_depths_seq(freqs[order].tolist())
+    else:
+        depths = _huffman_depths_batched(freqs[order]).tolist()
+    depths.sort(reverse=True)  # rarest symbol gets the longest code
+    if depths[0] > max_len:
+        depths = _limit_lengths(depths, max_len)
+    out = np.empty(n, dtype=np.uint8)
+    out[order] = depths
+    return out
+
+
+def _canonical(lengths: np.ndarray, max_len: int):
+    """Canonical code tables for ``lengths`` (bits; symbols in ascending order).
+
+    Returns (codes, rank, first_code, cnt, offset): codes (int64, MSB-first code
+    values per symbol), rank (symbol indices ordered by (length, symbol)), and per
+    length l the first code, the number of codes and their offset into ``rank``.
+    """
+    lengths = lengths.astype(np.int64)
+    cnt = np.bincount(lengths, minlength=max_len + 1).astype(np.int64)
+    cnt[0] = 0
+    first_code = np.zeros(max_len + 1, dtype=np.int64)
+    code = 0
+    for ln in range(1, max_len + 1):
+        code = (code + int(cnt[ln - 1])) << 1
+        first_code[ln] = code
+    offset = np.zeros(max_len + 1, dtype=np.int64)
+    offset[1:] = np.cumsum(cnt)[:-1]
+    rank = np.argsort(lengths, kind="stable")  # by length, then symbol
+    codes = np.empty(lengths.shape[0], dtype=np.int64)
+    ls = lengths[rank]
+    codes[rank] = first_code[ls] + np.arange(ls.shape[0]) - offset[ls]
+    return codes, rank, first_code, cnt, offset
+
+
+_REV8 = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], dtype=np.int64)
+
+
+def _reverse_bits(values: np.ndarray, widths) -> np.ndarray:
+    """Reverse the low ``widths`` bits (<= 24) of each value (int64 arrays)."""
+    v = np.asarray(values, dtype=np.int64)
+    rev24 = (_REV8[v & 0xFF] << 16) | (_REV8[(v >> 8) & 0xFF] << 8) | _REV8[(v >> 16) & 0xFF]
+    return rev24 >> (24 - np.asarray(widths, dtype=np.int64))
+
+
+def huffman_encode(symbols: np.ndarray) -> bytes:
+    """Huffman-code a 1-d uint16 array; returns the self-contained stream (bytes)."""
+    symbols = np.asarray(symbols)
+    if symbols.dtype != np.uint16 or symbols.ndim != 1:
+        raise TypeError(
+            f"symbols must be a 1-d uint16 array, got {symbols.dtype} ndim={symbols.ndim}"
+        )
+    symbols = np.ascontiguousarray(symbols)
+    hist = _k.histogram_u16(symbols)
+    syms = np.flatnonzero(hist)
+    n = syms.shape[0]
+    gaps = np.empty(n, dtype="<u2")
+    if n:
+        gaps[0] = syms[0]
+        gaps[1:] = np.diff(syms) - 1
+    freqs = hist[syms]
+    lengths = code_lengths(freqs)
+    if n < 2:
+        return _HEADER.pack(n, 0) + gaps.tobytes() + lengths.tobytes()
+
+    codes, _, _, _, _ = _canonical(lengths, MAX_CODE_LEN)
+    ln = lengths.astype(np.int64)
+    table = np.zeros(_ALPHABET, dtype=np.uint32)
+    table[syms] = (_reverse_bits(codes, ln) | (ln << 24)).astype(np.uint32)
+    nbits = int(np.dot(freqs, ln))
+    words = np.empty((nbits + 63) // 64, dtype=np.uint64)
+    written = _k.encode_bits(symbols, table, words)
+    if written != nbits:  # pragma: no cover - histogram and table disagree
+        raise RuntimeError(f"huffman encoder wrote {written} bits, expected {nbits}")
+    bitstream = words.view(np.uint8)[: (nbits + 7) // 8]
+    return b"".join((_HEADER.pack(n, nbits), gaps.tobytes(), lengths.tobytes(), bitstream.data))
+
+
+def _as_u8(buf) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        if buf.dtype != np.uint8 or buf.ndim != 1:
+            raise TypeError(f"buffer must be a 1-d uint8 array, got {buf.dtype} ndim={buf.ndim}")
+        return np.ascontiguousarray(buf)
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def huffman_decode(buf, count: int) -> np.ndarray:
+    """Decode ``count`` symbols from a stream of ``huffman_encode``; returns uint16.
+
+    buf: bytes, memoryview or 1-d uint8 array holding exactly one stream.  Raises
+    ValueError if the stream is truncated, corrupted or inconsistent with ``count``.
+    """
+    data = _as_u8(buf)
+    count = operator.index(count)
+    if count < 0:
+        raise ValueError(f"huffman: negative symbol count {count}")
+    size = data.shape[0]
+    if size < _HEADER_SIZE:
+        raise ValueError(f"huffman: truncated header ({size} of {_HEADER_SIZE} bytes)")
+    n, nbits = _HEADER.unpack(data[:_HEADER_SIZE].tobytes())
+    if n > _ALPHABET:
+        raise ValueError(f"huffman: {n} distinct symbols exceeds the alphabet of {_ALPHABET}")
+    table_end = _HEADER_SIZE + 3 * n
+    if size < table_end:
+        raise ValueError(f"huffman: truncated code table ({size} of {table_end} bytes)")
+    nbytes = (nbits + 7) // 8
+    if size != table_end + nbytes:
+        raise ValueError(
+            f"huffman: stream is {size} bytes, header implies {table_end + nbytes} "
+            f"({nbits} bitstream bits)"
+        )
+    syms = np.cumsum(data[_HEADER_SIZE : _HEADER_SIZE + 2 * n].view("<u2").astype(np.int64) + 1) - 1
+    lengths = data[_HEADER_SIZE + 2 * n : table_end].astype(np.int64)
+    if n and syms[-1] >= _ALPHABET:
+        raise ValueError(f"huffman: symbol table runs past {_ALPHABET - 1}")
+    if (n == 0) != (count == 0):
+        raise ValueError(f"huffman: {n} distinct symbols but count {count}")
+
+    if n == 0:
+        if nbits:
+            raise ValueError("huffman: empty stream with a nonempty bitstream")
+        return np.empty(0, dtype=np.uint16)
+    if n == 1:
+        if lengths[0] != 0 or nbits != 0:
+            raise ValueError("huffman: single-symbol stream must have length 0 and no bits")
+        return np.full(count, syms[0], dtype=np.uint16)
+
+    if count < n:
+        raise ValueError(f"huffman: count {count} below the {n} distinct symbols listed")
+    lmin, lmax = int(lengths.min()), int(lengths.max())
+    if lmin < 1 or lmax > MAX_CODE_LEN:
+        raise ValueError(f"huffman: code lengths {lmin}..{lmax} outside 1..{MAX_CODE_LEN} bits")
+    kraft = int(np.sum(np.left_shift(1, MAX_CODE_LEN - lengths)))
+    if kraft != 1 << MAX_CODE_LEN:
+        raise ValueError(
+            f"huffman: code lengths do not form a complete prefix code "
+            f"(Kraft sum {kraft / (1 << MAX_CODE_LEN)!r})"
+        )
+    if not count * lmin <= nbits <= count * lmax:
+        raise ValueError(f"huffman: {nbits} bits cannot hold {count} codes of {lmin}..{lmax} bits")
+    if nbits % 8 and data[-1] >> (nbits % 8):
+        raise ValueError("huffman: nonzero padding bits after the bitstream")
+
+    codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
+    tb = min(LUT_BITS, lmax)
+    lut = np.zeros(1 << tb, dtype=np.int32)
+    rev = _reverse_bits(codes, lengths)
+    for ln in range(1, tb + 1):
+        sel = lengths == ln
+        if not sel.any():
+            continue
+        idx = rev[sel][:, None] + (np.arange(1 << (tb - ln), dtype=np.int64) << ln)[None, :]
+        val = (syms[sel] << 8) | ln
+        lut[idx.ravel()] = np.repeat(val, 1 << (tb - ln))
+    long_prefix = np.flatnonzero(lut == 0)  # prefixes of codes longer than tb bits
+    lut[long_prefix] = _reverse_bits(long_prefix, tb) << 8
+
+    words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
+    words.view(np.uint8)[:nbytes] = data[table_end:]
+    out = np.empty(count, dtype=np.uint16)
+    status = _k.decode_bits(
+        words.view(np.uint32),
+        np.int64(nbits),
+        lut,
+        tb,
+        first_code,
+        cnt,
+        offset,
+        syms[rank].astype(np.uint16),
+        lmax,
+        out,
+    )
+    if status == _k.DECODE_OVERRUN:
+        raise ValueError("huffman: bitstream ends in the middle of a code (truncated/corrupt)")
+    if status == _k.DECODE_BAD_CODE:
+        raise ValueError("huffman: bitstream holds a bit pattern that is no code")
+    if status == _k.DECODE_TRAILING:
+        raise ValueError(f"huffman: bits left over after decoding {count} symbols")
+    return out

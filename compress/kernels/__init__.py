@@ -1,0 +1,1 @@
+"""numba kernels: the hot loops of the codecs, apart from orchestration."""

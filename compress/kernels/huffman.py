@@ -1,0 +1,131 @@
+"""numba hot loops of the Huffman coder: histogram, bit packing, table-driven decoding.
+
+Bit order (see ``tensorpress.compress.huffman``): the bitstream is a sequence of
+little-endian uint64 words filled from bit 0 upwards; a code is emitted most
+significant bit first, so the kernels work with bit-reversed codes.  Orchestration,
+table construction and all header validation live in ``compress/huffman.py``;
+these kernels trust the tables they are given but never read past the arrays they
+are handed (the decoder checks its bit position against the stream length).
+"""
+
+import numpy as np
+from numba import njit
+
+#: decode kernel status codes
+DECODE_OK = 0
+DECODE_OVERRUN = 1  # a code ran past the end of the bitstream
+DECODE_BAD_CODE = 2  # bits that are no code of the table
+DECODE_TRAILING = 3  # bits left over after the last symbol
+
+_U64_64 = np.uint64(64)
+
+
+@njit(cache=True, nogil=True)
+def histogram_u16(symbols):
+    """Occurrences of each uint16 value: int64 array of 65536 counts.
+
+    Four interleaved partial histograms break the store-to-load dependency on a
+    counter that a skewed source (one dominant symbol) would otherwise serialise on.
+    """
+    n = symbols.shape[0]
+    part = np.zeros((4, 65536), dtype=np.int64)
+    n4 = n - n % 4
+    for i in range(0, n4, 4):
+        part[0, symbols[i]] += 1
+        part[1, symbols[i + 1]] += 1
+        part[2, symbols[i + 2]] += 1
+        part[3, symbols[i + 3]] += 1
+    for i in range(n4, n):
+        part[0, symbols[i]] += 1
+    out = np.empty(65536, dtype=np.int64)
+    for s in range(65536):
+        out[s] = part[0, s] + part[1, s] + part[2, s] + part[3, s]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def encode_bits(symbols, table, out):
+    """Pack the codes of ``symbols`` into ``out`` (uint64 words, LSB-first).
+
+    ``table[s]`` is ``reversed_code | length << 24`` (uint32; length 1..24 bits, the
+    code bit-reversed so its first bit lands in the lowest free bit).  ``out`` must
+    hold ceil(total_bits / 64) words.  Returns the number of bits written, or -1 if
+    ``out`` is too small (the caller sized it from the histogram, so never).
+    """
+    nwords = out.shape[0]
+    acc = np.uint64(0)
+    nacc = np.uint64(0)  # bits pending in acc, 0..63
+    w = 0
+    for i in range(symbols.shape[0]):
+        e = table[symbols[i]]
+        ln = np.uint64(e >> 24)
+        c = np.uint64(e & 0xFFFFFF)
+        acc |= c << nacc
+        nacc += ln
+        if nacc >= _U64_64:
+            if w >= nwords:
+                return -1
+            out[w] = acc
+            w += 1
+            nacc -= _U64_64
+            acc = c >> (ln - nacc)  # the bits of c that did not fit; shift <= 24
+    if nacc > 0:
+        if w >= nwords:
+            return -1
+        out[w] = acc
+    return w * 64 + np.int64(nacc)
+
+
+@njit(cache=True, nogil=True)
+def decode_bits(stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out):
+    """Decode ``out.shape[0]`` symbols from ``stream``; returns a DECODE_* status.
+
+    stream: the bitstream as uint32 words (LSB-first), zero-padded to at least
+        ceil(nbits / 32) + 2 words.  Reads never go past the array; the number of
+        bits consumed must come out as exactly ``nbits``.
+    lut: int32[2**tb]; indexed by the next ``tb`` stream bits (LSB-first): for a code
+        of length <= tb, ``symbol << 8 | length``; otherwise ``prefix << 8`` with
+        length 0, ``prefix`` being the first tb bits read MSB-first as a code value.
+    first_code, cnt, offset (int64[max_len + 1]): canonical code per length: the
+        codes of length l are first_code[l] .. first_code[l] + cnt[l] - 1, mapping
+        to sorted_syms[offset[l] + code - first_code[l]].
+    """
+    nwords = stream.shape[0]
+    mask = np.uint64((1 << tb) - 1)
+    one = np.uint64(1)
+    buf = np.uint64(0)  # the next `avail` stream bits, first bit in bit 0
+    avail = 0
+    k = 0  # next word of stream to load
+    for i in range(out.shape[0]):
+        if avail < max_len:  # refill: avail + 32 <= 55 bits, enough for any code
+            if k >= nwords:
+                return DECODE_OVERRUN
+            buf |= np.uint64(stream[k]) << np.uint64(avail)
+            k += 1
+            avail += 32
+        e = lut[np.intp(buf & mask)]
+        ln = e & 0xFF
+        if ln != 0:
+            out[i] = e >> 8
+        else:
+            code = np.int64(e >> 8)
+            rest = buf >> np.uint64(tb)
+            ln = 0
+            for ln2 in range(tb + 1, max_len + 1):
+                code = (code << 1) | np.int64(rest & one)
+                rest >>= one
+                j = code - first_code[ln2]
+                if j >= 0 and j < cnt[ln2]:
+                    out[i] = sorted_syms[offset[ln2] + j]
+                    ln = ln2
+                    break
+            if ln == 0:
+                return DECODE_BAD_CODE
+        buf >>= np.uint64(ln)
+        avail -= ln
+    used = 32 * k - avail
+    if used > nbits:
+        return DECODE_OVERRUN
+    if used < nbits:
+        return DECODE_TRAILING
+    return DECODE_OK

@@ -1,0 +1,96 @@
+"""The codec interface and the one registry every part of tensorpress uses.
+
+A codec turns one chunk (a C-contiguous numpy array) into bytes and back. Its
+identity is its config: ``get_config()`` returns JSON values including
+``"id"`` (the codec's name), and ``get_codec(config)`` rebuilds an equal
+codec. Shape, dtype, chunking and checksums are the container's business.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from .bounds import ErrorBound
+
+_REGISTRY: dict[str, type[Codec]] = {}
+
+
+class Codec:
+    """Base class: subclasses set ``name``, ``lossy`` and implement encode/decode."""
+
+    name: ClassVar[str] = ""
+    #: whether the codec needs an error bound (lossless codecs take none)
+    lossy: ClassVar[bool] = True
+    #: dtypes the codec accepts
+    dtypes: ClassVar[tuple[str, ...]] = ("float16", "float32", "float64")
+
+    def get_config(self) -> dict:
+        """JSON-serialisable parameters, with ``"id"`` first."""
+        return {"id": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict) -> Codec:
+        params = {k: v for k, v in config.items() if k != "id"}
+        try:
+            return cls(**params)
+        except TypeError as exc:
+            raise ValueError(f"invalid config for codec {cls.name!r}: {exc}") from None
+
+    def encode(self, chunk: np.ndarray, bound: ErrorBound | None) -> bytes:
+        """Compress one C-contiguous chunk under a resolved bound (None if lossless)."""
+        raise NotImplementedError
+
+    def decode(self, payload: bytes, shape: tuple, dtype: np.dtype, bound) -> np.ndarray:
+        """Rebuild the chunk of ``shape`` and ``dtype`` from ``payload``."""
+        raise NotImplementedError
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.get_config() == self.get_config()
+
+    def __hash__(self):
+        return hash(repr(sorted(self.get_config().items())))
+
+    def __repr__(self):
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
+        return f"{type(self).__name__}({params})"
+
+
+def register_codec(cls: type[Codec]) -> type[Codec]:
+    """Class decorator: make ``cls`` findable by its ``name``."""
+    if not cls.name:
+        raise ValueError("a codec class needs a name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"codec name {cls.name!r} is already registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_codecs() -> list[str]:
+    """Names of the registered codecs, sorted."""
+    return sorted(_REGISTRY)
+
+
+def codec_class(name: str) -> type[Codec]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown codec {name!r}; available codecs: {', '.join(available_codecs())}"
+        ) from None
+
+
+def get_codec(spec: str | dict | Codec, **params) -> Codec:
+    """A codec from a name (plus parameters), a config dict, or a codec instance."""
+    if isinstance(spec, Codec):
+        if params:
+            raise ValueError("parameters cannot be given with a codec instance")
+        return spec
+    if isinstance(spec, dict):
+        if "id" not in spec:
+            raise ValueError("a codec config needs an 'id' key naming the codec")
+        return codec_class(spec["id"]).from_config({**spec, **params})
+    if isinstance(spec, str):
+        return codec_class(spec).from_config(params)
+    raise TypeError(f"codec must be a name, a config dict or a Codec, got {type(spec).__name__}")

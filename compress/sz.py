@@ -1,0 +1,300 @@
+"""The ``sz`` codec: prediction, linear quantization, Huffman coding and zstd.
+
+Pipeline per chunk (SZ3's design, our code):
+
+1. non-finite values are taken out as exact patches (the predictors never
+   see them); a ``pw_rel`` bound moves the data to log2|x| where it becomes
+   an absolute bound;
+2. a predictor -- first-order Lorenzo (1-d to 4-d) or multilevel
+   interpolation (linear or cubic, coarse levels under a tighter bound as in
+   QoZ) -- is chosen per chunk by running each candidate on samples of the
+   chunk and keeping the one whose codes cost the fewest bits;
+3. the quantizer turns each prediction error into an integer code within the
+   bound, reconstructing exactly as the decoder will; what cannot be
+   quantized is stored exactly as an outlier;
+4. the codes are Huffman coded and the whole payload goes through zstd.
+
+Payload layout (inside one zstd frame), little-endian::
+
+    u8  predictor      0 raw (lossless), 1 Lorenzo, 2 linear interp, 3 cubic interp
+    u8  flags          bit 0: values are log2|x| (pw_rel)
+    f64 eb             absolute bound the kernels used (log2 domain if flag 0)
+    f64 alpha, beta    interpolation level tuning: level l uses eb / min(alpha**(l-1), beta)
+    u32 radius         codes are q + radius; code 0 marks an outlier
+    u64 n + n bytes    Huffman stream of the codes (see compress/huffman.py)
+    u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
+                       float64 data and for the log domain)
+    patches            u64 n, n u64 flat indices, n values in the chunk dtype
+    u64 n + n bytes    sign bits (numpy packbits order), only with flag bit 0
+
+A raw payload (predictor 0, used when the bound is 0) holds the flags byte,
+then u64 n + n bytes of the byte-shuffled chunk.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bounds import ErrorBound
+from .byteio import ByteReader, ByteWriter
+from .huffman import huffman_decode, huffman_encode
+from .kernels.interpolation import interp_decode, interp_encode, interp_num_levels
+from .kernels.lorenzo import lorenzo_decode, lorenzo_encode
+from .kernels.rounding import PREC_FLOAT64, prec_of
+from .lossless import byte_shuffle, byte_unshuffle, zstd_compress, zstd_decompress
+from .registry import Codec, register_codec
+from .special_values import (
+    from_log_domain,
+    log_bound,
+    pw_rel_violations,
+    read_patches,
+    split_nonfinite,
+    to_log_domain,
+    write_patches,
+)
+
+RAW, LORENZO, LINEAR, CUBIC = 0, 1, 2, 3
+_PREDICTOR_IDS = {"lorenzo": (LORENZO,), "linear": (LINEAR,), "cubic": (CUBIC,),
+                  "interp": (LINEAR, CUBIC), "auto": (LORENZO, LINEAR, CUBIC)}
+FLAG_LOG = 1
+
+#: (alpha, beta) pairs tried for interpolation when the config leaves them open
+LEVEL_TUNINGS = ((1.0, 1.0), (1.5, 4.0))
+#: elements per sample block when choosing a predictor, and blocks per chunk
+_SAMPLE_ELEMENTS = 32768
+_SAMPLE_BLOCKS = 4
+
+
+@register_codec
+class SZCodec(Codec):
+    """Error-bounded prediction codec (abs/rel/pw_rel), float16/32/64, any number of dims.
+
+    predictor: ``auto`` (chosen per chunk by sampling), ``lorenzo``, ``linear``,
+    ``cubic`` or ``interp`` (linear or cubic by sampling). alpha/beta: fixed
+    interpolation level tuning, or None to choose by sampling. radius: codes
+    per side of the quantizer (at most 32768). level: zstd level.
+    """
+
+    name = "sz"
+
+    def __init__(self, predictor: str = "auto", alpha: float | None = None,
+                 beta: float | None = None, radius: int = 32768, level: int = 3):
+        if predictor not in _PREDICTOR_IDS:
+            raise ValueError(
+                f"unknown sz predictor {predictor!r}; use one of {sorted(_PREDICTOR_IDS)}"
+            )
+        if (alpha is None) != (beta is None):
+            raise ValueError("give both alpha and beta, or neither")
+        if alpha is not None and not (alpha >= 1 and beta >= 1):
+            raise ValueError("alpha and beta must be >= 1")
+        if not isinstance(radius, int) or not 2 <= radius <= 32768:
+            raise ValueError(f"radius must be an integer in 2..32768, got {radius!r}")
+        self.predictor = predictor
+        self.alpha = None if alpha is None else float(alpha)
+        self.beta = None if beta is None else float(beta)
+        self.radius = radius
+        self.level = level
+
+    def get_config(self) -> dict:
+        return {"id": self.name, "predictor": self.predictor, "alpha": self.alpha,
+                "beta": self.beta, "radius": self.radius, "level": self.level}
+
+    # -- encoding -------------------------------------------------------------
+
+    def encode(self, chunk: np.ndarray, bound: ErrorBound) -> bytes:
+        flat = np.ascontiguousarray(chunk).reshape(-1)
+        tol = bound.tolerance
+        log_domain = bound.resolved_mode == "pw_rel"
+        w = ByteWriter()
+        if flat.size == 0 or tol == 0:
+            w.u8(RAW)
+            w.u8(0)
+            w.blob(byte_shuffle(flat))
+            return zstd_compress(w.getvalue(), self.level)
+
+        patch_idx, work = split_nonfinite(flat)
+        if log_domain:
+            values, signs, zero_idx = to_log_domain(work)
+            eb, prec = log_bound(tol), PREC_FLOAT64
+        else:
+            values = work.astype(np.float32) if work.dtype == np.float16 else work
+            eb, prec = float(tol), prec_of(flat.dtype)
+
+        shape = _squeezed(chunk.shape)
+        choice = self._choose(values, shape, eb, prec)
+        codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius)
+
+        if log_domain:
+            logs = _decode_with(choice, codes, outliers, shape, eb, prec, self.radius,
+                                np.float64)
+            y = from_log_domain(logs, signs, flat.dtype)
+            missed = pw_rel_violations(work, y, tol)
+            patch_idx = np.union1d(np.union1d(patch_idx, zero_idx), missed)
+
+        pred, alpha, beta = choice
+        w.u8(pred)
+        w.u8(FLAG_LOG if log_domain else 0)
+        w.f64(eb)
+        w.f64(alpha)
+        w.f64(beta)
+        w.u32(self.radius)
+        w.blob(huffman_encode(codes))
+        w.u64(outliers.size)
+        w.array(outliers)
+        write_patches(w, patch_idx, flat[patch_idx])
+        if log_domain:
+            w.blob(signs.tobytes())
+        return zstd_compress(w.getvalue(), self.level)
+
+    def _choose(self, values, shape, eb, prec) -> tuple[int, float, float]:
+        """(predictor id, alpha, beta): the candidate whose sampled codes cost least."""
+        tunings = LEVEL_TUNINGS if self.alpha is None else ((self.alpha, self.beta),)
+        candidates = []
+        for pred in _PREDICTOR_IDS[self.predictor]:
+            if pred == LORENZO:
+                candidates.append((LORENZO, 1.0, 1.0))
+            else:
+                candidates.extend((pred, a, b) for a, b in tunings)
+        if len(candidates) == 1:
+            return candidates[0]
+        samples = _sample_blocks(values.reshape(_view3(shape)))
+        best, best_bits = candidates[0], math.inf
+        for cand in candidates:
+            bits = 0.0
+            for block in samples:
+                codes, outliers = _encode_with(cand, block, block.shape, eb, prec, self.radius)
+                bits += _code_bits(codes) + 8 * outliers.nbytes
+            if bits < best_bits:
+                best, best_bits = cand, bits
+        return best
+
+    # -- decoding -------------------------------------------------------------
+
+    def decode(self, payload, shape, dtype, bound=None) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64))
+        # worst case: raw bytes or outliers in float64 plus patches and codes
+        limit = 64 + size * (2 * dtype.itemsize + 8 + 8 + 3) + (1 << 20)
+        r = ByteReader(zstd_decompress(payload, limit), "sz payload")
+        pred, flags = r.u8(), r.u8()
+        if pred == RAW:
+            out = byte_unshuffle(bytes(r.blob()), dtype, size)
+            r.done()
+            return out.reshape(shape)
+        if pred not in (LORENZO, LINEAR, CUBIC) or flags & ~FLAG_LOG:
+            raise ValueError(f"sz payload names unknown predictor {pred} or flags {flags}")
+        log_domain = bool(flags & FLAG_LOG)
+        eb, alpha, beta = r.f64(), r.f64(), r.f64()
+        radius = r.u32()
+        if not (eb > 0 and math.isfinite(eb) and alpha >= 1 and beta >= 1 and 2 <= radius <= 32768):
+            raise ValueError("sz payload has an invalid quantizer header")
+        codes = huffman_decode(r.blob(), size)
+        work_dtype = _kernel_dtype(dtype, log_domain)
+        n_out = r.u64()
+        if n_out > size:
+            raise ValueError("sz payload claims more outliers than elements")
+        outliers = r.array(work_dtype, n_out)
+        if int(np.count_nonzero(codes == 0)) != n_out:
+            raise ValueError("sz payload: outlier count does not match the codes")
+        if int(codes.max(initial=0)) >= 2 * radius:
+            raise ValueError("sz payload: quantization code out of range")
+        patch_idx, patch_vals = read_patches(r, dtype, size)
+        prec = PREC_FLOAT64 if log_domain else prec_of(dtype)
+        recon = _decode_with((pred, alpha, beta), codes, outliers, _squeezed(shape), eb, prec,
+                             radius, work_dtype)
+        if log_domain:
+            signs = np.frombuffer(r.blob(), np.uint8)
+            if signs.size != (size + 7) // 8:
+                raise ValueError("sz payload: sign bits have the wrong length")
+            out = from_log_domain(recon, signs, dtype)
+        else:
+            out = recon.astype(dtype, copy=False)
+        r.done()
+        out[patch_idx] = patch_vals
+        return out.reshape(shape)
+
+
+# -- helpers: shapes, kernels, cost --------------------------------------------
+
+
+def _kernel_dtype(dtype: np.dtype, log_domain: bool) -> np.dtype:
+    if log_domain or dtype == np.float64:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def _squeezed(shape: tuple) -> tuple:
+    """Shape without size-1 dims (at least 1-d)."""
+    dims = tuple(int(d) for d in shape if d != 1)
+    return dims or (1,)
+
+
+def _fold(shape: tuple, ndim: int) -> tuple:
+    """Merge leading dims so at most ``ndim`` remain, then pad with leading 1s to ``ndim``."""
+    if len(shape) > ndim:
+        shape = (math.prod(shape[: len(shape) - ndim + 1]),) + tuple(shape[len(shape) - ndim + 1:])
+    return (1,) * (ndim - len(shape)) + tuple(shape)
+
+
+def _view3(shape):
+    return _fold(shape, 3)
+
+
+def _encode_with(choice, values, shape, eb, prec, radius):
+    pred, alpha, beta = choice
+    n = values.size
+    codes = np.empty(n, np.uint16)
+    outliers = np.empty(n, values.dtype)
+    if pred == LORENZO:
+        data = values.reshape(_fold(shape, 4))
+        k = lorenzo_encode(data, eb, radius, prec, codes, outliers)
+    else:
+        data = values.reshape(_fold(shape, 3))
+        levels = _eb_levels(data.shape, eb, alpha, beta)
+        k = interp_encode(data, levels, radius, prec, pred == CUBIC, codes, outliers)
+    return codes, outliers[:k].copy()
+
+
+def _decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype):
+    pred, alpha, beta = choice
+    if pred == LORENZO:
+        out = np.empty(_fold(shape, 4), work_dtype)
+        lorenzo_decode(codes, outliers, eb, radius, prec, out)
+    else:
+        out = np.empty(_fold(shape, 3), work_dtype)
+        levels = _eb_levels(out.shape, eb, alpha, beta)
+        interp_decode(codes, outliers, levels, radius, prec, pred == CUBIC, out)
+    return out.reshape(-1)
+
+
+def _eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
+    """Bound per interpolation level (index l = level l; index 0 unused)."""
+    n = interp_num_levels(shape3)
+    levels = np.arange(n + 1, dtype=np.float64)
+    return eb / np.minimum(alpha ** np.maximum(levels - 1, 0), beta)
+
+
+def _sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
+    """Up to a few contiguous sub-blocks of about ``_SAMPLE_ELEMENTS`` each."""
+    if data3.size <= _SAMPLE_ELEMENTS * _SAMPLE_BLOCKS:
+        return [np.ascontiguousarray(data3)]
+    nontrivial = sum(d > 1 for d in data3.shape)
+    side = max(2, int(round(_SAMPLE_ELEMENTS ** (1.0 / max(nontrivial, 1)))))
+    block = tuple(min(d, side) if d > 1 else 1 for d in data3.shape)
+    blocks = []
+    for b in range(_SAMPLE_BLOCKS):
+        frac = (b + 0.5) / _SAMPLE_BLOCKS
+        start = [int((d - s) * frac) for d, s in zip(data3.shape, block, strict=True)]
+        sl = tuple(slice(s, s + n) for s, n in zip(start, block, strict=True))
+        blocks.append(np.ascontiguousarray(data3[sl]))
+    return blocks
+
+
+def _code_bits(codes: np.ndarray) -> float:
+    """Shannon estimate of the Huffman cost of ``codes``, in bits."""
+    counts = np.bincount(codes, minlength=1)
+    counts = counts[counts > 0].astype(np.float64)
+    p = counts / codes.size
+    return float(-(counts * np.log2(p)).sum()) + 32.0 * counts.size

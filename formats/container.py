@@ -1,0 +1,311 @@
+"""Container format v1: a self-describing, checksummed, chunked stream.
+
+The byte layout is specified in SPEC.md beside this file. Arrays are split into
+chunks of whole rows along the first axis; chunks are compressed and
+decompressed in parallel threads (the kernels release the GIL) and each can be
+decoded alone, so a slice along the first axis costs only the chunks it touches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compress.bounds import ErrorBound
+from ..compress.registry import Codec, get_codec
+from .errors import (
+    ChecksumError,
+    FormatError,
+    TruncatedError,
+    UnknownCodecError,
+    UnsupportedVersionError,
+)
+
+MAGIC = b"\x89TPRESS\n"
+FORMAT_VERSION = 1
+_PREAMBLE = struct.Struct("<8sHHI")  # magic, version, flags, header length
+_CRC = struct.Struct("<I")
+_INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), crc32 of the payload
+#: default target size of one chunk of input, in bytes
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a stream says about itself (JSON header plus chunk index)."""
+
+    version: int
+    dtype: np.dtype
+    shape: tuple
+    order: str
+    codec: dict
+    bound: ErrorBound | None
+    chunk_rows: int
+    lengths: tuple  # payload bytes per chunk
+    crcs: tuple
+    payload_offset: int  # byte offset of the first payload in the stream
+    writer: str
+
+    @property
+    def nchunks(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def compressed_bytes(self) -> int:
+        return self.payload_offset + sum(self.lengths)
+
+    @property
+    def original_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def chunk_span(self, i: int) -> tuple[int, int]:
+        """Rows [start, stop) of chunk ``i`` along the first axis."""
+        if not self.shape:
+            return 0, 1
+        start = i * self.chunk_rows
+        return start, min(start + self.chunk_rows, self.shape[0])
+
+    def chunk_shape(self, i: int) -> tuple:
+        if not self.shape:
+            return ()
+        start, stop = self.chunk_span(i)
+        return (stop - start,) + tuple(self.shape[1:])
+
+
+def chunk_rows_for(shape: tuple, itemsize: int, chunk_bytes: int) -> int:
+    """Rows per chunk so a chunk holds about ``chunk_bytes`` bytes (at least one row)."""
+    if not shape:
+        return 1
+    row_bytes = math.prod(shape[1:]) * itemsize
+    if row_bytes == 0:
+        return max(shape[0], 1)
+    return max(1, min(shape[0], chunk_bytes // row_bytes))
+
+
+def resolve_workers(workers: int | None) -> int:
+    if workers is None:
+        return os.cpu_count() or 1
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+    return workers
+
+
+def _map(fn, items, workers: int) -> list:
+    if workers == 1 or len(items) <= 1:
+        return [fn(it) for it in items]
+    with ThreadPoolExecutor(min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+# -- writing ---------------------------------------------------------------------
+
+
+def encode_array(x: np.ndarray, codec: Codec, bound: ErrorBound | None, *,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, workers: int | None = None,
+                 order: str = "C") -> bytes:
+    """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None)."""
+    from .. import __version__
+
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    x = np.ascontiguousarray(x) if x.ndim else x.reshape(())
+    shape = tuple(int(d) for d in x.shape)
+    rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
+    if x.size == 0:
+        chunks = []
+    elif not shape:
+        chunks = [x]
+    else:
+        chunks = [x[s : s + rows] for s in range(0, shape[0], rows)]
+    payloads = _map(lambda c: codec.encode(c, bound), chunks, resolve_workers(workers))
+
+    header = {
+        "dtype": x.dtype.newbyteorder("<").str,
+        "shape": list(shape),
+        "order": order,
+        "codec": codec.get_config(),
+        "bound": None if bound is None else bound.to_dict(),
+        "chunk_rows": rows,
+        "writer": f"tensorpress {__version__}",
+    }
+    head = json.dumps(header, separators=(",", ":")).encode()
+    pre = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
+    index = struct.pack("<Q", len(payloads)) + b"".join(
+        _INDEX_ENTRY.pack(len(p), zlib.crc32(p)) for p in payloads
+    )
+    parts = [pre, _CRC.pack(zlib.crc32(pre)), index, _CRC.pack(zlib.crc32(index)), *payloads]
+    return b"".join(parts)
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+def read_header(buf) -> Header:
+    """Parse and check the preamble, JSON header and chunk index of a stream."""
+    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
+    if len(mv) < _PREAMBLE.size or bytes(mv[:8]) != MAGIC:
+        if len(mv) < 8 and MAGIC.startswith(bytes(mv)):
+            raise TruncatedError("stream is truncated inside its preamble")
+        raise FormatError("not a tensorpress stream (bad magic number)")
+    _, version, flags, hlen = _PREAMBLE.unpack_from(mv)
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(
+            f"stream is format version {version}; this tensorpress reads up to version "
+            f"{FORMAT_VERSION}: upgrade tensorpress to read it"
+        )
+    if version < 1:
+        raise FormatError(f"invalid format version {version}")
+    end = _PREAMBLE.size + hlen
+    if len(mv) < end + _CRC.size + 8:
+        raise TruncatedError("stream is truncated inside its header")
+    if _CRC.unpack_from(mv, end)[0] != zlib.crc32(mv[:end]):
+        raise ChecksumError("header checksum mismatch: the stream is corrupted")
+    if flags != 0:
+        raise FormatError(f"unknown header flags {flags:#x}")
+    try:
+        h = json.loads(bytes(mv[_PREAMBLE.size : end]))
+        dtype = np.dtype(h["dtype"])
+        shape = tuple(int(d) for d in h["shape"])
+        rows = int(h["chunk_rows"])
+        codec = dict(h["codec"])
+        bound = None if h["bound"] is None else ErrorBound.from_dict(h["bound"])
+        order = h["order"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"invalid stream header: {exc}") from None
+    if any(d < 0 for d in shape) or rows < 1 or order not in ("C", "F"):
+        raise FormatError("invalid stream header: bad shape, chunk rows or order")
+
+    pos = end + _CRC.size
+    (nchunks,) = struct.unpack_from("<Q", mv, pos)
+    index_end = pos + 8 + nchunks * _INDEX_ENTRY.size
+    if len(mv) < index_end + _CRC.size:
+        raise TruncatedError("stream is truncated inside its chunk index")
+    if _CRC.unpack_from(mv, index_end)[0] != zlib.crc32(mv[pos:index_end]):
+        raise ChecksumError("chunk index checksum mismatch: the stream is corrupted")
+    entries = [_INDEX_ENTRY.unpack_from(mv, pos + 8 + i * _INDEX_ENTRY.size)
+               for i in range(nchunks)]
+    expected = 0 if math.prod(shape) == 0 else (1 if not shape else -(-shape[0] // rows))
+    if nchunks != expected:
+        raise FormatError(f"chunk index lists {nchunks} chunks, the shape needs {expected}")
+    header = Header(version, dtype, shape, order, codec, bound, rows,
+                    tuple(e[0] for e in entries), tuple(e[1] for e in entries),
+                    index_end + _CRC.size, str(h.get("writer", "")))
+    if len(mv) < header.compressed_bytes:
+        raise TruncatedError(
+            f"stream is truncated: {len(mv)} bytes, its index needs {header.compressed_bytes}"
+        )
+    return header
+
+
+class ContainerReader:
+    """Random access to a v1 stream: ``reader[a:b]`` decodes only the chunks it touches.
+
+    ``source`` is a bytes-like object or a path (read through a memory map).
+    """
+
+    def __init__(self, source, *, workers: int | None = None):
+        if isinstance(source, (str, os.PathLike)):
+            source = np.memmap(source, dtype=np.uint8, mode="r")
+        self._buf = memoryview(source).cast("B") if not isinstance(source, np.ndarray) \
+            else memoryview(source)
+        self.header = read_header(self._buf)
+        self.workers = resolve_workers(workers)
+        try:
+            self.codec = get_codec(self.header.codec)
+        except ValueError as exc:
+            raise UnknownCodecError(
+                f"stream uses codec {self.header.codec.get('id')!r}, which this installation "
+                f"cannot decode ({exc})"
+            ) from None
+        if len(self._buf) > self.header.compressed_bytes:
+            raise FormatError(
+                f"{len(self._buf) - self.header.compressed_bytes} trailing bytes after the stream"
+            )
+
+    @property
+    def shape(self) -> tuple:
+        return self.header.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.header.dtype
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def chunk(self, i: int) -> np.ndarray:
+        """Decode chunk ``i`` (checksum verified first)."""
+        h = self.header
+        start = h.payload_offset + sum(h.lengths[:i])
+        payload = self._buf[start : start + h.lengths[i]]
+        if zlib.crc32(payload) != h.crcs[i]:
+            raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
+        try:
+            out = self.codec.decode(payload, h.chunk_shape(i), h.dtype, h.bound)
+        except FormatError:
+            raise
+        except ValueError as exc:
+            raise FormatError(f"chunk {i} cannot be decoded: {exc}") from None
+        if out.shape != h.chunk_shape(i) or out.dtype != h.dtype:
+            raise FormatError(f"chunk {i} decoded to the wrong shape or dtype")
+        return out
+
+    def read(self) -> np.ndarray:
+        """The whole array, in the layout (C or F) it was compressed from."""
+        h = self.header
+        out = self._rows(0, h.shape[0]) if h.shape else self.chunk(0)
+        return np.asfortranarray(out) if h.order == "F" else out
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        h = self.header
+        out = np.empty((stop - start,) + tuple(h.shape[1:]), h.dtype)
+        if stop <= start or out.size == 0:
+            return out
+        first, last = start // h.chunk_rows, (stop - 1) // h.chunk_rows
+        ids = list(range(first, last + 1))
+
+        def fill(i):
+            c0, c1 = h.chunk_span(i)
+            a, b = max(c0, start), min(c1, stop)
+            out[a - start : b - start] = self.chunk(i)[a - c0 : b - c0]
+
+        _map(fill, ids, self.workers)
+        return out
+
+    def __getitem__(self, key):
+        h = self.header
+        if not h.shape:
+            return self.read()[key]
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+        if first is Ellipsis:
+            return self.read()[key]
+        if isinstance(first, slice):
+            start, stop, step = first.indices(h.shape[0])
+            if step > 0:
+                block = self._rows(start, max(start, stop))[::step]
+            else:
+                lo = stop + 1
+                block = self._rows(lo, max(lo, start + 1))[::-1][:: -step]
+            return block[(slice(None), *rest)] if rest else block
+        if isinstance(first, (int, np.integer)):
+            i = int(first)
+            if not -h.shape[0] <= i < h.shape[0]:
+                raise IndexError(f"index {i} is out of bounds for axis 0 with size {h.shape[0]}")
+            i %= h.shape[0]
+            row = self._rows(i, i + 1)[0]
+            return row[rest] if rest else row
+        return self.read()[key]
+
+
+def decode_array(buf, *, workers: int | None = None) -> np.ndarray:
+    """Decompress a whole v1 stream."""
+    return ContainerReader(buf, workers=workers).read()

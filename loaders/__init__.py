@@ -1,0 +1,1 @@
+"""HDF5-aware shuffled-index data loading."""

@@ -1,0 +1,50 @@
+import math
+
+import numpy as np
+import pytest
+
+from tensorpress.compress import ErrorBound
+from tensorpress.compress.bounds import finite_range
+
+
+def test_exactly_one_bound():
+    with pytest.raises(ValueError, match="exactly one"):
+        ErrorBound.from_kwargs()
+    with pytest.raises(ValueError, match="exactly one"):
+        ErrorBound.from_kwargs(abs=1, rel=1)
+    assert ErrorBound.from_kwargs(pw_rel=0.1).mode == "pw_rel"
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "x", None])
+def test_invalid_values(bad):
+    with pytest.raises(ValueError, match="bound must be"):
+        ErrorBound("abs", bad)
+
+
+def test_unknown_mode():
+    with pytest.raises(ValueError, match="unknown error-bound mode"):
+        ErrorBound("psnr", 1.0)
+
+
+def test_rel_resolves_over_finite_range():
+    x = np.array([np.nan, -2.0, 3.0, np.inf, -np.inf], np.float32)
+    b = ErrorBound("rel", 0.1).resolve(x)
+    assert b.tolerance == pytest.approx(0.5)
+    assert finite_range(x) == (-2.0, 3.0)
+
+
+def test_rel_on_constant_and_all_nonfinite_is_lossless():
+    assert ErrorBound("rel", 0.1).resolve(np.full(10, 7.0)).tolerance == 0.0
+    assert ErrorBound("rel", 0.1).resolve(np.full(3, np.nan)).tolerance == 0.0
+    assert ErrorBound("rel", 0.1).resolve(np.empty(0)).tolerance == 0.0
+
+
+def test_rel_on_huge_range_stays_finite():
+    x = np.array([-1e308, 1e308])
+    tol = ErrorBound("rel", 1e-3).resolve(x).tolerance
+    assert math.isfinite(tol) and tol > 0
+
+
+def test_dict_round_trip():
+    b = ErrorBound("rel", 1e-3).resolve(np.arange(5.0))
+    assert ErrorBound.from_dict(b.to_dict()) == b

@@ -1,0 +1,132 @@
+"""Container v1: header, index, checksums, truncation, slicing, versions."""
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+import tensorpress as tp
+from tensorpress.formats import (
+    ChecksumError,
+    ContainerReader,
+    FormatError,
+    TruncatedError,
+    UnknownCodecError,
+    UnsupportedVersionError,
+    read_header,
+)
+
+
+@pytest.fixture(scope="module")
+def field():
+    rng = np.random.default_rng(1)
+    return np.cumsum(rng.standard_normal((40, 30, 20)), axis=0).astype(np.float32)
+
+
+@pytest.fixture(scope="module", params=["sz", "zstd"])
+def blob(request, field):
+    kw = {"rel": 1e-3} if request.param == "sz" else {}
+    return tp.compress(field, codec=request.param, chunk_bytes=6000, **kw)
+
+
+def test_many_chunks(blob, field):
+    h = read_header(blob)
+    assert h.nchunks == 40 // h.chunk_rows + (40 % h.chunk_rows > 0) and h.nchunks > 4
+
+
+def test_every_single_byte_flip_is_detected(blob, field):
+    ref = tp.decompress(blob)
+    rng = np.random.default_rng(0)
+    positions = sorted(set(rng.integers(0, len(blob), 300).tolist()) | set(range(0, 64)))
+    for pos in positions:
+        bad = bytearray(blob)
+        bad[pos] ^= 1 << int(rng.integers(0, 8))
+        with pytest.raises(FormatError):
+            tp.decompress(bytes(bad))
+    assert np.array_equal(tp.decompress(blob), ref)
+
+
+def test_every_truncation_is_detected(blob):
+    for n in list(range(0, 80)) + list(range(80, len(blob), max(1, len(blob) // 200))):
+        with pytest.raises(FormatError):
+            tp.decompress(blob[:n])
+    with pytest.raises(TruncatedError):
+        tp.decompress(blob[:-1])
+
+
+def test_trailing_bytes_refused(blob):
+    with pytest.raises(FormatError, match="trailing"):
+        tp.decompress(blob + b"\0")
+
+
+def _rewrite_header(blob, version=None, edit=None):
+    """Rebuild preamble + header with valid checksum, to test semantic checks."""
+    import json
+
+    _, ver, flags, hlen = struct.unpack_from("<8sHHI", blob)
+    head = json.loads(blob[16 : 16 + hlen])
+    if edit:
+        edit(head)
+    new = json.dumps(head).encode()
+    pre = blob[:8] + struct.pack("<HHI", version or ver, flags, len(new)) + new
+    return pre + struct.pack("<I", zlib.crc32(pre)) + blob[16 + hlen + 4 :]
+
+
+def test_newer_version_refused(blob):
+    with pytest.raises(UnsupportedVersionError, match="upgrade"):
+        tp.decompress(_rewrite_header(blob, version=2))
+
+
+def test_unknown_codec_refused(blob):
+    def edit(h):
+        h["codec"] = {"id": "nonexistent"}
+
+    with pytest.raises(UnknownCodecError, match="nonexistent"):
+        tp.decompress(_rewrite_header(blob, edit=edit))
+
+
+def test_not_a_stream():
+    with pytest.raises(FormatError, match="magic"):
+        tp.decompress(b"hello world, this is not compressed data")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [np.s_[:], np.s_[3:17], np.s_[-5:], np.s_[::3], np.s_[30:5:-4], np.s_[7], np.s_[-1],
+     np.s_[2:9, 4], np.s_[5, 1:3, ::2], np.s_[10:10], np.s_[..., 0]],
+)
+def test_slice_equals_slice_of_decoded(blob, key):
+    reader = ContainerReader(blob)
+    assert np.array_equal(reader[key], tp.decompress(blob)[key])
+
+
+def test_slice_decodes_only_touched_chunks(blob, monkeypatch):
+    reader = ContainerReader(blob)
+    seen = []
+    orig = reader.chunk
+    monkeypatch.setattr(reader, "chunk", lambda i: seen.append(i) or orig(i))
+    rows = reader.header.chunk_rows
+    reader[rows : rows + 1]
+    assert seen == [1]
+
+
+def test_reader_from_file(tmp_path, blob):
+    path = tmp_path / "x.tp"
+    path.write_bytes(blob)
+    assert np.array_equal(ContainerReader(path)[2:4], tp.decompress(blob)[2:4])
+
+
+def test_output_independent_of_workers(field):
+    a = tp.compress(field, rel=1e-3, chunk_bytes=6000, workers=1)
+    b = tp.compress(field, rel=1e-3, chunk_bytes=6000, workers=2)
+    assert a == b
+    assert np.array_equal(tp.decompress(a, workers=1), tp.decompress(a, workers=2))
+
+
+def test_index_checksum(blob):
+    h = read_header(blob)
+    bad = bytearray(blob)
+    bad[h.payload_offset - 5] ^= 0xFF  # inside the index
+    with pytest.raises(ChecksumError):
+        read_header(bytes(bad))
