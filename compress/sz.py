@@ -61,7 +61,7 @@ _PREDICTOR_IDS = {"lorenzo": (LORENZO,), "linear": (LINEAR,), "cubic": (CUBIC,),
 FLAG_LOG = 1
 
 #: (alpha, beta) pairs tried for interpolation when the config leaves them open
-LEVEL_TUNINGS = ((1.0, 1.0), (1.5, 4.0))
+LEVEL_TUNINGS = ((1.0, 1.0), (1.25, 2.0))
 #: elements per sample block when choosing a predictor, and blocks per chunk
 _SAMPLE_ELEMENTS = 32768
 _SAMPLE_BLOCKS = 4
@@ -277,12 +277,17 @@ def _eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
 
 
 def _sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
-    """Up to a few contiguous sub-blocks of about ``_SAMPLE_ELEMENTS`` each."""
+    """Up to ``_SAMPLE_BLOCKS`` contiguous sub-blocks of at most ``_SAMPLE_ELEMENTS`` each.
+
+    A block keeps small dimensions whole and halves the largest one until it
+    fits, so it has the same kind of neighbourhoods as the chunk.
+    """
     if data3.size <= _SAMPLE_ELEMENTS * _SAMPLE_BLOCKS:
         return [np.ascontiguousarray(data3)]
-    nontrivial = sum(d > 1 for d in data3.shape)
-    side = max(2, int(round(_SAMPLE_ELEMENTS ** (1.0 / max(nontrivial, 1)))))
-    block = tuple(min(d, side) if d > 1 else 1 for d in data3.shape)
+    block = list(data3.shape)
+    while math.prod(block) > _SAMPLE_ELEMENTS:
+        i = block.index(max(block))
+        block[i] = (block[i] + 1) // 2
     blocks = []
     for b in range(_SAMPLE_BLOCKS):
         frac = (b + 0.5) / _SAMPLE_BLOCKS
@@ -293,8 +298,5 @@ def _sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
 
 
 def _code_bits(codes: np.ndarray) -> float:
-    """Shannon estimate of the Huffman cost of ``codes``, in bits."""
-    counts = np.bincount(codes, minlength=1)
-    counts = counts[counts > 0].astype(np.float64)
-    p = counts / codes.size
-    return float(-(counts * np.log2(p)).sum()) + 32.0 * counts.size
+    """Cost of ``codes`` through the real Huffman and zstd stages, in bits."""
+    return 8.0 * len(zstd_compress(huffman_encode(codes), 1))
