@@ -166,10 +166,11 @@ def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extra
     for lv in range(1, L + 1):
         if not (eb_levels[lv] > 0.0):
             raise ValueError("eb_levels[1:] must be > 0")
+    if rec.size == 0:
+        return 0
     r = rec.reshape(-1)
     sr = src.reshape(-1)
     oi = 0
-    ci = 0
 
     # anchor (0, 0, 0): prediction 0, bound eb_levels[L]
     eb = eb_levels[L]
@@ -190,7 +191,7 @@ def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extra
             outliers[0] = sr[0]
             oi = 1
     r[0] = v  # v is x itself for an outlier
-    ci = 1
+    ci = np.int64(1)  # not a literal: keeps _line to one compiled signature
     seg_lo = np.zeros(8, np.int64)
     seg_hi = np.zeros(8, np.int64)
     seg_mode = np.zeros(8, np.int64)

@@ -65,8 +65,9 @@ def _dequantize(c, p, two_eb, radius, prec):
 
 
 # Each runner serves encoder (decode=False: reads src, writes codes/outliers) and
-# decoder (decode=True: reads codes/outliers, writes dst).  The flag is a
-# loop-invariant branch; sharing the body guarantees identical arithmetic.
+# decoder (decode=True: reads codes/outliers, writes dst).  numba specialises on
+# the literal flag, so each side compiles without the other's branch; sharing
+# the body guarantees identical arithmetic.
 # Array accesses stay in the loop bodies: numba's IR inlining of helpers that
 # take arrays leaves reference-count calls in the loop (2-3x slower).
 
