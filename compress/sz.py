@@ -162,10 +162,9 @@ class SZCodec(Codec):
         samples = _sample_blocks(values.reshape(_view3(shape)))
         best, best_bits = candidates[0], math.inf
         for cand in candidates:
-            bits = 0.0
-            for block in samples:
-                codes, outliers = _encode_with(cand, block, block.shape, eb, prec, self.radius)
-                bits += _code_bits(codes) + 8 * outliers.nbytes
+            coded = [_encode_with(cand, b, b.shape, eb, prec, self.radius) for b in samples]
+            codes = np.concatenate([c for c, _ in coded])
+            bits = _code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
             if bits < best_bits:
                 best, best_bits = cand, bits
         return best
