@@ -71,10 +71,9 @@ class ErrorBound:
         if self.mode != "rel":
             return ErrorBound(self.mode, self.value, self.value)
         lo, hi = finite_range(data)
-        span = float(hi) - float(lo)
-        if not math.isfinite(span):  # e.g. -1e308 .. 1e308 in float64
-            span = math.inf
-        tol = self.value * span if span > 0 else 0.0
+        # value*hi - value*lo rather than value*(hi - lo): the range of float64
+        # data can overflow (-1e308 .. 1e308) where the tolerance does not
+        tol = self.value * hi - self.value * lo if hi > lo else 0.0
         if not math.isfinite(tol):
             tol = float(np.finfo(np.float64).max)
         return ErrorBound(self.mode, self.value, tol)

@@ -90,7 +90,10 @@ def from_log_domain(logs: np.ndarray, signs: np.ndarray, dtype) -> np.ndarray:
 def pw_rel_violations(x: np.ndarray, y: np.ndarray, pw_rel: float) -> np.ndarray:
     """Indices where |x - y| > pw_rel * |x| (compared in float64)."""
     x64 = x.astype(np.float64, copy=False)
+    y64 = y.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(x64 - y.astype(np.float64))
-        ok = err <= pw_rel * np.abs(x64)
+        err = np.abs(x64 - y64)
+        # pw_rel * |x| can overflow to inf near the float64 maximum: a finite x
+        # must also come back finite
+        ok = (err <= pw_rel * np.abs(x64)) & np.isfinite(y64)
     return np.flatnonzero(~ok)

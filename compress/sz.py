@@ -27,7 +27,7 @@ Payload layout (inside one zstd frame), little-endian::
     patches            u64 n, n u64 flat indices, n values in the chunk dtype
     u64 n + n bytes    sign bits (numpy packbits order), only with flag bit 0
 
-A raw payload (predictor 0, used when the bound is 0) holds the flags byte,
+A raw payload (predictor 0, used when the bound is below 2**-1000) holds the flags byte,
 then u64 n + n bytes of the byte-shuffled chunk.
 """
 
@@ -59,6 +59,9 @@ RAW, LORENZO, LINEAR, CUBIC = 0, 1, 2, 3
 _PREDICTOR_IDS = {"lorenzo": (LORENZO,), "linear": (LINEAR,), "cubic": (CUBIC,),
                   "interp": (LINEAR, CUBIC), "auto": (LORENZO, LINEAR, CUBIC)}
 FLAG_LOG = 1
+#: bounds below this (about 1e-301) are stored losslessly: nothing could be
+#: quantized, and per-level bounds eb / beta must not underflow to 0
+_MIN_EB = 2.0**-1000
 
 #: (alpha, beta) pairs tried for interpolation when the config leaves them open
 LEVEL_TUNINGS = ((1.0, 1.0), (1.25, 2.0))
@@ -107,8 +110,9 @@ class SZCodec(Codec):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         tol = bound.tolerance
         log_domain = bound.resolved_mode == "pw_rel"
-        w = ByteWriter()
-        if flat.size == 0 or tol == 0:
+        eb = log_bound(tol) if log_domain else float(tol)
+        if flat.size == 0 or not eb >= _MIN_EB:
+            w = ByteWriter()
             w.u8(RAW)
             w.u8(0)
             w.blob(byte_shuffle(flat))
@@ -117,10 +121,10 @@ class SZCodec(Codec):
         patch_idx, work = split_nonfinite(flat)
         if log_domain:
             values, signs, zero_idx = to_log_domain(work)
-            eb, prec = log_bound(tol), PREC_FLOAT64
+            prec = PREC_FLOAT64
         else:
             values = work.astype(np.float32) if work.dtype == np.float16 else work
-            eb, prec = float(tol), prec_of(flat.dtype)
+            prec = prec_of(flat.dtype)
 
         shape = _squeezed(chunk.shape)
         choice = self._choose(values, shape, eb, prec)
@@ -134,6 +138,7 @@ class SZCodec(Codec):
             patch_idx = np.union1d(np.union1d(patch_idx, zero_idx), missed)
 
         pred, alpha, beta = choice
+        w = ByteWriter()
         w.u8(pred)
         w.u8(FLAG_LOG if log_domain else 0)
         w.f64(eb)
