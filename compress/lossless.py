@@ -60,7 +60,7 @@ class ZstdCodec(Codec):
         raw = byte_shuffle(chunk) if self.shuffle else np.ascontiguousarray(chunk).tobytes()
         return zstd_compress(raw, self.level)
 
-    def decode(self, payload, shape, dtype, bound=None) -> np.ndarray:
+    def decode(self, payload, shape, dtype, bound=None, out=None) -> np.ndarray:
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         raw = zstd_decompress(payload, count * dtype.itemsize)
@@ -70,4 +70,7 @@ class ZstdCodec(Codec):
             if len(raw) != count * dtype.itemsize:
                 raise ValueError("zstd payload has the wrong size for its chunk")
             flat = np.frombuffer(raw, dtype).copy()
-        return flat.reshape(shape)
+        if out is None:
+            return flat.reshape(shape)
+        out[...] = flat.reshape(shape)
+        return out

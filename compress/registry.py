@@ -42,8 +42,13 @@ class Codec:
         """Compress one C-contiguous chunk under a resolved bound (None if lossless)."""
         raise NotImplementedError
 
-    def decode(self, payload: bytes, shape: tuple, dtype: np.dtype, bound) -> np.ndarray:
-        """Rebuild the chunk of ``shape`` and ``dtype`` from ``payload``."""
+    def decode(self, payload: bytes, shape: tuple, dtype: np.dtype, bound,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """Rebuild the chunk of ``shape`` and ``dtype`` from ``payload``.
+
+        With ``out`` (a C-contiguous array of that shape and dtype) the chunk is
+        written there and ``out`` is returned.
+        """
         raise NotImplementedError
 
     def __eq__(self, other):

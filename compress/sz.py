@@ -176,7 +176,7 @@ class SZCodec(Codec):
 
     # -- decoding -------------------------------------------------------------
 
-    def decode(self, payload, shape, dtype, bound=None) -> np.ndarray:
+    def decode(self, payload, shape, dtype, bound=None, out=None) -> np.ndarray:
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64))
         # worst case: raw bytes or outliers in float64 plus patches and codes
@@ -184,9 +184,9 @@ class SZCodec(Codec):
         r = ByteReader(zstd_decompress(payload, limit), "sz payload")
         pred, flags = r.u8(), r.u8()
         if pred == RAW:
-            out = byte_unshuffle(bytes(r.blob()), dtype, size)
+            flat = byte_unshuffle(bytes(r.blob()), dtype, size)
             r.done()
-            return out.reshape(shape)
+            return _deliver(flat, shape, out)
         if pred not in (LORENZO, LINEAR, CUBIC) or flags & ~FLAG_LOG:
             raise ValueError(f"sz payload names unknown predictor {pred} or flags {flags}")
         log_domain = bool(flags & FLAG_LOG)
@@ -206,21 +206,30 @@ class SZCodec(Codec):
             raise ValueError("sz payload: quantization code out of range")
         patch_idx, patch_vals = read_patches(r, dtype, size)
         prec = PREC_FLOAT64 if log_domain else prec_of(dtype)
+        # decode straight into the caller's buffer when the kernel dtype allows
+        direct = out is not None and not log_domain and work_dtype == dtype
         recon = _decode_with((pred, alpha, beta), codes, outliers, _squeezed(shape), eb, prec,
-                             radius, work_dtype)
+                             radius, work_dtype, out.reshape(-1) if direct else None)
         if log_domain:
             signs = np.frombuffer(r.blob(), np.uint8)
             if signs.size != (size + 7) // 8:
                 raise ValueError("sz payload: sign bits have the wrong length")
-            out = from_log_domain(recon, signs, dtype)
+            flat = from_log_domain(recon, signs, dtype)
         else:
-            out = recon.astype(dtype, copy=False)
+            flat = recon.astype(dtype, copy=False)
         r.done()
-        out[patch_idx] = patch_vals
-        return out.reshape(shape)
+        flat[patch_idx] = patch_vals
+        return out if direct else _deliver(flat, shape, out)
 
 
 # -- helpers: shapes, kernels, cost --------------------------------------------
+
+
+def _deliver(flat: np.ndarray, shape: tuple, out: np.ndarray | None) -> np.ndarray:
+    if out is None:
+        return flat.reshape(shape)
+    out[...] = flat.reshape(shape)
+    return out
 
 
 def _kernel_dtype(dtype: np.dtype, log_domain: bool) -> np.dtype:
@@ -261,13 +270,16 @@ def _encode_with(choice, values, shape, eb, prec, radius):
     return codes, outliers[:k].copy()
 
 
-def _decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype):
+def _decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None):
+    """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat result."""
     pred, alpha, beta = choice
+    if dest is None:
+        dest = np.empty(math.prod(shape), work_dtype)
     if pred == LORENZO:
-        out = np.empty(_fold(shape, 4), work_dtype)
+        out = dest.reshape(_fold(shape, 4))
         lorenzo_decode(codes, outliers, eb, radius, prec, out)
     else:
-        out = np.empty(_fold(shape, 3), work_dtype)
+        out = dest.reshape(_fold(shape, 3))
         levels = _eb_levels(out.shape, eb, alpha, beta)
         interp_decode(codes, outliers, levels, radius, prec, pred == CUBIC, out)
     return out.reshape(-1)

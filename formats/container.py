@@ -242,22 +242,22 @@ class ContainerReader:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
 
-    def chunk(self, i: int) -> np.ndarray:
-        """Decode chunk ``i`` (checksum verified first)."""
+    def chunk(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Decode chunk ``i`` (checksum verified first), into ``out`` if given."""
         h = self.header
         start = h.payload_offset + sum(h.lengths[:i])
         payload = self._buf[start : start + h.lengths[i]]
         if zlib.crc32(payload) != h.crcs[i]:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
         try:
-            out = self.codec.decode(payload, h.chunk_shape(i), h.dtype, h.bound)
+            chunk = self.codec.decode(payload, h.chunk_shape(i), h.dtype, h.bound, out=out)
         except FormatError:
             raise
         except ValueError as exc:
             raise FormatError(f"chunk {i} cannot be decoded: {exc}") from None
-        if out.shape != h.chunk_shape(i) or out.dtype != h.dtype:
+        if chunk.shape != h.chunk_shape(i) or chunk.dtype != h.dtype:
             raise FormatError(f"chunk {i} decoded to the wrong shape or dtype")
-        return out
+        return chunk
 
     def read(self) -> np.ndarray:
         """The whole array, in the layout (C or F) it was compressed from."""
@@ -276,7 +276,10 @@ class ContainerReader:
         def fill(i):
             c0, c1 = h.chunk_span(i)
             a, b = max(c0, start), min(c1, stop)
-            out[a - start : b - start] = self.chunk(i)[a - c0 : b - c0]
+            if (a, b) == (c0, c1):  # whole chunk: decode in place
+                self.chunk(i, out=out[a - start : b - start])
+            else:
+                out[a - start : b - start] = self.chunk(i)[a - c0 : b - c0]
 
         _map(fill, ids, self.workers)
         return out
