@@ -38,8 +38,12 @@ class Codec:
         except TypeError as exc:
             raise ValueError(f"invalid config for codec {cls.name!r}: {exc}") from None
 
-    def encode(self, chunk: np.ndarray, bound: ErrorBound | None) -> bytes:
-        """Compress one C-contiguous chunk under a resolved bound (None if lossless)."""
+    def encode(self, chunk: np.ndarray, bound: ErrorBound | None, threads: int = 1) -> bytes:
+        """Compress one C-contiguous chunk under a resolved bound (None if lossless).
+
+        ``threads``: how many threads the codec may use inside the chunk; the
+        bytes must not depend on it.
+        """
         raise NotImplementedError
 
     def decode(self, payload: bytes, shape: tuple, dtype: np.dtype, bound,

@@ -34,6 +34,7 @@ then u64 n + n bytes of the byte-shuffled chunk.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -63,11 +64,15 @@ FLAG_LOG = 1
 #: quantized, and per-level bounds eb / beta must not underflow to 0
 _MIN_EB = 2.0**-1000
 
-#: (alpha, beta) pairs tried for interpolation when the config leaves them open
-LEVEL_TUNINGS = ((1.0, 1.0), (1.25, 2.0))
-#: elements per sample block when choosing a predictor, and blocks per chunk
-_SAMPLE_ELEMENTS = 32768
+#: (alpha, beta) pairs tried per interpolation when the config leaves them open
+#: (tighter coarse levels pay off for cubic, rarely for linear)
+LEVEL_TUNINGS = {LINEAR: ((1.0, 1.0),), CUBIC: ((1.0, 1.0), (1.25, 2.0))}
+#: predictor choice: sample blocks per chunk, the share of the chunk they cover
+#: (1/8), and the most and fewest elements per block (below that, the whole chunk)
 _SAMPLE_BLOCKS = 4
+_SAMPLE_FRACTION = 8
+_SAMPLE_ELEMENTS = 32768
+_SAMPLE_MIN_ELEMENTS = 2048
 
 
 @register_codec
@@ -106,7 +111,7 @@ class SZCodec(Codec):
 
     # -- encoding -------------------------------------------------------------
 
-    def encode(self, chunk: np.ndarray, bound: ErrorBound) -> bytes:
+    def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1) -> bytes:
         flat = np.ascontiguousarray(chunk).reshape(-1)
         tol = bound.tolerance
         log_domain = bound.resolved_mode == "pw_rel"
@@ -127,7 +132,7 @@ class SZCodec(Codec):
             prec = prec_of(flat.dtype)
 
         shape = _squeezed(chunk.shape)
-        choice = self._choose(values, shape, eb, prec)
+        choice = self._choose(values, shape, eb, prec, threads)
         codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius)
 
         if log_domain:
@@ -153,26 +158,31 @@ class SZCodec(Codec):
             w.blob(signs.tobytes())
         return zstd_compress(w.getvalue(), self.level)
 
-    def _choose(self, values, shape, eb, prec) -> tuple[int, float, float]:
+    def _choose(self, values, shape, eb, prec, threads) -> tuple[int, float, float]:
         """(predictor id, alpha, beta): the candidate whose sampled codes cost least."""
-        tunings = LEVEL_TUNINGS if self.alpha is None else ((self.alpha, self.beta),)
         candidates = []
         for pred in _PREDICTOR_IDS[self.predictor]:
             if pred == LORENZO:
                 candidates.append((LORENZO, 1.0, 1.0))
+            elif self.alpha is not None:
+                candidates.append((pred, self.alpha, self.beta))
             else:
-                candidates.extend((pred, a, b) for a, b in tunings)
+                candidates.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
         if len(candidates) == 1:
             return candidates[0]
         samples = _sample_blocks(values.reshape(_view3(shape)))
-        best, best_bits = candidates[0], math.inf
-        for cand in candidates:
+
+        def cost(cand):
             coded = [_encode_with(cand, b, b.shape, eb, prec, self.radius) for b in samples]
             codes = np.concatenate([c for c, _ in coded])
-            bits = _code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
-            if bits < best_bits:
-                best, best_bits = cand, bits
-        return best
+            return _code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
+
+        if threads > 1:
+            with ThreadPoolExecutor(min(threads, len(candidates))) as pool:
+                costs = list(pool.map(cost, candidates))
+        else:
+            costs = [cost(c) for c in candidates]
+        return candidates[int(np.argmin(costs))]
 
     # -- decoding -------------------------------------------------------------
 
@@ -293,15 +303,17 @@ def _eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
 
 
 def _sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
-    """Up to ``_SAMPLE_BLOCKS`` contiguous sub-blocks of at most ``_SAMPLE_ELEMENTS`` each.
+    """``_SAMPLE_BLOCKS`` contiguous sub-blocks spread over the chunk, together
+    about 1/``_SAMPLE_FRACTION`` of it (each at most ``_SAMPLE_ELEMENTS``).
 
     A block keeps small dimensions whole and halves the largest one until it
     fits, so it has the same kind of neighbourhoods as the chunk.
     """
-    if data3.size <= _SAMPLE_ELEMENTS * _SAMPLE_BLOCKS:
+    per_block = min(_SAMPLE_ELEMENTS, data3.size // (_SAMPLE_FRACTION * _SAMPLE_BLOCKS))
+    if per_block < _SAMPLE_MIN_ELEMENTS:
         return [np.ascontiguousarray(data3)]
     block = list(data3.shape)
-    while math.prod(block) > _SAMPLE_ELEMENTS:
+    while math.prod(block) > per_block:
         i = block.index(max(block))
         block[i] = (block[i] + 1) // 2
     blocks = []

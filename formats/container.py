@@ -124,7 +124,10 @@ def encode_array(x: np.ndarray, codec: Codec, bound: ErrorBound | None, *,
         chunks = [x]
     else:
         chunks = [x[s : s + rows] for s in range(0, shape[0], rows)]
-    payloads = _map(lambda c: codec.encode(c, bound), chunks, resolve_workers(workers))
+    workers = resolve_workers(workers)
+    # threads left over when there are fewer chunks than workers go inside the chunks
+    inner = max(1, workers // max(len(chunks), 1))
+    payloads = _map(lambda c: codec.encode(c, bound, threads=inner), chunks, workers)
 
     header = {
         "dtype": x.dtype.newbyteorder("<").str,

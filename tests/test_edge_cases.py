@@ -9,6 +9,7 @@ by up to 1.00048x because the bound was rounded to float32 internally.
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -65,6 +66,14 @@ def round_trip(x: np.ndarray, **kw) -> tuple[np.ndarray, bytes]:
     assert np.isfinite(yf[fin]).all(), f"finite values decoded to {yf[fin & ~np.isfinite(yf)]}"
     if tol == 0:
         assert np.array_equal(bx, by), "zero tolerance must be bit-exact"
+    if mode == "rel" and fin.any():  # the recorded tolerance is rel * range, rounded once
+        exact = Fraction(meta["bound"]["value"]) * (
+            Fraction(float(xf[fin].max())) - Fraction(float(xf[fin].min()))
+        )
+        if exact <= Fraction(F64_MAX):
+            assert tol <= np.nextafter(float(exact), math.inf), (
+                f"recorded tolerance {tol!r} exceeds rel * range = {float(exact)!r}"
+            )
     err = np.abs(xf[fin] - yf[fin])
     if mode == "pw_rel":
         with np.errstate(over="ignore"):  # tol * |x| may overflow: inf allows any finite y
@@ -232,6 +241,28 @@ def test_rel_zero_is_lossless_when_the_float64_range_overflows():
     blob = tp.compress(x, rel=0)
     assert tp.info(blob)["bound"]["tolerance"] == 0
     assert np.array_equal(_bits(x), _bits(tp.decompress(blob)))
+
+
+@pytest.mark.parametrize("base", [1.0, 0.1, -3.0, 1e-10, 1e300])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rel_on_a_range_of_a_few_ulps(dtype, base):
+    """rel * (max - min) is then below one ulp of the values, so computing the
+    tolerance as rel*max - rel*min (cancellation) can round it up by a large
+    fraction of itself. Every error must be within rel * (max - min) as a user
+    computes it in float64."""
+    if dtype == np.float32 and abs(base) > 1e38:
+        pytest.skip("not a float32 value")
+    b = dtype(base)
+    for k, rel, predictor in itertools.product(
+        (1, 2, 3, 4, 7, 11), (0.9, 0.7, 0.45, 0.3, 1e-3), PREDICTORS
+    ):
+        x = (float(b) + np.arange(-k, k + 1) * float(np.spacing(b))).astype(dtype)
+        x = np.tile(x, 5)
+        y, blob = round_trip(x, rel=rel, predictor=predictor)
+        user_bound = rel * (float(x.max()) - float(x.min()))
+        where = f"k={k} rel={rel} predictor={predictor}"
+        assert tp.info(blob)["bound"]["tolerance"] <= user_bound, where
+        assert _max_err(x, y) <= user_bound, where
 
 
 @pytest.mark.parametrize(
@@ -430,3 +461,14 @@ def test_large_chunk_with_specials_and_sampled_predictor_choice():
     x[30, 30, :] = np.inf
     round_trip(x, rel=1e-4)
     assert math.isfinite(tp.info(tp.compress(x, rel=1e-4))["ratio"])
+
+
+@pytest.mark.parametrize("predictor", ["auto", "linear", "cubic"])
+@pytest.mark.parametrize("kw", [{"abs": 1e-300}, {"abs": 1e-3}, {"pw_rel": 1e-300}, {"rel": 1e-4}])
+@pytest.mark.parametrize("tuning", [(1e30, 1e30), (1e300, 1e300), (1.0, 1e300)])
+def test_extreme_interpolation_tuning(tuning, kw, predictor):
+    """Any alpha, beta >= 1 is a valid config: level bounds eb / min(alpha**(l-1), beta)
+    must neither crash nor loosen the bound, however small they get."""
+    x = _field((40, 40), 18) / 10
+    alpha, beta = tuning
+    round_trip(x, alpha=alpha, beta=beta, predictor=predictor, **kw)
