@@ -20,8 +20,17 @@ from .formats import ContainerReader, encode_array, read_header  # noqa: E402
 __all__ = ["ErrorBound", "__version__", "available_codecs", "compress", "decompress", "info"]
 
 
-def compress(x, *, abs=None, rel=None, pw_rel=None, codec="sz", chunk_bytes=None,  # noqa: A002
-             workers=None, **codec_params) -> bytes:
+def compress(
+    x,
+    *,
+    abs=None,
+    rel=None,
+    pw_rel=None,
+    codec="sz",
+    chunk_bytes=None,  # noqa: A002
+    workers=None,
+    **codec_params,
+) -> bytes:
     """Compress an array (numpy or torch) into a self-describing, checksummed stream.
 
     Give exactly one bound for a lossy codec: ``abs`` (absolute), ``rel``
@@ -50,8 +59,14 @@ def compress(x, *, abs=None, rel=None, pw_rel=None, codec="sz", chunk_bytes=None
         if (abs, rel, pw_rel) != (None, None, None):
             raise ValueError(f"codec {codec.name!r} is lossless and takes no error bound")
         bound = None
-    return encode_array(arr, codec, bound, order=order, workers=workers,
-                        chunk_bytes=DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes)
+    return encode_array(
+        arr,
+        codec,
+        bound,
+        order=order,
+        workers=workers,
+        chunk_bytes=DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes,
+    )
 
 
 def decompress(blob, *, workers=None) -> np.ndarray:

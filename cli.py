@@ -24,8 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     p_demo = sub.add_parser(
         "demo", help="compress a built-in scientific field and activation tensor, verify, report"
     )
-    p_demo.add_argument("--rel", type=float, action="append",
-                        help="value-range relative bound (repeatable; default 1e-2, 1e-3, 1e-4)")
+    p_demo.add_argument(
+        "--rel",
+        type=float,
+        action="append",
+        help="value-range relative bound (repeatable; default 1e-2, 1e-3, 1e-4)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "info":
@@ -52,12 +56,20 @@ def _info(path: str, as_json: bool) -> int:
         ("format version", meta["format_version"]),
         ("codec", json.dumps(meta["config"])),
         ("dtype / shape", f"{meta['dtype']} {tuple(meta['shape'])} ({meta['order']} order)"),
-        ("bound", "lossless" if bound is None else
-         f"{bound['mode']}={bound['value']:g} (absolute tolerance {bound['tolerance']:g})"
-         if bound["mode"] != "pw_rel" else f"pw_rel={bound['value']:g}"),
+        (
+            "bound",
+            "lossless"
+            if bound is None
+            else f"{bound['mode']}={bound['value']:g} (absolute tolerance {bound['tolerance']:g})"
+            if bound["mode"] != "pw_rel"
+            else f"pw_rel={bound['value']:g}",
+        ),
         ("chunks", f"{meta['chunks']} of {meta['chunk_rows']} rows"),
-        ("size", f"{meta['original_bytes']} -> {meta['compressed_bytes']} bytes "
-                 f"(ratio {meta['ratio']:.2f})"),
+        (
+            "size",
+            f"{meta['original_bytes']} -> {meta['compressed_bytes']} bytes "
+            f"(ratio {meta['ratio']:.2f})",
+        ),
         ("written by", meta["writer"]),
     ]
     for k, v in rows:
@@ -95,8 +107,10 @@ def _demo(rels: list[float]) -> int:
 
     peers = _peers()
     datasets = {"field 96^3": demo_field(), "activation": demo_activation()}
-    print(f"{'dataset':<12} {'codec':<12} {'rel':>7} {'ratio':>8} {'max err/bound':>13} "
-          f"{'PSNR dB':>8} {'comp MB/s':>9} {'dec MB/s':>8}")
+    print(
+        f"{'dataset':<12} {'codec':<12} {'rel':>7} {'ratio':>8} {'max err/bound':>13} "
+        f"{'PSNR dB':>8} {'comp MB/s':>9} {'dec MB/s':>8}"
+    )
     violations = 0
     for name, x in datasets.items():
         span = float(x.max() - x.min())
@@ -115,11 +129,16 @@ def _demo(rels: list[float]) -> int:
                 violations += (not ok) and codec == "tensorpress"
                 mse = float(np.mean((x.astype(np.float64) - y) ** 2))
                 psnr = 20 * np.log10(span) - 10 * np.log10(mse) if mse > 0 else float("inf")
-                print(f"{name:<12} {codec:<12} {rel:>7.0e} {x.nbytes / _size(blob):>8.2f} "
-                      f"{err / bound:>12.3f}{' ' if ok else '!'} {psnr:>8.1f} "
-                      f"{x.nbytes / 1e6 / (t1 - t0):>9.1f} {x.nbytes / 1e6 / (t2 - t1):>8.1f}")
-    print("bound held on every element" if not violations else
-          f"BOUND VIOLATED in {violations} run(s)")
+                print(
+                    f"{name:<12} {codec:<12} {rel:>7.0e} {x.nbytes / _size(blob):>8.2f} "
+                    f"{err / bound:>12.3f}{' ' if ok else '!'} {psnr:>8.1f} "
+                    f"{x.nbytes / 1e6 / (t1 - t0):>9.1f} {x.nbytes / 1e6 / (t2 - t1):>8.1f}"
+                )
+    print(
+        "bound held on every element"
+        if not violations
+        else f"BOUND VIOLATED in {violations} run(s)"
+    )
     if not peers:
         print("(install tensorpress[bench] to see SZ3 and ZFP beside it)")
     return 1 if violations else 0

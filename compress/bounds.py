@@ -40,13 +40,9 @@ class ErrorBound:
         try:
             value = float(self.value)
         except (TypeError, ValueError):
-            raise ValueError(
-                f"{self.mode} bound must be a number, got {self.value!r}"
-            ) from None
+            raise ValueError(f"{self.mode} bound must be a number, got {self.value!r}") from None
         if not math.isfinite(value) or value < 0:
-            raise ValueError(
-                f"{self.mode} bound must be a finite number >= 0, got {self.value!r}"
-            )
+            raise ValueError(f"{self.mode} bound must be a finite number >= 0, got {self.value!r}")
         object.__setattr__(self, "value", value)
 
     @classmethod
@@ -58,7 +54,7 @@ class ErrorBound:
                 "give exactly one error bound: abs=..., rel=... or pw_rel=... "
                 f"(got {', '.join(given) or 'none'})"
             )
-        (mode, value), = given.items()
+        ((mode, value),) = given.items()
         return cls(mode, value)
 
     @property

@@ -70,9 +70,11 @@ class ByteReader:
 
     def array(self, dtype, count: int) -> np.ndarray:
         dtype = np.dtype(dtype).newbyteorder("<")
-        return np.frombuffer(self.take(count * dtype.itemsize), dtype).astype(dtype.newbyteorder("="))
+        raw = self.take(count * dtype.itemsize)
+        return np.frombuffer(raw, dtype).astype(dtype.newbyteorder("="))
 
     def done(self) -> None:
         """Raise unless every byte was consumed."""
         if self._pos != len(self._buf):
-            raise ValueError(f"{len(self._buf) - self._pos} unexpected trailing bytes in {self._what}")
+            extra = len(self._buf) - self._pos
+            raise ValueError(f"{extra} unexpected trailing bytes in {self._what}")

@@ -44,8 +44,20 @@ class ZstdCodec(Codec):
 
     name = "zstd"
     lossy = False
-    dtypes = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-              "uint64", "float16", "float32", "float64")
+    dtypes = (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    )
 
     def __init__(self, level: int = 3, shuffle: bool = True):
         if not isinstance(level, int) or not -7 <= level <= 22:

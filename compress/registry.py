@@ -46,8 +46,9 @@ class Codec:
         """
         raise NotImplementedError
 
-    def decode(self, payload: bytes, shape: tuple, dtype: np.dtype, bound,
-               out: np.ndarray | None = None) -> np.ndarray:
+    def decode(
+        self, payload: bytes, shape: tuple, dtype: np.dtype, bound, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Rebuild the chunk of ``shape`` and ``dtype`` from ``payload``.
 
         With ``out`` (a C-contiguous array of that shape and dtype) the chunk is

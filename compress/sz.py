@@ -57,8 +57,13 @@ from .special_values import (
 )
 
 RAW, LORENZO, LINEAR, CUBIC = 0, 1, 2, 3
-_PREDICTOR_IDS = {"lorenzo": (LORENZO,), "linear": (LINEAR,), "cubic": (CUBIC,),
-                  "interp": (LINEAR, CUBIC), "auto": (LORENZO, LINEAR, CUBIC)}
+_PREDICTOR_IDS = {
+    "lorenzo": (LORENZO,),
+    "linear": (LINEAR,),
+    "cubic": (CUBIC,),
+    "interp": (LINEAR, CUBIC),
+    "auto": (LORENZO, LINEAR, CUBIC),
+}
 FLAG_LOG = 1
 #: bounds below this (about 1e-301) are stored losslessly: nothing could be
 #: quantized, and per-level bounds eb / beta must not underflow to 0
@@ -87,8 +92,14 @@ class SZCodec(Codec):
 
     name = "sz"
 
-    def __init__(self, predictor: str = "auto", alpha: float | None = None,
-                 beta: float | None = None, radius: int = 32768, level: int = 3):
+    def __init__(
+        self,
+        predictor: str = "auto",
+        alpha: float | None = None,
+        beta: float | None = None,
+        radius: int = 32768,
+        level: int = 3,
+    ):
         if predictor not in _PREDICTOR_IDS:
             raise ValueError(
                 f"unknown sz predictor {predictor!r}; use one of {sorted(_PREDICTOR_IDS)}"
@@ -106,8 +117,14 @@ class SZCodec(Codec):
         self.level = level
 
     def get_config(self) -> dict:
-        return {"id": self.name, "predictor": self.predictor, "alpha": self.alpha,
-                "beta": self.beta, "radius": self.radius, "level": self.level}
+        return {
+            "id": self.name,
+            "predictor": self.predictor,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "radius": self.radius,
+            "level": self.level,
+        }
 
     # -- encoding -------------------------------------------------------------
 
@@ -136,8 +153,7 @@ class SZCodec(Codec):
         codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius)
 
         if log_domain:
-            logs = _decode_with(choice, codes, outliers, shape, eb, prec, self.radius,
-                                np.float64)
+            logs = _decode_with(choice, codes, outliers, shape, eb, prec, self.radius, np.float64)
             y = from_log_domain(logs, signs, flat.dtype)
             missed = pw_rel_violations(work, y, tol)
             patch_idx = np.union1d(np.union1d(patch_idx, zero_idx), missed)
@@ -218,8 +234,17 @@ class SZCodec(Codec):
         prec = PREC_FLOAT64 if log_domain else prec_of(dtype)
         # decode straight into the caller's buffer when the kernel dtype allows
         direct = out is not None and not log_domain and work_dtype == dtype
-        recon = _decode_with((pred, alpha, beta), codes, outliers, _squeezed(shape), eb, prec,
-                             radius, work_dtype, out.reshape(-1) if direct else None)
+        recon = _decode_with(
+            (pred, alpha, beta),
+            codes,
+            outliers,
+            _squeezed(shape),
+            eb,
+            prec,
+            radius,
+            work_dtype,
+            out.reshape(-1) if direct else None,
+        )
         if log_domain:
             signs = np.frombuffer(r.blob(), np.uint8)
             if signs.size != (size + 7) // 8:
@@ -257,7 +282,7 @@ def _squeezed(shape: tuple) -> tuple:
 def _fold(shape: tuple, ndim: int) -> tuple:
     """Merge leading dims so at most ``ndim`` remain, then pad with leading 1s to ``ndim``."""
     if len(shape) > ndim:
-        shape = (math.prod(shape[: len(shape) - ndim + 1]),) + tuple(shape[len(shape) - ndim + 1:])
+        shape = (math.prod(shape[: len(shape) - ndim + 1]),) + tuple(shape[len(shape) - ndim + 1 :])
     return (1,) * (ndim - len(shape)) + tuple(shape)
 
 

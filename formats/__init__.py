@@ -19,7 +19,17 @@ from .errors import (
 )
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES", "FORMAT_VERSION", "MAGIC", "ChecksumError", "ContainerReader",
-    "FormatError", "Header", "TruncatedError", "UnknownCodecError", "UnsupportedVersionError",
-    "decode_array", "encode_array", "read_header",
+    "DEFAULT_CHUNK_BYTES",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "ChecksumError",
+    "ContainerReader",
+    "FormatError",
+    "Header",
+    "TruncatedError",
+    "UnknownCodecError",
+    "UnsupportedVersionError",
+    "decode_array",
+    "encode_array",
+    "read_header",
 ]

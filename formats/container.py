@@ -107,9 +107,15 @@ def _map(fn, items, workers: int) -> list:
 # -- writing ---------------------------------------------------------------------
 
 
-def encode_array(x: np.ndarray, codec: Codec, bound: ErrorBound | None, *,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, workers: int | None = None,
-                 order: str = "C") -> bytes:
+def encode_array(
+    x: np.ndarray,
+    codec: Codec,
+    bound: ErrorBound | None,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    workers: int | None = None,
+    order: str = "C",
+) -> bytes:
     """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None)."""
     from .. import __version__
 
@@ -192,14 +198,25 @@ def read_header(buf) -> Header:
         raise TruncatedError("stream is truncated inside its chunk index")
     if _CRC.unpack_from(mv, index_end)[0] != zlib.crc32(mv[pos:index_end]):
         raise ChecksumError("chunk index checksum mismatch: the stream is corrupted")
-    entries = [_INDEX_ENTRY.unpack_from(mv, pos + 8 + i * _INDEX_ENTRY.size)
-               for i in range(nchunks)]
+    entries = [
+        _INDEX_ENTRY.unpack_from(mv, pos + 8 + i * _INDEX_ENTRY.size) for i in range(nchunks)
+    ]
     expected = 0 if math.prod(shape) == 0 else (1 if not shape else -(-shape[0] // rows))
     if nchunks != expected:
         raise FormatError(f"chunk index lists {nchunks} chunks, the shape needs {expected}")
-    header = Header(version, dtype, shape, order, codec, bound, rows,
-                    tuple(e[0] for e in entries), tuple(e[1] for e in entries),
-                    index_end + _CRC.size, str(h.get("writer", "")))
+    header = Header(
+        version,
+        dtype,
+        shape,
+        order,
+        codec,
+        bound,
+        rows,
+        tuple(e[0] for e in entries),
+        tuple(e[1] for e in entries),
+        index_end + _CRC.size,
+        str(h.get("writer", "")),
+    )
     if len(mv) < header.compressed_bytes:
         raise TruncatedError(
             f"stream is truncated: {len(mv)} bytes, its index needs {header.compressed_bytes}"
@@ -216,8 +233,11 @@ class ContainerReader:
     def __init__(self, source, *, workers: int | None = None):
         if isinstance(source, (str, os.PathLike)):
             source = np.memmap(source, dtype=np.uint8, mode="r")
-        self._buf = memoryview(source).cast("B") if not isinstance(source, np.ndarray) \
+        self._buf = (
+            memoryview(source).cast("B")
+            if not isinstance(source, np.ndarray)
             else memoryview(source)
+        )
         self.header = read_header(self._buf)
         self.workers = resolve_workers(workers)
         try:
@@ -300,7 +320,7 @@ class ContainerReader:
                 block = self._rows(start, max(start, stop))[::step]
             else:
                 lo = stop + 1
-                block = self._rows(lo, max(lo, start + 1))[::-1][:: -step]
+                block = self._rows(lo, max(lo, start + 1))[::-1][::-step]
             return block[(slice(None), *rest)] if rest else block
         if isinstance(first, (int, np.integer)):
             i = int(first)

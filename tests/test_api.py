@@ -2,9 +2,8 @@
 
 import numpy as np
 import pytest
-import torch
-
 import tensorpress as tp
+import torch
 from tensorpress.compress import get_codec
 
 
@@ -100,8 +99,12 @@ def test_config_round_trip(name):
 
 def test_layouts_kept():
     base = _field((12, 9, 7), np.float64)
-    for x in (np.asfortranarray(base), base[::2, ::-1, 1:], base.transpose(2, 0, 1),
-              base.astype(">f8")):
+    for x in (
+        np.asfortranarray(base),
+        base[::2, ::-1, 1:],
+        base.transpose(2, 0, 1),
+        base.astype(">f8"),
+    ):
         y = tp.decompress(tp.compress(x, abs=1e-3))
         assert y.shape == x.shape
         _assert_abs(x, y, 1e-3)
@@ -109,8 +112,9 @@ def test_layouts_kept():
     assert y.flags.f_contiguous
 
 
-@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2), (1,), (1, 1, 1), (2, 3, 2, 3, 2),
-                                   (3, 2, 2, 2, 2, 3)])
+@pytest.mark.parametrize(
+    "shape", [(), (0,), (3, 0, 2), (1,), (1, 1, 1), (2, 3, 2, 3, 2), (3, 2, 2, 2, 2, 3)]
+)
 def test_shapes(shape):
     x = _field(shape, np.float32) if shape else np.float32(3.25)
     x = np.asarray(x)

@@ -322,7 +322,7 @@ def assert_rel_tolerance_sound(x: np.ndarray, rel: float, tol: float) -> None:
     if ref == 0:
         assert tol == 0, f"tolerance {tol!r} for a range of 0"
     elif math.isfinite(ref):
-        assert tol <= np.nextafter(ref, math.inf), (
+        assert tol <= math.nextafter(ref, math.inf), (
             f"tolerance {tol!r} exceeds rel * range = {ref!r} (ratio {tol / ref!r})"
         )
 

@@ -2,7 +2,6 @@ import math
 
 import numpy as np
 import pytest
-
 from tensorpress.compress import ErrorBound
 from tensorpress.compress.bounds import finite_range
 

@@ -5,7 +5,6 @@ import zlib
 
 import numpy as np
 import pytest
-
 import tensorpress as tp
 from tensorpress.formats import (
     ChecksumError,
@@ -93,8 +92,19 @@ def test_not_a_stream():
 
 @pytest.mark.parametrize(
     "key",
-    [np.s_[:], np.s_[3:17], np.s_[-5:], np.s_[::3], np.s_[30:5:-4], np.s_[7], np.s_[-1],
-     np.s_[2:9, 4], np.s_[5, 1:3, ::2], np.s_[10:10], np.s_[..., 0]],
+    [
+        np.s_[:],
+        np.s_[3:17],
+        np.s_[-5:],
+        np.s_[::3],
+        np.s_[30:5:-4],
+        np.s_[7],
+        np.s_[-1],
+        np.s_[2:9, 4],
+        np.s_[5, 1:3, ::2],
+        np.s_[10:10],
+        np.s_[..., 0],
+    ],
 )
 def test_slice_equals_slice_of_decoded(blob, key):
     reader = ContainerReader(blob)

@@ -71,7 +71,7 @@ def round_trip(x: np.ndarray, **kw) -> tuple[np.ndarray, bytes]:
             Fraction(float(xf[fin].max())) - Fraction(float(xf[fin].min()))
         )
         if exact <= Fraction(F64_MAX):
-            assert tol <= np.nextafter(float(exact), math.inf), (
+            assert tol <= math.nextafter(float(exact), math.inf), (
                 f"recorded tolerance {tol!r} exceeds rel * range = {float(exact)!r}"
             )
     err = np.abs(xf[fin] - yf[fin])

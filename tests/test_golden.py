@@ -6,7 +6,6 @@ import pathlib
 
 import numpy as np
 import pytest
-
 import tensorpress as tp
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -21,8 +20,9 @@ def test_golden_files_exist():
     assert len(CASES) >= 10
 
 
-@pytest.mark.parametrize(("version_dir", "name", "meta"), CASES,
-                         ids=[f"{v.name}-{n}" for v, n, _ in CASES])
+@pytest.mark.parametrize(
+    ("version_dir", "name", "meta"), CASES, ids=[f"{v.name}-{n}" for v, n, _ in CASES]
+)
 def test_golden_decodes(version_dir, name, meta):
     blob = (version_dir / f"{name}.tp").read_bytes()
     y = tp.decompress(blob)

@@ -12,7 +12,6 @@ import json
 import pathlib
 
 import numpy as np
-
 import tensorpress as tp
 from tensorpress.formats import FORMAT_VERSION
 
@@ -35,11 +34,16 @@ def cases():
     yield "sz_f16_1d_rel", _smooth((500,), np.float16, 2), {"rel": 1e-2}
     yield "sz_f32_specials", specials, {"abs": 0.05}
     yield "sz_f64_pw_rel", signed, {"pw_rel": 1e-3}
-    yield "sz_f32_4d_lorenzo", _smooth((3, 4, 5, 6), np.float32, 4), {"rel": 1e-2,
-                                                                       "predictor": "lorenzo"}
-    yield "sz_f32_cubic_chunks", _smooth((30, 40), np.float32, 6), {"rel": 1e-4,
-                                                                    "predictor": "cubic",
-                                                                    "chunk_bytes": 1000}
+    yield (
+        "sz_f32_4d_lorenzo",
+        _smooth((3, 4, 5, 6), np.float32, 4),
+        {"rel": 1e-2, "predictor": "lorenzo"},
+    )
+    yield (
+        "sz_f32_cubic_chunks",
+        _smooth((30, 40), np.float32, 6),
+        {"rel": 1e-4, "predictor": "cubic", "chunk_bytes": 1000},
+    )
     yield "sz_f32_constant_lossless", np.full((10, 10), 2.5, np.float32), {"rel": 1e-3}
     yield "sz_f32_empty", np.zeros((0, 5), np.float32), {"abs": 1.0}
     yield "sz_f64_scalar", np.array(3.14159), {"abs": 1e-3}
@@ -59,9 +63,12 @@ def main():
         blob = tp.compress(x, **kw)
         (out / f"{name}.tp").write_bytes(blob)
         y = tp.decompress(blob)
-        manifest[name] = {"dtype": str(y.dtype), "shape": list(y.shape),
-                          "order": "F" if y.flags.f_contiguous and not y.flags.c_contiguous
-                          else "C", "sha256": digest(y)}
+        manifest[name] = {
+            "dtype": str(y.dtype),
+            "shape": list(y.shape),
+            "order": "F" if y.flags.f_contiguous and not y.flags.c_contiguous else "C",
+            "sha256": digest(y),
+        }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(manifest)} streams to {out}")
 
