@@ -67,9 +67,11 @@ class ErrorBound:
         if self.mode != "rel":
             return ErrorBound(self.mode, self.value, self.value)
         lo, hi = finite_range(data)
-        # value*hi - value*lo rather than value*(hi - lo): the range of float64
-        # data can overflow (-1e308 .. 1e308) where the tolerance does not
-        tol = self.value * hi - self.value * lo if hi > lo else 0.0
+        span = hi - lo
+        if math.isfinite(span):
+            tol = self.value * span
+        else:  # the range of float64 data can overflow (-1e308 .. 1e308)
+            tol = math.nextafter(self.value * hi - self.value * lo, 0.0)
         if not math.isfinite(tol):
             tol = float(np.finfo(np.float64).max)
         return ErrorBound(self.mode, self.value, tol)

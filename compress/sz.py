@@ -68,6 +68,8 @@ FLAG_LOG = 1
 #: bounds below this (about 1e-301) are stored losslessly: nothing could be
 #: quantized, and per-level bounds eb / beta must not underflow to 0
 _MIN_EB = 2.0**-1000
+#: largest alpha and beta: coarse-level bounds stay >= _MIN_EB / 2**20, never 0
+_MAX_BETA = 2.0**20
 
 #: (alpha, beta) pairs tried per interpolation when the config leaves them open
 #: (tighter coarse levels pay off for cubic, rarely for linear)
@@ -106,8 +108,8 @@ class SZCodec(Codec):
             )
         if (alpha is None) != (beta is None):
             raise ValueError("give both alpha and beta, or neither")
-        if alpha is not None and not (alpha >= 1 and beta >= 1):
-            raise ValueError("alpha and beta must be >= 1")
+        if alpha is not None and not (1 <= alpha <= _MAX_BETA and 1 <= beta <= _MAX_BETA):
+            raise ValueError(f"alpha and beta must lie in 1..{_MAX_BETA:g}")
         if not isinstance(radius, int) or not 2 <= radius <= 32768:
             raise ValueError(f"radius must be an integer in 2..32768, got {radius!r}")
         self.predictor = predictor
@@ -218,7 +220,13 @@ class SZCodec(Codec):
         log_domain = bool(flags & FLAG_LOG)
         eb, alpha, beta = r.f64(), r.f64(), r.f64()
         radius = r.u32()
-        if not (eb > 0 and math.isfinite(eb) and alpha >= 1 and beta >= 1 and 2 <= radius <= 32768):
+        valid = (
+            _MIN_EB <= eb < math.inf
+            and 1 <= alpha <= _MAX_BETA
+            and 1 <= beta <= _MAX_BETA
+            and 2 <= radius <= 32768
+        )
+        if not valid:
             raise ValueError("sz payload has an invalid quantizer header")
         codes = huffman_decode(r.blob(), size)
         work_dtype = _kernel_dtype(dtype, log_domain)
