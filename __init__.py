@@ -12,22 +12,33 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import sys  # noqa: E402
+import types  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
 from .formats import ContainerReader, encode_array, read_header  # noqa: E402
 
-__all__ = ["ErrorBound", "__version__", "available_codecs", "compress", "decompress", "info"]
+__all__ = [
+    "ErrorBound",
+    "__version__",
+    "available_codecs",
+    "compress",
+    "compress_array",
+    "decompress",
+    "info",
+]
 
 
-def compress(
+def compress_array(
     x,
     *,
     abs=None,
     rel=None,
     pw_rel=None,
     codec="sz",
-    chunk_bytes=None,  # noqa: A002
+    chunk_bytes=None,
     workers=None,
     **codec_params,
 ) -> bytes:
@@ -67,6 +78,19 @@ def compress(
         workers=workers,
         chunk_bytes=DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes,
     )
+
+
+class _CallableSubpackage(types.ModuleType):
+    """``tensorpress.compress`` is the codecs subpackage and, called, ``compress_array``.
+
+    So ``tp.compress(x, rel=1e-3)`` works beside ``import tensorpress.compress.sz``.
+    """
+
+    def __call__(self, x, **kwargs) -> bytes:
+        return compress_array(x, **kwargs)
+
+
+sys.modules[f"{__name__}.compress"].__class__ = _CallableSubpackage
 
 
 def decompress(blob, *, workers=None) -> np.ndarray:

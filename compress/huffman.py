@@ -65,81 +65,6 @@ _HEADER_SIZE = _HEADER.size  # 12 bytes
 _ALPHABET = 65536
 
 
-def _huffman_depths_seq(weights: list[int]) -> list[int]:
-    """Huffman code lengths (bits) for ``weights`` sorted ascending (two-queue method).
-
-    Leaves win ties against internal nodes.  A Python loop per merge: used for
-    small alphabets, where it beats the batched version.
-    """
-    n = len(weights)
-    parent = [0] * (2 * n - 1)
-    internal: list[int] = []  # weights of internal nodes n, n+1, ..., nondecreasing
-    i = j = 0
-    for node in range(n, 2 * n - 1):
-        total = 0
-        for _ in range(2):
-            if i < n and (j >= node - n or weights[i] <= internal[j]):
-                parent[i] = node
-                total += weights[i]
-                i += 1
-            else:
-                parent[n + j] = node
-                total += internal[j]
-                j += 1
-        internal.append(total)
-    depth = [0] * (2 * n - 1)
-    for node in range(2 * n - 3, -1, -1):  # parents have larger indices
-        depth[node] = depth[parent[node]] + 1
-    return depth[:n]
-
-
-def _huffman_depths_batched(weights: np.ndarray) -> np.ndarray:
-    """Huffman code lengths (bits) for int64 ``weights`` sorted ascending (n >= 2).
-
-    The two-queue method, many merges per numpy step: with ``t`` the sum of the two
-    smallest remaining items, every remaining item <= t is taken before any node
-    created from now on (those weigh >= t), so the items <= t (an even number of
-    them) can be paired off in sorted order at once.  The smallest remaining weight
-    at least doubles every two rounds, so there are at most ~2*log2(sum) rounds.
-    """
-    n = weights.shape[0]
-    parent = np.empty(2 * n - 1, dtype=np.int64)
-    internal = np.empty(n - 1, dtype=np.int64)  # weights of internal nodes n, n+1, ...
-    i = j = m = 0  # next leaf, next unmerged internal node, internal nodes made
-    while (n - i) + (m - j) > 1:
-        two = sorted(weights[i : i + 2].tolist() + internal[j : min(j + 2, m)].tolist())
-        t = two[0] + two[1]
-        cl = int(np.searchsorted(weights[i:], t, side="right"))
-        ci = int(np.searchsorted(internal[j:m], t, side="right"))
-        vals = np.concatenate((weights[i : i + cl], internal[j : j + ci]))
-        ids = np.concatenate((np.arange(i, i + cl), np.arange(n + j, n + j + ci)))
-        take = np.argsort(vals, kind="stable")[: (cl + ci) // 2 * 2]  # leaves win ties
-        tv = vals[take]
-        k = take.shape[0] // 2
-        parent[ids[take]] = n + m + (np.arange(2 * k) >> 1)
-        internal[m : m + k] = tv[0::2] + tv[1::2]
-        m += k
-        leaves = int(np.count_nonzero(take < cl))
-        i += leaves
-        j += 2 * k - leaves
-    # depth = number of ancestors, by pointer doubling
-    root = 2 * n - 2
-    parent[root] = root
-    depth = np.ones(2 * n - 1, dtype=np.int64)
-    depth[root] = 0
-    while True:
-        live = parent != root
-        if not live.any():
-            break
-        depth += np.where(live, depth[parent], 0)
-        parent = parent[parent]
-    return depth[:n]
-
-
-#: alphabets at least this large use the batched Huffman construction
-_BATCHED_MIN_SYMBOLS = 512
-
-
 def _limit_lengths(lengths_desc: list[int], max_len: int) -> list[int]:
     """Limit sorted (descending) code lengths to ``max_len`` bits, keeping the code complete.
 
@@ -186,10 +111,7 @@ def code_lengths(freqs: np.ndarray, max_len: int = MAX_CODE_LEN) -> np.ndarray:
     if freqs.min() <= 0:
         raise ValueError("frequencies must be positive")
     order = np.argsort(freqs, kind="stable")  # ascending frequency
-    if n < _BATCHED_MIN_SYMBOLS:
-        depths = _huffman_depths_seq(freqs[order].tolist())
-    else:
-        depths = _huffman_depths_batched(freqs[order]).tolist()
+    depths = _k.huffman_depths(freqs[order]).tolist()
     depths.sort(reverse=True)  # rarest symbol gets the longest code
     if depths[0] > max_len:
         depths = _limit_lengths(depths, max_len)

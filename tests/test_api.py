@@ -133,3 +133,14 @@ def test_rel_on_constant_is_lossless_and_tiny():
 
 def test_available_codecs():
     assert {"sz", "zstd"} <= set(tp.available_codecs())
+
+
+def test_compress_is_also_the_codecs_subpackage():
+    import tensorpress.compress.sz as sz
+
+    assert tp.compress.sz.SZCodec is sz.SZCodec
+    assert tp.compress.get_codec("sz") == get_codec("sz")
+    x = np.linspace(0, 1, 50)
+    assert np.array_equal(
+        tp.decompress(tp.compress(x, abs=0.01)), tp.decompress(tp.compress_array(x, abs=0.01))
+    )

@@ -21,6 +21,37 @@ _U64_64 = np.uint64(64)
 
 
 @njit(cache=True, nogil=True)
+def huffman_depths(weights):
+    """Huffman code lengths (bits) for int64 ``weights`` sorted ascending (n >= 2).
+
+    The two-queue method: leaves and internal nodes are each produced in
+    nondecreasing weight, so the two smallest are always at the queue heads
+    (leaves win ties). O(n).
+    """
+    n = weights.shape[0]
+    parent = np.empty(2 * n - 1, dtype=np.int64)
+    internal = np.empty(n - 1, dtype=np.int64)  # weights of internal nodes n, n+1, ...
+    i = 0  # next leaf
+    j = 0  # next unmerged internal node
+    for m in range(n - 1):
+        total = 0
+        for _ in range(2):
+            if i < n and (j >= m or weights[i] <= internal[j]):
+                parent[i] = n + m
+                total += weights[i]
+                i += 1
+            else:
+                parent[n + j] = n + m
+                total += internal[j]
+                j += 1
+        internal[m] = total
+    depth = np.zeros(2 * n - 1, dtype=np.int64)
+    for node in range(2 * n - 3, -1, -1):  # parents have larger indices
+        depth[node] = depth[parent[node]] + 1
+    return depth[:n]
+
+
+@njit(cache=True, nogil=True)
 def histogram_u16(symbols):
     """Occurrences of each uint16 value: int64 array of 65536 counts.
 
