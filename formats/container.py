@@ -232,6 +232,8 @@ class ContainerReader:
 
     def __init__(self, source, *, workers: int | None = None):
         if isinstance(source, (str, os.PathLike)):
+            if os.path.getsize(source) == 0:
+                raise TruncatedError(f"{os.fspath(source)} is empty, not a tensorpress stream")
             source = np.memmap(source, dtype=np.uint8, mode="r")
         self._buf = (
             memoryview(source).cast("B")

@@ -140,3 +140,10 @@ def test_index_checksum(blob):
     bad[h.payload_offset - 5] ^= 0xFF  # inside the index
     with pytest.raises(ChecksumError):
         read_header(bytes(bad))
+
+
+def test_reader_from_empty_file(tmp_path):
+    path = tmp_path / "empty.tp"
+    path.write_bytes(b"")
+    with pytest.raises(TruncatedError, match="empty"):
+        ContainerReader(path)
