@@ -396,3 +396,74 @@ def test_threads_give_identical_results():
         t.join()
     for c in results:
         assert np.array_equal(c, ref)
+
+
+@pytest.mark.parametrize(
+    "x, eb_levels, radius, prec, cubic, codes, outliers",
+    [
+        (
+            np.array([0.0, 1.0, 4.0, 9.0, 16.0, 25.0, 36.0, 49.0, 64.5]),
+            [0, 0.1, 0.1, 0.1, 0.1], 8, 0, True,
+            [8, 0, 0, 8, 7, 8, 8, 8, 7], [64.5, 16.0],
+        ),
+        (
+            np.array([0.0, 1.0, 4.0, 9.0, 16.0, 25.0, 36.0, 49.0, 64.5]),
+            [0, 0.1, 0.1, 0.1, 0.1], 8, 0, False,
+            [8, 0, 0, 0, 0, 3, 3, 3, 2], [64.5, 16.0, 4.0, 36.0],
+        ),
+        (
+            np.array(
+                [[1.0, -2.0, 3.5, 1e30, 0.25], [0.0, -0.0, 7.0, 2.0, 1e-30],
+                 [5.0, 5.0, 5.0, -1e30, 3.0]], np.float32,
+            ),
+            [0, 0.5, 0.25, 0.125], 3, 1, True,
+            [0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 3, 0],
+            [1.0, 0.25, 5.0, 3.0, 3.5, 5.0, 0.0, 7.0, -2.0, 1e30, -0.0, 2.0, -1e30],
+        ),
+        (
+            np.array(
+                [[1.0, -2.0, 3.5, 60000.0, 0.25], [0.0, -0.0, 7.0, 2.0, 1e-7],
+                 [5.0, 5.0, 5.0, -3.0, 3.0]], np.float16,
+            ).astype(np.float32),
+            [0, 0.5, 0.25, 0.125], 100, 2, False,
+            [104, 97, 108, 106, 106, 102, 97, 103, 98, 96, 0, 96, 98, 100, 93], [60000.0],
+        ),
+    ],
+)  # fmt: skip
+def test_interp_known_codes(x, eb_levels, radius, prec, cubic, codes, outliers):
+    """Frozen code/outlier sequences (traversal order, signed zeros, outliers)."""
+    x3 = x.reshape((1,) * (3 - x.ndim) + x.shape)
+    c = np.zeros(x.size, np.uint16)
+    o = np.zeros(x.size, x.dtype)
+    n = interp_encode(x3, np.array(eb_levels, float), radius, prec, cubic, c, o)
+    assert c.tolist() == codes
+    exp = np.array(outliers, x.dtype)
+    assert n == exp.size and np.array_equal(o[:n].view(np.uint8), exp.view(np.uint8))
+    out = np.empty_like(x3)
+    interp_decode(c, o[:n].copy(), np.array(eb_levels, float), radius, prec, cubic, out)
+    assert np.signbit(out.reshape(-1)[6]) == np.signbit(x.reshape(-1)[6])
+
+
+def test_interp_randomized_roundtrips():
+    """Many shapes, precisions, radii (outlier-heavy ones too), per-level bounds
+    and data mixes round-trip within the bounds."""
+    rng = np.random.default_rng(7)
+    sizes = (1, 2, 3, 5, 17, 33)
+    for _ in range(60):
+        shape = tuple(int(rng.choice(sizes)) for _ in range(rng.integers(1, 4)))
+        prec = int(rng.integers(0, 3))
+        dt = np.float64 if prec == 0 or rng.random() < 0.3 else np.float32
+        x = np.cumsum(rng.standard_normal(shape), axis=-1) * 10.0 ** rng.uniform(-20, 20)
+        mask = rng.random(shape) < 0.05
+        x[mask] = rng.choice([1e30, -1e-30, 0.0, -0.0, 5e-40], int(mask.sum()))
+        with np.errstate(over="ignore"):
+            x = x.astype(np.float16 if prec == 2 else dt, copy=False)
+        x = np.where(np.isfinite(x), x, 0).astype(x.dtype)
+        span = float(np.ptp(x.astype(np.float64))) or 1.0
+        L = interp_num_levels(_as_nd(x, 3).shape)
+        alpha, beta = rng.uniform(1, 4, 2)
+        eb = span * 10.0 ** rng.uniform(-12, 3)
+        levels = eb / np.minimum(alpha ** np.maximum(np.arange(L + 1) - 1, 0), beta)
+        radius = int(rng.choice([2, 3, 100, RADIUS]))
+        cubic = bool(rng.integers(0, 2))
+        interp_roundtrip(x, levels.max(), cubic=cubic, radius=radius, eb_levels=levels)

@@ -35,10 +35,10 @@ storage precision, which must therefore not exceed the data precision.
 """
 
 import numpy as np
-from numba import njit
+from numba import float32, njit
 
 from .lorenzo import _dequantize, _qparams, _quantize
-from .rounding import PREC_FLOAT64
+from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: extrapolate linearly (True) or copy a[-s] (False) past the last grid point
 _EXTRAPOLATE = True
@@ -105,47 +105,158 @@ def _segments(s, n, cubic, extrap, seg_lo, seg_hi, seg_mode):
     return nseg
 
 
-@njit(cache=True, nogil=True)
-def _line(
-    sr, r, codes, outliers, ci, oi, f0, f1, fst, st, mode,
-    eb, two_eb, inv, lim, radius, prec, decode,
-):  # fmt: skip
-    """Encode (decode) flat indices ``f0, f0+fst, .. < f1`` with one prediction mode.
+@njit(cache=True, nogil=True, inline="always")
+def _quantize_sel(x, p, eb, two_eb, inv, lim, radius, prec):
+    """:func:`_quantize` without branches (same ``(code, recon)`` bits) for
+    ``inv > 0``, prec float32/64 and ``radius < 2**30``.  Where the range test
+    fails, ``q`` may overflow int32; the select discards that conversion."""
+    diff = x - p
+    q = np.rint(diff * inv) + 0.0
+    v = p + q * two_eb
+    if prec != PREC_FLOAT64:
+        v = float(float32(v))
+    ok = (abs(diff) < lim) & (abs(x - v) <= eb)
+    c = np.int32(q) + np.int32(radius)
+    return (c if ok else np.int32(0)), (v if ok else x)
 
-    Neighbours are ``r[f ± st]``, ``r[f ± 3st]``.  Returns ``(ci, oi)`` advanced.
-    Everything stays in this loop body (no array-taking helpers, see lorenzo.py).
+
+@njit(cache=True, nogil=True, inline="always")
+def _dequantize_sel(c, p, two_eb, radius, prec):
+    """:func:`_dequantize` in int32 (exact, ``radius < 2**30``), prec float32/64."""
+    v = p + float(np.int32(c) - np.int32(radius)) * two_eb
+    if prec != PREC_FLOAT64:
+        v = float(float32(v))
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _pass(
+    sr, r, codes, outliers, ci, oi, pbuf, vbuf, seg_lo, seg_hi, seg_mode,
+    n0, n1, n2, d, s, cubic, extrap, eb, radius, prec, decode, fine,
+):  # fmt: skip
+    """Code one pass (level with stride ``s``, dimension ``d``); return ``(ci, oi)``.
+
+    No point of a pass is a neighbour of another, so each line is handled in
+    phases: predict all of it into ``pbuf``, (de)quantize ``pbuf`` element-wise
+    without branches (vectorized), store the reconstructions, and only then put
+    the rare outliers (code 0) in traversal order.  ``fine`` (s == 1) makes the
+    line stride the constant 2, which lets the prediction loops vectorize too.
+    Array accesses stay in this body (helpers taking arrays cost refcounting).
     """
-    for f in range(f0, f1, fst):
-        if mode == _CUBIC:
-            p = (-float(r[f - 3 * st]) + 9.0 * r[f - st] + 9.0 * r[f + st] - r[f + 3 * st]) / 16.0
-        elif mode == _LINEAR:
-            p = (float(r[f - st]) + r[f + st]) / 2.0
-        elif mode == _CUBIC_LEFT:
-            p = (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
-        elif mode == _CUBIC_RIGHT:
-            p = (-float(r[f - 3 * st]) + 6.0 * r[f - st] + 3.0 * r[f + st]) / 8.0
-        elif mode == _EXTRAP:
-            p = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
-        else:
-            p = float(r[f - st])
-        if decode:
-            c = codes[ci]
-            if c == 0:
-                if oi >= outliers.size:
-                    raise ValueError("corrupt stream: more outlier codes than outliers")
-                v = float(outliers[oi])
-                oi += 1
-            else:
-                v = _dequantize(c, p, two_eb, radius, prec)
-        else:
-            x = sr[f]
-            c, v = _quantize(float(x), p, eb, two_eb, inv, lim, radius, prec)
-            codes[ci] = c
-            if c == 0:
-                outliers[oi] = x
-                oi += 1
-        r[f] = v
-        ci += 1
+    s2 = 2 * s
+    fst = 2 if fine else s2  # flat stride along a line
+    two_eb, inv, lim = _qparams(eb, radius)
+    fast = inv > 0.0 and radius < 2**30 and (prec == PREC_FLOAT64 or prec == PREC_FLOAT32)
+    # i, j start/step and the flat offset of +-s along the pass dim; k steps by 2s
+    if d == 0:
+        i_lo, i_st, j_lo, j_st, st = s, s2, 0, s2, s * n1 * n2
+    elif d == 1:
+        i_lo, i_st, j_lo, j_st, st = 0, s, s, s2, s * n2
+    else:
+        i_lo, i_st, j_lo, j_st, st = 0, s, 0, s, s
+    if d == 2:  # modes vary along k: split the line into constant-mode runs
+        nseg = _segments(s, n2, cubic, extrap, seg_lo, seg_hi, seg_mode)
+    else:  # k = 0, 2s, 4s, ..; the mode depends on i or j only
+        nseg = 1
+        seg_lo[0], seg_hi[0] = 0, n2
+    for i in range(i_lo, n0, i_st):
+        for j in range(j_lo, n1, j_st):
+            if d == 0:
+                seg_mode[0] = _mode(i, s, n0, cubic, extrap)
+            elif d == 1:
+                seg_mode[0] = _mode(j, s, n1, cubic, extrap)
+            base = (i * n1 + j) * n2
+            for g in range(nseg):
+                f0 = base + seg_lo[g]
+                cnt = (seg_hi[g] - seg_lo[g] + s2 - 1) // s2
+                mode = seg_mode[g]
+                # predict
+                if mode == _CUBIC:
+                    for t in range(cnt):
+                        f = f0 + t * fst
+                        pbuf[t] = (
+                            -float(r[f - 3 * st]) + 9.0 * r[f - st] + 9.0 * r[f + st]
+                            - r[f + 3 * st]
+                        ) / 16.0  # fmt: skip
+                elif mode == _LINEAR:
+                    for t in range(cnt):
+                        f = f0 + t * fst
+                        pbuf[t] = (float(r[f - st]) + r[f + st]) / 2.0
+                elif mode == _CUBIC_LEFT:
+                    for t in range(cnt):
+                        f = f0 + t * fst
+                        pbuf[t] = (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
+                elif mode == _CUBIC_RIGHT:
+                    for t in range(cnt):
+                        f = f0 + t * fst
+                        pbuf[t] = (-float(r[f - 3 * st]) + 6.0 * r[f - st] + 3.0 * r[f + st]) / 8.0
+                elif mode == _EXTRAP:
+                    for t in range(cnt):
+                        f = f0 + t * fst
+                        pbuf[t] = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
+                else:
+                    for t in range(cnt):
+                        pbuf[t] = float(r[f0 + t * fst - st])
+                # (de)quantize into vbuf
+                nz = 0
+                if decode:
+                    if fast and prec == PREC_FLOAT64:
+                        for t in range(cnt):
+                            c = codes[ci + t]
+                            vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
+                            nz += c == 0
+                    elif fast:
+                        for t in range(cnt):
+                            c = codes[ci + t]
+                            vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
+                            nz += c == 0
+                    else:
+                        for t in range(cnt):
+                            c = codes[ci + t]
+                            vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
+                            nz += c == 0
+                else:
+                    for t in range(cnt):
+                        vbuf[t] = sr[f0 + t * fst]
+                    if fast and prec == PREC_FLOAT64:
+                        for t in range(cnt):
+                            c, v = _quantize_sel(
+                                vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64
+                            )
+                            codes[ci + t] = c
+                            vbuf[t] = v
+                            nz += c == 0
+                    elif fast:
+                        for t in range(cnt):
+                            c, v = _quantize_sel(
+                                vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32
+                            )
+                            codes[ci + t] = c
+                            vbuf[t] = v
+                            nz += c == 0
+                    else:
+                        for t in range(cnt):
+                            c, v = _quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
+                            codes[ci + t] = c
+                            vbuf[t] = v
+                            nz += c == 0
+                for t in range(cnt):
+                    r[f0 + t * fst] = vbuf[t]
+                # outliers, in traversal order
+                if nz:
+                    for t in range(cnt):
+                        if codes[ci + t] == 0:
+                            f = f0 + t * fst
+                            if decode:
+                                if oi >= outliers.size:
+                                    raise ValueError(
+                                        "corrupt stream: more outlier codes than outliers"
+                                    )
+                                r[f] = outliers[oi]
+                            else:
+                                outliers[oi] = sr[f]
+                            oi += 1
+                ci += cnt
     return ci, oi
 
 
@@ -191,45 +302,26 @@ def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extra
             outliers[0] = sr[0]
             oi = 1
     r[0] = v  # v is x itself for an outlier
-    ci = np.int64(1)  # not a literal: keeps _line to one compiled signature
+    ci = np.int64(1)  # not a literal: keeps _pass to one signature per flag pair
+    pbuf = np.empty(n2 // 2 + 1)  # one line's predictions
+    vbuf = np.empty(n2 // 2 + 1)  # one line's inputs, then reconstructions
     seg_lo = np.zeros(8, np.int64)
     seg_hi = np.zeros(8, np.int64)
     seg_mode = np.zeros(8, np.int64)
-    nseg = 0
 
     for lv in range(L, 0, -1):
         s = 1 << (lv - 1)
-        s2 = 2 * s
-        eb = eb_levels[lv]
-        two_eb, inv, lim = _qparams(eb, radius)
         for d in range(3):
-            # i, j start/step and the flat offset of +-s along the pass dim;
-            # k always steps by 2s
-            if d == 0:
-                i_lo, i_st, j_lo, j_st, st = s, s2, 0, s2, s * n1 * n2
-            elif d == 1:
-                i_lo, i_st, j_lo, j_st, st = 0, s, s, s2, s * n2
+            if s == 1:
+                ci, oi = _pass(
+                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, seg_lo, seg_hi, seg_mode,
+                    n0, n1, n2, d, s, cubic, extrap, eb_levels[lv], radius, prec, decode, True,
+                )  # fmt: skip
             else:
-                i_lo, i_st, j_lo, j_st, st = 0, s, 0, s, s
-            if d == 2:  # modes vary along k: split the line into constant-mode runs
-                nseg = _segments(s, n2, cubic, extrap, seg_lo, seg_hi, seg_mode)
-            else:  # k = 0, 2s, 4s, ..; the mode depends on i or j only
-                nseg = 1
-                seg_lo[0], seg_hi[0] = 0, n2
-            for i in range(i_lo, n0, i_st):
-                for j in range(j_lo, n1, j_st):
-                    if d == 0:
-                        seg_mode[0] = _mode(i, s, n0, cubic, extrap)
-                    elif d == 1:
-                        seg_mode[0] = _mode(j, s, n1, cubic, extrap)
-                    base = (i * n1 + j) * n2
-                    for g in range(nseg):
-                        f0, f1 = base + seg_lo[g], base + seg_hi[g]
-                        m = seg_mode[g]
-                        ci, oi = _line(
-                            sr, r, codes, outliers, ci, oi, f0, f1, 2 * s, st, m,
-                            eb, two_eb, inv, lim, radius, prec, decode,
-                        )  # fmt: skip
+                ci, oi = _pass(
+                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, seg_lo, seg_hi, seg_mode,
+                    n0, n1, n2, d, s, cubic, extrap, eb_levels[lv], radius, prec, decode, False,
+                )  # fmt: skip
     return oi
 
 
