@@ -80,6 +80,8 @@ _SAMPLE_BLOCKS = 4
 _SAMPLE_FRACTION = 8
 _SAMPLE_ELEMENTS = 32768
 _SAMPLE_MIN_ELEMENTS = 2048
+#: below this many elements a chunk's candidates are not worth a thread pool
+_PARALLEL_MIN_ELEMENTS = 1 << 19
 
 
 @register_codec
@@ -195,7 +197,7 @@ class SZCodec(Codec):
             codes = np.concatenate([c for c, _ in coded])
             return _code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
 
-        if threads > 1:
+        if threads > 1 and values.size >= _PARALLEL_MIN_ELEMENTS:
             with ThreadPoolExecutor(min(threads, len(candidates))) as pool:
                 costs = list(pool.map(cost, candidates))
         else:
