@@ -8,6 +8,13 @@ import zstandard
 from .registry import Codec, register_codec
 
 
+def check_level(level) -> int:
+    """Validate a zstd compression level (an integer in -7..22)."""
+    if isinstance(level, bool) or not isinstance(level, int) or not -7 <= level <= 22:
+        raise ValueError(f"zstd level must be an integer in -7..22, got {level!r}")
+    return level
+
+
 def zstd_compress(data: bytes | memoryview, level: int = 3) -> bytes:
     """zstd frame of ``data`` (the frame records its decompressed size)."""
     return zstandard.ZstdCompressor(level=level).compress(data)
@@ -60,9 +67,7 @@ class ZstdCodec(Codec):
     )
 
     def __init__(self, level: int = 3, shuffle: bool = True):
-        if not isinstance(level, int) or not -7 <= level <= 22:
-            raise ValueError(f"zstd level must be an integer in -7..22, got {level!r}")
-        self.level = level
+        self.level = check_level(level)
         self.shuffle = bool(shuffle)
 
     def get_config(self) -> dict:

@@ -44,7 +44,13 @@ from .huffman import huffman_decode, huffman_encode
 from .kernels.interpolation import interp_decode, interp_encode, interp_num_levels
 from .kernels.lorenzo import lorenzo_decode, lorenzo_encode
 from .kernels.rounding import PREC_FLOAT64, prec_of
-from .lossless import byte_shuffle, byte_unshuffle, zstd_compress, zstd_decompress
+from .lossless import (
+    byte_shuffle,
+    byte_unshuffle,
+    check_level,
+    zstd_compress,
+    zstd_decompress,
+)
 from .registry import Codec, register_codec
 from .special_values import (
     from_log_domain,
@@ -110,15 +116,17 @@ class SZCodec(Codec):
             )
         if (alpha is None) != (beta is None):
             raise ValueError("give both alpha and beta, or neither")
-        if alpha is not None and not (1 <= alpha <= _MAX_BETA and 1 <= beta <= _MAX_BETA):
-            raise ValueError(f"alpha and beta must lie in 1..{_MAX_BETA:g}")
+        if alpha is not None and not all(
+            isinstance(v, (int, float)) and 1 <= v <= _MAX_BETA for v in (alpha, beta)
+        ):
+            raise ValueError(f"alpha and beta must be numbers in 1..{_MAX_BETA:g}")
         if not isinstance(radius, int) or not 2 <= radius <= 32768:
             raise ValueError(f"radius must be an integer in 2..32768, got {radius!r}")
         self.predictor = predictor
         self.alpha = None if alpha is None else float(alpha)
         self.beta = None if beta is None else float(beta)
         self.radius = radius
-        self.level = level
+        self.level = check_level(level)
 
     def get_config(self) -> dict:
         return {

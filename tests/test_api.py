@@ -144,3 +144,18 @@ def test_compress_is_also_the_codecs_subpackage():
     assert np.array_equal(
         tp.decompress(tp.compress(x, abs=0.01)), tp.decompress(tp.compress_array(x, abs=0.01))
     )
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"alpha": "x", "beta": 2}, "alpha and beta"),
+        ({"alpha": 1.5}, "both alpha and beta"),
+        ({"level": "fast"}, "zstd level"),
+        ({"level": 99}, "zstd level"),
+        ({"radius": 1}, "radius"),
+    ],
+)
+def test_bad_sz_parameters_say_what_to_do(params, match):
+    with pytest.raises(ValueError, match=match):
+        tp.compress(np.ones(3), abs=1, **params)
