@@ -76,6 +76,7 @@ def compress_array(
         bound,
         order=order,
         workers=workers,
+        writer=f"tensorpress {__version__}",
         chunk_bytes=DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes,
     )
 

@@ -115,10 +115,12 @@ def encode_array(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     workers: int | None = None,
     order: str = "C",
+    writer: str = "tensorpress",
 ) -> bytes:
-    """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None)."""
-    from .. import __version__
+    """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None).
 
+    ``order`` records the caller's memory layout; ``writer`` names the software.
+    """
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     x = np.ascontiguousarray(x) if x.ndim else x.reshape(())
@@ -142,7 +144,7 @@ def encode_array(
         "codec": codec.get_config(),
         "bound": None if bound is None else bound.to_dict(),
         "chunk_rows": rows,
-        "writer": f"tensorpress {__version__}",
+        "writer": writer,
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     pre = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
