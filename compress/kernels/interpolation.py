@@ -43,6 +43,11 @@ from .rounding import PREC_FLOAT32, PREC_FLOAT64
 #: extrapolate linearly (True) or copy a[-s] (False) past the last grid point
 _EXTRAPOLATE = True
 
+#: points (de)quantized per phase: short lines are grouped up to this many
+_CHUNK = 1024
+#: lines of at least this many points are coded one by one
+_SHORT = 16
+
 # prediction modes along a pass line
 _CUBIC = 0
 _CUBIC_LEFT = 1  # -3s missing
@@ -131,15 +136,17 @@ def _dequantize_sel(c, p, two_eb, radius, prec):
 
 @njit(cache=True, nogil=True)
 def _pass(
-    sr, r, codes, outliers, ci, oi, pbuf, vbuf, seg_lo, seg_hi, seg_mode,
+    sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
     n0, n1, n2, d, s, cubic, extrap, eb, radius, prec, decode, fine,
 ):  # fmt: skip
     """Code one pass (level with stride ``s``, dimension ``d``); return ``(ci, oi)``.
 
-    No point of a pass is a neighbour of another, so each line is handled in
-    phases: predict all of it into ``pbuf``, (de)quantize ``pbuf`` element-wise
-    without branches (vectorized), store the reconstructions, and only then put
-    the rare outliers (code 0) in traversal order.  ``fine`` (s == 1) makes the
+    No point of a pass is a neighbour of another, so the pass is handled in chunks
+    of consecutive lines (traversal order), each in phases: predict all of it into
+    ``pbuf``, (de)quantize ``pbuf`` element-wise without branches (vectorized),
+    store the reconstructions, and only then put the rare outliers (code 0) in
+    traversal order.  Chunks hold up to ``pbuf.size`` points (at least one line),
+    so short lines share the per-phase overhead.  ``fine`` (s == 1) makes the
     line stride the constant 2, which lets the prediction loops vectorize too.
     Array accesses stay in this body (helpers taking arrays cost refcounting).
     """
@@ -156,107 +163,141 @@ def _pass(
         i_lo, i_st, j_lo, j_st, st = 0, s, 0, s, s
     if d == 2:  # modes vary along k: split the line into constant-mode runs
         nseg = _segments(s, n2, cubic, extrap, seg_lo, seg_hi, seg_mode)
+        k0 = s
     else:  # k = 0, 2s, 4s, ..; the mode depends on i or j only
         nseg = 1
         seg_lo[0], seg_hi[0] = 0, n2
-    for i in range(i_lo, n0, i_st):
-        for j in range(j_lo, n1, j_st):
-            if d == 0:
-                seg_mode[0] = _mode(i, s, n0, cubic, extrap)
-            elif d == 1:
-                seg_mode[0] = _mode(j, s, n1, cubic, extrap)
-            base = (i * n1 + j) * n2
-            for g in range(nseg):
-                f0 = base + seg_lo[g]
-                cnt = (seg_hi[g] - seg_lo[g] + s2 - 1) // s2
-                mode = seg_mode[g]
-                # predict
-                if mode == _CUBIC:
-                    for t in range(cnt):
-                        f = f0 + t * fst
-                        pbuf[t] = (
-                            -float(r[f - 3 * st]) + 9.0 * r[f - st] + 9.0 * r[f + st]
-                            - r[f + 3 * st]
-                        ) / 16.0  # fmt: skip
-                elif mode == _LINEAR:
-                    for t in range(cnt):
-                        f = f0 + t * fst
-                        pbuf[t] = (float(r[f - st]) + r[f + st]) / 2.0
-                elif mode == _CUBIC_LEFT:
-                    for t in range(cnt):
-                        f = f0 + t * fst
-                        pbuf[t] = (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
-                elif mode == _CUBIC_RIGHT:
-                    for t in range(cnt):
-                        f = f0 + t * fst
-                        pbuf[t] = (-float(r[f - 3 * st]) + 6.0 * r[f - st] + 3.0 * r[f + st]) / 8.0
-                elif mode == _EXTRAP:
-                    for t in range(cnt):
-                        f = f0 + t * fst
-                        pbuf[t] = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
-                else:
-                    for t in range(cnt):
-                        pbuf[t] = float(r[f0 + t * fst - st])
-                # (de)quantize into vbuf
-                nz = 0
-                if decode:
-                    if fast and prec == PREC_FLOAT64:
-                        for t in range(cnt):
-                            c = codes[ci + t]
-                            vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
-                            nz += c == 0
-                    elif fast:
-                        for t in range(cnt):
-                            c = codes[ci + t]
-                            vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
-                            nz += c == 0
-                    else:
-                        for t in range(cnt):
-                            c = codes[ci + t]
-                            vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
-                            nz += c == 0
-                else:
-                    for t in range(cnt):
-                        vbuf[t] = sr[f0 + t * fst]
-                    if fast and prec == PREC_FLOAT64:
-                        for t in range(cnt):
-                            c, v = _quantize_sel(
-                                vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64
-                            )
-                            codes[ci + t] = c
-                            vbuf[t] = v
-                            nz += c == 0
-                    elif fast:
-                        for t in range(cnt):
-                            c, v = _quantize_sel(
-                                vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32
-                            )
-                            codes[ci + t] = c
-                            vbuf[t] = v
-                            nz += c == 0
-                    else:
-                        for t in range(cnt):
-                            c, v = _quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
-                            codes[ci + t] = c
-                            vbuf[t] = v
-                            nz += c == 0
+        k0 = 0
+    cl = (n2 - k0 + s2 - 1) // s2  # points per line
+    ni = (n0 - i_lo + i_st - 1) // i_st if n0 > i_lo else 0
+    nj = (n1 - j_lo + j_st - 1) // j_st if n1 > j_lo else 0
+    nlines = ni * nj
+    if cl <= 0 or nlines == 0:
+        return ci, oi
+    lpc = max(1, pbuf.size // cl) if cl < _SHORT else 1  # lines per chunk
+    nl = 0  # lines in the current chunk
+    mode0 = _LINEAR
+    i, j = i_lo, j_lo - j_st
+    for ln in range(nlines):
+        j += j_st
+        if j >= n1:
+            i += i_st
+            j = j_lo
+        if d == 0:
+            mode0 = _mode(i, s, n0, cubic, extrap)
+        elif d == 1:
+            mode0 = _mode(j, s, n1, cubic, extrap)
+        base = (i * n1 + j) * n2
+        lbase[nl] = base + k0
+        p0 = nl * cl
+        for g in range(nseg):
+            f0 = base + seg_lo[g]
+            cnt = (seg_hi[g] - seg_lo[g] + s2 - 1) // s2
+            q0 = p0 + (seg_lo[g] - k0) // s2
+            mode = seg_mode[g] if d == 2 else mode0
+            # predict
+            if mode == _CUBIC:
                 for t in range(cnt):
-                    r[f0 + t * fst] = vbuf[t]
-                # outliers, in traversal order
-                if nz:
-                    for t in range(cnt):
-                        if codes[ci + t] == 0:
-                            f = f0 + t * fst
-                            if decode:
-                                if oi >= outliers.size:
-                                    raise ValueError(
-                                        "corrupt stream: more outlier codes than outliers"
-                                    )
-                                r[f] = outliers[oi]
-                            else:
-                                outliers[oi] = sr[f]
-                            oi += 1
-                ci += cnt
+                    f = f0 + t * fst
+                    pbuf[q0 + t] = (
+                        -float(r[f - 3 * st]) + 9.0 * r[f - st] + 9.0 * r[f + st]
+                        - r[f + 3 * st]
+                    ) / 16.0  # fmt: skip
+            elif mode == _LINEAR:
+                for t in range(cnt):
+                    f = f0 + t * fst
+                    pbuf[q0 + t] = (float(r[f - st]) + r[f + st]) / 2.0
+            elif mode == _CUBIC_LEFT:
+                for t in range(cnt):
+                    f = f0 + t * fst
+                    pbuf[q0 + t] = (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
+            elif mode == _CUBIC_RIGHT:
+                for t in range(cnt):
+                    f = f0 + t * fst
+                    pbuf[q0 + t] = (-float(r[f - 3 * st]) + 6.0 * r[f - st] + 3.0 * r[f + st]) / 8.0
+            elif mode == _EXTRAP:
+                for t in range(cnt):
+                    f = f0 + t * fst
+                    pbuf[q0 + t] = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
+            else:
+                for t in range(cnt):
+                    pbuf[q0 + t] = float(r[f0 + t * fst - st])
+        if not decode:
+            fb = base + k0
+            for t in range(cl):
+                vbuf[p0 + t] = sr[fb + t * fst]
+        nl += 1
+        if nl < lpc and ln + 1 < nlines:
+            continue
+        # (de)quantize the chunk into vbuf
+        m = nl * cl
+        nz = 0
+        if decode:
+            if fast and prec == PREC_FLOAT64:
+                for t in range(m):
+                    c = codes[ci + t]
+                    vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
+                    nz += c == 0
+            elif fast:
+                for t in range(m):
+                    c = codes[ci + t]
+                    vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
+                    nz += c == 0
+            else:
+                for t in range(m):
+                    c = codes[ci + t]
+                    vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
+                    nz += c == 0
+        else:
+            if fast and prec == PREC_FLOAT64:
+                for t in range(m):
+                    c, v = _quantize_sel(
+                        vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64
+                    )
+                    codes[ci + t] = c
+                    vbuf[t] = v
+                    nz += c == 0
+            elif fast:
+                for t in range(m):
+                    c, v = _quantize_sel(
+                        vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32
+                    )
+                    codes[ci + t] = c
+                    vbuf[t] = v
+                    nz += c == 0
+            else:
+                for t in range(m):
+                    c, v = _quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
+                    codes[ci + t] = c
+                    vbuf[t] = v
+                    nz += c == 0
+        # store the reconstructions
+        if cl == 1:
+            for b in range(nl):
+                r[lbase[b]] = vbuf[b]
+        else:
+            for b in range(nl):
+                fb = lbase[b]
+                p0 = b * cl
+                for t in range(cl):
+                    r[fb + t * fst] = vbuf[p0 + t]
+        # outliers, in traversal order
+        if nz:
+            for b in range(nl):
+                fb = lbase[b]
+                p0 = b * cl
+                for t in range(cl):
+                    if codes[ci + p0 + t] == 0:
+                        f = fb + t * fst
+                        if decode:
+                            if oi >= outliers.size:
+                                raise ValueError("corrupt stream: more outlier codes than outliers")
+                            r[f] = outliers[oi]
+                        else:
+                            outliers[oi] = sr[f]
+                        oi += 1
+        ci += m
+        nl = 0
     return ci, oi
 
 
@@ -303,8 +344,10 @@ def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extra
             oi = 1
     r[0] = v  # v is x itself for an outlier
     ci = np.int64(1)  # not a literal: keeps _pass to one signature per flag pair
-    pbuf = np.empty(n2 // 2 + 1)  # one line's predictions
-    vbuf = np.empty(n2 // 2 + 1)  # one line's inputs, then reconstructions
+    nbuf = max(_CHUNK, n2 // 2 + 1)  # at least one line
+    pbuf = np.empty(nbuf)  # a chunk's predictions
+    vbuf = np.empty(nbuf)  # a chunk's inputs, then reconstructions
+    lbase = np.empty(nbuf, np.int64)  # flat index of each chunk line's first point
     seg_lo = np.zeros(8, np.int64)
     seg_hi = np.zeros(8, np.int64)
     seg_mode = np.zeros(8, np.int64)
@@ -314,12 +357,12 @@ def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extra
         for d in range(3):
             if s == 1:
                 ci, oi = _pass(
-                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, seg_lo, seg_hi, seg_mode,
+                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
                     n0, n1, n2, d, s, cubic, extrap, eb_levels[lv], radius, prec, decode, True,
                 )  # fmt: skip
             else:
                 ci, oi = _pass(
-                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, seg_lo, seg_hi, seg_mode,
+                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
                     n0, n1, n2, d, s, cubic, extrap, eb_levels[lv], radius, prec, decode, False,
                 )  # fmt: skip
     return oi
