@@ -18,7 +18,12 @@ import types  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
-from .formats import ContainerReader, encode_array, read_header  # noqa: E402
+from .formats import (  # noqa: E402
+    DEFAULT_CHUNK_BYTES,
+    ContainerReader,
+    encode_array,
+    read_header,
+)
 
 __all__ = [
     "ErrorBound",
@@ -50,8 +55,6 @@ def compress_array(
     Codec; extra keywords are the codec's parameters. ``chunk_bytes`` is the
     target input bytes per chunk; ``workers`` the threads (None: all cores).
     """
-    from .formats.container import DEFAULT_CHUNK_BYTES
-
     arr, order = _as_array(x)
     codec = get_codec(codec, **codec_params)
     if str(arr.dtype) not in codec.dtypes:
