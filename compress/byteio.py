@@ -32,7 +32,7 @@ class ByteWriter:
 
     def array(self, a: np.ndarray) -> None:
         """Raw little-endian bytes of ``a`` (the reader must know its dtype and count)."""
-        self._parts.append(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+        self._parts.append(np.asarray(a, a.dtype.newbyteorder("<"), order="C").tobytes())
 
     def getvalue(self) -> bytes:
         return b"".join(self._parts)

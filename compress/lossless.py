@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
-from .registry import Codec, register_codec
+from .registry import Codec, deliver, register_codec
 
 
 def check_level(level) -> int:
@@ -87,7 +87,4 @@ class ZstdCodec(Codec):
             if len(raw) != count * dtype.itemsize:
                 raise ValueError("zstd payload has the wrong size for its chunk")
             flat = np.frombuffer(raw, dtype).copy()
-        if out is None:
-            return flat.reshape(shape)
-        out[...] = flat.reshape(shape)
-        return out
+        return deliver(flat, shape, out)

@@ -67,6 +67,14 @@ class Codec:
         return f"{type(self).__name__}({params})"
 
 
+def deliver(flat: np.ndarray, shape: tuple, out: np.ndarray | None) -> np.ndarray:
+    """``flat`` as ``shape``, copied into ``out`` when the caller gave one (decode helper)."""
+    if out is None:
+        return flat.reshape(shape)
+    out[...] = flat.reshape(shape)
+    return out
+
+
 def register_codec(cls: type[Codec]) -> type[Codec]:
     """Class decorator: make ``cls`` findable by its ``name``."""
     if not cls.name:

@@ -51,7 +51,7 @@ from .lossless import (
     zstd_compress,
     zstd_decompress,
 )
-from .registry import Codec, register_codec
+from .registry import Codec, deliver, register_codec
 from .special_values import (
     from_log_domain,
     log_bound,
@@ -198,7 +198,7 @@ class SZCodec(Codec):
                 candidates.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
         if len(candidates) == 1:
             return candidates[0]
-        samples = _sample_blocks(values.reshape(_view3(shape)))
+        samples = _sample_blocks(values.reshape(_fold(shape, 3)))
 
         def cost(cand):
             coded = [_encode_with(cand, b, b.shape, eb, prec, self.radius) for b in samples]
@@ -224,7 +224,7 @@ class SZCodec(Codec):
         if pred == RAW:
             flat = byte_unshuffle(bytes(r.blob()), dtype, size)
             r.done()
-            return _deliver(flat, shape, out)
+            return deliver(flat, shape, out)
         if pred not in (LORENZO, LINEAR, CUBIC) or flags & ~FLAG_LOG:
             raise ValueError(f"sz payload names unknown predictor {pred} or flags {flags}")
         log_domain = bool(flags & FLAG_LOG)
@@ -272,17 +272,10 @@ class SZCodec(Codec):
             flat = recon.astype(dtype, copy=False)
         r.done()
         flat[patch_idx] = patch_vals
-        return out if direct else _deliver(flat, shape, out)
+        return out if direct else deliver(flat, shape, out)
 
 
 # -- helpers: shapes, kernels, cost --------------------------------------------
-
-
-def _deliver(flat: np.ndarray, shape: tuple, out: np.ndarray | None) -> np.ndarray:
-    if out is None:
-        return flat.reshape(shape)
-    out[...] = flat.reshape(shape)
-    return out
 
 
 def _kernel_dtype(dtype: np.dtype, log_domain: bool) -> np.dtype:
@@ -302,10 +295,6 @@ def _fold(shape: tuple, ndim: int) -> tuple:
     if len(shape) > ndim:
         shape = (math.prod(shape[: len(shape) - ndim + 1]),) + tuple(shape[len(shape) - ndim + 1 :])
     return (1,) * (ndim - len(shape)) + tuple(shape)
-
-
-def _view3(shape):
-    return _fold(shape, 3)
 
 
 def _encode_with(choice, values, shape, eb, prec, radius):

@@ -8,6 +8,7 @@ decoded alone, so a slice along the first axis costs only the chunks it touches.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -64,6 +66,11 @@ class Header:
     @property
     def original_bytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
+
+    @cached_property
+    def offsets(self) -> tuple:
+        """Byte offset of each chunk's payload in the stream."""
+        return tuple(itertools.accumulate(self.lengths[:-1], initial=self.payload_offset))
 
     def chunk_span(self, i: int) -> tuple[int, int]:
         """Rows [start, stop) of chunk ``i`` along the first axis."""
@@ -272,7 +279,7 @@ class ContainerReader:
     def chunk(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
         """Decode chunk ``i`` (checksum verified first), into ``out`` if given."""
         h = self.header
-        start = h.payload_offset + sum(h.lengths[:i])
+        start = h.offsets[i]
         payload = self._buf[start : start + h.lengths[i]]
         if zlib.crc32(payload) != h.crcs[i]:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
