@@ -19,7 +19,6 @@ import numpy as np  # noqa: E402
 
 from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
 from .formats import (  # noqa: E402
-    DEFAULT_CHUNK_BYTES,
     ContainerReader,
     encode_array,
     read_header,
@@ -67,11 +66,12 @@ def compress_array(
             f"codec {codec.name!r} does not accept dtype {arr.dtype}; it takes "
             f"{', '.join(codec.dtypes)}"
         )
-    if codec.lossy:
+    if codec.bounded:
         bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel).resolve(arr)
     else:
         if (abs, rel, pw_rel) != (None, None, None):
-            raise ValueError(f"codec {codec.name!r} is lossless and takes no error bound")
+            kind = "lossy but bits-bounded" if codec.lossy else "lossless"
+            raise ValueError(f"codec {codec.name!r} is {kind} and takes no error bound")
         bound = None
     return encode_array(
         arr,
@@ -80,7 +80,7 @@ def compress_array(
         order=order,
         workers=workers,
         writer=f"tensorpress {__version__}",
-        chunk_bytes=DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes,
+        chunk_bytes=codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes,
     )
 
 

@@ -51,6 +51,7 @@ class ZstdCodec(Codec):
 
     name = "zstd"
     lossy = False
+    bounded = False
     dtypes = (
         "bool",
         "int8",
@@ -73,7 +74,7 @@ class ZstdCodec(Codec):
     def get_config(self) -> dict:
         return {"id": self.name, "level": self.level, "shuffle": self.shuffle}
 
-    def encode(self, chunk, bound=None, threads=1) -> bytes:
+    def encode(self, chunk, bound=None, threads=1, offset=0) -> bytes:
         raw = byte_shuffle(chunk) if self.shuffle else np.ascontiguousarray(chunk).tobytes()
         return zstd_compress(raw, self.level)
 

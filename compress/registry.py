@@ -8,6 +8,7 @@ codec. Shape, dtype, chunking and checksums are the container's business.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -21,10 +22,17 @@ class Codec:
     """Base class: subclasses set ``name``, ``lossy`` and implement encode/decode."""
 
     name: ClassVar[str] = ""
-    #: whether the codec needs an error bound (lossless codecs take none)
+    #: whether decoding may return values other than the input
     lossy: ClassVar[bool] = True
+    #: whether the codec takes an error bound (abs/rel/pw_rel); lossless codecs
+    #: and bits-bounded quantizers take none
+    bounded: ClassVar[bool] = True
     #: dtypes the codec accepts
     dtypes: ClassVar[tuple[str, ...]] = ("float16", "float32", "float64")
+    #: input bytes per chunk when the caller does not choose
+    default_chunk_bytes: ClassVar[int] = 4 << 20
+    #: whether ``encode_tensor``/``decode_tensor`` exist (torch, any device)
+    has_tensor_path: ClassVar[bool] = False
 
     def get_config(self) -> dict:
         """JSON-serialisable parameters, with ``"id"`` first."""
@@ -38,11 +46,15 @@ class Codec:
         except TypeError as exc:
             raise ValueError(f"invalid config for codec {cls.name!r}: {exc}") from None
 
-    def encode(self, chunk: np.ndarray, bound: ErrorBound | None, threads: int = 1) -> bytes:
-        """Compress one C-contiguous chunk under a resolved bound (None if lossless).
+    def encode(
+        self, chunk: np.ndarray, bound: ErrorBound | None, threads: int = 1, offset: int = 0
+    ) -> bytes:
+        """Compress one C-contiguous chunk under a resolved bound (None if unbounded).
 
         ``threads``: how many threads the codec may use inside the chunk; the
-        bytes must not depend on it.
+        bytes must not depend on it. ``offset``: index (elements, C order) of
+        the chunk's first element in the whole array, for codecs whose bytes
+        depend on position (seeded noise).
         """
         raise NotImplementedError
 
@@ -55,6 +67,20 @@ class Codec:
         written there and ``out`` is returned.
         """
         raise NotImplementedError
+
+    def encode_tensor(self, t, bound: ErrorBound | None, chunk_rows: int):
+        """Compress a C-contiguous torch tensor on its own device, ``chunk_rows`` rows a chunk.
+
+        Returns ``(payload, lengths)``: the chunk payloads concatenated in one
+        uint8 tensor on ``t.device`` and their lengths (bytes), each payload
+        equal byte for byte to what :meth:`encode` writes for that chunk.
+        """
+        raise NotImplementedError(f"codec {self.name!r} has no torch tensor path")
+
+    def decode_tensor(self, payload, lengths: list, shape: tuple, dtype, bound):
+        """Inverse of :meth:`encode_tensor`: a tensor of ``shape`` and torch ``dtype``
+        on ``payload.device``."""
+        raise NotImplementedError(f"codec {self.name!r} has no torch tensor path")
 
     def __eq__(self, other):
         return type(other) is type(self) and other.get_config() == self.get_config()
@@ -73,6 +99,16 @@ def deliver(flat: np.ndarray, shape: tuple, out: np.ndarray | None) -> np.ndarra
         return flat.reshape(shape)
     out[...] = flat.reshape(shape)
     return out
+
+
+def chunk_rows_for(shape: tuple, itemsize: int, chunk_bytes: int) -> int:
+    """Rows per chunk so a chunk holds about ``chunk_bytes`` bytes (at least one row)."""
+    if not shape:
+        return 1
+    row_bytes = math.prod(shape[1:]) * itemsize
+    if row_bytes == 0:
+        return max(shape[0], 1)
+    return max(1, min(shape[0], chunk_bytes // row_bytes))
 
 
 def register_codec(cls: type[Codec]) -> type[Codec]:

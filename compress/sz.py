@@ -140,7 +140,9 @@ class SZCodec(Codec):
 
     # -- encoding -------------------------------------------------------------
 
-    def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1) -> bytes:
+    def encode(
+        self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0
+    ) -> bytes:
         flat = np.ascontiguousarray(chunk).reshape(-1)
         tol = bound.tolerance
         log_domain = bound.resolved_mode == "pw_rel"

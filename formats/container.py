@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from ..compress.bounds import ErrorBound
-from ..compress.registry import Codec, get_codec
+from ..compress.registry import Codec, chunk_rows_for, get_codec
 from .errors import (
     ChecksumError,
     FormatError,
@@ -86,16 +86,6 @@ class Header:
         return (stop - start,) + tuple(self.shape[1:])
 
 
-def chunk_rows_for(shape: tuple, itemsize: int, chunk_bytes: int) -> int:
-    """Rows per chunk so a chunk holds about ``chunk_bytes`` bytes (at least one row)."""
-    if not shape:
-        return 1
-    row_bytes = math.prod(shape[1:]) * itemsize
-    if row_bytes == 0:
-        return max(shape[0], 1)
-    return max(1, min(shape[0], chunk_bytes // row_bytes))
-
-
 def resolve_workers(workers: int | None) -> int:
     if workers is None:
         return os.cpu_count() or 1
@@ -142,7 +132,12 @@ def encode_array(
     workers = resolve_workers(workers)
     # threads left over when there are fewer chunks than workers go inside the chunks
     inner = max(1, workers // max(len(chunks), 1))
-    payloads = _map(lambda c: codec.encode(c, bound, threads=inner), chunks, workers)
+    row_size = math.prod(shape[1:])
+    payloads = _map(
+        lambda i: codec.encode(chunks[i], bound, threads=inner, offset=i * rows * row_size),
+        range(len(chunks)),
+        workers,
+    )
 
     header = {
         "dtype": x.dtype.newbyteorder("<").str,
