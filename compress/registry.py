@@ -77,7 +77,7 @@ class Codec:
         """
         raise NotImplementedError(f"codec {self.name!r} has no torch tensor path")
 
-    def decode_tensor(self, payload, lengths: list, shape: tuple, dtype, bound):
+    def decode_tensor(self, payload, lengths: list, shape: tuple, dtype, bound, chunk_rows: int):
         """Inverse of :meth:`encode_tensor`: a tensor of ``shape`` and torch ``dtype``
         on ``payload.device``."""
         raise NotImplementedError(f"codec {self.name!r} has no torch tensor path")

@@ -1,0 +1,139 @@
+"""The ``block`` codec: fast, error-bounded, fixed-length codes per block of 64 values.
+
+In the spirit of SZx and cuSZp: every value is quantized on its own
+(``q = rint(x / (2 e))``, kept only where the reconstruction honours the bound
+after rounding to the dtype), then each block of 64 values picks the smallest
+of four packings of its codes — the codes or their differences (each value
+minus the one before it), all of them or only the non-zero ones behind a
+64-bit mask — each at the block's own bit width. A block that cannot be
+quantized (NaN, infinity, a code too large) is stored raw; constant blocks
+cost one header byte. Every step is data-parallel, so the torch path
+(``kernels/block_torch.py``) writes the same bytes on a GPU.
+Byte layout: formats/SPEC.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bounds import ErrorBound
+from .kernels import block as kb
+from .registry import Codec, deliver, register_codec
+
+_PREC = {"float64": kb.PREC_F64, "float32": kb.PREC_F32, "float16": kb.PREC_F16}
+MODE_BLOCKS, MODE_RAW = 0, 1
+
+
+def steps_for(tol: float) -> tuple[float, float]:
+    """(quantization step 2*tol, its inverse) for an abs tolerance, finite and exact-safe."""
+    step = 2.0 * tol
+    if not math.isfinite(step):
+        step = float(np.finfo(np.float64).max)
+    return step, (1.0 / step if step > 0 else math.inf)
+
+
+@register_codec
+class BlockCodec(Codec):
+    """Blocks of 64 values, each packed at its own bit width; see the module docstring."""
+
+    name = "block"
+    default_chunk_bytes = 1 << 20
+    has_tensor_path = True
+
+    def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
+        flat = np.ascontiguousarray(chunk).reshape(-1)
+        n = flat.size
+        rawb = flat.view(np.uint8)
+        if n == 0:
+            return bytes([MODE_BLOCKS])
+        itemsize = flat.dtype.itemsize
+        xv = flat if itemsize >= 4 else flat.astype(np.float32)
+        pw = bound.resolved_mode == "pw_rel"
+        step, inv = steps_for(bound.tolerance)
+        nb = -(-n // kb.BLOCK)
+        out = np.empty(1 + 11 * nb + n * itemsize, np.uint8)
+        size = kb.encode_chunk(
+            xv,
+            rawb,
+            itemsize,
+            _PREC[flat.dtype.name],
+            pw,
+            bound.tolerance,
+            step,
+            inv,
+            np.empty(n, np.int64),
+            np.empty_like(out),
+            out,
+        )
+        if size >= 1 + n * itemsize:
+            return bytes([MODE_RAW]) + rawb.tobytes()
+        out[0] = MODE_BLOCKS
+        return out[:size].tobytes()
+
+    def decode(self, payload, shape, dtype, bound, out=None):
+        dtype = np.dtype(dtype)
+        buf = np.frombuffer(payload, np.uint8)
+        n = math.prod(shape)
+        itemsize = dtype.itemsize
+        if buf.size < 1:
+            raise ValueError("block payload is empty")
+        if buf[0] == MODE_RAW:
+            if buf.size != 1 + n * itemsize:
+                raise ValueError(
+                    f"raw block chunk has {buf.size - 1} bytes, expected {n * itemsize}"
+                )
+            return deliver(buf[1:].view(dtype.newbyteorder("<")).astype(dtype), shape, out)
+        if buf[0] != MODE_BLOCKS:
+            raise ValueError(f"unknown block chunk mode {buf[0]}")
+        pw = bound.resolved_mode == "pw_rel"
+        step, _ = steps_for(bound.tolerance)
+        if itemsize >= 4:
+            res = np.empty(n, dtype)
+            ok = kb.decode_chunk(
+                buf, n, itemsize, _PREC[dtype.name], pw, step, res, res.view(np.uint8)
+            )
+        else:
+            vals = np.empty(n, np.float32)
+            rawb = np.empty(n * itemsize, np.uint8)
+            ok = kb.decode_chunk(buf, n, itemsize, _PREC[dtype.name], pw, step, vals, rawb)
+            with np.errstate(over="ignore"):  # raw blocks hold garbage here until overlaid
+                res = vals.astype(dtype)
+            nb = -(-n // kb.BLOCK)
+            raw = (buf[1 : 1 + nb] & 31) == kb.RAW_WIDTH if ok else None
+            if ok and raw.any():
+                pick = np.repeat(raw, kb.BLOCK * itemsize)[: n * itemsize]
+                res.view(np.uint8)[pick] = rawb[pick]
+        if not ok:
+            raise ValueError("block payload is inconsistent (corrupted or truncated)")
+        return deliver(res, shape, out)
+
+    def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
+        from .kernels import block_torch
+
+        step, inv = steps_for(bound.tolerance)
+        pw = bound.resolved_mode == "pw_rel"
+        return block_torch.encode(
+            t, _chunk_elems(t.shape, chunk_rows), pw, bound.tolerance, step, inv
+        )
+
+    def decode_tensor(self, payload, lengths, shape, dtype, bound, chunk_rows):
+        from .kernels import block_torch
+
+        step, _ = steps_for(bound.tolerance)
+        pw = bound.resolved_mode == "pw_rel"
+        flat = block_torch.decode(
+            payload,
+            list(lengths),
+            math.prod(shape),
+            _chunk_elems(shape, chunk_rows),
+            dtype,
+            pw,
+            step,
+        )
+        return flat.reshape(shape)
+
+
+def _chunk_elems(shape, chunk_rows: int) -> int:
+    return max(1, chunk_rows * math.prod(shape[1:])) if len(shape) else 1

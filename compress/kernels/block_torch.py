@@ -1,0 +1,402 @@
+"""The ``block`` codec in torch tensor ops: the same bytes as the numba kernels, on any device.
+
+All chunks of a tensor are processed together as one ``[blocks, 64]`` matrix;
+every step is element- or block-parallel (the one sequential dependency, the
+running value behind delta-coded blocks, is a segmented scan over blocks).
+The host learns only the payload sizes (encode) and chunk modes (decode).
+Arithmetic matches ``kernels/block.py`` operation for operation: float64
+products, round-half-even, rounding to 16-bit dtypes through float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .block import BLOCK, DELTA, QMAX, RAW_WIDTH, SIGNED, SPARSE
+
+
+def _arange64(device) -> torch.Tensor:
+    return torch.arange(BLOCK, dtype=torch.int64, device=device)
+
+
+def _int_view(dtype: torch.dtype) -> torch.dtype:
+    return {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+
+
+def to_storage(r: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 ``r`` rounded as ``dtype`` stores it, returned as float64."""
+    if dtype == torch.float64:
+        return r
+    f = r.to(torch.float32)
+    if dtype != torch.float32:
+        f = f.to(dtype)
+    return f.to(torch.float64)
+
+
+def pow2(k: torch.Tensor) -> torch.Tensor:
+    """2.0**k exactly, for int64 ``k`` in [-1022, 1023]."""
+    return ((k + 1023) << 52).view(torch.float64)
+
+
+def bit_width(v: torch.Tensor) -> torch.Tensor:
+    """Bits needed for non-negative int64 ``v`` < 2**53 (0 for 0)."""
+    return torch.frexp(v.to(torch.float64)).exponent.to(torch.int64)
+
+
+def zigzag(v: torch.Tensor) -> torch.Tensor:
+    return (v << 1) ^ (v >> 63)
+
+
+class Layout:
+    """Where each chunk's elements sit in the padded ``[blocks, 64]`` matrix."""
+
+    def __init__(self, n: int, chunk_elems: int, device):
+        self.n = n
+        self.chunk_elems = chunk_elems
+        self.nchunks = -(-n // chunk_elems) if n else 0
+        self.nfull = n // chunk_elems
+        self.tail = n - self.nfull * chunk_elems
+        self.bpc = -(-chunk_elems // BLOCK)  # blocks per full chunk
+        tail_blocks = -(-self.tail // BLOCK)
+        self.nblocks = self.nfull * self.bpc + tail_blocks
+        counts = [self.bpc] * self.nfull + ([tail_blocks] if self.tail else [])
+        elems = [chunk_elems] * self.nfull + ([self.tail] if self.tail else [])
+        self.chunk_blocks = counts
+        self.chunk_elems_list = elems
+        # per block: chunk id, index within the chunk, valid elements
+        self.chunk_id = torch.repeat_interleave(
+            torch.arange(len(counts), device=device), torch.tensor(counts, device=device)
+        )
+        first = torch.tensor([0] + counts[:-1], device=device).cumsum(0)
+        self.first_block = first  # per chunk: its first block
+        self.local = torch.arange(self.nblocks, device=device) - first[self.chunk_id]
+        elems_t = torch.tensor(elems, device=device)
+        self.valid = torch.clamp(elems_t[self.chunk_id] - self.local * BLOCK, max=BLOCK)
+
+    def to_blocks(self, flat: torch.Tensor, fill=0) -> torch.Tensor:
+        """``flat`` (n elements) as the padded [blocks, 64] matrix."""
+        parts = []
+        if self.nfull:
+            full = flat[: self.nfull * self.chunk_elems].view(self.nfull, self.chunk_elems)
+            pad = self.bpc * BLOCK - self.chunk_elems
+            if pad:
+                full = torch.nn.functional.pad(full, (0, pad), value=fill)
+            parts.append(full.reshape(-1, BLOCK))
+        if self.tail:
+            tail = flat[self.nfull * self.chunk_elems :]
+            pad = -self.tail % BLOCK
+            if pad:
+                tail = torch.nn.functional.pad(tail, (0, pad), value=fill)
+            parts.append(tail.reshape(-1, BLOCK))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def from_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`to_blocks`: the n elements, in order."""
+        parts = []
+        nfb = self.nfull * self.bpc
+        if self.nfull:
+            full = blocks[:nfb].reshape(self.nfull, self.bpc * BLOCK)[:, : self.chunk_elems]
+            parts.append(full.reshape(-1))
+        if self.tail:
+            parts.append(blocks[nfb:].reshape(-1)[: self.tail])
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _quantize(xb, lay, dtype, pw, tol, step, inv):
+    """Codes, raw flags and step exponents of every block (the encoder's first half)."""
+    x = xb.to(torch.float64)
+    dev = x.device
+    pos = _arange64(dev)
+    valid = pos[None, :] < lay.valid[:, None]
+    if pw:
+        a = torch.where((x != 0) & valid, x.abs(), torch.full_like(x, math.inf))
+        lo = a.amin(1)
+        lo = torch.where(lo == math.inf, torch.zeros_like(lo), lo)
+        a2 = tol * lo
+        a2 = a2 + a2
+        k = torch.where(
+            torch.isfinite(a2),
+            torch.frexp(a2).exponent.to(torch.int64) - 1,
+            torch.full_like(lo, 1023, dtype=torch.int64),
+        ).clamp(-1022, 1023)
+        bstep = pow2(k)[:, None]
+        binv = pow2(-k)[:, None]
+        t = torch.round(x * binv)
+        r = to_storage(t * bstep, dtype)
+        lim = tol * x.abs()
+    else:
+        k = torch.zeros(x.shape[0], dtype=torch.int64, device=dev)
+        t = torch.round(x * inv)
+        r = to_storage(t * step, dtype)
+        lim = tol
+    inrange = t.abs() <= QMAX
+    good = inrange & ((r - x).abs() <= lim)
+    bad = (~good & valid).any(1)
+    v = torch.where(inrange & valid, t, torch.zeros_like(t)).to(torch.int64)
+    return v, valid, bad, k
+
+
+def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
+    """Payloads of all chunks of the flattened C-contiguous ``t``: (uint8 tensor, lengths)."""
+    dtype = t.dtype
+    itemsize = t.element_size()
+    dev = t.device
+    flat = t.reshape(-1)
+    n = flat.numel()
+    if n == 0:
+        return torch.zeros(0, dtype=torch.uint8, device=dev), []
+    lay = Layout(n, chunk_elems, dev)
+    xb = lay.to_blocks(flat)
+    v, valid, bad, k = _quantize(xb, lay, dtype, pw, tol, step, inv)
+    m = lay.valid
+    zero = torch.zeros_like(v)
+
+    # direct codes decide raw blocks (from the block alone)
+    neg_d = (v < 0).any(1)
+    code_d = torch.where(neg_d[:, None], zigzag(v), v)
+    w_d = bit_width(code_d.amax(1))
+    raw = bad | ((m * w_d + 7) // 8 > m * itemsize)
+
+    # delta codes: the predecessor of a block is the last code of the block before
+    # it in the chunk, or 0 after a raw block and at the start of a chunk
+    last = v.gather(1, (m - 1)[:, None]).squeeze(1)
+    pred = torch.cat([zero[:1, 0], torch.where(raw[:-1], zero[:-1, 0], last[:-1])])
+    pred = torch.where(lay.local == 0, zero[:, 0], pred)
+    d = torch.where(valid, v - torch.cat([pred[:, None], v[:, :-1]], 1), zero)
+    neg_l = (d < 0).any(1)
+    code_l = torch.where(neg_l[:, None], zigzag(d), d)
+    w_l = bit_width(code_l.amax(1))
+    nz_d = (v != 0).sum(1)
+    nz_l = (d != 0).sum(1)
+    costs = torch.stack(
+        [
+            (m * w_d + 7) // 8,
+            8 + (nz_d * w_d + 7) // 8,
+            (m * w_l + 7) // 8,
+            8 + (nz_l * w_l + 7) // 8,
+        ]
+    )
+    choice = costs.argmin(0)
+    is_delta = choice >= 2
+    is_sparse = (choice % 2 == 1) & ~raw
+    width = torch.where(is_delta, w_l, w_d)
+    head = width | torch.where(torch.where(is_delta, neg_l, neg_d), SIGNED, 0)
+    head = head | torch.where(is_sparse, SPARSE, 0) | torch.where(is_delta, DELTA, 0)
+
+    # raw blocks: one value when all their values have the same bits
+    ibits = xb.view(_int_view(dtype))
+    same = ((ibits == ibits[:, :1]) | ~valid).all(1)
+    head = torch.where(raw, RAW_WIDTH | torch.where(same, SPARSE, 0), head)
+    raw_size = torch.where(same, itemsize, m * itemsize)
+    best = costs.gather(0, choice[None]).squeeze(0)
+    dsize = torch.where(raw, raw_size, best - torch.where(is_sparse, 8, 0))
+    is_delta = is_delta & ~raw
+    codes = torch.where(is_delta[:, None], code_l, code_d)
+    emit = torch.where(is_sparse[:, None], torch.where(is_delta[:, None], d, v) != 0, valid)
+    emit = emit & ~raw[:, None]
+
+    # per chunk sizes; chunks that would not shrink are stored raw
+    nch = lay.nchunks
+    cid = lay.chunk_id
+
+    def per_chunk(x):
+        return torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, x)
+
+    nb_c = torch.tensor(lay.chunk_blocks, device=dev)
+    n_c = torch.tensor(lay.chunk_elems_list, device=dev)
+    head_bytes = nb_c * (3 if pw else 1)
+    sparse_c = per_chunk(is_sparse.long())
+    data_c = per_chunk(dsize)
+    size_c = 1 + head_bytes + 8 * sparse_c + data_c
+    raw_c = size_c >= 1 + n_c * itemsize
+    size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
+    # the one host sync: sizes, which chunks are raw, whether any block is raw
+    host = torch.cat([size_c, raw_c.long(), raw.any().long()[None]]).tolist()
+    lengths, raw_chunks, any_raw = host[:nch], host[nch : 2 * nch], host[-1]
+    total = sum(lengths)
+    start_c = torch.cumsum(size_c, 0) - size_c
+
+    words = torch.zeros(total // 8 + 2, dtype=torch.int64, device=dev)
+    out = words.view(torch.uint8)
+    dump = out.numel() - 1  # writes of raw chunks' blocks land here and are cut off
+    keep = ~raw_c[cid]
+    base = start_c[cid]
+
+    def put(index, values):
+        out.index_put_((torch.where(keep.view(-1, *[1] * (index.dim() - 1)), index, dump),), values)
+
+    out[start_c] = torch.where(raw_c, 1, 0).to(torch.uint8)
+    put(base + 1 + lay.local, head.to(torch.uint8))
+    if pw:
+        kk = torch.where(raw, 0, k) & 0xFFFF
+        put(base + 1 + nb_c[cid] + 2 * lay.local, (kk & 0xFF).to(torch.uint8))
+        put(base + 2 + nb_c[cid] + 2 * lay.local, (kk >> 8).to(torch.uint8))
+    # masks of the sparse blocks, in block order, after the headers
+    sp_rank = torch.cumsum(is_sparse.long(), 0) - is_sparse.long()
+    sp_rank = sp_rank - sp_rank[lay.first_block][cid]
+    mask_start = base + 1 + head_bytes[cid]
+    mask = (torch.where(emit & is_sparse[:, None], 1, 0) << _arange64(dev)).sum(1)
+    mbytes = ((mask[:, None] >> (8 * torch.arange(8, device=dev))) & 0xFF).to(torch.uint8)
+    midx = mask_start[:, None] + 8 * sp_rank[:, None] + torch.arange(8, device=dev)
+    midx = torch.where(is_sparse[:, None], midx, dump)
+    put(midx, mbytes)
+    # block data
+    data_start = mask_start + 8 * sparse_c[cid]
+    doff = torch.cumsum(dsize, 0) - dsize
+    doff = doff - doff[lay.first_block][cid] + data_start
+    if any_raw:  # raw blocks: their bytes as they are
+        nbytes = BLOCK * itemsize
+        bidx = doff[:, None] + torch.arange(nbytes, device=dev)
+        ok = raw[:, None] & (torch.arange(nbytes, device=dev)[None, :] < raw_size[:, None])
+        put(torch.where(ok, bidx, dump), xb.contiguous().view(torch.uint8).view(-1, nbytes))
+    rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, _arange64(dev))
+    bitpos = doff[:, None] * 8 + rank * width[:, None]
+    val = torch.where(emit & keep[:, None], codes, zero)
+    widx = torch.where(emit & keep[:, None], bitpos >> 6, zero)
+    shift = bitpos & 63
+    words.scatter_add_(0, widx.view(-1), (val << shift).view(-1))
+    spill = shift + width[:, None] > 64
+    hi = torch.where(spill, val >> (64 - shift).clamp(max=63), zero)
+    words.scatter_add_(0, (widx + 1).view(-1), hi.view(-1))
+    # raw chunks: a mode byte and the values as they are
+    st = 0
+    for c in range(nch):
+        if raw_chunks[c]:
+            s0 = c * lay.chunk_elems
+            src = flat[s0 : s0 + lay.chunk_elems_list[c]].contiguous().view(torch.uint8)
+            out[st + 1 : st + 1 + src.numel()] = src
+        st += lengths[c]
+    return out[:total], lengths
+
+
+def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype, pw, step):
+    """The ``n`` values (flattened) of the chunk payloads concatenated in ``payload``.
+
+    Raises ValueError when a payload is inconsistent with its length.
+    """
+    dev = payload.device
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if n == 0:
+        return torch.zeros(0, dtype=dtype, device=dev)
+    lay = Layout(n, chunk_elems, dev)
+    nch = lay.nchunks
+    if len(lengths) != nch:
+        raise ValueError(f"{len(lengths)} chunk payloads for {nch} chunks")
+    cid = lay.chunk_id
+    nb_c = torch.tensor(lay.chunk_blocks, device=dev)
+    n_c = torch.tensor(lay.chunk_elems_list, device=dev)
+    len_c = torch.tensor(lengths, device=dev)
+    start_c = torch.cumsum(len_c, 0) - len_c
+    head_bytes = nb_c * (3 if pw else 1)
+    if min(lengths) < 1:
+        raise ValueError("a block chunk payload is empty")
+    total = sum(lengths)
+    words = torch.zeros(total // 8 + 2, dtype=torch.int64, device=dev)
+    buf = words.view(torch.uint8)
+    buf[:total] = payload[:total]
+    last = buf.numel() - 1
+
+    def get(index):
+        return buf[index.clamp(0, last)]
+
+    mode_c = buf[start_c].long()
+    base = start_c[cid]
+    m = lay.valid
+    head = get(base + 1 + lay.local).long()
+    width = head & 31
+    raw = width == RAW_WIDTH
+    is_sparse = (head & SPARSE != 0) & ~raw
+    is_delta = (head & DELTA != 0) & ~raw
+    signed = (head & SIGNED != 0) & ~raw
+    if pw:
+        lo = get(base + 1 + nb_c[cid] + 2 * lay.local).long()
+        hi = get(base + 2 + nb_c[cid] + 2 * lay.local).long()
+        k = lo | (hi << 8)
+        k = torch.where(k >= 32768, k - 65536, k)
+    sp_rank = torch.cumsum(is_sparse.long(), 0) - is_sparse.long()
+    sp_rank = sp_rank - sp_rank[lay.first_block][cid]
+    sparse_c = torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, is_sparse.long())
+    mask_start = base + 1 + head_bytes[cid]
+    mb = get(mask_start[:, None] + 8 * sp_rank[:, None] + torch.arange(8, device=dev)).long()
+    mask = (mb << (8 * torch.arange(8, device=dev))).sum(1)
+    mask = torch.where(is_sparse, mask, 0)
+    pos = _arange64(dev)
+    mbits = ((mask[:, None] >> pos) & 1) == 1
+    valid = pos[None, :] < m[:, None]
+    nnz = mbits.sum(1)
+    same = raw & (head & SPARSE != 0)
+    cnt = torch.where(is_sparse, nnz, m)
+    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
+    data_c = torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, dsize)
+    need_c = torch.where(mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + 8 * sparse_c + data_c)
+    bad_head = ~raw & (width > 30) | raw & (head & (SIGNED | DELTA) != 0)
+    bad_head = bad_head | (is_sparse & (mbits & ~valid).any(1))
+    if pw:
+        bad_head = bad_head | ~raw & ((k < -1022) | (k > 1023))
+    bad_c = (need_c != len_c) | (mode_c > 1)
+    bad_c = bad_c | (
+        torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(
+            0, cid, (bad_head & (mode_c[cid] == 0)).long()
+        )
+        > 0
+    )
+    check = torch.cat([bad_c.long(), mode_c]).tolist()  # the host sync: validity and modes
+    if any(check[:nch]):
+        raise ValueError("block payload is inconsistent (corrupted or truncated)")
+    raw_chunks = check[nch:]
+
+    data_start = mask_start + 8 * sparse_c[cid]
+    doff = torch.cumsum(dsize, 0) - dsize
+    doff = doff - doff[lay.first_block][cid] + data_start
+    emit = torch.where(is_sparse[:, None], mbits, valid) & ~raw[:, None]
+    rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, pos)
+    bitpos = doff[:, None] * 8 + rank * width[:, None]
+    widx = torch.where(emit, bitpos >> 6, 0).clamp(0, words.numel() - 2)
+    shift = bitpos & 63
+    lo = (words[widx] >> shift) & torch.where(shift == 0, -1, (1 << (64 - shift).clamp(max=63)) - 1)
+    hi = torch.where(shift == 0, 0, words[widx + 1] << (64 - shift).clamp(max=63))
+    wmask = (1 << width.clamp(max=62)) - 1
+    c = torch.where(emit, (lo | hi) & wmask[:, None], 0)
+    c = torch.where(signed[:, None], (c >> 1) ^ -(c & 1), c)
+
+    # running values behind delta blocks: a segmented scan over blocks
+    cs = torch.cumsum(c, 1)
+    tsum = torch.where(is_delta, cs[:, -1], 0)
+    direct_last = c.gather(1, (m - 1)[:, None]).squeeze(1)
+    reset = ~is_delta
+    first = lay.local == 0
+    mark = reset | first
+    S = torch.cumsum(tsum, 0)
+    anchor_val = torch.where(reset & ~raw, direct_last, 0)
+    anchor_S = torch.where(reset, S, S - tsum)
+    idx = torch.arange(lay.nblocks, device=dev)
+    mi = torch.cummax(torch.where(mark, idx, -1), 0).values
+    q_last = anchor_val[mi] + S - anchor_S[mi]
+    carry = torch.cat([q_last.new_zeros(1), q_last[:-1]])
+    carry = torch.where(first, 0, carry)
+    q = torch.where(is_delta[:, None], carry[:, None] + cs, c)
+    bstep = pow2(torch.where(raw, 0, k))[:, None] if pw else step
+    vals = to_storage(q.to(torch.float64) * bstep, dtype).to(dtype)
+    if bool(raw.any()):
+        rid = torch.nonzero(raw).view(-1)
+        nbytes = BLOCK * itemsize
+        j = torch.arange(nbytes, device=dev)
+        src = torch.where(same[rid, None], doff[rid, None] + j % itemsize, doff[rid, None] + j)
+        rb = get(src)
+        vals = vals.contiguous()
+        vals.view(torch.uint8).view(-1, nbytes)[rid] = rb
+    flat = lay.from_blocks(vals)
+    if any(raw_chunks):
+        flat = flat.clone()
+        st = 0
+        for ch in range(nch):
+            if raw_chunks[ch]:
+                s0 = ch * chunk_elems
+                cnt_b = lay.chunk_elems_list[ch] * itemsize
+                flat[s0 : s0 + lay.chunk_elems_list[ch]] = (
+                    buf[st + 1 : st + 1 + cnt_b].clone().view(dtype)
+                )
+            st += lengths[ch]
+    return flat

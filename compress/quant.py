@@ -1,0 +1,534 @@
+"""The ``quant`` codec: per-group min/scale quantization to 2, 4 or 8 bits (ActNN, SDP4Bit).
+
+For activations and gradients that only need a fixed number of bits, not an
+error bound. Two implementations write identical bytes: numba kernels on numpy
+chunks (:meth:`QuantCodec.encode`/``decode``) and torch tensor ops that run
+unchanged on CPU and GPU (:meth:`QuantCodec.encode_tensor`/``decode_tensor``).
+
+Arithmetic per chunk of ``n`` values (C order), all in float64 except where a
+value is rounded to the parameter dtype P (float64 for float64 data, else
+float32) or to the chunk dtype (``R``: float16 and bfloat16 via float32):
+
+1. groups of ``group`` values (the last may be short); with ``hadamard`` every
+   group is zero-padded to ``group`` values and ``group`` codes are stored;
+2. hadamard: ``v = FWHT(s * x)`` (unnormalised butterflies, h = 1, 2, 4, ...)
+   with signs ``s_j = 1 - 2 * (hash32(2*seed + 1, offset + j) & 1)``; else v = x;
+3. ``lo = min(v) + 0.0`` and ``hi = max(v) + 0.0`` (the ``+ 0.0`` makes a zero
+   minimum +0.0 whichever zero min/max picks), ``lo_p = P(lo)``,
+   ``scale_p = P((hi - lo_p) / (2**bits - 1))``;
+4. ``code = clamp(floor((v - lo_p) / scale_p + u), 0, 2**bits - 1)``, every code
+   0 if ``scale_p <= 0``; u = 0.5, or with ``stochastic``
+   ``(hash32(2*seed, offset + k) >> 8) * 2**-24`` for code index k;
+5. ``v' = lo_p + code * scale_p``; ``x' = R(s * FWHT(v') / group)`` or ``R(v')``;
+6. ``max_error = max |x' - x|``. If it is not finite (a NaN or infinity in the
+   chunk, or an overflow of the range) the chunk is stored raw instead.
+
+``offset`` is the index of the chunk's first element in the whole array and
+``hash32`` is :func:`.kernels.hashing.hash32`.
+
+Payload, little-endian. Mode 0: ``u8 0, f64 max_error, P[ngroups] lo_p,
+P[ngroups] scale_p``, then the codes packed LSB-first (2 bits: ``c0 | c1<<2 |
+c2<<4 | c3<<6``, 4 bits: ``c0 | c1<<4``, 8 bits: a byte each; the last byte
+zero-padded). An empty chunk is ``u8 0, f64 0.0``. Mode 1 (raw): ``u8 1`` then
+the chunk's little-endian bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .byteio import ByteWriter
+from .kernels.hashing import hash32_torch
+from .kernels.quant import quant_decode, quant_encode
+from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
+from .registry import Codec, chunk_rows_for, deliver, register_codec
+
+MODE_QUANT, MODE_RAW = 0, 1
+_HEAD = 9  # u8 mode + f64 max_error
+_U_SCALE = 2.0**-24
+#: fewest elements per thread worth splitting a chunk's groups among threads
+_PARALLEL_MIN_ELEMENTS = 1 << 18
+
+
+def _check_bool(name, v) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"quant {name} must be true or false, got {v!r}")
+    return bool(v)
+
+
+def _check_int(name, v) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"quant {name} must be an integer, got {v!r}")
+    return int(v)
+
+
+@register_codec
+class QuantCodec(Codec):
+    """Bits-bounded quantizer: ``bits`` (2, 4, 8) per value plus a float min and scale
+    per ``group`` values (a power of two, 16..4096); ``stochastic`` rounding draws
+    seeded noise (``seed`` in [0, 2**31)); ``hadamard`` rotates each group first
+    (spreads outliers). Takes no error bound; see the module docstring."""
+
+    name = "quant"
+    lossy = True
+    bounded = False
+    dtypes = ("float16", "float32", "float64")
+    default_chunk_bytes = 1 << 20
+    has_tensor_path = True
+
+    def __init__(
+        self,
+        bits: int = 4,
+        group: int = 128,
+        stochastic: bool = False,
+        seed: int = 0,
+        hadamard: bool = False,
+    ):
+        self.bits = _check_int("bits", bits)
+        if self.bits not in (2, 4, 8):
+            raise ValueError(f"quant bits must be 2, 4 or 8, got {bits!r}")
+        self.group = _check_int("group", group)
+        if not 16 <= self.group <= 4096 or self.group & (self.group - 1):
+            raise ValueError(
+                f"quant group must be a power of two from 16 to 4096 values, got {group!r}"
+            )
+        self.stochastic = _check_bool("stochastic", stochastic)
+        self.seed = _check_int("seed", seed)
+        if not 0 <= self.seed < 2**31:
+            raise ValueError(f"quant seed must be in [0, 2**31), got {seed!r}")
+        self.hadamard = _check_bool("hadamard", hadamard)
+
+    def get_config(self) -> dict:
+        return {
+            "id": self.name,
+            "bits": self.bits,
+            "group": self.group,
+            "stochastic": self.stochastic,
+            "seed": self.seed,
+            "hadamard": self.hadamard,
+        }
+
+    # -- layout --------------------------------------------------------------------
+
+    def _layout(self, n: int) -> tuple[int, int, int]:
+        """(groups, codes, packed code bytes) of an ``n``-value chunk."""
+        ngroups = -(-n // self.group)
+        ncodes = ngroups * self.group if self.hadamard else n
+        return ngroups, ncodes, (ncodes * self.bits + 7) // 8
+
+    def payload_size(self, n: int, param_itemsize: int) -> int:
+        """Bytes of a mode-0 payload of ``n`` values with ``param_itemsize``-byte lo/scale."""
+        ngroups, _, nbytes = self._layout(n)
+        return _HEAD + 2 * ngroups * param_itemsize + nbytes
+
+    @staticmethod
+    def payload_max_error(payload) -> float:
+        """The max abs error a chunk payload records (0.0 for a raw chunk)."""
+        head = bytes(memoryview(payload)[:_HEAD])
+        if not head:
+            raise ValueError("quant payload is empty")
+        if head[0] == MODE_RAW:
+            return 0.0
+        if head[0] != MODE_QUANT:
+            raise ValueError(f"unknown quant chunk mode {head[0]}")
+        if len(head) < _HEAD:
+            raise ValueError(f"quant payload of {len(head)} bytes has no max_error field")
+        return struct.unpack_from("<d", head, 1)[0]
+
+    # -- numpy / numba path --------------------------------------------------------
+
+    def _check_dtype(self, dtype) -> np.dtype:
+        dtype = np.dtype(dtype)
+        if dtype.name not in self.dtypes:
+            raise TypeError(f"codec 'quant' takes {', '.join(self.dtypes)}, not {dtype}")
+        return dtype
+
+    def encode(self, chunk, bound=None, threads=1, offset=0) -> bytes:
+        """Payload of one chunk; ``offset`` (elements) seeds the noise, ``bound`` is unused."""
+        flat = np.ascontiguousarray(chunk).reshape(-1)
+        dtype = self._check_dtype(flat.dtype)
+        n = flat.size
+        if n == 0:
+            return struct.pack("<Bd", MODE_QUANT, 0.0)
+        prec = prec_of(dtype)
+        pdt = np.float64 if prec == PREC_FLOAT64 else np.float32
+        xin = flat.astype(np.float32) if prec == PREC_FLOAT16 else flat
+        ngroups, _, nbytes = self._layout(n)
+        lo = np.empty(ngroups, pdt)
+        scale = np.empty(ngroups, pdt)
+        packed = np.empty(nbytes, np.uint8)
+        args = (self.group, self.bits, self.stochastic, self.seed, self.hadamard, int(offset))
+
+        def run(r):
+            return quant_encode(xin, *args, prec, r[0], r[1], lo, scale, packed)
+
+        ranges = _split(ngroups, max(1, min(int(threads), n // _PARALLEL_MIN_ELEMENTS)))
+        if len(ranges) == 1:
+            err = run(ranges[0])
+        else:
+            with ThreadPoolExecutor(len(ranges)) as pool:
+                err = max(pool.map(run, ranges))
+        if not err < math.inf:
+            return bytes([MODE_RAW]) + flat.astype(dtype.newbyteorder("<")).tobytes()
+        w = ByteWriter()
+        w.u8(MODE_QUANT)
+        w.f64(err)
+        w.array(lo)
+        w.array(scale)
+        w.array(packed)
+        return w.getvalue()
+
+    def decode(self, payload, shape, dtype, bound=None, out=None, offset=0) -> np.ndarray:
+        """Rebuild a chunk. ``offset`` must be the one given to :meth:`encode` when
+        ``hadamard`` is on (the signs depend on it); ``bound`` is unused."""
+        dtype = self._check_dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        n = math.prod(shape)
+        buf = np.frombuffer(payload, np.uint8)
+        if buf.size == 0:
+            raise ValueError("quant payload is empty")
+        mode = int(buf[0])
+        if mode == MODE_RAW:
+            if buf.size != 1 + n * dtype.itemsize:
+                raise ValueError(
+                    f"raw quant payload has {buf.size - 1} data bytes, expected "
+                    f"{n * dtype.itemsize} for {n} {dtype} values"
+                )
+            return deliver(buf[1:].view(dtype.newbyteorder("<")).astype(dtype), shape, out)
+        if mode != MODE_QUANT:
+            raise ValueError(f"unknown quant chunk mode {mode} (expected 0 or 1)")
+        prec = prec_of(dtype)
+        pdt = np.dtype(np.float64 if prec == PREC_FLOAT64 else np.float32)
+        expected = self.payload_size(n, pdt.itemsize)
+        if buf.size != expected:
+            raise ValueError(
+                f"quant payload has {buf.size} bytes, expected {expected} for {n} {dtype} "
+                f"values (bits={self.bits}, group={self.group}, hadamard={self.hadamard})"
+            )
+        ngroups = self._layout(n)[0]
+        le = pdt.newbyteorder("<")
+        at = _HEAD + ngroups * pdt.itemsize
+        lo = buf[_HEAD:at].view(le).astype(pdt)
+        scale = buf[at : at + ngroups * pdt.itemsize].view(le).astype(pdt)
+        packed = buf[at + ngroups * pdt.itemsize :]
+        res = np.empty(n, np.float32 if prec == PREC_FLOAT16 else dtype)
+        args = (self.group, self.bits, self.seed, self.hadamard, int(offset), prec)
+        quant_decode(lo, scale, packed, n, *args, 0, ngroups, res)
+        return deliver(res.astype(dtype, copy=False), shape, out)
+
+    # -- torch path ----------------------------------------------------------------
+    # -- torch path ----------------------------------------------------------------
+
+    def encode_tensor(self, t, bound, chunk_rows: int):
+        """Payloads of all chunks of C-contiguous tensor ``t`` (float16/bfloat16/float32/
+        float64, any device), ``chunk_rows`` rows each; see :meth:`Codec.encode_tensor`."""
+        import torch
+
+        pdt = _torch_param_dtype(t.dtype)
+        if not t.is_contiguous():
+            raise ValueError("encode_tensor needs a C-contiguous tensor (call .contiguous())")
+        chunk_rows = _check_int("chunk_rows", chunk_rows)
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
+        n = t.numel()
+        if n == 0:
+            return torch.empty(0, dtype=torch.uint8, device=t.device), []
+        rows = t.shape[0] if t.dim() else 1
+        m = chunk_rows * (n // rows)
+        nfull = rows // chunk_rows
+        flat = t.reshape(-1)
+        parts = []  # (values [chunks, m], offset of the first)
+        if nfull:
+            parts.append((flat[: nfull * m].view(nfull, m), 0))
+        if n > nfull * m:
+            parts.append((flat[nfull * m :].view(1, n - nfull * m), nfull * m))
+        encoded = [self._encode_rows(x, base, pdt) for x, base in parts]
+        raw = torch.cat([~torch.isfinite(err) for _, err in encoded]).tolist()  # the one sync
+        if not any(raw):
+            payload = torch.cat([enc.reshape(-1) for enc, _ in encoded])
+            return payload, [enc.shape[1] for enc, _ in encoded for _ in range(enc.shape[0])]
+        pieces, lengths = [], []
+        flags = iter(raw)
+        one = torch.ones(1, dtype=torch.uint8, device=t.device)
+        for (x, _), (enc, _) in zip(parts, encoded, strict=True):
+            for row in range(x.shape[0]):
+                if next(flags):
+                    pieces += [one, x[row].view(torch.uint8)]
+                    lengths.append(1 + x.shape[1] * x.element_size())
+                else:
+                    pieces.append(enc[row])
+                    lengths.append(enc.shape[1])
+        return torch.cat(pieces), lengths
+
+    def _encode_rows(self, x, base: int, pdt):
+        """Mode-0 payloads ``[chunks, bytes]`` of the equal chunks in the rows of ``x`` (the
+        first at element ``base``) and their max errors (not finite: store raw)."""
+        import torch
+
+        nch, m = x.shape
+        G = self.group
+        ngroups, ncodes, _ = self._layout(m)
+        width = ngroups * G
+        maxc = float((1 << self.bits) - 1)
+        xd = x.to(torch.float64)
+        pos = None
+        if self.hadamard or self.stochastic:
+            pos = _positions(base, nch, m, width, x.device)
+        if self.hadamard:
+            signs = _signs_torch(self.seed, pos)
+            v = torch.nn.functional.pad(xd, (0, width - m)) * signs
+            v = _fwht_torch(v.view(nch, ngroups, G))
+        else:  # pad a short last group with copies of its last value (min/max unchanged)
+            v = xd if width == m else torch.cat([xd, xd[:, -1:].expand(nch, width - m)], 1)
+            v = v.view(nch, ngroups, G)
+        lo_p = (v.amin(-1) + 0.0).to(pdt)  # + 0.0: min/max may pick either zero
+        lo = lo_p.to(torch.float64)
+        scale_p = (((v.amax(-1) + 0.0) - lo) / maxc).to(pdt)
+        scale = scale_p.to(torch.float64)[..., None]
+        lo = lo[..., None]
+        if self.stochastic:
+            u = (hash32_torch(2 * self.seed, pos) >> 8).to(torch.float64) * _U_SCALE
+            u = u.view(nch, ngroups, G)
+        else:
+            u = 0.5
+        q = torch.floor((v - lo) / scale + u).clamp_(0.0, maxc)
+        q = torch.where(scale > 0.0, q, 0.0)
+        rec = lo + q * scale
+        if self.hadamard:
+            rec = (_fwht_torch(rec).view(nch, width) * signs) / G
+        rec = _to_storage(rec.view(nch, width)[:, :m], x.dtype)
+        err = (rec.to(torch.float64) - xd).abs().amax(1)
+        codes = _pack_torch(q.view(nch, width)[:, :ncodes].to(torch.uint8), self.bits)
+        head = torch.zeros(nch, 1, dtype=torch.uint8, device=x.device)
+        fields = [head, err.view(torch.uint8).view(nch, 8)]
+        fields += [p.view(torch.uint8).view(nch, -1) for p in (lo_p, scale_p)]
+        return torch.cat([*fields, codes], 1), err
+
+    def decode_tensor(self, payload, lengths, shape, dtype, bound=None, chunk_rows=None):
+        """Inverse of :meth:`encode_tensor` on ``payload.device``. ``chunk_rows``: as
+        encoded; None infers it from ``lengths`` (ValueError if that is ambiguous)."""
+        import torch
+
+        pdt = _torch_param_dtype(dtype)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        psize = torch.empty(0, dtype=pdt).element_size()
+        shape = tuple(int(d) for d in shape)
+        n = math.prod(shape)
+        if payload.dtype != torch.uint8 or payload.dim() != 1:
+            raise ValueError("decode_tensor needs a 1-d uint8 payload tensor")
+        lengths = [int(v) for v in lengths]
+        if sum(lengths) != payload.numel():
+            raise ValueError(
+                f"chunk lengths add up to {sum(lengths)} bytes but the payload has "
+                f"{payload.numel()}"
+            )
+        dev = payload.device
+        if n == 0:
+            if lengths:
+                raise ValueError(f"an empty tensor has no chunks, got {len(lengths)}")
+            return torch.empty(shape, dtype=dtype, device=dev)
+        if not lengths or min(lengths) < 1:
+            raise ValueError("every chunk of a non-empty tensor needs a non-empty payload")
+        payload = payload.contiguous()
+        starts = [0, *np.cumsum(lengths[:-1]).tolist()]
+        modes = payload[torch.tensor(starts, device=dev)].tolist()  # the one sync
+        rows = shape[0] if shape else 1
+        row_size = n // rows
+
+        def expected(mode, size):
+            if mode == MODE_RAW:
+                return 1 + size * itemsize
+            return self.payload_size(size, psize) if mode == MODE_QUANT else -1
+
+        def fits(cr):
+            k = len(lengths)
+            if -(-rows // cr) != k:
+                return False
+            sizes = [cr * row_size] * (k - 1) + [(rows - (k - 1) * cr) * row_size]
+            return all(
+                expected(md, sz) == ln for md, sz, ln in zip(modes, sizes, lengths, strict=True)
+            )
+
+        if chunk_rows is None:
+            chunk_rows = _infer_chunk_rows(
+                fits, rows, len(lengths), chunk_rows_for(shape, itemsize, self.default_chunk_bytes)
+            )
+        elif not fits(_check_int("chunk_rows", chunk_rows)):
+            bad = [i for i, md in enumerate(modes) if md not in (MODE_QUANT, MODE_RAW)]
+            if bad:
+                raise ValueError(f"unknown quant chunk mode {modes[bad[0]]} in chunk {bad[0]}")
+            raise ValueError(
+                f"{len(lengths)} chunk payloads of {lengths[:4]}... bytes do not match "
+                f"shape {shape} in chunks of {chunk_rows} rows"
+            )
+        m = chunk_rows * row_size
+        out = torch.empty(n, dtype=dtype, device=dev)
+        nfull = rows // chunk_rows
+        groups = [(list(range(nfull)), m)] if nfull else []
+        if n > nfull * m:
+            groups.append(([nfull], n - nfull * m))
+        for chunks, size in groups:
+            quant = [c for c in chunks if modes[c] == MODE_QUANT]
+            if quant:
+                span = lengths[quant[0]]
+                if len(quant) == nfull and chunks[0] == 0:
+                    enc = payload[: nfull * span].view(nfull, span)
+                else:
+                    enc = torch.stack([payload[starts[c] : starts[c] + span] for c in quant])
+                first = torch.tensor(quant, device=dev, dtype=torch.int64) * m
+                dec = self._decode_rows(enc, size, first, dtype, pdt)
+                dst = out[chunks[0] * m : chunks[0] * m + len(chunks) * size]
+                dst = dst.view(len(chunks), size)
+                if len(quant) == len(chunks):
+                    dst.copy_(dec)
+                else:
+                    idx = torch.tensor([c - chunks[0] for c in quant], device=dev)
+                    dst[idx] = dec
+            for c in chunks:
+                if modes[c] == MODE_RAW:
+                    raw = payload[starts[c] + 1 : starts[c] + lengths[c]]
+                    out[c * m : c * m + size] = _bytes_as(raw, dtype)
+        return out.view(shape)
+
+    def _decode_rows(self, enc, m: int, first, dtype, pdt):
+        """Values ``[chunks, m]`` of the mode-0 payloads in the rows of ``enc``; ``first``:
+        int64 tensor of each chunk's first element index."""
+        import torch
+
+        nch = enc.shape[0]
+        G = self.group
+        ngroups, ncodes, _ = self._layout(m)
+        width = ngroups * G
+        psize = 8 if pdt == torch.float64 else 4
+        at = _HEAD + ngroups * psize
+        lo = _bytes_as(enc[:, _HEAD:at], pdt).to(torch.float64)[..., None]
+        scale = _bytes_as(enc[:, at : at + ngroups * psize], pdt).to(torch.float64)[..., None]
+        codes = _unpack_torch(enc[:, at + ngroups * psize :], self.bits, ncodes)
+        if ncodes < width:
+            codes = torch.nn.functional.pad(codes, (0, width - ncodes))
+        rec = lo + codes.view(nch, ngroups, G).to(torch.float64) * scale
+        if self.hadamard:
+            pos = first[:, None] + torch.arange(width, device=enc.device)[None, :]
+            rec = (_fwht_torch(rec).view(nch, width) * _signs_torch(self.seed, pos)) / G
+        return _to_storage(rec.view(nch, width)[:, :m], dtype)
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _split(count: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous near-equal ranges covering 0..count-1."""
+    parts = max(1, min(parts, count))
+    bounds = [count * i // parts for i in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _infer_chunk_rows(fits, rows: int, nchunks: int, guess: int) -> int:
+    """The rows per chunk that explain ``nchunks`` payload lengths (``fits``)."""
+    if nchunks == 1:
+        if fits(rows):
+            return rows
+        raise ValueError(f"the payload length does not match a chunk of {rows} rows")
+    if fits(guess):
+        return guess
+    lo, hi = -(-rows // nchunks), -(-rows // (nchunks - 1)) - 1
+    found = [cr for cr in range(lo, hi + 1) if fits(cr)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ValueError(f"{nchunks} chunk payload lengths do not match any split of {rows} rows")
+    raise ValueError(
+        f"the chunk payload lengths fit chunks of {found[0]}..{found[-1]} rows: pass chunk_rows"
+    )
+
+
+def _torch_param_dtype(dtype):
+    """Parameter dtype (float64 or float32) for a torch value dtype; TypeError if unsupported."""
+    import torch
+
+    if dtype == torch.float64:
+        return torch.float64
+    if dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return torch.float32
+    raise TypeError(
+        f"codec 'quant' takes float16, bfloat16, float32 or float64 tensors, not {dtype}"
+    )
+
+
+def _bytes_as(b, dtype):
+    """uint8 tensor (any offset, rows may be strided) reinterpreted as ``dtype`` along its
+    last dim (a fresh contiguous copy, so the view is aligned)."""
+    import torch
+
+    return b.clone(memory_format=torch.contiguous_format).view(dtype)
+
+
+def _to_storage(v, dtype):
+    """float64 tensor rounded to ``dtype`` (16-bit types via float32)."""
+    import torch
+
+    if dtype == torch.float64:
+        return v
+    return v.to(torch.float32).to(dtype)
+
+
+def _positions(base: int, nch: int, m: int, width: int, device):
+    """int64 ``[nch, width]``: base + c*m + j, the element index of slot j of chunk c."""
+    import torch
+
+    first = base + torch.arange(nch, device=device, dtype=torch.int64)[:, None] * m
+    return first + torch.arange(width, device=device, dtype=torch.int64)[None, :]
+
+
+def _signs_torch(seed: int, pos):
+    """+1.0/-1.0 (float64) from bit 0 of hash32(2*seed + 1, pos)."""
+    import torch
+
+    return 1.0 - 2.0 * (hash32_torch(2 * seed + 1, pos) & 1).to(torch.float64)
+
+
+def _fwht_torch(v):
+    """Unnormalised Walsh-Hadamard transform along the last dim (a power of 2)."""
+    import torch
+
+    *lead, size = v.shape
+    h = 1
+    while h < size:
+        w = v.reshape(*lead, size // (2 * h), 2, h)
+        a, b = w[..., 0, :], w[..., 1, :]
+        v = torch.stack((a + b, a - b), dim=-2).reshape(*lead, size)
+        h *= 2
+    return v
+
+
+def _pack_torch(codes, bits: int):
+    """uint8 codes ``[rows, k]`` packed LSB-first, ``[rows, ceil(k*bits/8)]``."""
+    import torch
+
+    per = 8 // bits
+    if per == 1:
+        return codes
+    rows, k = codes.shape
+    if k % per:
+        codes = torch.nn.functional.pad(codes, (0, per - k % per))
+    c = codes.view(rows, -1, per)
+    out = c[..., 0].clone()
+    for s in range(1, per):
+        out |= c[..., s] << (s * bits)
+    return out
+
+
+def _unpack_torch(packed, bits: int, k: int):
+    """Inverse of :func:`_pack_torch`: uint8 ``[rows, k]``."""
+    import torch
+
+    per = 8 // bits
+    if per == 1:
+        return packed[:, :k]
+    mask = (1 << bits) - 1
+    parts = [(packed >> (s * bits)) & mask for s in range(per)]
+    return torch.stack(parts, -1).reshape(packed.shape[0], -1)[:, :k]
