@@ -7,4 +7,23 @@ from . import block, lossless, sz  # noqa: F401  (registers the codecs)
 from .bounds import ErrorBound
 from .registry import Codec, available_codecs, get_codec, register_codec
 
-__all__ = ["Codec", "ErrorBound", "available_codecs", "get_codec", "register_codec"]
+__all__ = [
+    "Codec",
+    "CompressedTensor",
+    "ErrorBound",
+    "available_codecs",
+    "compress_tensor",
+    "decompress_tensor",
+    "get_codec",
+    "register_codec",
+]
+
+_TENSOR_API = ("CompressedTensor", "compress_tensor", "decompress_tensor")
+
+
+def __getattr__(name):  # the tensor API imports torch: only on first use
+    if name in _TENSOR_API:
+        from . import tensor
+
+        return getattr(tensor, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

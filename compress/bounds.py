@@ -66,7 +66,12 @@ class ErrorBound:
         """Return a copy whose ``tolerance`` is set for ``data`` (a float array)."""
         if self.mode != "rel":
             return ErrorBound(self.mode, self.value, self.value)
-        lo, hi = finite_range(data)
+        return self.resolve_range(*finite_range(data))
+
+    def resolve_range(self, lo: float, hi: float) -> ErrorBound:
+        """Return a copy resolved for data whose finite values span [lo, hi]."""
+        if self.mode != "rel":
+            return ErrorBound(self.mode, self.value, self.value)
         span = hi - lo
         if math.isfinite(span):
             tol = self.value * span

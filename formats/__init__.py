@@ -1,5 +1,6 @@
 """Bytes on disk and on the wire: the v1 container (see SPEC.md)."""
 
+from ..compress.registry import STREAM_IO
 from .container import (
     DEFAULT_CHUNK_BYTES,
     FORMAT_VERSION,
@@ -9,6 +10,8 @@ from .container import (
     decode_array,
     encode_array,
     read_header,
+    verified_payloads,
+    write_stream,
 )
 from .errors import (
     ChecksumError,
@@ -33,3 +36,21 @@ __all__ = [
     "encode_array",
     "read_header",
 ]
+
+
+def _read_for_tensors(blob) -> dict:
+    h, payload = verified_payloads(blob)
+    if h.order != "C":
+        raise ValueError("only C-order streams decode into tensors")
+    return {
+        "dtype": h.dtype.newbyteorder("<").str,
+        "shape": h.shape,
+        "codec_config": h.codec,
+        "bound": h.bound,
+        "chunk_rows": h.chunk_rows,
+        "lengths": h.lengths,
+        "payload": payload,
+    }
+
+
+STREAM_IO.update(write=write_stream, read=_read_for_tensors)

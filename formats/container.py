@@ -139,13 +139,36 @@ def encode_array(
         workers,
     )
 
+    return write_stream(
+        x.dtype.newbyteorder("<").str,
+        shape,
+        order,
+        codec.get_config(),
+        bound,
+        rows,
+        payloads,
+        writer,
+    )
+
+
+def write_stream(
+    dtype: str,
+    shape: tuple,
+    order: str,
+    codec_config: dict,
+    bound: ErrorBound | None,
+    chunk_rows: int,
+    payloads: list,
+    writer: str,
+) -> bytes:
+    """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order)."""
     header = {
-        "dtype": x.dtype.newbyteorder("<").str,
-        "shape": list(shape),
+        "dtype": dtype,
+        "shape": [int(d) for d in shape],
         "order": order,
-        "codec": codec.get_config(),
+        "codec": codec_config,
         "bound": None if bound is None else bound.to_dict(),
-        "chunk_rows": rows,
+        "chunk_rows": chunk_rows,
         "writer": writer,
     }
     head = json.dumps(header, separators=(",", ":")).encode()
@@ -336,6 +359,19 @@ class ContainerReader:
             row = self._rows(i, i + 1)[0]
             return row[rest] if rest else row
         return self.read()[key]
+
+
+def verified_payloads(buf) -> tuple[Header, memoryview]:
+    """(header, the payload bytes of all chunks in order), every checksum verified."""
+    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
+    h = read_header(mv)
+    if len(mv) > h.compressed_bytes:
+        raise FormatError(f"{len(mv) - h.compressed_bytes} trailing bytes after the stream")
+    for i in range(h.nchunks):
+        start = h.offsets[i]
+        if zlib.crc32(mv[start : start + h.lengths[i]]) != h.crcs[i]:
+            raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
+    return h, mv[h.payload_offset : h.compressed_bytes]
 
 
 def decode_array(buf, *, workers: int | None = None) -> np.ndarray:

@@ -1,0 +1,191 @@
+"""Compress torch tensors where they live: ``compress_tensor`` / ``decompress_tensor``.
+
+The work runs as torch tensor ops on the tensor's own device (CPU or CUDA):
+no copy of the data to the host. The host learns a handful of numbers — the
+value range for a ``rel`` bound and the payload sizes — in at most two small
+synchronisations. ``bytes(ct)`` is the same container stream that
+``tensorpress.compress`` writes for the same array, byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from .bounds import ErrorBound
+from .registry import STREAM_IO, Codec, chunk_rows_for, get_codec
+
+_TORCH_DTYPES = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+}
+_NUMPY_NAMES = {"float16": "<f2", "float32": "<f4", "float64": "<f8"}
+_FROM_NAME = {v: k for k, v in _TORCH_DTYPES.items()} | {
+    "<f2": torch.float16,
+    "<f4": torch.float32,
+    "<f8": torch.float64,
+}
+
+
+@dataclass(frozen=True)
+class CompressedTensor:
+    """A compressed tensor whose payload stays on a device.
+
+    ``payload``: the chunk payloads concatenated (uint8 tensor); ``lengths``:
+    bytes of each; ``shape``/``dtype``: the original tensor's.
+    """
+
+    payload: torch.Tensor
+    lengths: tuple
+    shape: tuple
+    dtype: torch.dtype
+    codec: Codec
+    bound: ErrorBound | None
+    chunk_rows: int
+
+    @property
+    def device(self) -> torch.device:
+        return self.payload.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of compressed payload held."""
+        return int(self.payload.numel())
+
+    @property
+    def original_nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty(0, dtype=self.dtype).element_size()
+
+    @property
+    def ratio(self) -> float:
+        return self.original_nbytes / max(self.nbytes, 1)
+
+    def to(self, device, non_blocking: bool = False) -> CompressedTensor:
+        """The same compressed tensor with its payload on ``device``."""
+        return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))
+
+    def __bytes__(self) -> bytes:
+        if self.dtype == torch.bfloat16:
+            raise TypeError("bfloat16 tensors cannot be written as a container stream yet")
+        import tensorpress
+
+        return STREAM_IO["write"](
+            dtype=_NUMPY_NAMES[_TORCH_DTYPES[self.dtype]],
+            shape=self.shape,
+            order="C",
+            codec_config=self.codec.get_config(),
+            bound=self.bound,
+            chunk_rows=self.chunk_rows,
+            payloads=_split(bytes(self.payload.cpu().numpy()), self.lengths),
+            writer=f"tensorpress {tensorpress.__version__}",
+        )
+
+
+def _split(blob: bytes, lengths) -> list:
+    mv = memoryview(blob)
+    out, pos = [], 0
+    for n in lengths:
+        out.append(mv[pos : pos + n])
+        pos += n
+    return out
+
+
+def compress_tensor(
+    t: torch.Tensor,
+    codec="block",
+    *,
+    abs=None,
+    rel=None,
+    pw_rel=None,
+    chunk_bytes: int | None = None,
+    **codec_params,
+) -> CompressedTensor:
+    """Compress ``t`` on its own device (any layout; read as C order).
+
+    Bounds and codecs as in :func:`tensorpress.compress`; the codec needs a
+    torch path (``block``, ``quant``).
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"compress_tensor takes a torch.Tensor, got {type(t).__name__}")
+    codec = get_codec(codec, **codec_params)
+    if not codec.has_tensor_path:
+        raise ValueError(
+            f"codec {codec.name!r} has no torch path; use 'block' or 'quant', or "
+            "tensorpress.compress on a CPU array"
+        )
+    if t.dtype not in _TORCH_DTYPES:
+        raise TypeError(
+            f"compress_tensor takes float16, bfloat16, float32 or float64 tensors, got {t.dtype}"
+        )
+    t = t.detach().contiguous()
+    shape = tuple(t.shape)
+    if codec.bounded:
+        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel)
+        if bound.mode == "rel":
+            bound = bound.resolve_range(*finite_range(t))
+        else:
+            bound = bound.resolve(None)
+    else:
+        if (abs, rel, pw_rel) != (None, None, None):
+            raise ValueError(f"codec {codec.name!r} takes no error bound")
+        bound = None
+    chunk_bytes = codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    rows = chunk_rows_for(shape, t.element_size(), chunk_bytes)
+    payload, lengths = codec.encode_tensor(t, bound, rows)
+    return CompressedTensor(payload, tuple(lengths), shape, t.dtype, codec, bound, rows)
+
+
+def decompress_tensor(ct, device=None) -> torch.Tensor:
+    """The tensor back: same shape and dtype, on ``ct``'s device (or ``device``).
+
+    ``ct`` is a :class:`CompressedTensor` or a container stream (bytes) written
+    by a codec with a torch path.
+    """
+    if not isinstance(ct, CompressedTensor):
+        ct = _from_stream(ct, device)
+    elif device is not None:
+        ct = ct.to(device)
+    return ct.codec.decode_tensor(
+        ct.payload, list(ct.lengths), ct.shape, ct.dtype, ct.bound, ct.chunk_rows
+    )
+
+
+def _from_stream(blob, device) -> CompressedTensor:
+    f = STREAM_IO["read"](blob)
+    codec = get_codec(f["codec_config"])
+    if not codec.has_tensor_path:
+        raise ValueError(f"streams of codec {codec.name!r} decode with tensorpress.decompress")
+    name = f["dtype"]
+    if name not in _FROM_NAME:
+        raise TypeError(f"cannot decode a {name} stream into a tensor")
+    payload = torch.frombuffer(bytearray(f["payload"]), dtype=torch.uint8)
+    if device is not None:
+        payload = payload.to(device)
+    return CompressedTensor(
+        payload,
+        tuple(f["lengths"]),
+        tuple(f["shape"]),
+        _FROM_NAME[name],
+        codec,
+        f["bound"],
+        f["chunk_rows"],
+    )
+
+
+def finite_range(t: torch.Tensor) -> tuple[float, float]:
+    """(min, max) of the finite elements, as Python floats; (0, 0) when there are none."""
+    if t.numel() == 0:
+        return 0.0, 0.0
+    finite = torch.isfinite(t)
+    lo = torch.where(finite, t, math.inf).amin().to(torch.float64)
+    hi = torch.where(finite, t, -math.inf).amax().to(torch.float64)
+    lo, hi = torch.stack([lo, hi]).tolist()
+    if lo > hi:
+        return 0.0, 0.0
+    return lo, hi
