@@ -31,7 +31,7 @@ def steps_for(tol: float) -> tuple[float, float]:
     step = 2.0 * tol
     if not math.isfinite(step):
         step = float(np.finfo(np.float64).max)
-    return step, (1.0 / step if step > 0 else math.inf)
+    return step, (1.0 / step if step > 0 else 0.0)  # tolerance 0: only zeros quantize
 
 
 @register_codec

@@ -164,7 +164,8 @@ def _from_stream(blob, device) -> CompressedTensor:
     name = f["dtype"]
     if name not in _FROM_NAME:
         raise TypeError(f"cannot decode a {name} stream into a tensor")
-    payload = torch.frombuffer(bytearray(f["payload"]), dtype=torch.uint8)
+    raw = bytearray(f["payload"])
+    payload = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
     if device is not None:
         payload = payload.to(device)
     return CompressedTensor(

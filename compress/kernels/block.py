@@ -93,8 +93,8 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, q, data, out):
                 lo = min(lo, a) if a != 0.0 else lo
             a2 = tol * (lo if lo != math.inf else 0.0)
             a2 = a2 + a2
-            k = math.frexp(a2)[1] - 1 if math.isfinite(a2) else 1023
-            k = min(max(k, -1022), 1023)
+            k = math.frexp(a2)[1] - 1 if math.isfinite(a2) else 1022
+            k = min(max(k, -1022), 1022)  # 2**k and 2**-k both normal
             bstep = math.ldexp(1.0, k)
             binv = math.ldexp(1.0, -k)
         bad = 0
@@ -114,6 +114,10 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, q, data, out):
             lim = tol * abs(x) if pw else tol
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= lim)
+            if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw)
+                bad += not (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
+            elif tol == 0.0:  # a zero tolerance keeps every bit, the sign of zero too
+                bad += x == 0.0 and math.copysign(1.0, x) < 0.0
             v = np.int64(t) if abs(t) <= QMAX else 0
             q[i] = v
             d = v - last
@@ -266,7 +270,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         if pw:
             kb = np.int64(payload[1 + nb + 2 * b]) | (np.int64(payload[2 + nb + 2 * b]) << 8)
             k = kb - 65536 if kb >= 32768 else kb
-            if k < -1022 or k > 1023:
+            if k < -1022 or k > 1022:
                 return False
             bstep = math.ldexp(1.0, k)
         else:

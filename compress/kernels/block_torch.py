@@ -36,7 +36,7 @@ def to_storage(r: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def pow2(k: torch.Tensor) -> torch.Tensor:
-    """2.0**k exactly, for int64 ``k`` in [-1022, 1023]."""
+    """2.0**k exactly, for int64 ``k`` in [-1022, 1023] (normal numbers)."""
     return ((k + 1023) << 52).view(torch.float64)
 
 
@@ -101,7 +101,7 @@ class Layout:
             parts.append(full.reshape(-1))
         if self.tail:
             parts.append(blocks[nfb:].reshape(-1)[: self.tail])
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts)
 
 
 def _quantize(xb, lay, dtype, pw, tol, step, inv):
@@ -119,8 +119,8 @@ def _quantize(xb, lay, dtype, pw, tol, step, inv):
         k = torch.where(
             torch.isfinite(a2),
             torch.frexp(a2).exponent.to(torch.int64) - 1,
-            torch.full_like(lo, 1023, dtype=torch.int64),
-        ).clamp(-1022, 1023)
+            torch.full_like(lo, 1022, dtype=torch.int64),
+        ).clamp(-1022, 1022)
         bstep = pow2(k)[:, None]
         binv = pow2(-k)[:, None]
         t = torch.round(x * binv)
@@ -133,6 +133,10 @@ def _quantize(xb, lay, dtype, pw, tol, step, inv):
         lim = tol
     inrange = t.abs() <= QMAX
     good = inrange & ((r - x).abs() <= lim)
+    if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw)
+        good = good & ((r * x > 0) | ((x == 0) & ~torch.signbit(x)))
+    elif tol == 0:  # a zero tolerance keeps every bit, the sign of zero too
+        good = good & ~((x == 0) & torch.signbit(x))
     bad = (~good & valid).any(1)
     v = torch.where(inrange & valid, t, torch.zeros_like(t)).to(torch.int64)
     return v, valid, bad, k
@@ -334,7 +338,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     bad_head = ~raw & (width > 30) | raw & (head & (SIGNED | DELTA) != 0)
     bad_head = bad_head | (is_sparse & (mbits & ~valid).any(1))
     if pw:
-        bad_head = bad_head | ~raw & ((k < -1022) | (k > 1023))
+        bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
     bad_c = (need_c != len_c) | (mode_c > 1)
     bad_c = bad_c | (
         torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(

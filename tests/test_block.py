@@ -1,0 +1,158 @@
+"""The ``block`` codec: the error bound on every element, and the numba and torch
+implementations writing the same bytes (and decoding each other's).
+
+Inputs come from the same generator as the ``sz`` property tests (dtypes,
+shapes 0-d to 5-d, empty and size-1 axes, layouts, NaN/±Inf/denormals/1e±30,
+constants, bounds from 1e-12 to 1e300 and zero).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorpress as tp
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from tensorpress.compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
+from tensorpress.formats import FormatError
+from test_bound_properties import FAST, assert_contract, cases, native_copy
+
+BLOCK_CASES = cases().map(lambda c: c.__class__(**{**c.__dict__, "predictor": "auto"}))
+
+
+def block_kwargs(case, x) -> dict:
+    return {
+        case.mode: case.bound_value(x),
+        "codec": "block",
+        "chunk_bytes": case.chunk_bytes,
+        "workers": case.workers,
+    }
+
+
+@FAST
+@given(case=BLOCK_CASES)
+def test_bound_holds_on_every_element(case):
+    x = case.array()
+    blob = tp.compress(x, **block_kwargs(case, x))
+    assert_contract(x, tp.decompress(blob), blob)
+
+
+@FAST
+@given(case=BLOCK_CASES)
+def test_torch_path_writes_the_same_bytes_and_values(case):
+    x = native_copy(case.array())
+    kw = block_kwargs(case, x)
+    kw.pop("workers")
+    blob = tp.compress(x, **kw)
+    ct = compress_tensor(torch.from_numpy(x), **kw)
+    assert bytes(ct) == blob
+    y_torch = decompress_tensor(ct)
+    y_numba = tp.decompress(blob)
+    assert y_torch.shape == x.shape and y_torch.dtype == torch.from_numpy(x).dtype
+    assert np.array_equal(
+        y_torch.numpy().reshape(-1).view(np.uint8), y_numba.reshape(-1).view(np.uint8)
+    )
+    # either implementation decodes the other's stream
+    back = decompress_tensor(blob).reshape(-1).view(torch.uint8)
+    assert torch.equal(back, y_torch.reshape(-1).view(torch.uint8))
+
+
+@pytest.mark.parametrize("mode", ["rel", "abs", "pw_rel"])
+def test_bfloat16_tensors_keep_the_bound(mode):
+    g = torch.Generator().manual_seed(0)
+    t = (torch.randn(70, 33, generator=g) * 100).to(torch.bfloat16)
+    t[3, 4], t[5, 6], t[7, 8] = math.nan, math.inf, 0.0
+    ct = compress_tensor(t, **{mode: 1e-2})
+    y = decompress_tensor(ct)
+    assert y.dtype == torch.bfloat16 and y.shape == t.shape
+    x64, y64 = t.double(), y.double()
+    fin = torch.isfinite(x64)
+    assert torch.equal(torch.isnan(x64), torch.isnan(y64))
+    assert torch.equal(x64[torch.isinf(x64)], y64[torch.isinf(x64)])
+    err = (x64 - y64).abs()[fin]
+    lim = ct.bound.tolerance * (x64.abs()[fin] if mode == "pw_rel" else 1.0)
+    assert bool((err <= lim).all())
+
+
+def test_non_contiguous_tensor_and_moves():
+    t = torch.randn(16, 9, 5).transpose(0, 2)[:, ::2]
+    ct = compress_tensor(t, rel=1e-3)
+    y = decompress_tensor(ct)
+    assert y.shape == t.shape and y.is_contiguous()
+    assert float((y - t).abs().max()) <= ct.bound.tolerance
+    assert ct.to("cpu").payload.device.type == "cpu" and ct.nbytes == ct.payload.numel()
+    assert bytes(ct) == tp.compress(t.contiguous().numpy(), codec="block", rel=1e-3)
+
+
+def test_constant_and_zero_blocks_cost_next_to_nothing():
+    zeros, const = np.zeros(1 << 20, np.float32), np.full(1 << 20, 3.25, np.float32)
+    for x, bound in ((zeros, {"rel": 1e-3}), (const, {"abs": 1e-3}), (zeros, {"abs": 0})):
+        blob = tp.compress(x, codec="block", **bound)
+        assert len(blob) < x.nbytes / 200
+        assert np.array_equal(tp.decompress(blob), x)
+
+
+def test_nan_filled_regions_are_cheap():
+    x = np.full(1 << 16, np.nan, np.float32)
+    x[:100] = np.linspace(0, 1, 100)
+    blob = tp.compress(x, codec="block", rel=1e-3)
+    assert len(blob) < x.nbytes / 30
+    y = tp.decompress(blob)
+    assert np.array_equal(np.isnan(y), np.isnan(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_corrupted_payloads_raise(dtype):
+    codec = get_codec("block")
+    rng = np.random.default_rng(5)
+    x = np.cumsum(rng.standard_normal(1000)).astype(dtype)
+    bound = ErrorBound("rel", 1e-3).resolve(x)
+    payload = codec.encode(x, bound)
+    for bad in (payload[:-1], payload + b"\0", payload[:1], b""):
+        with pytest.raises(ValueError):
+            codec.decode(bad, x.shape, x.dtype, bound)
+        with pytest.raises(ValueError):
+            codec.decode_tensor(
+                torch.frombuffer(bytearray(bad or b"\0"), dtype=torch.uint8)[: len(bad)],
+                [len(bad)],
+                x.shape,
+                torch.from_numpy(x).dtype,
+                bound,
+                x.shape[0],
+            )
+    wide = bytearray(payload)
+    wide[1] = 30  # a block header claiming 30-bit codes: the lengths no longer add up
+    with pytest.raises(ValueError):
+        codec.decode(bytes(wide), x.shape, x.dtype, bound)
+
+
+def test_corrupted_stream_raises_format_error():
+    blob = bytearray(tp.compress(np.arange(5000, dtype=np.float32), codec="block", abs=0.1))
+    blob[-3] ^= 0x40
+    with pytest.raises(FormatError):
+        tp.decompress(bytes(blob))
+    with pytest.raises(FormatError):
+        decompress_tensor(bytes(blob))
+
+
+def test_tensor_api_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="no torch path"):
+        compress_tensor(torch.randn(10), codec="sz", rel=1e-3)
+    with pytest.raises(TypeError, match="float16, bfloat16"):
+        compress_tensor(torch.arange(10), rel=1e-3)
+    with pytest.raises(ValueError, match="exactly one error bound"):
+        compress_tensor(torch.randn(10))
+    with pytest.raises(TypeError, match="bfloat16"):
+        bytes(compress_tensor(torch.randn(10).bfloat16(), rel=1e-2))
+
+
+@given(st.integers(1, 300), st.integers(1, 5))
+@FAST
+def test_multi_chunk_layouts_match(n, rows_per_chunk):
+    x = np.random.default_rng(n).standard_normal((n, 7)).astype(np.float32)
+    chunk_bytes = rows_per_chunk * 7 * 4
+    blob = tp.compress(x, codec="block", rel=1e-2, chunk_bytes=chunk_bytes)
+    assert bytes(compress_tensor(torch.from_numpy(x), rel=1e-2, chunk_bytes=chunk_bytes)) == blob
