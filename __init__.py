@@ -104,8 +104,9 @@ def decompress(blob, *, workers=None) -> np.ndarray:
 
 def info(blob) -> dict:
     """What a stream holds: codec, config, dtype, shape, bound, sizes, format version."""
-    h = read_header(_as_buffer(blob))
-    return {
+    buf = _as_buffer(blob)
+    h = read_header(buf)
+    out = {
         "format_version": h.version,
         "codec": h.codec["id"],
         "config": h.codec,
@@ -120,6 +121,17 @@ def info(blob) -> dict:
         "ratio": h.original_bytes / h.compressed_bytes,
         "writer": h.writer,
     }
+    codec = get_codec(h.codec) if h.codec.get("id") in available_codecs() else None
+    if codec is not None and hasattr(codec, "payload_max_error"):  # bits-bounded codecs
+        mv = memoryview(buf).cast("B")
+        out["max_error"] = max(
+            (
+                codec.payload_max_error(mv[o : o + n])
+                for o, n in zip(h.offsets, h.lengths, strict=False)
+            ),
+            default=0.0,
+        )
+    return out
 
 
 def _as_array(x) -> tuple[np.ndarray, str]:

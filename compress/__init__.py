@@ -3,7 +3,7 @@
 Importing this package registers the built-in codecs.
 """
 
-from . import block, lossless, sz  # noqa: F401  (registers the codecs)
+from . import block, lossless, quant, sz  # noqa: F401  (registers the codecs)
 from .bounds import ErrorBound
 from .registry import Codec, available_codecs, get_codec, register_codec
 

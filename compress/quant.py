@@ -12,7 +12,8 @@ float32) or to the chunk dtype (``R``: float16 and bfloat16 via float32):
 1. groups of ``group`` values (the last may be short); with ``hadamard`` every
    group is zero-padded to ``group`` values and ``group`` codes are stored;
 2. hadamard: ``v = FWHT(s * x)`` (unnormalised butterflies, h = 1, 2, 4, ...)
-   with signs ``s_j = 1 - 2 * (hash32(2*seed + 1, offset + j) & 1)``; else v = x;
+   with signs ``s_j = 1 - 2 * (hash32(2*seed + 1, j) & 1)``, j the position in
+   the chunk (so a chunk decodes on its own); else v = x;
 3. ``lo = min(v) + 0.0`` and ``hi = max(v) + 0.0`` (the ``+ 0.0`` makes a zero
    minimum +0.0 whichever zero min/max picks), ``lo_p = P(lo)``,
    ``scale_p = P((hi - lo_p) / (2**bits - 1))``;
@@ -23,8 +24,8 @@ float32) or to the chunk dtype (``R``: float16 and bfloat16 via float32):
 6. ``max_error = max |x' - x|``. If it is not finite (a NaN or infinity in the
    chunk, or an overflow of the range) the chunk is stored raw instead.
 
-``offset`` is the index of the chunk's first element in the whole array and
-``hash32`` is :func:`.kernels.hashing.hash32`.
+``offset`` is the index of the chunk's first element in the whole array (it
+seeds only the rounding noise) and ``hash32`` is :func:`.kernels.hashing.hash32`.
 
 Payload, little-endian. Mode 0: ``u8 0, f64 max_error, P[ngroups] lo_p,
 P[ngroups] scale_p``, then the codes packed LSB-first (2 bits: ``c0 | c1<<2 |
@@ -35,6 +36,7 @@ the chunk's little-endian bytes.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -151,6 +153,7 @@ class QuantCodec(Codec):
         """Payload of one chunk; ``offset`` (elements) seeds the noise, ``bound`` is unused."""
         flat = np.ascontiguousarray(chunk).reshape(-1)
         dtype = self._check_dtype(flat.dtype)
+        flat = flat.astype(dtype.newbyteorder("="), copy=False)
         n = flat.size
         if n == 0:
             return struct.pack("<Bd", MODE_QUANT, 0.0)
@@ -182,9 +185,8 @@ class QuantCodec(Codec):
         w.array(packed)
         return w.getvalue()
 
-    def decode(self, payload, shape, dtype, bound=None, out=None, offset=0) -> np.ndarray:
-        """Rebuild a chunk. ``offset`` must be the one given to :meth:`encode` when
-        ``hadamard`` is on (the signs depend on it); ``bound`` is unused."""
+    def decode(self, payload, shape, dtype, bound=None, out=None) -> np.ndarray:
+        """Rebuild a chunk; ``bound`` is unused."""
         dtype = self._check_dtype(dtype)
         shape = tuple(int(d) for d in shape)
         n = math.prod(shape)
@@ -216,7 +218,7 @@ class QuantCodec(Codec):
         scale = buf[at : at + ngroups * pdt.itemsize].view(le).astype(pdt)
         packed = buf[at + ngroups * pdt.itemsize :]
         res = np.empty(n, np.float32 if prec == PREC_FLOAT16 else dtype)
-        args = (self.group, self.bits, self.seed, self.hadamard, int(offset), prec)
+        args = (self.group, self.bits, self.seed, self.hadamard, prec)
         quant_decode(lo, scale, packed, n, *args, 0, ngroups, res)
         return deliver(res.astype(dtype, copy=False), shape, out)
 
@@ -274,35 +276,38 @@ class QuantCodec(Codec):
         ngroups, ncodes, _ = self._layout(m)
         width = ngroups * G
         maxc = float((1 << self.bits) - 1)
-        xd = x.to(torch.float64)
         pos = None
         if self.hadamard or self.stochastic:
             pos = _positions(base, nch, m, width, x.device)
-        if self.hadamard:
-            signs = _signs_torch(self.seed, pos)
-            v = torch.nn.functional.pad(xd, (0, width - m)) * signs
+        if self.hadamard:  # signs keyed on the chunk-local position
+            signs = _signs_torch(self.seed, torch.arange(width, device=x.device)[None, :])
+            v = torch.mul(torch.nn.functional.pad(x, (0, width - m)), signs)  # in float64
             v = _fwht_torch(v.view(nch, ngroups, G))
         else:  # pad a short last group with copies of its last value (min/max unchanged)
-            v = xd if width == m else torch.cat([xd, xd[:, -1:].expand(nch, width - m)], 1)
-            v = v.view(nch, ngroups, G)
-        lo_p = (v.amin(-1) + 0.0).to(pdt)  # + 0.0: min/max may pick either zero
+            v = x if width == m else torch.cat([x, x[:, -1:].expand(nch, width - m)], 1)
+            v = v.view(nch, ngroups, G)  # x's dtype: upcast exactly inside the ops below
+        lo_p = (v.amin(-1).to(torch.float64) + 0.0).to(pdt)  # + 0.0: either zero may be min
         lo = lo_p.to(torch.float64)
-        scale_p = (((v.amax(-1) + 0.0) - lo) / maxc).to(pdt)
+        hi = v.amax(-1).to(torch.float64) + 0.0
+        scale_p = ((hi - lo) / maxc).to(pdt)
         scale = scale_p.to(torch.float64)[..., None]
         lo = lo[..., None]
+        # groups with scale <= 0 divide by inf instead: (v - lo) / inf + u floors to code 0
+        q = torch.sub(v, lo).div_(torch.where(scale > 0.0, scale, math.inf))
         if self.stochastic:
-            u = (hash32_torch(2 * self.seed, pos) >> 8).to(torch.float64) * _U_SCALE
-            u = u.view(nch, ngroups, G)
+            u = hash32_torch(2 * self.seed, pos).bitwise_right_shift_(8).to(torch.float64)
+            q.add_(u.view(nch, ngroups, G), alpha=_U_SCALE)  # exact product: same as q + u
         else:
-            u = 0.5
-        q = torch.floor((v - lo) / scale + u).clamp_(0.0, maxc)
-        q = torch.where(scale > 0.0, q, 0.0)
-        rec = lo + q * scale
+            q.add_(0.5)
+        q = q.floor_().clamp_(0.0, maxc).view(nch, width)
+        codes = _pack_torch(q[:, :ncodes].to(torch.uint8), self.bits)
+        rec = q.view(nch, ngroups, G).mul_(scale).add_(lo)  # lo + code * scale
         if self.hadamard:
-            rec = (_fwht_torch(rec).view(nch, width) * signs) / G
-        rec = _to_storage(rec.view(nch, width)[:, :m], x.dtype)
-        err = (rec.to(torch.float64) - xd).abs().amax(1)
-        codes = _pack_torch(q.view(nch, width)[:, :ncodes].to(torch.uint8), self.bits)
+            rec = _fwht_torch(rec).view(nch, width).mul_(signs).div_(G)
+        rec = rec.view(nch, width)[:, :m]
+        if x.dtype != torch.float64:
+            rec.copy_(rec.to(torch.float32).to(x.dtype))
+        err = rec.sub_(x).abs_().amax(1)
         head = torch.zeros(nch, 1, dtype=torch.uint8, device=x.device)
         fields = [head, err.view(torch.uint8).view(nch, 8)]
         fields += [p.view(torch.uint8).view(nch, -1) for p in (lo_p, scale_p)]
@@ -334,7 +339,7 @@ class QuantCodec(Codec):
         if not lengths or min(lengths) < 1:
             raise ValueError("every chunk of a non-empty tensor needs a non-empty payload")
         payload = payload.contiguous()
-        starts = [0, *np.cumsum(lengths[:-1]).tolist()]
+        starts = [0, *itertools.accumulate(lengths[:-1])]
         modes = payload[torch.tensor(starts, device=dev)].tolist()  # the one sync
         rows = shape[0] if shape else 1
         row_size = n // rows
@@ -380,7 +385,7 @@ class QuantCodec(Codec):
                 else:
                     enc = torch.stack([payload[starts[c] : starts[c] + span] for c in quant])
                 first = torch.tensor(quant, device=dev, dtype=torch.int64) * m
-                dec = self._decode_rows(enc, size, first, dtype, pdt)
+                dec = _to_storage(self._decode_rows(enc, size, first, pdt), dtype)
                 dst = out[chunks[0] * m : chunks[0] * m + len(chunks) * size]
                 dst = dst.view(len(chunks), size)
                 if len(quant) == len(chunks):
@@ -394,9 +399,9 @@ class QuantCodec(Codec):
                     out[c * m : c * m + size] = _bytes_as(raw, dtype)
         return out.view(shape)
 
-    def _decode_rows(self, enc, m: int, first, dtype, pdt):
-        """Values ``[chunks, m]`` of the mode-0 payloads in the rows of ``enc``; ``first``:
-        int64 tensor of each chunk's first element index."""
+    def _decode_rows(self, enc, m: int, first, pdt):
+        """Values ``[chunks, m]`` of the mode-0 payloads in the rows of ``enc`` (``first``: int64
+        tensor of each chunk's first element index), float64 before storage rounding."""
         import torch
 
         nch = enc.shape[0]
@@ -410,11 +415,11 @@ class QuantCodec(Codec):
         codes = _unpack_torch(enc[:, at + ngroups * psize :], self.bits, ncodes)
         if ncodes < width:
             codes = torch.nn.functional.pad(codes, (0, width - ncodes))
-        rec = lo + codes.view(nch, ngroups, G).to(torch.float64) * scale
+        rec = codes.view(nch, ngroups, G).to(torch.float64).mul_(scale).add_(lo)
         if self.hadamard:
-            pos = first[:, None] + torch.arange(width, device=enc.device)[None, :]
-            rec = (_fwht_torch(rec).view(nch, width) * _signs_torch(self.seed, pos)) / G
-        return _to_storage(rec.view(nch, width)[:, :m], dtype)
+            pos = torch.arange(width, device=enc.device)[None, :]  # chunk-local positions
+            rec = _fwht_torch(rec).view(nch, width).mul_(_signs_torch(self.seed, pos)).div_(G)
+        return rec.view(nch, width)[:, :m]
 
 
 # -- helpers -------------------------------------------------------------------------
@@ -488,21 +493,27 @@ def _signs_torch(seed: int, pos):
     """+1.0/-1.0 (float64) from bit 0 of hash32(2*seed + 1, pos)."""
     import torch
 
-    return 1.0 - 2.0 * (hash32_torch(2 * seed + 1, pos) & 1).to(torch.float64)
+    bit = hash32_torch(2 * seed + 1, pos).bitwise_and_(1).to(torch.float64)
+    return bit.mul_(-2.0).add_(1.0)
 
 
 def _fwht_torch(v):
-    """Unnormalised Walsh-Hadamard transform along the last dim (a power of 2)."""
+    """Unnormalised Walsh-Hadamard transform along the last dim (a power of 2); reuses
+    ``v``'s memory (pass a temporary)."""
     import torch
 
     *lead, size = v.shape
+    src = v.reshape(-1, size)
+    dst = torch.empty_like(src)
     h = 1
     while h < size:
-        w = v.reshape(*lead, size // (2 * h), 2, h)
-        a, b = w[..., 0, :], w[..., 1, :]
-        v = torch.stack((a + b, a - b), dim=-2).reshape(*lead, size)
+        a = src.view(-1, size // (2 * h), 2, h)
+        b = dst.view(-1, size // (2 * h), 2, h)
+        torch.add(a[:, :, 0], a[:, :, 1], out=b[:, :, 0])
+        torch.sub(a[:, :, 0], a[:, :, 1], out=b[:, :, 1])
+        src, dst = dst, src
         h *= 2
-    return v
+    return src.view(*lead, size)
 
 
 def _pack_torch(codes, bits: int):

@@ -38,12 +38,13 @@ def hash32(key, i):
 
 
 def hash32_torch(key: int, i):
-    """:func:`hash32` of Python int ``key`` and every element of int64 tensor ``i >= 0``."""
-    x = (i & M32) + (i >> 32) * _K_HIGH + (((key & M32) * 0x9E3779B1) & M32)
-    x &= M32
-    x ^= x >> 16
-    x = (x * _K_MIX1) & M32
-    x ^= x >> 15
-    x = (x * _K_MIX2) & M32
-    x ^= x >> 16
+    """:func:`hash32` of Python int ``key`` and every element of int64 tensor ``i >= 0``
+    (a new int64 tensor)."""
+    x = (i >> 32).mul_(_K_HIGH).add_(i & M32).add_(((key & M32) * 0x9E3779B1) & M32)
+    x.bitwise_and_(M32)
+    x.bitwise_xor_(x >> 16)
+    x.mul_(_K_MIX1).bitwise_and_(M32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_K_MIX2).bitwise_and_(M32)
+    x.bitwise_xor_(x >> 16)
     return x

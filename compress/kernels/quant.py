@@ -100,7 +100,7 @@ def quant_encode(
         for j in range(size, width):
             v[j] = 0.0
         if hadamard:
-            _signs(sg, width, 2 * seed + 1, offset + start)
+            _signs(sg, width, 2 * seed + 1, start)
             for j in range(width):
                 v[j] *= sg[j]
             fwht(v, width)
@@ -148,7 +148,7 @@ def quant_encode(
 
 
 @njit(cache=True, nogil=True)
-def quant_decode(lo, scale, packed, n, group, bits, seed, hadamard, offset, prec, g0, g1, out):
+def quant_decode(lo, scale, packed, n, group, bits, seed, hadamard, prec, g0, g1, out):
     """Rebuild groups ``g0..g1-1`` of an ``n``-element chunk into ``out`` (float32/float64)."""
     mask = (1 << bits) - 1
     per = 8 // bits
@@ -165,7 +165,7 @@ def quant_decode(lo, scale, packed, n, group, bits, seed, hadamard, offset, prec
             c = (np.int64(packed[at + j // per]) >> ((j % per) * bits)) & mask
             v[j] = lo_p + float(c) * scale_p
         if hadamard:
-            _signs(sg, width, 2 * seed + 1, offset + start)
+            _signs(sg, width, 2 * seed + 1, start)
             fwht(v, width)
             for j in range(width):
                 v[j] = v[j] * sg[j] / group
