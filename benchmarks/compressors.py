@@ -3,20 +3,31 @@
 For every corpus array (see ``corpus.py``) and every value-range-relative bound
 ``rel`` (absolute bound ``eb = rel * (max - min)``, computed in float64) this runs
 
-  tp-sz/1       tensorpress ``codec="sz"``, one worker thread
-  tp-sz/all     tensorpress ``codec="sz"``, all cores (``workers=None``)
-  sz3           SZ3 (pysz) default algorithm (interpolation + Lorenzo), ABS bound eb
-  sz3-interp    SZ3 interpolation predictor
-  sz3-lorenzo   SZ3 Lorenzo + regression predictors
-  zfp           ZFP (zfpy) fixed-accuracy mode, tolerance eb
+  tp-sz/1         tensorpress ``codec="sz"``, one worker thread
+  tp-sz/all       tensorpress ``codec="sz"``, all cores (``workers=None``)
+  tp-block/1      tensorpress ``codec="block"`` (numba), one worker thread
+  tp-block/2      tensorpress ``codec="block"`` (numba), two worker threads
+  tp-block-torch  ``compress_tensor``/``decompress_tensor`` (block) on a CPU tensor, one
+                  torch thread: the reference for the GPU path, not the fast CPU path
+  sz3             SZ3 (pysz) default algorithm (interpolation + Lorenzo), ABS bound eb
+  sz3-interp      SZ3 interpolation predictor
+  sz3-lorenzo     SZ3 Lorenzo + regression predictors
+  zfp             ZFP (zfpy) fixed-accuracy mode, tolerance eb
+  quantize+zstd   naive baseline: ``q = rint(x / (2 eb))`` as int32, zstd level 3; decoded
+                  as ``q * 2 eb`` in float32, so float rounding can push its error past eb
+                  (noted as ``over eb``, not counted as a violation)
 
 and, once per array, the lossless baselines ``zstd-3`` (zstandard level 3 on the raw
-bytes) and ``fpzip`` (lossless). Peers that are not installed are skipped with a note.
+bytes) and ``fpzip`` (lossless). ``tp-quant`` adds a table of the bits-bounded
+``codec="quant"`` (2, 4 and 8 bits, groups of 128, nearest rounding; no error bound,
+so outside the violation accounting). Peers that are not installed are skipped with
+a note.
 
 Reported per array: compression ratio, max abs error (float64; ``!! VIOLATION`` when
 it exceeds eb), PSNR in dB w.r.t. the value range, compress and decompress speed in
 MB/s (1 MB = 1e6 bytes of input, median of ``--repeat`` runs). Then a geometric-mean
-summary per codec and bound, and tensorpress relative to SZ3 (default algorithm).
+summary per codec and bound, tensorpress relative to SZ3 (default algorithm), and
+the ``block`` targets (speed and ratio against SZ3 and quantize+zstd).
 
     python benchmarks/compressors.py                 # full run
     python benchmarks/compressors.py --quick         # smoke run, a few seconds
@@ -32,6 +43,7 @@ import math
 import os
 import platform
 import statistics
+import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +64,15 @@ QUICK_DATASETS = ("aero", "smooth_2d", "kolmogorov_grf")
 REFERENCE = "sz3"  # tensorpress is compared against this row
 LOSSLESS = "lossless"
 CATEGORY_ORDER = ("real", "simulated", "dl")
+TP_CODECS = ("tp-sz/1", "tp-sz/all", "tp-block/1", "tp-block/2", "tp-block-torch")
+BLOCK, BLOCK_2T, BLOCK_TORCH = "tp-block/1", "tp-block/2", "tp-block-torch"
+BASELINE = "quantize+zstd"
+QUANT = "tp-quant"  # the bits-bounded quant table
+QUANT_BITS = (2, 4, 8)
+QUANT_GROUP = 128
+DL_PREFIXES = ("cnn_", "tf_")
+TARGET_SPEED_X = 5.0  # tp-block/1 speed >= 5x SZ3
+TARGET_DL_RATIO_X = 0.7  # tp-block/1 ratio >= 0.7x SZ3 on deep-learning arrays
 
 
 # --------------------------------------------------------------------------- codecs
@@ -64,9 +85,12 @@ class Codec:
     lossy: bool
     encode: Callable[[np.ndarray, float, float], Any]  # (x, rel, eb) -> blob
     decode: Callable[[Any, tuple, np.dtype], np.ndarray]  # (blob, shape, dtype) -> array
+    guaranteed: bool = True  # False: an error past eb is noted, not flagged as a violation
 
 
 def _nbytes(blob: Any) -> int:
+    if hasattr(blob, "payload") and hasattr(blob, "lengths"):  # a CompressedTensor
+        return len(bytes(blob))  # its container stream, as tp.compress would write it
     return int(blob.nbytes) if hasattr(blob, "nbytes") else len(blob)
 
 
@@ -83,22 +107,70 @@ def _tensorpress_codecs(notes: list[str]) -> list[Codec]:
         )
         return []
 
-    def encode(x, rel, eb, workers):
-        return tp.compress(x, rel=rel, codec="sz", workers=workers)
+    def encode(x, rel, eb, workers, codec):
+        return tp.compress(x, rel=rel, codec=codec, workers=workers)
 
     def decode(blob, shape, dtype, workers):
         return tp.decompress(blob, workers=workers)
 
-    return [
+    variants = [("sz", "1", 1), ("sz", "all", None)]
+    if "block" in tp.available_codecs():
+        variants += [("block", "1", 1), ("block", "2", 2)]
+    else:
+        notes.append("tensorpress has no 'block' codec: tp-block rows skipped")
+    codecs = [
         Codec(
-            f"tp-sz/{label}",
+            f"tp-{codec}/{label}",
             "tensorpress",
             True,
-            partial(encode, workers=w),
+            partial(encode, workers=w, codec=codec),
             partial(decode, workers=w),
         )
-        for label, w in (("1", 1), ("all", None))
+        for codec, label, w in variants
     ]
+    if "block" in tp.available_codecs():
+        codecs += _block_torch_codec(notes)
+    return codecs
+
+
+def _block_torch_codec(notes: list[str]) -> list[Codec]:
+    """``tp-block-torch``: the torch path of ``block`` on a CPU tensor, one torch thread."""
+    try:
+        import torch
+        from tensorpress.compress import compress_tensor, decompress_tensor
+    except ImportError as exc:
+        notes.append(f"torch tensor path not importable ({exc}): {BLOCK_TORCH} rows skipped")
+        return []
+
+    def one_thread(fn, *args, **kwargs):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+
+    def encode(x, rel, eb):
+        return one_thread(compress_tensor, torch.from_numpy(x), codec="block", rel=rel)
+
+    def decode(ct, shape, dtype):
+        return one_thread(decompress_tensor, ct).numpy()
+
+    return [Codec(BLOCK_TORCH, "tensorpress", True, encode, decode)]
+
+
+def _quant_available(notes: list[str]) -> bool:
+    """Whether tensorpress has the ``quant`` codec (it is skipped with a note if not)."""
+    try:
+        import tensorpress as tp
+
+        if "quant" in tp.available_codecs():
+            return True
+    except Exception as exc:  # noqa: BLE001 - any failure just skips the quant table
+        notes.append(f"tensorpress quant codec unavailable ({exc}): {QUANT} table skipped")
+        return False
+    notes.append(f"tensorpress has no 'quant' codec: {QUANT} table skipped")
+    return False
 
 
 def _sz3_codecs(notes: list[str]) -> list[Codec]:
@@ -165,6 +237,7 @@ def _lossless_codecs(notes: list[str]) -> list[Codec]:
         codecs.append(
             Codec("zstd-3", "zstd", False, lambda x, rel, eb: cctx.compress(x), zstd_decode)
         )
+        codecs.append(_baseline_codec(cctx, dctx))
     try:
         import fpzip
     except ImportError:
@@ -185,6 +258,22 @@ def _lossless_codecs(notes: list[str]) -> list[Codec]:
             )
         )
     return codecs
+
+
+def _baseline_codec(cctx, dctx) -> Codec:
+    """``quantize+zstd``: ``rint(x / (2 eb))`` as int32, zstd; the step leads the stream."""
+
+    def encode(x, rel, eb):
+        step = 2.0 * eb
+        q = np.rint(x / step).astype(np.int32)
+        return struct.pack("<d", step) + cctx.compress(q)
+
+    def decode(blob, shape, dtype):
+        (step,) = struct.unpack_from("<d", blob)
+        q = np.frombuffer(dctx.decompress(memoryview(blob)[8:]), dtype=np.int32)
+        return (q.astype(np.float32) * np.float32(step)).reshape(shape)
+
+    return Codec(BASELINE, "baseline", True, encode, decode, guaranteed=False)
 
 
 def make_codecs(notes: list[str]) -> list[Codec]:
@@ -247,6 +336,7 @@ def measure(codec: Codec, name: str, x: np.ndarray, rel: float | None, repeat: i
         "rel": rel,
         "abs_bound": eb,
         "flags": [],
+        "notes": [],
     }
     _warm_up(codec, name, x, rel, eb)
     try:
@@ -295,7 +385,74 @@ def measure(codec: Codec, name: str, x: np.ndarray, rel: float | None, repeat: i
     else:
         rec["err_over_bound"] = max_err / eb if eb > 0 else None
         if not max_err <= eb:  # also catches NaN
-            rec["flags"].append("VIOLATION")
+            if codec.guaranteed:
+                rec["flags"].append("VIOLATION")
+            else:
+                rec["notes"].append("over eb (baseline, no guarantee)")
+    return rec
+
+
+def _reported_max_error(blob) -> float:
+    """The max abs error a quant stream records (``tp.info`` or its chunk payloads)."""
+    import tensorpress as tp
+    from tensorpress.compress import get_codec
+    from tensorpress.formats import read_header
+
+    reported = tp.info(blob).get("max_error")
+    if reported is not None:
+        return float(reported)
+    mv = memoryview(blob)
+    h = read_header(mv)
+    codec = get_codec(h.codec)
+    return max(
+        (codec.payload_max_error(mv[o : o + n]) for o, n in zip(h.offsets, h.lengths, strict=True)),
+        default=0.0,
+    )
+
+
+def measure_quant(name: str, x: np.ndarray, bits: int, repeat: int) -> dict:
+    """One ``quant`` record (one worker thread): ratio, reported and measured max error."""
+    import tensorpress as tp
+
+    params = {"codec": "quant", "bits": bits, "group": QUANT_GROUP, "stochastic": False}
+    rec: dict[str, Any] = {
+        "dataset": name,
+        "category": CATEGORIES.get(name, "?"),
+        "shape": list(x.shape),
+        "mb": x.nbytes / 1e6,
+        "codec": QUANT,
+        "bits": bits,
+        "group": QUANT_GROUP,
+        "flags": [],
+    }
+    try:
+        tp.decompress(tp.compress(x.reshape(-1)[: 1 << 16], workers=1, **params), workers=1)
+        ctimes, dtimes = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            blob = tp.compress(x, workers=1, **params)
+            ctimes.append(time.perf_counter() - t0)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            y = tp.decompress(blob, workers=1)
+            dtimes.append(time.perf_counter() - t0)
+        reported = _reported_max_error(blob)
+    except Exception as exc:  # noqa: BLE001 - one failing case must not stop the run
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+        rec["flags"].append("FAILED")
+        return rec
+    rec["compressed_bytes"] = len(blob)
+    rec["ratio"] = x.nbytes / len(blob)
+    rec["compress_mbs"] = x.nbytes / 1e6 / statistics.median(ctimes)
+    rec["decompress_mbs"] = x.nbytes / 1e6 / statistics.median(dtimes)
+    if y.shape != x.shape or y.dtype != x.dtype:
+        rec["flags"].append(f"SHAPE/DTYPE {y.shape} {y.dtype}")
+        return rec
+    measured = float(np.abs(y.astype(np.float64) - x.astype(np.float64)).max())
+    rec["reported_max_err"] = reported
+    rec["max_abs_err"] = measured
+    if not measured <= reported:  # also catches NaN
+        rec["flags"].append("ERR > REPORTED")
     return rec
 
 
@@ -345,7 +502,9 @@ def _f(value: float | None, spec: str) -> str:
 
 
 def _flag_text(rec: dict) -> str:
-    return ("!! " + ", ".join(rec["flags"])) if rec["flags"] else ""
+    text = ("!! " + ", ".join(rec["flags"])) if rec["flags"] else ""
+    notes = ", ".join(rec.get("notes", ()))
+    return f"{text}; {notes}" if text and notes else text or notes
 
 
 def _row_cells(rec: dict, lossy: bool) -> list[str]:
@@ -367,8 +526,10 @@ def _row_cells(rec: dict, lossy: bool) -> list[str]:
     ]
 
 
-def _dataset_table(title: str, lossy: bool, name_width: int, markdown: bool) -> Table:
-    cols = [("dataset", name_width, "<"), ("codec", 11, "<"), ("ratio", 7, ">")]
+def _dataset_table(
+    title: str, lossy: bool, name_width: int, markdown: bool, codec_width: int = 11
+) -> Table:
+    cols = [("dataset", name_width, "<"), ("codec", codec_width, "<"), ("ratio", 7, ">")]
     if lossy:
         cols += [("max err", 9, ">"), ("err/eb", 6, ">"), ("PSNR dB", 7, ">")]
     cols += [("comp MB/s", 9, ">"), ("dec MB/s", 8, ">"), ("flag", 4, "<")]
@@ -403,6 +564,7 @@ def summarize(records: list[dict], codec_order: list[str], bound_order: list[str
                 "psnr_db_mean": statistics.fmean(psnrs) if psnrs else None,
                 "worst_err_over_bound": max(errs) if errs else None,
                 "flagged": sum(1 for r in recs if r["flags"]),
+                "over_eb_noted": sum(1 for r in recs if r.get("notes")),
             }
             for cat in CATEGORY_ORDER:
                 row[f"ratio_{cat}"] = _geomean([r["ratio"] for r in ok if r["category"] == cat])
@@ -419,7 +581,7 @@ def compare_to_reference(records: list[dict], bounds: list[str]) -> list[dict]:
     }
     rows = []
     for bound in bounds:
-        for codec in ("tp-sz/1", "tp-sz/all"):
+        for codec in TP_CODECS:
             pairs = [
                 (r, ref[(r["dataset"], bound)])
                 for r in records
@@ -445,6 +607,164 @@ def compare_to_reference(records: list[dict], bounds: list[str]) -> list[dict]:
                 }
             )
     return rows
+
+
+def _ratios(records: list[dict], bound: str, codec: str, other: str, key: str) -> list[float]:
+    """Per-dataset ``codec[key] / other[key]`` at ``bound`` (datasets where both ran)."""
+    ok = {
+        (r["codec"], r["dataset"]): r[key]
+        for r in records
+        if r["bound"] == bound and "error" not in r and r.get(key)
+    }
+    return [v / ok[(other, d)] for (c, d), v in ok.items() if c == codec and (other, d) in ok]
+
+
+def block_targets(records: list[dict], bounds: list[str]) -> list[dict]:
+    """Per bound: ``tp-block/1`` against SZ3, ``quantize+zstd``, two threads and torch."""
+    rows = []
+    for bound in bounds:
+        at = {
+            (r["codec"], r["dataset"]): r
+            for r in records
+            if r["bound"] == bound and "error" not in r
+        }
+        datasets = [d for c, d in at if c == BLOCK]
+        if not datasets:
+            continue
+        dl = [d for d in datasets if d.startswith(DL_PREFIXES)]
+
+        def geo(other, key, names, at=at):
+            pairs = [(at[(BLOCK, d)], at.get((other, d))) for d in names]
+            return _geomean([a[key] / b[key] for a, b in pairs if b is not None])
+
+        row = {
+            "bound": bound,
+            "n": len(datasets),
+            "n_dl": len(dl),
+            "compress_speed_vs_sz3": geo(REFERENCE, "compress_mbs", datasets),
+            "decompress_speed_vs_sz3": geo(REFERENCE, "decompress_mbs", datasets),
+            "ratio_vs_sz3_dl": geo(REFERENCE, "ratio", dl),
+            "ratio_vs_sz3_all": geo(REFERENCE, "ratio", datasets),
+            "compress_speedup_2t": _geomean(
+                [1 / v for v in _ratios(records, bound, BLOCK, BLOCK_2T, "compress_mbs")]
+            ),
+            "decompress_speedup_2t": _geomean(
+                [1 / v for v in _ratios(records, bound, BLOCK, BLOCK_2T, "decompress_mbs")]
+            ),
+            "torch_compress_fraction": _geomean(
+                [1 / v for v in _ratios(records, bound, BLOCK, BLOCK_TORCH, "compress_mbs")]
+            ),
+            "torch_decompress_fraction": _geomean(
+                [1 / v for v in _ratios(records, bound, BLOCK, BLOCK_TORCH, "decompress_mbs")]
+            ),
+        }
+        vs_base = [(d, at[(BLOCK, d)]["ratio"], at.get((BASELINE, d))) for d in datasets]
+        vs_base = [(d, a, b["ratio"]) for d, a, b in vs_base if b is not None]
+        row["baseline_n"] = len(vs_base)
+        row["beats_baseline"] = sum(1 for _, a, b in vs_base if a > b)
+        row["not_beating_baseline"] = [
+            {"dataset": d, "tp_block_ratio": a, "baseline_ratio": b}
+            for d, a, b in vs_base
+            if not a > b
+        ]
+        rows.append(row)
+    return rows
+
+
+def _print_block_targets(rows: list[dict], markdown: bool) -> None:
+    table = Table(
+        f"block targets: {BLOCK} (one thread, median of the repeats) against {REFERENCE}, "
+        f"{BASELINE}, {BLOCK_2T} and {BLOCK_TORCH}; geometric means over arrays",
+        [
+            ("bound", 6, "<"),
+            ("measure", 44, "<"),
+            ("value", 8, ">"),
+            ("target", 7, "<"),
+            ("met", 3, "<"),
+        ],
+        markdown,
+    )
+    table.header()
+
+    def line(bound, what, value, spec, target=None, need=None):
+        met = "-" if need is None or value is None else ("yes" if value >= need else "NO")
+        table.row(bound, what, _f(value, spec), target or "-", met)
+
+    for r in rows:
+        b = r["bound"]
+        speed = (f">= {TARGET_SPEED_X:g}x", TARGET_SPEED_X)
+        line(b, f"compress speed / {REFERENCE}", r["compress_speed_vs_sz3"], ".2f", *speed)
+        line(b, f"decompress speed / {REFERENCE}", r["decompress_speed_vs_sz3"], ".2f", *speed)
+        line(
+            b,
+            f"ratio / {REFERENCE}, deep-learning arrays (n={r['n_dl']})",
+            r["ratio_vs_sz3_dl"],
+            ".3f",
+            f">= {TARGET_DL_RATIO_X:g}x",
+            TARGET_DL_RATIO_X,
+        )
+        line(b, f"ratio / {REFERENCE}, all arrays (n={r['n']})", r["ratio_vs_sz3_all"], ".3f")
+        if r["baseline_n"]:
+            met = "yes" if r["beats_baseline"] == r["baseline_n"] else "NO"
+            table.row(
+                b,
+                f"arrays where ratio > {BASELINE}",
+                f"{r['beats_baseline']}/{r['baseline_n']}",
+                "all",
+                met,
+            )
+        else:
+            table.row(b, f"arrays where ratio > {BASELINE}", "-", "all", "-")
+        line(b, f"compress speed {BLOCK_2T} / {BLOCK}", r["compress_speedup_2t"], ".2f")
+        line(b, f"decompress speed {BLOCK_2T} / {BLOCK}", r["decompress_speedup_2t"], ".2f")
+        line(b, f"compress speed {BLOCK_TORCH} / {BLOCK}", r["torch_compress_fraction"], ".3f")
+        line(b, f"decompress speed {BLOCK_TORCH} / {BLOCK}", r["torch_decompress_fraction"], ".3f")
+    for r in rows:
+        if not r["not_beating_baseline"]:
+            continue
+        print(f"\n{BLOCK} does not beat {BASELINE} at rel = {r['bound']} on:\n")
+        for m in r["not_beating_baseline"]:
+            print(
+                f"{'- ' if markdown else '  '}{m['dataset']}: {BLOCK} ratio "
+                f"{m['tp_block_ratio']:.2f}, {BASELINE} ratio {m['baseline_ratio']:.2f}"
+            )
+    sys.stdout.flush()
+
+
+def _quant_table(name_width: int, markdown: bool) -> Table:
+    return Table(
+        f"quant (bits-bounded, no error bound): group {QUANT_GROUP}, nearest rounding, "
+        "one worker; max error as the stream reports it and as measured",
+        [
+            ("dataset", name_width, "<"),
+            ("bits", 4, ">"),
+            ("ratio", 7, ">"),
+            ("reported err", 12, ">"),
+            ("measured err", 12, ">"),
+            ("meas/rep", 8, ">"),
+            ("comp MB/s", 9, ">"),
+            ("dec MB/s", 8, ">"),
+            ("flag", 4, "<"),
+        ],
+        markdown,
+    )
+
+
+def _quant_cells(r: dict) -> list[str]:
+    if "error" in r:
+        return [r["dataset"], str(r["bits"]), *["-"] * 6, f"!! {r['error']}"]
+    rep, meas = r.get("reported_max_err"), r.get("max_abs_err")
+    return [
+        r["dataset"],
+        str(r["bits"]),
+        _f(r["ratio"], ".2f"),
+        _f(rep, ".4g"),
+        _f(meas, ".4g"),
+        _f(meas / rep if rep and meas is not None else None, ".3f"),
+        _f(r["compress_mbs"], ".1f"),
+        _f(r["decompress_mbs"], ".1f"),
+        _flag_text(r),
+    ]
 
 
 # --------------------------------------------------------------------------- main
@@ -526,8 +846,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     notes: list[str] = []
     codecs = make_codecs(notes)
+    run_quant = (not args.codecs or QUANT in args.codecs) and _quant_available(notes)
     if args.codecs:
-        known = {c.name for c in codecs}
+        known = {c.name for c in codecs} | {QUANT}
         for name in args.codecs:
             if name not in known:
                 notes.append(f"codec {name!r} is unknown or not available: skipped")
@@ -538,13 +859,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     corpus = load_corpus(args.datasets, verbose=True)
     total_mb = sum(x.nbytes for x in corpus.values()) / 1e6
     name_width = max(len(n) for n in corpus)
+    codec_width = max([11] + [len(c.name) for c in codecs])
     versions = _versions()
 
     print("Compressor benchmark (float32 arrays; MB = 1e6 bytes of input)")
     print(
         f"{len(corpus)} datasets, {total_mb:.1f} MB; bounds rel = "
         f"{', '.join(_bound_label(b) for b in args.bounds)} of the value range; "
-        f"median of {args.repeat} run(s); {os.cpu_count()} cores for tp-sz/all"
+        f"median of {args.repeat} run(s); {os.cpu_count()} cores for tp-sz/all; "
+        f"{BLOCK_TORCH} on one torch thread"
     )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     for note in notes:
@@ -553,7 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     records: list[dict] = []
     if lossless:
-        table = _dataset_table("lossless baselines", False, name_width, md)
+        table = _dataset_table("lossless baselines", False, name_width, md, codec_width)
         table.header()
         for name, x in corpus.items():
             for codec in lossless:
@@ -563,7 +886,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if lossy:
         for rel in args.bounds:
             table = _dataset_table(
-                f"rel = {_bound_label(rel)} (eb = rel * value range)", True, name_width, md
+                f"rel = {_bound_label(rel)} (eb = rel * value range)",
+                True,
+                name_width,
+                md,
+                codec_width,
             )
             table.header()
             for name, x in corpus.items():
@@ -571,13 +898,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rec = measure(codec, name, x, rel, args.repeat)
                     records.append(rec)
                     table.row(*_row_cells(rec, True))
+    quant_records: list[dict] = []
+    if run_quant:
+        table = _quant_table(name_width, md)
+        table.header()
+        for name, x in corpus.items():
+            for bits in QUANT_BITS:
+                rec = measure_quant(name, x, bits, args.repeat)
+                quant_records.append(rec)
+                table.row(*_quant_cells(rec))
 
     bound_order = [_bound_label(b) for b in args.bounds] + [LOSSLESS]
     summary = summarize(records, [c.name for c in codecs], bound_order)
     table = Table(
         "geometric means over datasets (ratio per category: real / simulated / dl)",
         [
-            ("codec", 11, "<"),
+            ("codec", codec_width, "<"),
             ("bound", 8, "<"),
             ("n", 2, ">"),
             ("ratio", 7, ">"),
@@ -595,6 +931,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table.header()
     for row in summary:
         flagged = str(row["flagged"]) + (" !!" if row["flagged"] else "")
+        if row["over_eb_noted"]:
+            flagged += f" ({row['over_eb_noted']} over eb, no guarantee)"
         table.row(
             row["codec"],
             row["bound"],
@@ -614,7 +952,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"tensorpress / SZ3 ({REFERENCE}, default algorithm): "
             "geometric means of per-dataset ratios",
             [
-                ("codec", 9, "<"),
+                ("codec", codec_width, "<"),
                 ("bound", 6, "<"),
                 ("n", 2, ">"),
                 ("ratio x", 7, ">"),
@@ -636,7 +974,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"\n(no tensorpress / {REFERENCE} comparison: one of them did not run)")
 
+    targets = block_targets(records, [_bound_label(b) for b in args.bounds])
+    if targets:
+        _print_block_targets(targets, md)
+    else:
+        print(f"\n(no block targets: {BLOCK} did not run)")
+
     flagged = [r for r in records if r["flags"]]
+    over_eb = [r for r in records if r.get("notes")]
+    quant_flagged = [r for r in quant_records if r["flags"]]
     elapsed = time.perf_counter() - started
     print()
     for note in notes:
@@ -647,6 +993,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"!!   {r['dataset']} {r['codec']} {r['bound']}: {', '.join(r['flags'])}")
     else:
         print("no bound violations, no failures")
+    if over_eb:
+        print(
+            f"{len(over_eb)} {BASELINE} result(s) over eb (a baseline without a guarantee, "
+            "not counted as violations): "
+            + ", ".join(f"{r['dataset']} {r['bound']}" for r in over_eb)
+        )
+    for r in quant_flagged:
+        print(f"!! quant {r['dataset']} bits={r['bits']}: {', '.join(r['flags'])}")
     print(f"total time {elapsed:.0f} s")
 
     if args.json:
@@ -663,6 +1017,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "results": records,
             "summary": summary,
             "tensorpress_vs_sz3": comparison,
+            "block_targets": targets,
+            "quant": quant_records,
         }
         with open(args.json, "w") as fh:
             json.dump(payload, fh, indent=1, allow_nan=False, default=str)

@@ -26,9 +26,14 @@ _PREC = {"float64": kb.PREC_F64, "float32": kb.PREC_F32, "float16": kb.PREC_F16}
 MODE_BLOCKS, MODE_RAW = 0, 1
 
 
+#: the step is this much under 2 * tolerance, so that values half a step away (ties:
+#: common in integer-valued data) stay within the bound after rounding to the dtype
+STEP_MARGIN = 1.0 - 2.0**-12
+
+
 def steps_for(tol: float) -> tuple[float, float]:
-    """(quantization step 2*tol, its inverse) for an abs tolerance, finite and exact-safe."""
-    step = 2.0 * tol
+    """(quantization step, its inverse) for an abs tolerance: finite, just under 2*tol."""
+    step = 2.0 * tol * STEP_MARGIN
     if not math.isfinite(step):
         step = float(np.finfo(np.float64).max)
     return step, (1.0 / step if step > 0 else 0.0)  # tolerance 0: only zeros quantize
@@ -63,7 +68,6 @@ class BlockCodec(Codec):
             bound.tolerance,
             step,
             inv,
-            np.empty(n, np.int64),
             np.empty_like(out),
             out,
         )

@@ -65,20 +65,92 @@ def _zigzag(v):
     return (v << 1) ^ (v >> 63)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
+    """Codes of values s..s+m-1 into ``qb``; returns how many cannot be coded."""
+    bad = 0
+    if pw:
+        for j in range(m):
+            x = float(xv[s + j])
+            t = np.rint(x * binv)
+            r = to_storage(t * bstep, prec)
+            ok = abs(t) <= QMAX and abs(r - x) <= tol * abs(x)
+            ok = ok and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
+            bad += not ok
+            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+    elif prec == 1:
+        for j in range(m):
+            x = float(xv[s + j])
+            t = np.rint(x * binv)
+            r = float(float32(t * bstep))
+            bad += not (abs(t) <= QMAX)
+            bad += not (abs(r - x) <= tol)
+            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+    elif prec == 0:
+        for j in range(m):
+            x = float(xv[s + j])
+            t = np.rint(x * binv)
+            r = t * bstep
+            bad += not (abs(t) <= QMAX)
+            bad += not (abs(r - x) <= tol)
+            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+    else:
+        for j in range(m):
+            x = float(xv[s + j])
+            t = np.rint(x * binv)
+            r = to_storage(t * bstep, prec)
+            bad += not (abs(t) <= QMAX)
+            bad += not (abs(r - x) <= tol)
+            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+    if tol == 0.0 and not pw:
+        for j in range(m):
+            x = float(xv[s + j])
+            bad += x == 0.0 and math.copysign(1.0, x) < 0.0
+    if bad:  # a value that misses after rounding gets the other neighbour of x/step
+        bad = 0
+        for j in range(m):
+            x = float(xv[s + j])
+            u = x * binv
+            t = np.rint(u)
+            if not _codable(x, t, prec, pw, tol, bstep):
+                t = t + 1.0 if u > t else t - 1.0
+                bad += not _codable(x, t, prec, pw, tol, bstep)
+            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+    return bad
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _codable(x, t, prec, pw, tol, bstep):
+    """Whether code ``t`` reconstructs ``x`` within the bound (the rule of _quant_block)."""
+    if not abs(t) <= QMAX:
+        return False
+    r = to_storage(t * bstep, prec)
+    if pw:
+        return abs(r - x) <= tol * abs(x) and (
+            r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0)
+        )
+    if tol == 0.0 and x == 0.0 and math.copysign(1.0, x) < 0.0:
+        return False
+    return abs(r - x) <= tol
+
+
 @njit(cache=True, nogil=True)
-def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, q, data, out):
+def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     """Encode one chunk into ``out`` (worst-case size); returns the bytes written.
 
     ``xv``: the values (float32/float64), ``rawb``: their stored bytes,
-    ``q``: int64 scratch of len(xv), ``data``: uint8 scratch of len(out).
-    abs mode: ``step`` = 2*tol and ``inv`` = 1/step; pw_rel mode (``pw``):
-    ``tol`` is the relative bound and each block gets a power-of-two step.
+    ``data``: uint8 scratch of len(out). abs mode: ``step`` = 2*tol and
+    ``inv`` = 1/step (0 for tol 0); pw_rel mode (``pw``): ``tol`` is the
+    relative bound and each block gets a power-of-two step.
     """
     n = xv.size
     nb = (n + BLOCK - 1) // BLOCK
     pos = 1 + nb + (2 * nb if pw else 0)
-    prev = 0  # quantization code before the block (0 at the start and after a raw block)
+    prev = 0
     dpos = 0
+    qb = np.empty(BLOCK, np.int64)
+    db = np.empty(BLOCK, np.int64)
+    cb = np.empty(BLOCK, np.int64)
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -94,50 +166,23 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, q, data, out):
             a2 = tol * (lo if lo != math.inf else 0.0)
             a2 = a2 + a2
             k = math.frexp(a2)[1] - 1 if math.isfinite(a2) else 1022
-            k = min(max(k, -1022), 1022)  # 2**k and 2**-k both normal
+            k = min(max(k, -1022), 1022)
             bstep = math.ldexp(1.0, k)
             binv = math.ldexp(1.0, -k)
-        bad = 0
+        bad = _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb)
+        raw_bytes = m * itemsize
         or_d = 0
         zz_d = 0
         nz_d = 0
-        or_l = 0
-        zz_l = 0
-        nz_l = 0
-        mask_d = np.uint64(0)
-        mask_l = np.uint64(0)
-        last = prev
-        for i in range(s, e):
-            x = float(xv[i])
-            t = np.rint(x * binv)
-            r = to_storage(t * bstep, prec)
-            lim = tol * abs(x) if pw else tol
-            bad += not (abs(t) <= QMAX)
-            bad += not (abs(r - x) <= lim)
-            if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw)
-                bad += not (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
-            elif tol == 0.0:  # a zero tolerance keeps every bit, the sign of zero too
-                bad += x == 0.0 and math.copysign(1.0, x) < 0.0
-            v = np.int64(t) if abs(t) <= QMAX else 0
-            q[i] = v
-            d = v - last
-            last = v
-            bit = np.uint64(i - s)
+        for j in range(m):
+            v = qb[j]
             nz_d += v != 0
-            mask_d |= np.uint64(v != 0) << bit
             or_d |= v
             zz_d |= _zigzag(v)
-            nz_l += d != 0
-            mask_l |= np.uint64(d != 0) << bit
-            or_l |= d
-            zz_l |= _zigzag(d)
-        raw_bytes = m * itemsize
         w_d = _bit_width(zz_d if or_d < 0 else or_d)
         if pw:
             out[1 + nb + 2 * b] = 0
             out[2 + nb + 2 * b] = 0
-        # raw when a value cannot be quantized, or when even the plain codes
-        # outgrow the raw bytes (16-bit dtypes): decided from the block alone
         if bad or (m * w_d + 7) // 8 > raw_bytes:
             same = True
             for j in range(itemsize, raw_bytes):
@@ -150,6 +195,17 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, q, data, out):
             dpos += cnt
             prev = 0
             continue
+        db[0] = qb[0] - prev
+        for j in range(1, m):
+            db[j] = qb[j] - qb[j - 1]
+        or_l = 0
+        zz_l = 0
+        nz_l = 0
+        for j in range(m):
+            d = db[j]
+            nz_l += d != 0
+            or_l |= d
+            zz_l |= _zigzag(d)
         w_l = _bit_width(zz_l if or_l < 0 else or_l)
         sg_d = SIGNED if or_d < 0 else 0
         sg_l = SIGNED if or_l < 0 else 0
@@ -165,54 +221,70 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, q, data, out):
         if c < best:
             best, head = c, w_l | sg_l | DELTA | SPARSE
         out[1 + b] = head
-        if pw:  # step exponent of a packed block (raw blocks keep 0)
+        if pw:
             out[1 + nb + 2 * b] = k & 0xFF
             out[2 + nb + 2 * b] = (k >> 8) & 0xFF
+        src = db if head & DELTA else qb
+        cnt = m
         if head & SPARSE:
-            mk = mask_l if head & DELTA else mask_d
+            mk = np.uint64(0)
+            cnt = 0
+            for j in range(m):  # mask, and the non-zero codes moved to the front
+                nz = src[j] != 0
+                mk |= np.uint64(nz) << np.uint64(j)
+                cb[cnt] = src[j]
+                cnt += nz
+            src = cb
             for j in range(8):
                 out[pos + j] = (mk >> np.uint64(8 * j)) & np.uint64(0xFF)
             pos += 8
         w = head & 31
         if w:
-            dpos = _pack(q, s, e, prev, head, w, data, dpos)
-        prev = last
+            dpos = _pack(src, cnt, head & SIGNED, w, data, dpos)
+        prev = qb[m - 1]
     out[pos : pos + dpos] = data[:dpos]
     return pos + dpos
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _pack(q, s, e, prev, head, w, data, dpos):
-    """Append the block's codes at ``w`` bits each, LSB first; returns the new end."""
+def _pack(src, count, signed, w, data, dpos):
+    """Append ``src[:count]`` (zigzagged if ``signed``) at ``w`` bits each, LSB
+    first; returns the new end."""
     acc = np.uint64(0)
     nbits = 0
-    delta = head & DELTA
-    sparse = head & SPARSE
-    signed = head & SIGNED
-    for i in range(s, e):
-        v = q[i]
-        c = v - prev if delta else v
-        prev = v
-        if sparse and c == 0:
-            continue
+    for j in range(count):
+        c = src[j]
         if signed:
             c = _zigzag(c)
-        acc |= np.uint64(c) << np.uint64(nbits)
+        u = np.uint64(c)
+        acc |= u << np.uint64(nbits)
         nbits += w
-        if nbits >= 32:
-            data[dpos] = acc & np.uint64(0xFF)
-            data[dpos + 1] = (acc >> np.uint64(8)) & np.uint64(0xFF)
-            data[dpos + 2] = (acc >> np.uint64(16)) & np.uint64(0xFF)
-            data[dpos + 3] = (acc >> np.uint64(24)) & np.uint64(0xFF)
-            acc >>= np.uint64(32)
-            nbits -= 32
-            dpos += 4
+        if nbits >= 64:
+            for t in range(8):
+                data[dpos + t] = (acc >> np.uint64(8 * t)) & np.uint64(0xFF)
+            dpos += 8
+            nbits -= 64
+            acc = (u >> np.uint64(w - nbits)) if nbits else np.uint64(0)
     while nbits > 0:
         data[dpos] = acc & np.uint64(0xFF)
         acc >>= np.uint64(8)
         nbits -= 8
         dpos += 1
     return dpos
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _reconstruct(qb, m, bstep, prec, out, s):
+    """out[s + j] = the stored value of code qb[j] (loops split by precision so they vectorize)."""
+    if prec == PREC_F64:
+        for j in range(m):
+            out[s + j] = qb[j] * bstep
+    elif prec == PREC_F32:
+        for j in range(m):
+            out[s + j] = float32(qb[j] * bstep)
+    else:
+        for j in range(m):
+            out[s + j] = to_storage(qb[j] * bstep, prec)
 
 
 @njit(cache=True, nogil=True)
@@ -244,6 +316,10 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
     if size < pos:
         return False
     prev = 0
+    words = np.zeros(BLOCK // 2 + 1, np.uint64)  # a block's data: at most 30 * 64 bits
+    wb = words.view(np.uint8)
+    cb = np.empty(BLOCK, np.int64)
+    qb = np.empty(BLOCK, np.int64)
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -291,24 +367,35 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         nbytes = (cnt * w + 7) // 8
         if pos + nbytes > size:
             return False
-        acc = np.uint64(0)
-        nbits = 0
-        rp = pos
+        # the block's data into aligned words, then each code from two of them
+        words[:] = 0
+        wb[:nbytes] = payload[pos : pos + nbytes]
         lowmask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
-        for i in range(s, e):
-            c = 0
-            if not (h & SPARSE) or (mask >> np.uint64(i - s)) & np.uint64(1):
-                while nbits < w:
-                    acc |= np.uint64(payload[rp]) << np.uint64(nbits)
-                    rp += 1
-                    nbits += 8
-                c = np.int64(acc & lowmask)
-                acc >>= np.uint64(w)
-                nbits -= w
-                if h & SIGNED:
-                    c = (c >> 1) ^ -(c & 1)
-            v = prev + c if h & DELTA else c
-            prev = v
-            out[i] = to_storage(v * bstep, prec)
+        for j in range(cnt):
+            off = j * w
+            wi = off >> 6
+            sh = np.uint64(off & 63)
+            lo = words[wi] >> sh
+            hi = (words[wi + 1] << (np.uint64(64) - sh)) if sh else np.uint64(0)
+            cb[j] = np.int64((lo | hi) & lowmask)
+        if h & SIGNED:
+            for j in range(cnt):
+                c = cb[j]
+                cb[j] = (c >> 1) ^ -(c & 1)
+        if h & SPARSE:  # spread the non-zero codes back to their places
+            k = cnt
+            for j in range(m - 1, -1, -1):
+                take = (mask >> np.uint64(j)) & np.uint64(1)
+                k -= np.int64(take)
+                qb[j] = cb[k] if take else 0
+        else:
+            qb[:m] = cb[:m]
+        if h & DELTA:
+            v = prev
+            for j in range(m):
+                v += qb[j]
+                qb[j] = v
+        prev = qb[m - 1]
+        _reconstruct(qb, m, bstep, prec, out, s)
         pos += nbytes
     return pos == size

@@ -123,23 +123,32 @@ def _quantize(xb, lay, dtype, pw, tol, step, inv):
         ).clamp(-1022, 1022)
         bstep = pow2(k)[:, None]
         binv = pow2(-k)[:, None]
-        t = torch.round(x * binv)
-        r = to_storage(t * bstep, dtype)
-        lim = tol * x.abs()
     else:
         k = torch.zeros(x.shape[0], dtype=torch.int64, device=dev)
-        t = torch.round(x * inv)
-        r = to_storage(t * step, dtype)
-        lim = tol
+        bstep, binv = step, inv
+    u = x * binv
+    t = torch.round(u)
+    good = _codable(x, t, dtype, pw, tol, bstep)
+    # a value that misses after rounding gets the other neighbour of x/step
+    t2 = torch.where(u > t, t + 1, t - 1)
+    good2 = _codable(x, t2, dtype, pw, tol, bstep)
+    t = torch.where(good, t, t2)
+    good = good | good2
     inrange = t.abs() <= QMAX
-    good = inrange & ((r - x).abs() <= lim)
-    if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw)
-        good = good & ((r * x > 0) | ((x == 0) & ~torch.signbit(x)))
-    elif tol == 0:  # a zero tolerance keeps every bit, the sign of zero too
-        good = good & ~((x == 0) & torch.signbit(x))
     bad = (~good & valid).any(1)
     v = torch.where(inrange & valid, t, torch.zeros_like(t)).to(torch.int64)
     return v, valid, bad, k
+
+
+def _codable(x, t, dtype, pw, tol, bstep):
+    """Whether codes ``t`` reconstruct ``x`` within the bound (as kernels/block.py)."""
+    r = to_storage(t * bstep, dtype)
+    ok = (t.abs() <= QMAX) & ((r - x).abs() <= (tol * x.abs() if pw else tol))
+    if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw)
+        ok = ok & ((r * x > 0) | ((x == 0) & ~torch.signbit(x)))
+    elif tol == 0:  # a zero tolerance keeps every bit, the sign of zero too
+        ok = ok & ~((x == 0) & torch.signbit(x))
+    return ok
 
 
 def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
