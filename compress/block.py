@@ -94,7 +94,8 @@ class BlockCodec(Codec):
         pw = bound.resolved_mode == "pw_rel"
         step, _ = steps_for(bound.tolerance)
         if itemsize >= 4:
-            res = np.empty(n, dtype)
+            direct = out is not None and out.flags.c_contiguous and out.dtype == dtype
+            res = out.reshape(-1) if direct else np.empty(n, dtype)
             ok = kb.decode_chunk(
                 buf, n, itemsize, _PREC[dtype.name], pw, step, res, res.view(np.uint8)
             )
@@ -111,6 +112,8 @@ class BlockCodec(Codec):
                 res.view(np.uint8)[pick] = rawb[pick]
         if not ok:
             raise ValueError("block payload is inconsistent (corrupted or truncated)")
+        if itemsize >= 4 and direct:
+            return out
         return deliver(res, shape, out)
 
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):

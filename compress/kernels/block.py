@@ -77,7 +77,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             ok = abs(t) <= QMAX and abs(r - x) <= tol * abs(x)
             ok = ok and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
             bad += not ok
-            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
     elif prec == 1:
         for j in range(m):
             x = float(xv[s + j])
@@ -85,7 +85,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             r = float(float32(t * bstep))
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
-            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
     elif prec == 0:
         for j in range(m):
             x = float(xv[s + j])
@@ -93,7 +93,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             r = t * bstep
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
-            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
     else:
         for j in range(m):
             x = float(xv[s + j])
@@ -101,7 +101,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             r = to_storage(t * bstep, prec)
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
-            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
     if tol == 0.0 and not pw:
         for j in range(m):
             x = float(xv[s + j])
@@ -115,7 +115,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             if not _codable(x, t, prec, pw, tol, bstep):
                 t = t + 1.0 if u > t else t - 1.0
                 bad += not _codable(x, t, prec, pw, tol, bstep)
-            qb[j] = np.int64(t) if abs(t) <= QMAX else 0
+            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
     return bad
 
 
@@ -151,6 +151,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     qb = np.empty(BLOCK, np.int64)
     db = np.empty(BLOCK, np.int64)
     cb = np.empty(BLOCK, np.int64)
+    words = np.zeros(BLOCK // 2 + 1, np.uint64)
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -195,14 +196,14 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             dpos += cnt
             prev = 0
             continue
-        db[0] = qb[0] - prev
-        for j in range(1, m):
-            db[j] = qb[j] - qb[j - 1]
         or_l = 0
         zz_l = 0
         nz_l = 0
+        last = prev
         for j in range(m):
-            d = db[j]
+            d = qb[j] - last
+            last = qb[j]
+            db[j] = d
             nz_l += d != 0
             or_l |= d
             zz_l |= _zigzag(d)
@@ -240,37 +241,39 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             pos += 8
         w = head & 31
         if w:
-            dpos = _pack(src, cnt, head & SIGNED, w, data, dpos)
+            dpos = _pack(src, cnt, head & SIGNED, w, cb, words, data, dpos)
         prev = qb[m - 1]
     out[pos : pos + dpos] = data[:dpos]
     return pos + dpos
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _pack(src, count, signed, w, data, dpos):
+def _pack(src, count, signed, w, cb, words, data, dpos):
     """Append ``src[:count]`` (zigzagged if ``signed``) at ``w`` bits each, LSB
-    first; returns the new end."""
+    first; returns the new end. Scratch: ``cb`` (BLOCK int64), ``words``
+    (BLOCK // 2 + 1 uint64)."""
+    if signed:
+        for j in range(count):
+            c = src[j]
+            cb[j] = (c << 1) ^ (c >> 63)
+        src = cb
     acc = np.uint64(0)
     nbits = 0
+    wi = 0
+    uw = np.uint64(w)
     for j in range(count):
-        c = src[j]
-        if signed:
-            c = _zigzag(c)
-        u = np.uint64(c)
+        u = np.uint64(src[j])
         acc |= u << np.uint64(nbits)
         nbits += w
         if nbits >= 64:
-            for t in range(8):
-                data[dpos + t] = (acc >> np.uint64(8 * t)) & np.uint64(0xFF)
-            dpos += 8
+            words[wi] = acc
+            wi += 1
             nbits -= 64
-            acc = (u >> np.uint64(w - nbits)) if nbits else np.uint64(0)
-    while nbits > 0:
-        data[dpos] = acc & np.uint64(0xFF)
-        acc >>= np.uint64(8)
-        nbits -= 8
-        dpos += 1
-    return dpos
+            acc = (u >> (uw - np.uint64(nbits))) if nbits else np.uint64(0)
+    words[wi] = acc
+    nbytes = (count * w + 7) // 8
+    data[dpos : dpos + nbytes] = words.view(np.uint8)[:nbytes]
+    return dpos + nbytes
 
 
 @njit(cache=True, nogil=True, inline="always")
