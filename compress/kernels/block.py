@@ -16,6 +16,14 @@ BLOCK = 64  # elements per block
 QMAX = (1 << 28) - 1  # largest |quantization code|: deltas then fit 30 bits zigzagged
 RAW_WIDTH = 31  # header width field value that marks a raw block
 SIGNED, SPARSE, DELTA = 0x20, 0x40, 0x80
+LIST_MAX = 9  # sparse blocks with at most this many non-zero codes list their positions
+
+
+@njit(cache=True, nogil=True, inline="always")
+def index_bytes(nnz):
+    """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
+    return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
+
 
 #: storage precision codes: how a float64 reconstruction is rounded to the dtype
 PREC_F64, PREC_F32, PREC_F16, PREC_BF16 = 0, 1, 2, 3
@@ -151,7 +159,13 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     qb = np.empty(BLOCK, np.int64)
     db = np.empty(BLOCK, np.int64)
     cb = np.empty(BLOCK, np.int64)
+    cb2 = np.empty(BLOCK, np.int64)
+    pb = np.empty(BLOCK, np.int64)
     words = np.zeros(BLOCK // 2 + 1, np.uint64)
+    counts = np.empty(nb, np.uint8)
+    index = np.empty(8 * nb, np.uint8)
+    nsparse = 0
+    ipos = 0
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -212,13 +226,13 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         sg_l = SIGNED if or_l < 0 else 0
         best = (m * w_d + 7) // 8
         head = w_d | sg_d
-        c = 8 + (nz_d * w_d + 7) // 8
+        c = 1 + index_bytes(nz_d) + (nz_d * w_d + 7) // 8
         if c < best:
             best, head = c, w_d | sg_d | SPARSE
         c = (m * w_l + 7) // 8
         if c < best:
             best, head = c, w_l | sg_l | DELTA
-        c = 8 + (nz_l * w_l + 7) // 8
+        c = 1 + index_bytes(nz_l) + (nz_l * w_l + 7) // 8
         if c < best:
             best, head = c, w_l | sg_l | DELTA | SPARSE
         out[1 + b] = head
@@ -230,19 +244,29 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         if head & SPARSE:
             mk = np.uint64(0)
             cnt = 0
-            for j in range(m):  # mask, and the non-zero codes moved to the front
+            for j in range(m):  # mask, positions and the non-zero codes moved to the front
                 nz = src[j] != 0
                 mk |= np.uint64(nz) << np.uint64(j)
+                pb[cnt] = j
                 cb[cnt] = src[j]
                 cnt += nz
             src = cb
-            for j in range(8):
-                out[pos + j] = (mk >> np.uint64(8 * j)) & np.uint64(0xFF)
-            pos += 8
+            counts[nsparse] = cnt
+            nsparse += 1
+            if cnt <= LIST_MAX:
+                ipos = _pack(pb, cnt, 0, 6, cb2, words, index, ipos)
+            else:
+                for j in range(8):
+                    index[ipos + j] = (mk >> np.uint64(8 * j)) & np.uint64(0xFF)
+                ipos += 8
         w = head & 31
         if w:
             dpos = _pack(src, cnt, head & SIGNED, w, cb, words, data, dpos)
         prev = qb[m - 1]
+    out[pos : pos + nsparse] = counts[:nsparse]
+    pos += nsparse
+    out[pos : pos + ipos] = index[:ipos]
+    pos += ipos
     out[pos : pos + dpos] = data[:dpos]
     return pos + dpos
 
@@ -274,6 +298,22 @@ def _pack(src, count, signed, w, cb, words, data, dpos):
     nbytes = (count * w + 7) // 8
     data[dpos : dpos + nbytes] = words.view(np.uint8)[:nbytes]
     return dpos + nbytes
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack(payload, pos, cnt, w, words, cb):
+    """cb[:cnt] = the ``w``-bit codes packed LSB first from ``payload[pos]``."""
+    nbytes = (cnt * w + 7) // 8
+    words[:] = 0
+    words.view(np.uint8)[:nbytes] = payload[pos : pos + nbytes]
+    lowmask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
+    for j in range(cnt):
+        off = j * w
+        wi = off >> 6
+        sh = np.uint64(off & 63)
+        lo = words[wi] >> sh
+        hi = (words[wi + 1] << (np.uint64(64) - sh)) if sh else np.uint64(0)
+        cb[j] = np.int64((lo | hi) & lowmask)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -314,13 +354,17 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
             return False
         elif h & SPARSE:
             nsparse += 1
-    mpos = pos
-    pos += 8 * nsparse
+    cpos = pos  # one count byte per sparse block, then their position lists or masks
+    ipos = cpos + nsparse
+    if size < ipos:
+        return False
+    pos = ipos
+    for i in range(nsparse):
+        pos += index_bytes(payload[cpos + i])
     if size < pos:
         return False
     prev = 0
     words = np.zeros(BLOCK // 2 + 1, np.uint64)  # a block's data: at most 30 * 64 bits
-    wb = words.view(np.uint8)
     cb = np.empty(BLOCK, np.int64)
     qb = np.empty(BLOCK, np.int64)
     for b in range(nb):
@@ -357,30 +401,35 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         mask = np.uint64(0)
         cnt = m
         if h & SPARSE:
-            for j in range(8):
-                mask |= np.uint64(payload[mpos + j]) << np.uint64(8 * j)
-            mpos += 8
-            if m < 64 and mask >> np.uint64(m) != 0:
+            cnt = np.int64(payload[cpos])
+            cpos += 1
+            if cnt < 1 or cnt > m:
                 return False
-            cnt = 0
-            mm = mask
-            while mm:
-                mm &= mm - np.uint64(1)
-                cnt += 1
+            if cnt <= LIST_MAX:
+                _unpack(payload, ipos, cnt, 6, words, cb)
+                last = -1
+                for j in range(cnt):
+                    if cb[j] <= last or cb[j] >= m:
+                        return False
+                    last = cb[j]
+                    mask |= np.uint64(1) << np.uint64(cb[j])
+            else:
+                for j in range(8):
+                    mask |= np.uint64(payload[ipos + j]) << np.uint64(8 * j)
+                if m < 64 and mask >> np.uint64(m) != 0:
+                    return False
+                ones = 0
+                mm = mask
+                while mm:
+                    mm &= mm - np.uint64(1)
+                    ones += 1
+                if ones != cnt:
+                    return False
+            ipos += index_bytes(cnt)
         nbytes = (cnt * w + 7) // 8
         if pos + nbytes > size:
             return False
-        # the block's data into aligned words, then each code from two of them
-        words[:] = 0
-        wb[:nbytes] = payload[pos : pos + nbytes]
-        lowmask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
-        for j in range(cnt):
-            off = j * w
-            wi = off >> 6
-            sh = np.uint64(off & 63)
-            lo = words[wi] >> sh
-            hi = (words[wi + 1] << (np.uint64(64) - sh)) if sh else np.uint64(0)
-            cb[j] = np.int64((lo | hi) & lowmask)
+        _unpack(payload, pos, cnt, w, words, cb)
         if h & SIGNED:
             for j in range(cnt):
                 c = cb[j]

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from .block import BLOCK, DELTA, QMAX, RAW_WIDTH, SIGNED, SPARSE
+from .block import BLOCK, DELTA, LIST_MAX, QMAX, RAW_WIDTH, SIGNED, SPARSE
 
 
 def _arange64(device) -> torch.Tensor:
@@ -151,6 +151,39 @@ def _codable(x, t, dtype, pw, tol, bstep):
     return ok
 
 
+def index_bytes(nnz: torch.Tensor) -> torch.Tensor:
+    """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
+    return torch.where(nnz <= LIST_MAX, (6 * nnz + 7) // 8, 8)
+
+
+def _rank_in_chunk(x: torch.Tensor, lay: Layout) -> torch.Tensor:
+    """Exclusive running sum of per-block ``x`` restarting at each chunk."""
+    run = torch.cumsum(x, 0) - x
+    return run - run[lay.first_block][lay.chunk_id]
+
+
+def _scatter_bits(words, bitpos, values, width, where):
+    """OR ``values`` (``width`` bits each) into int64 ``words`` at ``bitpos`` where ``where``."""
+    zero = torch.zeros_like(bitpos)
+    val = torch.where(where, values, zero)
+    widx = torch.where(where, bitpos >> 6, zero)
+    shift = bitpos & 63
+    words.scatter_add_(0, widx.reshape(-1), (val << shift).reshape(-1))
+    spill = where & (shift + width > 64)
+    hi = torch.where(spill, val >> (64 - shift).clamp(max=63), zero)
+    words.scatter_add_(0, (widx + 1).reshape(-1), hi.reshape(-1))
+
+
+def _extract_bits(words, bitpos, width, where):
+    """The ``width``-bit values at ``bitpos`` in int64 ``words`` (0 where not ``where``)."""
+    widx = torch.where(where, bitpos >> 6, 0).clamp(0, words.numel() - 2)
+    shift = bitpos & 63
+    lo = (words[widx] >> shift) & torch.where(shift == 0, -1, (1 << (64 - shift).clamp(max=63)) - 1)
+    hi = torch.where(shift == 0, 0, words[widx + 1] << (64 - shift).clamp(max=63))
+    wmask = (1 << torch.as_tensor(width).clamp(max=62)) - 1
+    return torch.where(where, (lo | hi) & wmask, 0)
+
+
 def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
     """Payloads of all chunks of the flattened C-contiguous ``t``: (uint8 tensor, lengths)."""
     dtype = t.dtype
@@ -186,9 +219,9 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     costs = torch.stack(
         [
             (m * w_d + 7) // 8,
-            8 + (nz_d * w_d + 7) // 8,
+            1 + index_bytes(nz_d) + (nz_d * w_d + 7) // 8,
             (m * w_l + 7) // 8,
-            8 + (nz_l * w_l + 7) // 8,
+            1 + index_bytes(nz_l) + (nz_l * w_l + 7) // 8,
         ]
     )
     choice = costs.argmin(0)
@@ -204,7 +237,9 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     head = torch.where(raw, RAW_WIDTH | torch.where(same, SPARSE, 0), head)
     raw_size = torch.where(same, itemsize, m * itemsize)
     best = costs.gather(0, choice[None]).squeeze(0)
-    dsize = torch.where(raw, raw_size, best - torch.where(is_sparse, 8, 0))
+    nnz = torch.where(is_sparse, torch.where(is_delta, nz_l, nz_d), 0)
+    isize = torch.where(is_sparse, index_bytes(nnz), 0)
+    dsize = torch.where(raw, raw_size, best - torch.where(is_sparse, 1 + isize, 0))
     is_delta = is_delta & ~raw
     codes = torch.where(is_delta[:, None], code_l, code_d)
     emit = torch.where(is_sparse[:, None], torch.where(is_delta[:, None], d, v) != 0, valid)
@@ -221,8 +256,9 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     n_c = torch.tensor(lay.chunk_elems_list, device=dev)
     head_bytes = nb_c * (3 if pw else 1)
     sparse_c = per_chunk(is_sparse.long())
+    index_c = per_chunk(isize)
     data_c = per_chunk(dsize)
-    size_c = 1 + head_bytes + 8 * sparse_c + data_c
+    size_c = 1 + head_bytes + sparse_c + index_c + data_c
     raw_c = size_c >= 1 + n_c * itemsize
     size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
     # the one host sync: sizes, which chunks are raw, whether any block is raw
@@ -246,33 +282,31 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
         kk = torch.where(raw, 0, k) & 0xFFFF
         put(base + 1 + nb_c[cid] + 2 * lay.local, (kk & 0xFF).to(torch.uint8))
         put(base + 2 + nb_c[cid] + 2 * lay.local, (kk >> 8).to(torch.uint8))
-    # masks of the sparse blocks, in block order, after the headers
-    sp_rank = torch.cumsum(is_sparse.long(), 0) - is_sparse.long()
-    sp_rank = sp_rank - sp_rank[lay.first_block][cid]
-    mask_start = base + 1 + head_bytes[cid]
-    mask = (torch.where(emit & is_sparse[:, None], 1, 0) << _arange64(dev)).sum(1)
+    # sparse blocks: a count byte each, then each one's positions or mask
+    sp_rank = _rank_in_chunk(is_sparse.long(), lay)
+    count_start = base + 1 + head_bytes[cid]
+    put(torch.where(is_sparse, count_start + sp_rank, dump), nnz.to(torch.uint8))
+    index_start = count_start + sparse_c[cid]
+    ioff = _rank_in_chunk(isize, lay) + index_start
+    emit = emit & keep[:, None]
+    listed = is_sparse & (nnz <= LIST_MAX) & keep
+    masked = is_sparse & (nnz > LIST_MAX)
+    mask = (torch.where(emit & masked[:, None], 1, 0) << _arange64(dev)).sum(1)
     mbytes = ((mask[:, None] >> (8 * torch.arange(8, device=dev))) & 0xFF).to(torch.uint8)
-    midx = mask_start[:, None] + 8 * sp_rank[:, None] + torch.arange(8, device=dev)
-    midx = torch.where(is_sparse[:, None], midx, dump)
-    put(midx, mbytes)
+    midx = ioff[:, None] + torch.arange(8, device=dev)
+    put(torch.where(masked[:, None], midx, dump), mbytes)
+    rank = torch.cumsum(emit.long(), 1) - 1
+    _scatter_bits(words, ioff[:, None] * 8 + rank * 6, _arange64(dev), 6, emit & listed[:, None])
     # block data
-    data_start = mask_start + 8 * sparse_c[cid]
-    doff = torch.cumsum(dsize, 0) - dsize
-    doff = doff - doff[lay.first_block][cid] + data_start
+    data_start = index_start + index_c[cid]
+    doff = _rank_in_chunk(dsize, lay) + data_start
     if any_raw:  # raw blocks: their bytes as they are
         nbytes = BLOCK * itemsize
         bidx = doff[:, None] + torch.arange(nbytes, device=dev)
         ok = raw[:, None] & (torch.arange(nbytes, device=dev)[None, :] < raw_size[:, None])
         put(torch.where(ok, bidx, dump), xb.contiguous().view(torch.uint8).view(-1, nbytes))
-    rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, _arange64(dev))
-    bitpos = doff[:, None] * 8 + rank * width[:, None]
-    val = torch.where(emit & keep[:, None], codes, zero)
-    widx = torch.where(emit & keep[:, None], bitpos >> 6, zero)
-    shift = bitpos & 63
-    words.scatter_add_(0, widx.view(-1), (val << shift).view(-1))
-    spill = shift + width[:, None] > 64
-    hi = torch.where(spill, val >> (64 - shift).clamp(max=63), zero)
-    words.scatter_add_(0, (widx + 1).view(-1), hi.view(-1))
+    rank = torch.where(is_sparse[:, None], rank, _arange64(dev))
+    _scatter_bits(words, doff[:, None] * 8 + rank * width[:, None], codes, width[:, None], emit)
     # raw chunks: a mode byte and the values as they are
     st = 0
     for c in range(nch):
@@ -328,24 +362,42 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         hi = get(base + 2 + nb_c[cid] + 2 * lay.local).long()
         k = lo | (hi << 8)
         k = torch.where(k >= 32768, k - 65536, k)
-    sp_rank = torch.cumsum(is_sparse.long(), 0) - is_sparse.long()
-    sp_rank = sp_rank - sp_rank[lay.first_block][cid]
-    sparse_c = torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, is_sparse.long())
-    mask_start = base + 1 + head_bytes[cid]
-    mb = get(mask_start[:, None] + 8 * sp_rank[:, None] + torch.arange(8, device=dev)).long()
-    mask = (mb << (8 * torch.arange(8, device=dev))).sum(1)
-    mask = torch.where(is_sparse, mask, 0)
+
+    def per_chunk(x):
+        return torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, x)
+
+    # sparse blocks: count bytes, then position lists or masks
+    sp_rank = _rank_in_chunk(is_sparse.long(), lay)
+    sparse_c = per_chunk(is_sparse.long())
+    count_start = base + 1 + head_bytes[cid]
+    cnt_sp = torch.where(is_sparse, get(count_start + sp_rank).long(), 0)
+    isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
+    index_c = per_chunk(isize)
+    index_start = count_start + sparse_c[cid]
+    ioff = _rank_in_chunk(isize, lay) + index_start
+    listed = is_sparse & (cnt_sp <= LIST_MAX)
+    masked = is_sparse & (cnt_sp > LIST_MAX)
     pos = _arange64(dev)
-    mbits = ((mask[:, None] >> pos) & 1) == 1
+    mb = get(ioff[:, None] + torch.arange(8, device=dev)).long()
+    mask = torch.where(masked, (mb << (8 * torch.arange(8, device=dev))).sum(1), 0)
+    r = torch.arange(LIST_MAX, device=dev)
+    in_list = listed[:, None] & (r[None, :] < cnt_sp[:, None])
+    plist = _extract_bits(words, ioff[:, None] * 8 + r * 6, 6, in_list)
+    hits = torch.zeros(lay.nblocks, BLOCK, dtype=torch.int64, device=dev)
+    hits.scatter_add_(1, plist, in_list.long())
+    mbits = torch.where(listed[:, None], hits > 0, ((mask[:, None] >> pos) & 1) == 1)
     valid = pos[None, :] < m[:, None]
-    nnz = mbits.sum(1)
+    increasing = ((plist[:, 1:] > plist[:, :-1]) | ~in_list[:, 1:]).all(1)
     same = raw & (head & SPARSE != 0)
-    cnt = torch.where(is_sparse, nnz, m)
+    cnt = torch.where(is_sparse, cnt_sp, m)
     dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
-    data_c = torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, dsize)
-    need_c = torch.where(mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + 8 * sparse_c + data_c)
+    data_c = per_chunk(dsize)
+    need_c = torch.where(
+        mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
+    )
     bad_head = ~raw & (width > 30) | raw & (head & (SIGNED | DELTA) != 0)
-    bad_head = bad_head | (is_sparse & (mbits & ~valid).any(1))
+    bad_sparse = (cnt_sp < 1) | (cnt_sp > m) | (mbits.sum(1) != cnt_sp) | ~increasing
+    bad_head = bad_head | is_sparse & (bad_sparse | (mbits & ~valid).any(1))
     if pw:
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
     bad_c = (need_c != len_c) | (mode_c > 1)
@@ -360,18 +412,11 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         raise ValueError("block payload is inconsistent (corrupted or truncated)")
     raw_chunks = check[nch:]
 
-    data_start = mask_start + 8 * sparse_c[cid]
-    doff = torch.cumsum(dsize, 0) - dsize
-    doff = doff - doff[lay.first_block][cid] + data_start
+    data_start = index_start + index_c[cid]
+    doff = _rank_in_chunk(dsize, lay) + data_start
     emit = torch.where(is_sparse[:, None], mbits, valid) & ~raw[:, None]
     rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, pos)
-    bitpos = doff[:, None] * 8 + rank * width[:, None]
-    widx = torch.where(emit, bitpos >> 6, 0).clamp(0, words.numel() - 2)
-    shift = bitpos & 63
-    lo = (words[widx] >> shift) & torch.where(shift == 0, -1, (1 << (64 - shift).clamp(max=63)) - 1)
-    hi = torch.where(shift == 0, 0, words[widx + 1] << (64 - shift).clamp(max=63))
-    wmask = (1 << width.clamp(max=62)) - 1
-    c = torch.where(emit, (lo | hi) & wmask[:, None], 0)
+    c = _extract_bits(words, doff[:, None] * 8 + rank * width[:, None], width[:, None], emit)
     c = torch.where(signed[:, None], (c >> 1) ^ -(c & 1), c)
 
     # running values behind delta blocks: a segmented scan over blocks
