@@ -39,6 +39,25 @@ def steps_for(tol: float) -> tuple[float, float]:
     return step, (1.0 / step if step > 0 else 0.0)  # tolerance 0: only zeros quantize
 
 
+def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound) -> bytes:
+    """One chunk's payload from its values ``xv`` (float32/float64, exact) and their
+    stored bytes ``rawb``; ``prec`` names the stored dtype (bfloat16 included)."""
+    n = xv.size
+    if n == 0:
+        return bytes([MODE_BLOCKS])
+    itemsize = rawb.size // n
+    step, inv = steps_for(bound.tolerance)
+    pw = bound.resolved_mode == "pw_rel"
+    out = np.empty(1 + 12 * -(-n // kb.BLOCK) + n * itemsize, np.uint8)
+    size = kb.encode_chunk(
+        xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, np.empty_like(out), out
+    )
+    if size >= 1 + n * itemsize:
+        return bytes([MODE_RAW]) + rawb.tobytes()
+    out[0] = MODE_BLOCKS
+    return out[:size].tobytes()
+
+
 @register_codec
 class BlockCodec(Codec):
     """Blocks of 64 values, each packed at its own bit width; see the module docstring."""
@@ -49,32 +68,8 @@ class BlockCodec(Codec):
 
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
-        n = flat.size
-        rawb = flat.view(np.uint8)
-        if n == 0:
-            return bytes([MODE_BLOCKS])
-        itemsize = flat.dtype.itemsize
-        xv = flat if itemsize >= 4 else flat.astype(np.float32)
-        pw = bound.resolved_mode == "pw_rel"
-        step, inv = steps_for(bound.tolerance)
-        nb = -(-n // kb.BLOCK)
-        out = np.empty(1 + 11 * nb + n * itemsize, np.uint8)
-        size = kb.encode_chunk(
-            xv,
-            rawb,
-            itemsize,
-            _PREC[flat.dtype.name],
-            pw,
-            bound.tolerance,
-            step,
-            inv,
-            np.empty_like(out),
-            out,
-        )
-        if size >= 1 + n * itemsize:
-            return bytes([MODE_RAW]) + rawb.tobytes()
-        out[0] = MODE_BLOCKS
-        return out[:size].tobytes()
+        xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
+        return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype.name], bound)
 
     def decode(self, payload, shape, dtype, bound, out=None):
         dtype = np.dtype(dtype)

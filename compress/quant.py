@@ -47,7 +47,7 @@ from .byteio import ByteWriter
 from .kernels.hashing import hash32_torch
 from .kernels.quant import quant_decode, quant_encode
 from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
-from .registry import Codec, chunk_rows_for, deliver, register_codec
+from .registry import Codec, deliver, register_codec
 
 MODE_QUANT, MODE_RAW = 0, 1
 _HEAD = 9  # u8 mode + f64 max_error
@@ -223,7 +223,6 @@ class QuantCodec(Codec):
         return deliver(res.astype(dtype, copy=False), shape, out)
 
     # -- torch path ----------------------------------------------------------------
-    # -- torch path ----------------------------------------------------------------
 
     def encode_tensor(self, t, bound, chunk_rows: int):
         """Payloads of all chunks of C-contiguous tensor ``t`` (float16/bfloat16/float32/
@@ -313,9 +312,8 @@ class QuantCodec(Codec):
         fields += [p.view(torch.uint8).view(nch, -1) for p in (lo_p, scale_p)]
         return torch.cat([*fields, codes], 1), err
 
-    def decode_tensor(self, payload, lengths, shape, dtype, bound=None, chunk_rows=None):
-        """Inverse of :meth:`encode_tensor` on ``payload.device``. ``chunk_rows``: as
-        encoded; None infers it from ``lengths`` (ValueError if that is ambiguous)."""
+    def decode_tensor(self, payload, lengths, shape, dtype, bound, chunk_rows: int):
+        """Inverse of :meth:`encode_tensor` on ``payload.device`` (``chunk_rows`` as encoded)."""
         import torch
 
         pdt = _torch_param_dtype(dtype)
@@ -358,11 +356,7 @@ class QuantCodec(Codec):
                 expected(md, sz) == ln for md, sz, ln in zip(modes, sizes, lengths, strict=True)
             )
 
-        if chunk_rows is None:
-            chunk_rows = _infer_chunk_rows(
-                fits, rows, len(lengths), chunk_rows_for(shape, itemsize, self.default_chunk_bytes)
-            )
-        elif not fits(_check_int("chunk_rows", chunk_rows)):
+        if not fits(_check_int("chunk_rows", chunk_rows)):
             bad = [i for i, md in enumerate(modes) if md not in (MODE_QUANT, MODE_RAW)]
             if bad:
                 raise ValueError(f"unknown quant chunk mode {modes[bad[0]]} in chunk {bad[0]}")
@@ -430,25 +424,6 @@ def _split(count: int, parts: int) -> list[tuple[int, int]]:
     parts = max(1, min(parts, count))
     bounds = [count * i // parts for i in range(parts + 1)]
     return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _infer_chunk_rows(fits, rows: int, nchunks: int, guess: int) -> int:
-    """The rows per chunk that explain ``nchunks`` payload lengths (``fits``)."""
-    if nchunks == 1:
-        if fits(rows):
-            return rows
-        raise ValueError(f"the payload length does not match a chunk of {rows} rows")
-    if fits(guess):
-        return guess
-    lo, hi = -(-rows // nchunks), -(-rows // (nchunks - 1)) - 1
-    found = [cr for cr in range(lo, hi + 1) if fits(cr)]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise ValueError(f"{nchunks} chunk payload lengths do not match any split of {rows} rows")
-    raise ValueError(
-        f"the chunk payload lengths fit chunks of {found[0]}..{found[-1]} rows: pass chunk_rows"
-    )
 
 
 def _torch_param_dtype(dtype):

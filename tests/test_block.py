@@ -156,3 +156,24 @@ def test_multi_chunk_layouts_match(n, rows_per_chunk):
     chunk_bytes = rows_per_chunk * 7 * 4
     blob = tp.compress(x, codec="block", rel=1e-2, chunk_bytes=chunk_bytes)
     assert bytes(compress_tensor(torch.from_numpy(x), rel=1e-2, chunk_bytes=chunk_bytes)) == blob
+
+
+@pytest.mark.parametrize("mode", ["rel", "pw_rel"])
+def test_bfloat16_kernels_write_the_torch_bytes(mode):
+    """numpy has no bfloat16: the numba kernels take float32 values and the bf16 bytes."""
+    from tensorpress.compress.block import encode_values
+    from tensorpress.compress.kernels.block import PREC_BF16
+
+    g = torch.Generator().manual_seed(1)
+    t = (torch.randn(300, 7, generator=g) * 10).to(torch.bfloat16)
+    t[0, 0], t[5, 5] = math.nan, -math.inf
+    ct = compress_tensor(t, chunk_bytes=700, **{mode: 1e-2})
+    got, pos = bytes(ct.payload.numpy()), 0
+    rows = ct.chunk_rows
+    for i, length in enumerate(ct.lengths):
+        chunk = t[i * rows : (i + 1) * rows].reshape(-1)
+        raw = chunk.view(torch.int16).numpy().view(np.uint8)
+        want = encode_values(chunk.float().numpy(), raw, PREC_BF16, ct.bound)
+        assert got[pos : pos + length] == want
+        pos += length
+    assert pos == len(got) and len(ct.lengths) > 1

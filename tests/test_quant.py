@@ -429,27 +429,6 @@ def test_hadamard_through_the_container():
     assert np.abs(tp.decompress(blob) - x).max() < 0.1
 
 
-def test_decode_tensor_infers_chunk_rows():
-    codec = QuantCodec(bits=4, group=16)
-    x = torch.randn(4000, 100, generator=torch.Generator().manual_seed(0))
-    rows = quant_module.chunk_rows_for(tuple(x.shape), 4, codec.default_chunk_bytes)
-    payload, lengths = codec.encode_tensor(x, None, rows)
-    assert len(lengths) > 1
-    y = codec.decode_tensor(payload, lengths, x.shape, torch.float32, None)
-    assert torch.equal(y, codec.decode_tensor(payload, lengths, x.shape, torch.float32, None, rows))
-    # 10 values in chunks of 7 or 8 rows: same payload lengths, so the rows must be given
-    codec = QuantCodec(bits=2, group=16)
-    payload, lengths = codec.encode_tensor(torch.arange(10.0), None, 7)
-    with pytest.raises(ValueError, match="pass chunk_rows"):
-        codec.decode_tensor(payload, lengths, (10,), torch.float32, None)
-    with pytest.raises(ValueError, match="do not match"):
-        codec.decode_tensor(payload, lengths, (10,), torch.float32, None, 3)
-
-
-# -- bad payloads and parameters -----------------------------------------------------
-
-
-@pytest.mark.parametrize("hadamard", [False, True])
 def test_truncated_or_padded_payloads_raise(hadamard):
     codec = QuantCodec(bits=4, group=16, hadamard=hadamard)
     x = np.random.default_rng(8).standard_normal(50)
