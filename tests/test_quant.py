@@ -363,7 +363,7 @@ def test_empty_and_scalar_chunks():
     for shape in [(0,), (3, 0), (0, 2, 2)]:
         t, lengths = codec.encode_tensor(torch.zeros(shape), None, 2)
         assert t.numel() == 0 and t.dtype == torch.uint8 and lengths == []
-        assert codec.decode_tensor(t, [], shape, torch.float32, None).shape == shape
+        assert codec.decode_tensor(t, [], shape, torch.float32, None, 2).shape == shape
     s = np.array(2.5, np.float64)
     [p] = _both_paths(QuantCodec(hadamard=True), s, rows=1)
     assert codec.decode(codec.encode(s), (), np.float64).shape == ()
@@ -429,6 +429,10 @@ def test_hadamard_through_the_container():
     assert np.abs(tp.decompress(blob) - x).max() < 0.1
 
 
+# -- bad payloads and parameters -----------------------------------------------------
+
+
+@pytest.mark.parametrize("hadamard", [False, True])
 def test_truncated_or_padded_payloads_raise(hadamard):
     codec = QuantCodec(bits=4, group=16, hadamard=hadamard)
     x = np.random.default_rng(8).standard_normal(50)
@@ -452,7 +456,7 @@ def test_truncated_or_padded_payloads_raise(hadamard):
         QuantCodec.payload_max_error(b"")
     assert QuantCodec.payload_max_error(codec.encode(raw)) == 0.0
     with pytest.raises(ValueError, match="add up"):
-        codec.decode_tensor(torch.zeros(5, dtype=torch.uint8), [4], (3,), torch.float64, None)
+        codec.decode_tensor(torch.zeros(5, dtype=torch.uint8), [4], (3,), torch.float64, None, 3)
 
 
 @pytest.mark.parametrize(
