@@ -551,3 +551,10 @@ def test_float16_storage_rounding_matches_numpy():
     assert np.array_equal(_bits(mine), _bits(ref))
     t = torch.from_numpy(v).to(torch.float32).to(torch.float16).double().numpy()
     assert np.array_equal(_bits(t), _bits(ref))
+
+
+def test_decode_tensor_refuses_chunk_rows_that_do_not_match():
+    codec = QuantCodec(bits=2, group=16)
+    payload, lengths = codec.encode_tensor(torch.arange(10.0), None, 7)
+    with pytest.raises(ValueError, match="do not match"):
+        codec.decode_tensor(payload, lengths, (10,), torch.float32, None, 3)
