@@ -365,7 +365,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         return False
     prev = 0
     words = np.zeros(BLOCK // 2 + 1, np.uint64)  # a block's data: at most 30 * 64 bits
-    cb = np.empty(BLOCK, np.int64)
+    cb = np.zeros(BLOCK + 1, np.int64)  # + 1: the sparse spread reads one past the codes
     qb = np.empty(BLOCK, np.int64)
     for b in range(nb):
         s = b * BLOCK
@@ -435,19 +435,20 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
                 c = cb[j]
                 cb[j] = (c >> 1) ^ -(c & 1)
         if h & SPARSE:  # spread the non-zero codes back to their places
-            k = cnt
-            for j in range(m - 1, -1, -1):
-                take = (mask >> np.uint64(j)) & np.uint64(1)
-                k -= np.int64(take)
-                qb[j] = cb[k] if take else 0
+            k = 0
+            for j in range(m):
+                take = np.int64((mask >> np.uint64(j)) & np.uint64(1))
+                qb[j] = cb[k] * take
+                k += take
+            src = qb
         else:
-            qb[:m] = cb[:m]
+            src = cb
         if h & DELTA:
             v = prev
             for j in range(m):
-                v += qb[j]
-                qb[j] = v
-        prev = qb[m - 1]
-        _reconstruct(qb, m, bstep, prec, out, s)
+                v += src[j]
+                src[j] = v
+        prev = src[m - 1]
+        _reconstruct(src, m, bstep, prec, out, s)
         pos += nbytes
     return pos == size
