@@ -85,7 +85,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             ok = abs(t) <= QMAX and abs(r - x) <= tol * abs(x)
             ok = ok and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
             bad += not ok
-            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
+            qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
     elif prec == 1:
         for j in range(m):
             x = float(xv[s + j])
@@ -93,7 +93,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             r = float(float32(t * bstep))
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
-            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
+            qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
     elif prec == 0:
         for j in range(m):
             x = float(xv[s + j])
@@ -101,7 +101,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             r = t * bstep
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
-            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
+            qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
     else:
         for j in range(m):
             x = float(xv[s + j])
@@ -109,7 +109,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             r = to_storage(t * bstep, prec)
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
-            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
+            qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
     if tol == 0.0 and not pw:
         for j in range(m):
             x = float(xv[s + j])
@@ -123,7 +123,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             if not _codable(x, t, prec, pw, tol, bstep):
                 t = t + 1.0 if u > t else t - 1.0
                 bad += not _codable(x, t, prec, pw, tol, bstep)
-            qb[j] = np.int64(t if abs(t) <= QMAX else 0.0)
+            qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
     return bad
 
 
@@ -156,10 +156,10 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     pos = 1 + nb + (2 * nb if pw else 0)
     prev = 0
     dpos = 0
-    qb = np.empty(BLOCK, np.int64)
-    db = np.empty(BLOCK, np.int64)
-    cb = np.empty(BLOCK, np.int64)
-    cb2 = np.empty(BLOCK, np.int64)
+    qb = np.empty(BLOCK, np.int32)  # |codes| < 2**28, deltas < 2**29: int32 vectorises
+    db = np.empty(BLOCK, np.int32)
+    cb = np.empty(BLOCK, np.int32)
+    cb2 = np.empty(BLOCK, np.int32)
     pb = np.empty(BLOCK, np.int64)
     words = np.zeros(BLOCK // 2 + 1, np.uint64)
     counts = np.empty(nb, np.uint8)
