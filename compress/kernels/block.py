@@ -313,7 +313,7 @@ def _unpack(payload, pos, cnt, w, words, cb):
         sh = np.uint64(off & 63)
         lo = words[wi] >> sh
         hi = (words[wi + 1] << (np.uint64(64) - sh)) if sh else np.uint64(0)
-        cb[j] = np.int64((lo | hi) & lowmask)
+        cb[j] = (lo | hi) & lowmask
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -365,8 +365,8 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         return False
     prev = 0
     words = np.zeros(BLOCK // 2 + 1, np.uint64)  # a block's data: at most 30 * 64 bits
-    cb = np.zeros(BLOCK + 1, np.int64)  # + 1: the sparse spread reads one past the codes
-    qb = np.empty(BLOCK, np.int64)
+    cb = np.zeros(BLOCK + 1, np.int32)  # + 1: the sparse spread reads one past the codes
+    qb = np.empty(BLOCK, np.int32)
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -437,7 +437,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         if h & SPARSE:  # spread the non-zero codes back to their places
             k = 0
             for j in range(m):
-                take = np.int64((mask >> np.uint64(j)) & np.uint64(1))
+                take = np.int32((mask >> np.uint64(j)) & np.uint64(1))
                 qb[j] = cb[k] * take
                 k += take
             src = qb
