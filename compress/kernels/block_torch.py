@@ -126,14 +126,16 @@ def _quantize(xb, lay, dtype, pw, tol, step, inv):
     else:
         k = torch.zeros(x.shape[0], dtype=torch.int64, device=dev)
         bstep, binv = step, inv
-    u = x * binv
-    t = torch.round(u)
+    t = torch.round(x * binv)
     good = _codable(x, t, dtype, pw, tol, bstep)
-    # a value that misses after rounding gets the other neighbour of x/step
-    t2 = torch.where(u > t, t + 1, t - 1)
-    good2 = _codable(x, t2, dtype, pw, tol, bstep)
-    t = torch.where(good, t, t2)
-    good = good | good2
+    miss = torch.nonzero(~good & valid, as_tuple=True)  # rare: a host sync, small work
+    if miss[0].numel():  # a value that misses after rounding gets the other neighbour
+        xm, tm = x[miss], t[miss]
+        sm = bstep[miss[0], 0] if pw else bstep
+        t2 = torch.where(xm * (binv[miss[0], 0] if pw else binv) > tm, tm + 1, tm - 1)
+        ok2 = _codable(xm, t2, dtype, pw, tol, sm)
+        t[miss] = torch.where(ok2, t2, tm)
+        good[miss] = ok2
     inrange = t.abs() <= QMAX
     bad = (~good & valid).any(1)
     v = torch.where(inrange & valid, t, torch.zeros_like(t)).to(torch.int64)
@@ -296,7 +298,9 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     midx = ioff[:, None] + torch.arange(8, device=dev)
     put(torch.where(masked[:, None], midx, dump), mbytes)
     rank = torch.cumsum(emit.long(), 1) - 1
-    _scatter_bits(words, ioff[:, None] * 8 + rank * 6, _arange64(dev), 6, emit & listed[:, None])
+    lid = torch.nonzero(listed).view(-1)  # positions of the listed blocks' codes
+    lpos = ioff[lid, None] * 8 + rank[lid] * 6
+    _scatter_bits(words, lpos, _arange64(dev).expand_as(lpos), 6, emit[lid])
     # block data
     data_start = index_start + index_c[cid]
     doff = _rank_in_chunk(dsize, lay) + data_start
