@@ -20,9 +20,10 @@ import numpy as np
 
 from .bounds import ErrorBound
 from .kernels import block as kb
+from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 from .registry import Codec, deliver, register_codec
 
-_PREC = {"float64": kb.PREC_F64, "float32": kb.PREC_F32, "float16": kb.PREC_F16}
+_PREC = {"float64": PREC_FLOAT64, "float32": PREC_FLOAT32, "float16": PREC_FLOAT16}
 MODE_BLOCKS, MODE_RAW = 0, 1
 
 

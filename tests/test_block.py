@@ -162,7 +162,7 @@ def test_multi_chunk_layouts_match(n, rows_per_chunk):
 def test_bfloat16_kernels_write_the_torch_bytes(mode):
     """numpy has no bfloat16: the numba kernels take float32 values and the bf16 bytes."""
     from tensorpress.compress.block import encode_values
-    from tensorpress.compress.kernels.block import PREC_BF16
+    from tensorpress.compress.kernels.rounding import PREC_BFLOAT16
 
     g = torch.Generator().manual_seed(1)
     t = (torch.randn(300, 7, generator=g) * 10).to(torch.bfloat16)
@@ -173,7 +173,7 @@ def test_bfloat16_kernels_write_the_torch_bytes(mode):
     for i, length in enumerate(ct.lengths):
         chunk = t[i * rows : (i + 1) * rows].reshape(-1)
         raw = chunk.view(torch.int16).numpy().view(np.uint8)
-        want = encode_values(chunk.float().numpy(), raw, PREC_BF16, ct.bound)
+        want = encode_values(chunk.float().numpy(), raw, PREC_BFLOAT16, ct.bound)
         assert got[pos : pos + length] == want
         pos += length
     assert pos == len(got) and len(ct.lengths) > 1

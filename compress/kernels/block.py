@@ -10,7 +10,8 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from .rounding import _round_float16
+from .rounding import PREC_FLOAT32, PREC_FLOAT64
+from .rounding import round_via_float32 as to_storage
 
 BLOCK = 64  # elements per block
 QMAX = (1 << 28) - 1  # largest |quantization code|: deltas then fit 30 bits zigzagged
@@ -23,40 +24,6 @@ LIST_MAX = 9  # sparse blocks with at most this many non-zero codes list their p
 def index_bytes(nnz):
     """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
     return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
-
-
-#: storage precision codes: how a float64 reconstruction is rounded to the dtype
-PREC_F64, PREC_F32, PREC_F16, PREC_BF16 = 0, 1, 2, 3
-
-_BF16_OVERFLOW = (2.0 - 2.0**-8) * 2.0**127  # at or above this, float32 -> bfloat16 is inf
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _round_bfloat16(a32):
-    a = abs(a32)
-    if not a < _BF16_OVERFLOW:
-        if a != a:
-            return a32
-        return math.copysign(math.inf, a32)
-    if a == 0.0:
-        return a32
-    _, e = math.frexp(a)
-    exp = max(e - 1, -126)
-    ulp = math.ldexp(1.0, exp - 7)
-    return math.copysign(round(a / ulp) * ulp, a32)  # round half to even
-
-
-@njit(cache=True, nogil=True, inline="always")
-def to_storage(v, prec):
-    """float64 ``v`` rounded as the stored dtype holds it (16-bit types via float32)."""
-    if prec == PREC_F64:
-        return v
-    f = float(float32(v))
-    if prec == PREC_F32:
-        return f
-    if prec == PREC_F16:
-        return _round_float16(f)
-    return _round_bfloat16(f)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -86,7 +53,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             ok = ok and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
             bad += not ok
             qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
-    elif prec == 1:
+    elif prec == PREC_FLOAT32:
         for j in range(m):
             x = float(xv[s + j])
             t = np.rint(x * binv)
@@ -94,7 +61,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
             bad += not (abs(t) <= QMAX)
             bad += not (abs(r - x) <= tol)
             qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
-    elif prec == 0:
+    elif prec == PREC_FLOAT64:
         for j in range(m):
             x = float(xv[s + j])
             t = np.rint(x * binv)
@@ -319,10 +286,10 @@ def _unpack(payload, pos, cnt, w, words, cb):
 @njit(cache=True, nogil=True, inline="always")
 def _reconstruct(qb, m, bstep, prec, out, s):
     """out[s + j] = the stored value of code qb[j] (loops split by precision so they vectorize)."""
-    if prec == PREC_F64:
+    if prec == PREC_FLOAT64:
         for j in range(m):
             out[s + j] = qb[j] * bstep
-    elif prec == PREC_F32:
+    elif prec == PREC_FLOAT32:
         for j in range(m):
             out[s + j] = float32(qb[j] * bstep)
     else:

@@ -13,7 +13,8 @@ import numpy as np
 from numba import float32, njit
 
 from .hashing import hash32
-from .rounding import PREC_FLOAT16, PREC_FLOAT64, round_to_storage
+from .rounding import PREC_FLOAT64
+from .rounding import round_via_float32 as to_storage
 
 _U_SCALE = 2.0**-24  # (hash >> 8) * 2**-24 is a uniform draw in [0, 1)
 
@@ -24,17 +25,6 @@ def to_param(v, prec):
     if prec == PREC_FLOAT64:
         return v
     return float(float32(v))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def to_storage(v, prec):
-    """float64 ``v`` rounded to the chunk dtype; float16 goes via float32 (two steps)."""
-    if prec == PREC_FLOAT64:
-        return v
-    f = float(float32(v))
-    if prec == PREC_FLOAT16:
-        return round_to_storage(f, PREC_FLOAT16)
-    return f
 
 
 @njit(cache=True, nogil=True)

@@ -12,27 +12,46 @@ from numba import float32, njit
 PREC_FLOAT64 = 0
 PREC_FLOAT32 = 1
 PREC_FLOAT16 = 2
+PREC_BFLOAT16 = 3
 
-_F16_MAX_FINITE = 65504.0
 _F16_OVERFLOW = 65520.0  # values at or above this round to inf in float16
-_F16_MIN_NORMAL_EXP = -14  # 2**-14 is the smallest normal float16
+_BF16_OVERFLOW = (2.0 - 2.0**-8) * 2.0**127  # likewise for bfloat16
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _round_float16(v):
+def _round_half_even(v, mant_bits, min_exp, overflow):
+    """``v`` rounded to the nearest binary float with ``mant_bits`` stored mantissa
+    bits and smallest normal exponent ``min_exp`` (ties to even; inf from ``overflow``)."""
     a = abs(v)
-    if not a < _F16_OVERFLOW:  # also catches NaN
+    if not a < overflow:  # also catches NaN
         if a != a:
             return v
         return math.copysign(math.inf, v)
     if a == 0.0:
         return v
     _, e = math.frexp(a)  # a = m * 2**e, 0.5 <= m < 1
-    exp = e - 1
-    if exp < _F16_MIN_NORMAL_EXP:
-        exp = _F16_MIN_NORMAL_EXP
-    ulp = math.ldexp(1.0, exp - 10)
+    exp = max(e - 1, min_exp)
+    ulp = math.ldexp(1.0, exp - mant_bits)
     return math.copysign(round(a / ulp) * ulp, v)  # round half to even
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _round_float16(v):
+    return _round_half_even(v, 10, -14, _F16_OVERFLOW)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def round_via_float32(v, prec):
+    """float64 ``v`` rounded to the stored dtype the way torch casts: 16-bit types
+    through float32 (two roundings), so numba and torch paths agree bit for bit."""
+    if prec == PREC_FLOAT64:
+        return v
+    f = float(float32(v))
+    if prec == PREC_FLOAT32:
+        return f
+    if prec == PREC_FLOAT16:
+        return _round_float16(f)
+    return _round_half_even(f, 7, -126, _BF16_OVERFLOW)
 
 
 @njit(cache=True, nogil=True, inline="always")
