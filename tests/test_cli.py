@@ -139,8 +139,8 @@ def test_demo(capsys):
     rc, out, err = _run(capsys, "demo")
     assert rc == 0, out + err
     assert "bound held on every element" in out
-    rows = [line.split() for line in out.splitlines() if " tensorpress " in f" {line} "]
-    assert len(rows) == 6  # two datasets, three bounds
+    rows = [line.split() for line in out.splitlines() if " tp " in f" {line} "]
+    assert len(rows) == 12  # two datasets, three bounds, codecs sz and block
     for row in rows:
         ratio, err_over_bound = float(row[-5]), row[-4]
         assert ratio > 1 and float(err_over_bound.rstrip("!")) <= 1.0, row
