@@ -1,10 +1,11 @@
 """Compress torch tensors where they live: ``compress_tensor`` / ``decompress_tensor``.
 
 The work runs as torch tensor ops on the tensor's own device (CPU or CUDA):
-no copy of the data to the host. The host learns a handful of numbers — the
-value range for a ``rel`` bound and the payload sizes — in at most two small
-synchronisations. ``bytes(ct)`` is the same container stream that
-``tensorpress.compress`` writes for the same array, byte for byte.
+no copy of the data to the host. The host learns only small things — the
+value range for a ``rel`` bound, the payload sizes, where the few values that
+need a second look sit — in a few small synchronisations per call.
+``bytes(ct)`` is the same container stream that ``tensorpress.compress``
+writes for the same array, byte for byte.
 """
 
 from __future__ import annotations

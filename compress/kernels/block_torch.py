@@ -3,7 +3,8 @@
 All chunks of a tensor are processed together as one ``[blocks, 64]`` matrix;
 every step is element- or block-parallel (the one sequential dependency, the
 running value behind delta-coded blocks, is a segmented scan over blocks).
-The host learns only the payload sizes (encode) and chunk modes (decode).
+The host learns the payload sizes (encode), the chunk modes (decode) and the
+positions of the rare values or blocks that need extra work.
 Arithmetic matches ``kernels/block.py`` operation for operation: float64
 products, round-half-even, rounding to 16-bit dtypes through float32.
 """

@@ -1,0 +1,478 @@
+"""The ``block`` codec's encoder as numba.cuda kernels: the same bytes as ``block_torch``.
+
+One CUDA thread per block of 64 values, each a direct port of the per-block
+body of ``kernels/block.py``'s ``encode_chunk``:
+
+1. ``_quant_kernel``: the block's codes (into an int32 scratch), step exponent
+   and raw flag (quantization, neighbour retry, direct width).
+2. ``_plan_kernel``: with the previous block's raw flag and last code known, the
+   delta statistics, the packing choice, the header byte and the sizes.
+3. torch ops on the device: per-chunk sizes, raw chunks, offsets; one host sync.
+4. ``_write_kernel``: header, exponent, count, index and data bytes at their
+   offsets; raw blocks and raw chunks copy their bytes.
+
+Float arithmetic is float64 with only +, -, *, rint and comparisons; products
+that meet an addition go through ``dmul_rn`` so the compiler cannot fuse them
+into an FMA; 16-bit roundings are integer operations on the float32 bits.
+With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator on CPU
+tensors (numpy arrays), which is how the tests check the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import config, cuda
+
+from .block import BLOCK, DELTA, LIST_MAX, QMAX, RAW_WIDTH, SIGNED, SPARSE
+
+SIM = bool(config.ENABLE_CUDASIM)
+PREC = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
+TPB = 32 if SIM else 128  # threads per CUDA block (the simulator runs each as a thread)
+
+if SIM:
+
+    def _device(f):
+        return f
+
+    def _f32(v):
+        """float64 ``v`` rounded to float32 (round to nearest even), as float64."""
+        with np.errstate(over="ignore"):
+            return float(np.float32(v))
+
+    def _f32_bits(f):
+        return int(np.float32(f).view(np.int32))
+
+    def _bits_f32(i):
+        return float(np.int32(i).view(np.float32))
+
+    def _f64_bits(d):
+        return int(np.float64(d).view(np.int64))
+
+    def _bits_f64(i):
+        return float(np.int64(i).view(np.float64))
+
+    def _rint(x):
+        return float(np.rint(x))
+
+    def _mul(a, b):
+        return a * b
+
+else:
+    from numba import float32, float64, int32
+    from numba.cuda import libdevice
+
+    def _device(f):
+        return cuda.jit(device=True, inline=True)(f)
+
+    @_device
+    def _f32(v):
+        return float64(float32(v))
+
+    @_device
+    def _f32_bits(f):
+        return libdevice.float_as_int(float32(f))
+
+    @_device
+    def _bits_f32(i):
+        return float64(libdevice.int_as_float(int32(i)))
+
+    @_device
+    def _f64_bits(d):
+        return libdevice.double_as_longlong(d)
+
+    @_device
+    def _bits_f64(i):
+        return libdevice.longlong_as_double(i)
+
+    @_device
+    def _rint(x):
+        return libdevice.rint(x)
+
+    @_device
+    def _mul(a, b):
+        return libdevice.dmul_rn(a, b)  # never fused into an FMA
+
+
+@_device
+def _pow2(k):
+    """2.0**k for integer k in [-1022, 1023]."""
+    return _bits_f64((k + 1023) << 52)
+
+
+@_device
+def _round_f16(f):
+    """float32 value ``f`` (as float64) rounded to float16, round half to even."""
+    u = _f32_bits(f)
+    a = u & 0x7FFFFFFF
+    if a >= 0x7F800000:  # inf, nan
+        return f
+    if a >= 0x477FF000:  # 65520: rounds to inf
+        return -math.inf if u < 0 else math.inf
+    if a < 0x38800000:  # under 2**-14: multiples of 2**-24 (exact float64 steps)
+        r = _rint(abs(f) * 16777216.0) * 5.9604644775390625e-08
+    else:
+        r = _bits_f32((a + 0xFFF + ((a >> 13) & 1)) & 0x7FFFE000)
+    return -r if u < 0 else r
+
+
+@_device
+def _round_bf16(f):
+    """float32 value ``f`` (as float64) rounded to bfloat16, round half to even."""
+    u = _f32_bits(f)
+    a = u & 0x7FFFFFFF
+    if a >= 0x7F800000:
+        return f
+    if a >= 0x7F7F8000:  # (2 - 2**-8) * 2**127: rounds to inf
+        return -math.inf if u < 0 else math.inf
+    r = _bits_f32((a + 0x7FFF + ((a >> 16) & 1)) & 0x7FFF0000)
+    return -r if u < 0 else r
+
+
+@_device
+def _store(v, prec):
+    """float64 ``v`` as the stored dtype holds it (16-bit types through float32)."""
+    if prec == 0:
+        return v
+    f = _f32(v)
+    if prec == 1:
+        return f
+    if prec == 2:
+        return _round_f16(f)
+    return _round_bf16(f)
+
+
+@_device
+def _codable(x, t, prec, pw, tol, bstep):
+    """Whether code ``t`` reconstructs ``x`` within the bound (kernels/block.py's rule)."""
+    if not abs(t) <= QMAX:
+        return False
+    r = _store(_mul(t, bstep), prec)
+    if pw:
+        if not abs(r - x) <= tol * abs(x):
+            return False
+        return r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0)
+    if tol == 0.0 and x == 0.0 and math.copysign(1.0, x) < 0.0:
+        return False
+    return abs(r - x) <= tol
+
+
+@_device
+def _bit_width(v):
+    w = 0
+    while v:
+        v >>= 1
+        w += 1
+    return w
+
+
+@_device
+def _index_bytes(nnz):
+    return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
+
+
+@_device
+def _geometry(g, n, chunk_elems, bpc):
+    """Block ``g``: (chunk, index in the chunk, first element, values, chunk's first
+    element, blocks in the chunk)."""
+    c = g // bpc
+    local = g - c * bpc
+    cs = c * chunk_elems
+    ce = cs + chunk_elems
+    if ce > n:
+        ce = n
+    s = cs + local * BLOCK
+    m = ce - s
+    if m > BLOCK:
+        m = BLOCK
+    return c, local, s, m, cs, (ce - cs + BLOCK - 1) // BLOCK
+
+
+@_device
+def _pred(codes, raw, g, local):
+    """The code before block ``g``'s first value: the previous block's last, or 0."""
+    if local == 0 or raw[g - 1]:
+        return 0
+    return int(codes[g * BLOCK - 1])
+
+
+@cuda.jit
+def _quant_kernel(xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, tol, step, inv,
+                  codes, raw, kexp):  # fmt: skip
+    g = cuda.grid(1)
+    if g >= nblocks:
+        return
+    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    k = 0
+    bstep = step
+    binv = inv
+    if pw:
+        lo = math.inf
+        for j in range(m):
+            a = abs(float(xv[s + j]))
+            if a != 0.0 and a < lo:
+                lo = a
+        a2 = _mul(tol, lo if lo != math.inf else 0.0)
+        a2 = 2.0 * a2  # LLVM makes this a2 + a2: a plain product would fuse into an FMA
+        if not abs(a2) < math.inf:
+            k = 1022
+        elif a2 == 0.0:
+            k = -1  # frexp(0) has exponent 0
+        else:
+            be = (_f64_bits(a2) >> 52) & 0x7FF
+            k = be - 1023 if be else -1022  # subnormal: clamped to -1022
+        if k < -1022:
+            k = -1022
+        if k > 1022:
+            k = 1022
+        bstep = _pow2(k)
+        binv = _pow2(-k)
+    bad = 0
+    or_d = 0
+    zz_d = 0
+    for j in range(m):
+        x = float(xv[s + j])
+        u = x * binv
+        t = _rint(u)
+        if not _codable(x, t, prec, pw, tol, bstep):
+            t2 = t + 1.0 if u > t else t - 1.0
+            if _codable(x, t2, prec, pw, tol, bstep):
+                t = t2
+            else:
+                bad += 1
+        q = int(t) if abs(t) <= QMAX else 0
+        codes[g * BLOCK + j] = q
+        or_d |= q
+        zz_d |= (q << 1) ^ (q >> 63)
+    w_d = _bit_width(zz_d if or_d < 0 else or_d)
+    raw[g] = 1 if bad or (m * w_d + 7) // 8 > m * itemsize else 0
+    kexp[g] = k
+
+
+@cuda.jit
+def _plan_kernel(rawb, codes, raw, n, chunk_elems, bpc, nblocks, itemsize,
+                 head, nnz, isize, dsize):  # fmt: skip
+    g = cuda.grid(1)
+    if g >= nblocks:
+        return
+    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    if raw[g]:
+        same = True
+        for j in range(itemsize, m * itemsize):
+            if rawb[s * itemsize + j] != rawb[s * itemsize + j % itemsize]:
+                same = False
+                break
+        head[g] = RAW_WIDTH | (SPARSE if same else 0)
+        nnz[g] = 0
+        isize[g] = 0
+        dsize[g] = itemsize if same else m * itemsize
+        return
+    last = _pred(codes, raw, g, local)
+    or_d = 0
+    zz_d = 0
+    nz_d = 0
+    or_l = 0
+    zz_l = 0
+    nz_l = 0
+    for j in range(m):
+        q = int(codes[g * BLOCK + j])
+        d = q - last
+        last = q
+        nz_d += q != 0
+        or_d |= q
+        zz_d |= (q << 1) ^ (q >> 63)
+        nz_l += d != 0
+        or_l |= d
+        zz_l |= (d << 1) ^ (d >> 63)
+    w_d = _bit_width(zz_d if or_d < 0 else or_d)
+    w_l = _bit_width(zz_l if or_l < 0 else or_l)
+    sg_d = SIGNED if or_d < 0 else 0
+    sg_l = SIGNED if or_l < 0 else 0
+    best = (m * w_d + 7) // 8
+    h = w_d | sg_d
+    cnt = 0
+    ib = 0
+    cost = 1 + _index_bytes(nz_d) + (nz_d * w_d + 7) // 8
+    if cost < best:
+        best, h, cnt, ib = cost, w_d | sg_d | SPARSE, nz_d, _index_bytes(nz_d)
+    cost = (m * w_l + 7) // 8
+    if cost < best:
+        best, h, cnt, ib = cost, w_l | sg_l | DELTA, 0, 0
+    cost = 1 + _index_bytes(nz_l) + (nz_l * w_l + 7) // 8
+    if cost < best:
+        best, h, cnt, ib = cost, w_l | sg_l | DELTA | SPARSE, nz_l, _index_bytes(nz_l)
+    head[g] = h
+    nnz[g] = cnt
+    isize[g] = ib
+    dsize[g] = best - (1 + ib if h & SPARSE else 0)
+
+
+@_device
+def _pack(out, p, codes, cb, m, pred, delta, sparse, signed, w, positions):
+    """Write the block's codes (or, with ``positions``, the positions of its non-zero
+    codes) at ``w`` bits each, LSB first, from byte ``p``; returns the end."""
+    acc = 0
+    nbits = 0
+    last = pred
+    for j in range(m):
+        q = int(codes[cb + j])
+        v = q - last if delta else q
+        last = q
+        if sparse and v == 0:
+            continue
+        if positions:
+            v = j
+        elif signed:
+            v = (v << 1) ^ (v >> 63)
+        acc |= v << nbits
+        nbits += w
+        while nbits >= 8:
+            out[p] = acc & 0xFF
+            acc >>= 8
+            nbits -= 8
+            p += 1
+    if nbits > 0:
+        out[p] = acc & 0xFF
+        p += 1
+    return p
+
+
+@cuda.jit
+def _write_kernel(rawb, codes, raw, kexp, head, nnz, n, chunk_elems, bpc, nblocks, itemsize,
+                  pw, start_c, raw_c, cpos, ioff, doff, out):  # fmt: skip
+    g = cuda.grid(1)
+    if g >= nblocks:
+        return
+    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    base = start_c[c]
+    if raw_c[c]:  # the chunk is stored as it is
+        if local == 0:
+            out[base] = 1
+        p = base + 1 + (s - cs) * itemsize
+        for j in range(m * itemsize):
+            out[p + j] = rawb[s * itemsize + j]
+        return
+    if local == 0:
+        out[base] = 0
+    h = int(head[g])
+    out[base + 1 + local] = h
+    if pw:
+        kk = 0 if raw[g] else int(kexp[g]) & 0xFFFF
+        out[base + 1 + nbc + 2 * local] = kk & 0xFF
+        out[base + 2 + nbc + 2 * local] = kk >> 8
+    p = doff[g]
+    if raw[g]:
+        cnt = itemsize if h & SPARSE else m * itemsize
+        for j in range(cnt):
+            out[p + j] = rawb[s * itemsize + j]
+        return
+    delta = h & DELTA != 0
+    sparse = h & SPARSE != 0
+    pred = _pred(codes, raw, g, local) if delta else 0
+    cb = g * BLOCK
+    if sparse:
+        cnt = int(nnz[g])
+        out[cpos[g]] = cnt
+        ip = ioff[g]
+        if cnt <= LIST_MAX:
+            _pack(out, ip, codes, cb, m, pred, delta, True, False, 6, True)
+        else:
+            last = pred
+            byte = 0
+            for j in range(BLOCK):
+                if j < m:
+                    q = int(codes[cb + j])
+                    v = q - last if delta else q
+                    last = q
+                    if v != 0:
+                        byte |= 1 << (j & 7)
+                if j & 7 == 7:
+                    out[ip + (j >> 3)] = byte
+                    byte = 0
+    w = h & 31
+    if w:
+        _pack(out, p, codes, cb, m, pred, delta, sparse, h & SIGNED != 0, w, False)
+
+
+def _dev(t: torch.Tensor):
+    """A torch tensor as a kernel argument: no copy on a GPU; its numpy view in the
+    simulator (which copies it in and back around each launch)."""
+    if t.is_cuda:
+        return cuda.as_cuda_array(t)
+    if not SIM:
+        raise ValueError("block_cuda needs a CUDA tensor (or NUMBA_ENABLE_CUDASIM=1)")
+    return t.numpy()
+
+
+def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
+    """Payloads of all chunks of the flattened C-contiguous ``t``: (uint8 tensor on
+    ``t.device``, lengths), the bytes of ``block_torch.encode``."""
+    from .block_torch import Layout, _rank_in_chunk
+
+    dtype = t.dtype
+    prec = PREC[dtype]
+    itemsize = t.element_size()
+    dev = t.device
+    flat = t.reshape(-1).contiguous()
+    n = flat.numel()
+    if n == 0:
+        return torch.zeros(0, dtype=torch.uint8, device=dev), []
+    lay = Layout(n, chunk_elems, dev)
+    nblocks = lay.nblocks
+    bpc = lay.bpc
+    xv = flat if itemsize >= 4 else flat.to(torch.float32)
+    rawb = flat.view(torch.uint8)
+    i64 = dict(dtype=torch.int64, device=dev)
+    codes = torch.empty(nblocks * BLOCK, dtype=torch.int32, device=dev)
+    raw = torch.empty(nblocks, **i64)
+    kexp = torch.empty(nblocks, **i64)
+    head = torch.empty(nblocks, **i64)
+    nnz = torch.empty(nblocks, **i64)
+    isize = torch.empty(nblocks, **i64)
+    dsize = torch.empty(nblocks, **i64)
+    grid = (nblocks + TPB - 1) // TPB
+    tol, step, inv = float(tol), float(step), float(inv)
+    pwi = 1 if pw else 0
+    d_xv, d_rawb, d_codes, d_raw = _dev(xv), _dev(rawb), _dev(codes), _dev(raw)
+    d_kexp = _dev(kexp)
+    _quant_kernel[grid, TPB](d_xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pwi,
+                             tol, step, inv, d_codes, d_raw, d_kexp)  # fmt: skip
+    d_head = _dev(head)
+    d_nnz = _dev(nnz)
+    _plan_kernel[grid, TPB](d_rawb, d_codes, d_raw, n, chunk_elems, bpc, nblocks, itemsize,
+                            d_head, d_nnz, _dev(isize), _dev(dsize))  # fmt: skip
+
+    # per chunk sizes; chunks that would not shrink are stored raw
+    nch = lay.nchunks
+    cid = lay.chunk_id
+
+    def per_chunk(x):
+        return torch.zeros(nch, **i64).index_add_(0, cid, x)
+
+    is_sparse = ((head & SPARSE) != 0) & ((head & 31) != RAW_WIDTH)
+    nb_c = torch.tensor(lay.chunk_blocks, device=dev)
+    n_c = torch.tensor(lay.chunk_elems_list, device=dev)
+    head_bytes = nb_c * (3 if pw else 1)
+    sparse_c = per_chunk(is_sparse.long())
+    index_c = per_chunk(isize)
+    data_c = per_chunk(dsize)
+    size_c = 1 + head_bytes + sparse_c + index_c + data_c
+    raw_c = size_c >= 1 + n_c * itemsize
+    size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
+    lengths = size_c.tolist()  # the one host sync
+    total = sum(lengths)
+    start_c = torch.cumsum(size_c, 0) - size_c
+    count_start = start_c[cid] + 1 + head_bytes[cid]
+    cpos = count_start + _rank_in_chunk(is_sparse.long(), lay)
+    index_start = count_start + sparse_c[cid]
+    ioff = index_start + _rank_in_chunk(isize, lay)
+    doff = index_start + index_c[cid] + _rank_in_chunk(dsize, lay)
+    out = torch.empty(total, dtype=torch.uint8, device=dev)
+    if SIM:
+        out.fill_(0xA5)  # a byte the kernels miss shows in the tests
+    _write_kernel[grid, TPB](d_rawb, d_codes, d_raw, d_kexp, d_head, d_nnz, n, chunk_elems,
+                             bpc, nblocks, itemsize, pwi, _dev(start_c), _dev(raw_c.long()),
+                             _dev(cpos), _dev(ioff), _dev(doff), _dev(out))  # fmt: skip
+    return out, lengths
