@@ -399,8 +399,8 @@ def _write_kernel(rawb, codes, raw, kexp, head, nnz, n, chunk_elems, bpc, nblock
 def _dev(t: torch.Tensor):
     """A torch tensor as a kernel argument: no copy on a GPU; its numpy view in the
     simulator (which copies it in and back around each launch)."""
-    if t.is_cuda:
-        return cuda.as_cuda_array(t)
+    if t.is_cuda:  # no host sync: the kernels run on torch's current stream
+        return cuda.as_cuda_array(t, sync=False)
     if not SIM:
         raise ValueError("block_cuda needs a CUDA tensor (or NUMBA_ENABLE_CUDASIM=1)")
     return t.numpy()
@@ -433,16 +433,17 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     isize = torch.empty(nblocks, **i64)
     dsize = torch.empty(nblocks, **i64)
     grid = (nblocks + TPB - 1) // TPB
+    # launch on torch's current stream so the kernels and the torch ops stay in order
+    stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream) if t.is_cuda else 0
     tol, step, inv = float(tol), float(step), float(inv)
     pwi = 1 if pw else 0
-    d_xv, d_rawb, d_codes, d_raw = _dev(xv), _dev(rawb), _dev(codes), _dev(raw)
-    d_kexp = _dev(kexp)
-    _quant_kernel[grid, TPB](d_xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pwi,
-                             tol, step, inv, d_codes, d_raw, d_kexp)  # fmt: skip
-    d_head = _dev(head)
-    d_nnz = _dev(nnz)
-    _plan_kernel[grid, TPB](d_rawb, d_codes, d_raw, n, chunk_elems, bpc, nblocks, itemsize,
-                            d_head, d_nnz, _dev(isize), _dev(dsize))  # fmt: skip
+    geo = (n, chunk_elems, bpc, nblocks, itemsize)
+    d_rawb, d_codes, d_raw, d_kexp = _dev(rawb), _dev(codes), _dev(raw), _dev(kexp)
+    d_head, d_nnz = _dev(head), _dev(nnz)
+    quant_args = (prec, pwi, tol, step, inv, d_codes, d_raw, d_kexp)
+    _quant_kernel[grid, TPB, stream](_dev(xv), *geo, *quant_args)
+    plan_args = (d_head, d_nnz, _dev(isize), _dev(dsize))
+    _plan_kernel[grid, TPB, stream](d_rawb, d_codes, d_raw, *geo, *plan_args)
 
     # per chunk sizes; chunks that would not shrink are stored raw
     nch = lay.nchunks
@@ -472,7 +473,49 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     out = torch.empty(total, dtype=torch.uint8, device=dev)
     if SIM:
         out.fill_(0xA5)  # a byte the kernels miss shows in the tests
-    _write_kernel[grid, TPB](d_rawb, d_codes, d_raw, d_kexp, d_head, d_nnz, n, chunk_elems,
-                             bpc, nblocks, itemsize, pwi, _dev(start_c), _dev(raw_c.long()),
-                             _dev(cpos), _dev(ioff), _dev(doff), _dev(out))  # fmt: skip
+    blocks = (d_rawb, d_codes, d_raw, d_kexp, d_head, d_nnz)
+    offsets = (_dev(start_c), _dev(raw_c.long()), _dev(cpos), _dev(ioff), _dev(doff))
+    _write_kernel[grid, TPB, stream](*blocks, *geo, pwi, *offsets, _dev(out))
     return out, lengths
+
+
+def _bench(n: int = 1 << 26, chunk_bytes: int = 1 << 20, reps: int = 5, device="cuda") -> None:
+    """On a GPU: byte identity with ``block_torch`` and the throughput of both."""
+    import time
+
+    from ..block import steps_for
+    from . import block_torch
+
+    g = torch.Generator(device=device).manual_seed(0)
+    base = torch.randn(n, device=device, generator=g, dtype=torch.float64)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    base = torch.where(base > 1.5, 0.0, base.cumsum(0) * 1e-3)  # smooth, with zeros
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        x = base.to(dtype)
+        ce = chunk_bytes // x.element_size()
+        for mode, tol in (("abs", 1e-3), ("pw_rel", 1e-2)):
+            step, inv = steps_for(tol)
+            args = (ce, mode == "pw_rel", tol, step, inv)
+            times = {}
+            for name, fn in (("cuda", encode), ("torch", block_torch.encode)):
+                t0 = time.perf_counter()
+                out, lengths = fn(x, *args)  # first call: numba compiles the kernels
+                sync()
+                first = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    fn(x, *args)
+                sync()
+                times[name] = ((time.perf_counter() - t0) / reps, first, out, lengths)
+            (tc, fc, oc, lc), (tt, _, ot, lt) = times["cuda"], times["torch"]
+            same = lc == lt and torch.equal(oc, ot)
+            gb = x.numel() * x.element_size() / 1e9
+            print(
+                f"{str(dtype):15} {mode:6} ratio {gb * 1e9 / oc.numel():6.2f} "
+                f"cuda {gb / tc:7.2f} GB/s (first call {fc:5.1f} s)  "
+                f"torch {gb / tt:7.2f} GB/s  same bytes: {same}"
+            )
+
+
+if __name__ == "__main__":  # python -m tensorpress.compress.kernels.block_cuda
+    _bench()
