@@ -142,8 +142,9 @@ def _as_array(x) -> tuple[np.ndarray, str]:
         if isinstance(x, torch.Tensor):
             if x.dtype == torch.bfloat16:
                 raise TypeError(
-                    "bfloat16 tensors are not supported by tp.compress yet; "
-                    "convert with t.float() first"
+                    "bfloat16 tensors are not supported by tp.compress (numpy has no "
+                    "bfloat16): use tensorpress.compress.compress_tensor(t, codec='block', "
+                    "...) or convert with t.float() first"
                 )
             x = x.detach().cpu().numpy()
     arr = np.asarray(x)
