@@ -65,6 +65,20 @@ class CompressedTensor:
     def ratio(self) -> float:
         return self.original_nbytes / max(self.nbytes, 1)
 
+    @property
+    def max_error(self) -> float | None:
+        """The largest |error| the chunks record (bits-bounded codecs such as ``quant``);
+        None for codecs whose error bound is the contract instead."""
+        read = getattr(self.codec, "payload_max_error", None)
+        if read is None:
+            return None
+        if not self.lengths:
+            return 0.0
+        starts = torch.tensor([0, *self.lengths[:-1]]).cumsum(0)
+        idx = (starts[:, None] + torch.arange(9)).clamp(max=self.nbytes - 1)
+        heads = self.payload[idx.to(self.device)].cpu().numpy()
+        return max(read(bytes(h)) for h in heads)
+
     def to(self, device, non_blocking: bool = False) -> CompressedTensor:
         """The same compressed tensor with its payload on ``device``."""
         return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))

@@ -558,3 +558,15 @@ def test_decode_tensor_refuses_chunk_rows_that_do_not_match():
     payload, lengths = codec.encode_tensor(torch.arange(10.0), None, 7)
     with pytest.raises(ValueError, match="do not match"):
         codec.decode_tensor(payload, lengths, (10,), torch.float32, None, 3)
+
+
+def test_compressed_tensor_reports_the_max_error():
+    from tensorpress.compress import compress_tensor, decompress_tensor
+
+    t = torch.randn(3000, 50, generator=torch.Generator().manual_seed(4))
+    t[5, 5] = math.nan  # one chunk stored raw: it records no error
+    ct = compress_tensor(t, codec="quant", bits=2, chunk_bytes=100_000)
+    err = (decompress_tensor(ct).double() - t.double()).abs()
+    assert len(ct.lengths) > 1
+    assert ct.max_error == float(err[torch.isfinite(err)].max())
+    assert compress_tensor(t, codec="block", rel=1e-2).max_error is None
