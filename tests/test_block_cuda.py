@@ -1,4 +1,5 @@
-"""The ``block`` codec's numba.cuda encoder writes the bytes of the torch and numba paths.
+"""The ``block`` codec's numba.cuda encoder writes the bytes of the torch and numba paths;
+its decoder returns the bits of ``block_torch.decode`` and rejects what it rejects.
 
 No GPU is needed: the kernels run in numba's CUDA simulator, which must be
 switched on before numba is imported, hence a subprocess.
@@ -16,10 +17,12 @@ import numpy as np
 import torch
 from tensorpress.compress import compress_tensor
 from tensorpress.compress.block import _chunk_elems, encode_values, steps_for, _PREC
-from tensorpress.compress.kernels import block_cuda
+from tensorpress.compress.kernels import block_cuda, block_torch
 from tensorpress.compress.kernels.rounding import PREC_BFLOAT16
 
-assert block_cuda.SIM
+# in the simulator (the test) on CPU tensors; on a GPU, without NUMBA_ENABLE_CUDASIM,
+# the same checks run the compiled kernels on CUDA tensors against the CPU paths
+DEV = "cpu" if block_cuda.SIM else "cuda"
 
 
 def data(n, seed):
@@ -45,6 +48,7 @@ TORCH = {"float64": torch.float64, "float32": torch.float32, "float16": torch.fl
          "bfloat16": torch.bfloat16}
 fails = 0
 cases = 0
+rejected = 0
 for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16", 1393, 19),
                        ("bfloat16", 1393, 19), ("float32", 259, 11)]:
     for mode, val in [("abs", 1e-3), ("abs", 0.0), ("rel", 1e-2), ("pw_rel", 1e-2),
@@ -59,8 +63,8 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
             step, inv = steps_for(b.tolerance)
             pw = b.resolved_mode == "pw_rel"
             ce = _chunk_elems(tuple(t.shape), ct.chunk_rows)
-            out, lengths = block_cuda.encode(t, ce, pw, b.tolerance, step, inv)
-            got = bytes(out.numpy())
+            out, lengths = block_cuda.encode(t.to(DEV), ce, pw, b.tolerance, step, inv)
+            got = bytes(out.cpu().numpy())
             want = bytes(ct.payload.numpy())
             cases += 1
             tag = f"{dname} n={n} rows={rows} {mode}={val} seed={seed}"
@@ -85,6 +89,47 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
                     print("MISMATCH vs numba", tag, "chunk", i)
                 pos += length
             assert pos == len(got) and len(lengths) > 1
+            # the decoder: the bits of block_torch.decode, the same payloads rejected
+            dargs = (t.numel(), ce, t.dtype, pw, step)
+            want_v = block_torch.decode(ct.payload, list(ct.lengths), *dargs)
+            got_v = block_cuda.decode(out, lengths, *dargs).cpu()
+            if not torch.equal(got_v.view(torch.uint8), want_v.view(torch.uint8)):
+                fails += 1
+                print("DECODE MISMATCH", tag)
+            starts = np.cumsum([0] + list(lengths))
+            bad_inputs = []
+            for i in (0, len(lengths) - 1):  # a chunk one byte short
+                short = list(lengths)
+                short[i] -= 1
+                cut = torch.cat([out[: starts[i + 1] - 1], out[starts[i + 1] :]])
+                bad_inputs.append(("truncated", cut, short))
+            for i in range(len(lengths)):  # a block width flipped: sizes disagree
+                if got[starts[i]] == 0:
+                    flip = out.clone()
+                    flip[starts[i] + 1] ^= 0x10
+                    bad_inputs.append(("header", flip, lengths))
+            rng = np.random.default_rng(cases)
+            for _ in range(6):  # random byte flips: both reject, or both decode alike
+                flip = out.clone()
+                flip[int(rng.integers(len(got)))] ^= int(rng.integers(1, 256))
+                bad_inputs.append(("random", flip, lengths))
+            for kind, bad_payload, bad_lengths in bad_inputs:
+                res = []
+                for dec, dev in ((block_torch.decode, "cpu"), (block_cuda.decode, DEV)):
+                    try:
+                        v = dec(bad_payload.to(dev), bad_lengths, *dargs)
+                        res.append(v.cpu().view(torch.uint8))
+                    except ValueError:
+                        res.append(None)
+                rejected += res[0] is None
+                if kind != "random" and (res[0] is not None or res[1] is not None):
+                    fails += 1
+                    print("NOT REJECTED", kind, tag, [r is None for r in res])
+                elif (res[0] is None) != (res[1] is None) or (
+                    res[0] is not None and not torch.equal(res[0], res[1])
+                ):
+                    fails += 1
+                    print("CORRUPT DECODE DIFFERS", kind, tag, [r is None for r in res])
 # the 16-bit roundings (integer operations on float32 bits) against torch's casts
 g = np.random.default_rng(7)
 bits = np.concatenate([
@@ -96,21 +141,62 @@ bits = np.concatenate([
 ])
 bits = np.concatenate([bits, bits | np.uint32(0x80000000)])
 f32 = torch.from_numpy(bits.view(np.float32).copy())
-for rnd, dt in [(block_cuda._round_f16, torch.float16), (block_cuda._round_bf16, torch.bfloat16)]:
+rounders = [(block_cuda._round_f16, torch.float16), (block_cuda._round_bf16, torch.bfloat16)]
+for rnd, dt in rounders if block_cuda.SIM else []:  # device functions: simulator only
     want = f32.to(dt).to(torch.float64).numpy()
     got = np.array([rnd(float(v)) for v in f32.numpy()])
     same = (got.view(np.int64) == want.view(np.int64)) | (np.isnan(got) & np.isnan(want))
     if not same.all():
         fails += 1
         print("ROUNDING", dt, bits[~same][:5])
-empty, lengths = block_cuda.encode(torch.zeros(0), 64, False, 0.1, 0.2, 5.0)
+empty, lengths = block_cuda.encode(torch.zeros(0, device=DEV), 64, False, 0.1, 0.2, 5.0)
 assert empty.numel() == 0 and lengths == []
-print(f"cases={cases} fails={fails}")
+nothing = torch.zeros(0, dtype=torch.uint8, device=DEV)
+empty = block_cuda.decode(nothing, [], 0, 64, torch.float32, False, 0.2)
+assert empty.numel() == 0 and empty.dtype == torch.float32
+for bad_lengths in ([], [5, 5], [0]):
+    try:
+        block_cuda.decode(torch.zeros(10, dtype=torch.uint8, device=DEV), bad_lengths, 50, 64,
+                          torch.float32, False, 0.2)
+    except ValueError:
+        rejected += 1
+    else:
+        fails += 1
+        print("NOT REJECTED lengths", bad_lengths)
+# hand-made sparse blocks (50 values, one block): 6-bit position lists and u64 masks
+step = steps_for(0.25)[0]
+crafted = [
+    ([0, 67, 2, 69, 2, 34], False),  # positions 5, 9 (what the encoder writes)
+    ([0, 67, 2, 69, 12, 34], False),  # 5, 49: the last value
+    ([0, 67, 2, 69, 1, 34], True),  # 5, 5: repeated
+    ([0, 67, 2, 73, 1, 34], True),  # 9, 5: decreasing
+    ([0, 67, 2, 5 | 128, 12, 34], True),  # 5, 50: past the block
+    ([0, 66, 12, 17, 17, 17, 17, 17, 17, 0, 0, 170, 170, 170], False),  # 0, 4, .., 44
+    ([0, 66, 12, 17, 17, 17, 17, 17, 1, 2, 0, 170, 170, 170], False),  # 44 -> 49
+    ([0, 66, 12, 17, 17, 17, 17, 17, 1, 4, 0, 170, 170, 170], True),  # 44 -> 50
+    ([0, 66, 12, 17, 17, 17, 17, 17, 1, 0, 128, 170, 170, 170], True),  # 44 -> 63
+    ([0, 66, 12, 17, 17, 17, 17, 17, 49, 0, 0, 170, 170, 170], True),  # 13 bits set
+]
+for blob, reject in crafted:
+    res = []
+    for dec, dev in ((block_torch.decode, "cpu"), (block_cuda.decode, DEV)):
+        try:
+            pl = torch.tensor(blob, dtype=torch.uint8, device=dev)
+            res.append(dec(pl, [len(blob)], 50, 50, torch.float32, False, step).cpu())
+        except ValueError:
+            res.append(None)
+    if (res[0] is None) != reject or (res[1] is None) != reject or (
+        not reject and not torch.equal(res[0].view(torch.uint8), res[1].view(torch.uint8))
+    ):
+        fails += 1
+        print("CRAFTED", blob, [r is None for r in res])
+assert rejected > 3 * cases, rejected
+print(f"cases={cases} fails={fails} rejected={rejected}")
 sys.exit(1 if fails else 0)
 """
 
 
-def test_cuda_kernels_write_the_torch_and_numba_bytes():
+def test_cuda_kernels_write_the_torch_and_numba_bytes_and_decode_them():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     res = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300

@@ -1,4 +1,4 @@
-"""The ``block`` codec's encoder as numba.cuda kernels: the same bytes as ``block_torch``.
+"""The ``block`` codec as numba.cuda kernels: the bytes and values of ``block_torch``.
 
 One CUDA thread per block of 64 values, each a direct port of the per-block
 body of ``kernels/block.py``'s ``encode_chunk``:
@@ -14,6 +14,14 @@ body of ``kernels/block.py``'s ``encode_chunk``:
 Float arithmetic is float64 with only +, -, *, rint and comparisons; products
 that meet an addition go through ``dmul_rn`` so the compiler cannot fuse them
 into an FMA; 16-bit roundings are integer operations on the float32 bits.
+
+The decoder (``decode``, the values of ``block_torch.decode``): torch ops parse the
+headers and counts and give every block its index and data offsets; ``_scan_kernel``
+checks each sparse block's index and sums its codes (delta) or takes its last code
+(direct); one host sync rejects inconsistent payloads; a segmented scan gives each
+delta block its carry-in; ``_decode_kernel`` unpacks, reconstructs, rounds to the dtype
+and writes the values' bits (raw blocks and raw chunks: their bytes).
+
 With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator on CPU
 tensors (numpy arrays), which is how the tests check the bytes.
 """
@@ -60,8 +68,11 @@ if SIM:
     def _mul(a, b):
         return a * b
 
+    def _byte(buf, p):
+        return int(buf[p])
+
 else:
-    from numba import float32, float64, int32
+    from numba import float32, float64, int32, int64
     from numba.cuda import libdevice
 
     def _device(f):
@@ -94,6 +105,10 @@ else:
     @_device
     def _mul(a, b):
         return libdevice.dmul_rn(a, b)  # never fused into an FMA
+
+    @_device
+    def _byte(buf, p):
+        return int64(buf[p])  # int() of a uint8 is unsigned: mixed with int64, a float
 
 
 @_device
@@ -479,8 +494,292 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     return out, lengths
 
 
+# ---------------------------------------------------------------------------- decoder
+
+
+@_device
+def _bits_in(buf, p, acc, nbits, w):
+    """The next ``w`` bits of the LSB-first stream whose unread bits are ``acc``
+    (``nbits`` of them) and whose next byte is ``buf[p]``: (value, acc, nbits, p).
+    Reads only the bytes it needs."""
+    while nbits < w:
+        acc |= _byte(buf, p) << nbits
+        p += 1
+        nbits += 8
+    v = acc & ((1 << w) - 1)
+    return v, acc >> w, nbits - w, p
+
+
+@_device
+def _sparse_mask(buf, ip, cnt, m, end):
+    """The mask of a sparse block's non-zero codes from its index at ``buf[ip]``, and
+    whether the index is consistent (count 1..m, positions increasing below m or a
+    mask of ``cnt`` bits below m, all within the chunk's ``end``)."""
+    mask = 0
+    if cnt < 1 or cnt > m or ip + _index_bytes(cnt) > end:
+        return mask, False
+    if cnt <= LIST_MAX:
+        acc = 0
+        nbits = 0
+        p = ip
+        last = -1
+        for _ in range(cnt):
+            j, acc, nbits, p = _bits_in(buf, p, acc, nbits, 6)
+            if j <= last or j >= m:
+                return mask, False
+            last = j
+            mask |= 1 << j
+        return mask, True
+    for i in range(8):
+        mask |= _byte(buf, ip + i) << (8 * i)
+    ones = 0
+    for j in range(BLOCK):
+        bit = (mask >> j) & 1
+        ones += bit
+        if bit and j >= m:
+            return mask, False
+    return mask, ones == cnt
+
+
+@_device
+def _load_int(buf, p, itemsize):
+    """The little-endian signed integer of ``itemsize`` bytes at ``buf[p]``."""
+    v = 0
+    for i in range(itemsize - 1):
+        v |= _byte(buf, p + i) << (8 * i)
+    top = _byte(buf, p + itemsize - 1)
+    if top >= 128:
+        top -= 256
+    return v | (top << (8 * (itemsize - 1)))
+
+
+@_device
+def _stored_bits(r, prec):
+    """The bits (a signed integer of the dtype's size) of ``r``, a value the stored
+    dtype holds exactly (what ``_store`` returns)."""
+    if prec == 0:
+        return _f64_bits(r)
+    u = _f32_bits(r)
+    if prec == 1:
+        return u
+    if prec == 3:
+        return u >> 16  # arithmetic shift: the bfloat16 bits as a signed int16
+    a = u & 0x7FFFFFFF
+    if a >= 0x7F800000:
+        h = 0x7C00 if a == 0x7F800000 else 0x7E00
+    elif a >= 0x38800000:  # normal float16
+        h = (a >> 13) - 0x1C000
+    else:  # subnormal float16: a multiple of 2**-24
+        h = int(_rint(abs(r) * 16777216.0))
+    return h - 0x8000 if u < 0 else h
+
+
+@cuda.jit
+def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head, cnt_sp,
+                 ioff, doff, bad, rel):  # fmt: skip
+    """Per block of a blocks-mode chunk: whether its index is inconsistent, and its
+    codes' sum (delta blocks) or last code (direct blocks), 0 for raw blocks."""
+    g = cuda.grid(1)
+    if g >= nblocks:
+        return
+    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    bad[g] = 0
+    rel[g] = 0
+    if mode_c[c] != 0:
+        return
+    end = start_c[c] + len_c[c]
+    h = int(head[g])
+    w = h & 31
+    if w == RAW_WIDTH:
+        return
+    sparse = h & SPARSE != 0
+    mask = -1
+    cnt = m
+    if sparse:
+        cnt = int(cnt_sp[g])
+        mask, ok = _sparse_mask(buf, int(ioff[g]), cnt, m, end)
+        if not ok:
+            bad[g] = 1
+            return
+    p = int(doff[g])
+    if p + (cnt * w + 7) // 8 > end:
+        bad[g] = 1
+        return
+    signed = h & SIGNED != 0
+    acc = 0
+    nbits = 0
+    total = 0
+    v = 0
+    for j in range(m):
+        v = 0
+        if (mask >> j) & 1:
+            v, acc, nbits, p = _bits_in(buf, p, acc, nbits, w)
+            if signed:
+                v = (v >> 1) ^ -(v & 1)
+        total += v
+    rel[g] = total if h & DELTA else v
+
+
+@cuda.jit
+def _decode_kernel(buf, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, step, start_c,
+                   mode_c, head, cnt_sp, ioff, doff, carry, out):  # fmt: skip
+    """Block ``g``'s values, as the bits of the dtype, into ``out`` (an integer view)."""
+    g = cuda.grid(1)
+    if g >= nblocks:
+        return
+    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    base = int(start_c[c])
+    if mode_c[c] != 0:  # a raw chunk: the values as they are
+        p = base + 1 + (s - cs) * itemsize
+        for j in range(m):
+            out[s + j] = _load_int(buf, p + j * itemsize, itemsize)
+        return
+    h = int(head[g])
+    w = h & 31
+    p = int(doff[g])
+    if w == RAW_WIDTH:  # a raw block: its values, or one repeated
+        stride = 0 if h & SPARSE else itemsize
+        for j in range(m):
+            out[s + j] = _load_int(buf, p + j * stride, itemsize)
+        return
+    bstep = step
+    if pw:
+        kb = _byte(buf, base + 1 + nbc + 2 * local) | (_byte(buf, base + 2 + nbc + 2 * local) << 8)
+        bstep = _pow2(kb - 65536 if kb >= 32768 else kb)
+    mask = -1
+    if h & SPARSE:
+        mask, ok = _sparse_mask(buf, int(ioff[g]), int(cnt_sp[g]), m, 1 << 62)
+    signed = h & SIGNED != 0
+    delta = h & DELTA != 0
+    q = int(carry[g]) if delta else 0
+    acc = 0
+    nbits = 0
+    for j in range(m):
+        v = 0
+        if (mask >> j) & 1:
+            v, acc, nbits, p = _bits_in(buf, p, acc, nbits, w)
+            if signed:
+                v = (v >> 1) ^ -(v & 1)
+        q = q + v if delta else v
+        out[s + j] = _stored_bits(_store(_mul(float(q), bstep), prec), prec)
+
+
+def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype, pw, step):
+    """The ``n`` values (flattened) of the chunk payloads concatenated in ``payload``,
+    on ``payload.device``: the values of ``block_torch.decode``.
+
+    Raises ValueError when a payload is inconsistent with its length.
+    """
+    from .block_torch import Layout, _int_view, _rank_in_chunk, index_bytes
+
+    dev = payload.device
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if n == 0:
+        return torch.zeros(0, dtype=dtype, device=dev)
+    lay = Layout(n, chunk_elems, dev)
+    nch = lay.nchunks
+    if len(lengths) != nch:
+        raise ValueError(f"{len(lengths)} chunk payloads for {nch} chunks")
+    if min(lengths) < 1:
+        raise ValueError("a block chunk payload is empty")
+    total = sum(lengths)
+    buf = payload.reshape(-1)
+    if buf.numel() < total:
+        raise ValueError("block payload is shorter than its chunk lengths")
+    buf = buf[:total].contiguous()
+    prec = PREC[dtype]
+    i64 = dict(dtype=torch.int64, device=dev)
+    cid = lay.chunk_id
+    nb_c = torch.tensor(lay.chunk_blocks, device=dev)
+    n_c = torch.tensor(lay.chunk_elems_list, device=dev)
+    len_c = torch.tensor(lengths, device=dev)
+    start_c = torch.cumsum(len_c, 0) - len_c
+    head_bytes = nb_c * (3 if pw else 1)
+    last = total - 1
+
+    def get(index):
+        return buf[index.clamp(0, last)].long()
+
+    def per_chunk(x):
+        return torch.zeros(nch, **i64).index_add_(0, cid, x)
+
+    # block-level bookkeeping (as block_torch.decode): headers, counts, offsets
+    mode_c = buf[start_c].long()
+    base = start_c[cid]
+    m = lay.valid
+    head = get(base + 1 + lay.local)
+    width = head & 31
+    raw = width == RAW_WIDTH
+    is_sparse = (head & SPARSE != 0) & ~raw
+    sp_rank = _rank_in_chunk(is_sparse.long(), lay)
+    sparse_c = per_chunk(is_sparse.long())
+    count_start = base + 1 + head_bytes[cid]
+    cnt_sp = torch.where(is_sparse, get(count_start + sp_rank), 0)
+    isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
+    index_c = per_chunk(isize)
+    index_start = count_start + sparse_c[cid]
+    ioff = _rank_in_chunk(isize, lay) + index_start
+    same = raw & (head & SPARSE != 0)
+    cnt = torch.where(is_sparse, cnt_sp, m)
+    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
+    data_c = per_chunk(dsize)
+    doff = _rank_in_chunk(dsize, lay) + index_start + index_c[cid]
+    need_c = torch.where(
+        mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
+    )
+
+    # per block: index checks and the codes' sum or last code (one thread per block)
+    nblocks = lay.nblocks
+    bpc = lay.bpc
+    grid = (nblocks + TPB - 1) // TPB
+    stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream) if buf.is_cuda else 0
+    geo = (n, chunk_elems, bpc, nblocks)
+    bad = torch.empty(nblocks, **i64)
+    rel = torch.empty(nblocks, **i64)
+    d_buf, d_start, d_mode = _dev(buf), _dev(start_c), _dev(mode_c)
+    d_head, d_cnt, d_ioff, d_doff = _dev(head), _dev(cnt_sp), _dev(ioff), _dev(doff)
+    _scan_kernel[grid, TPB, stream](
+        d_buf, *geo, d_start, _dev(len_c), d_mode, d_head, d_cnt, d_ioff, d_doff,
+        _dev(bad), _dev(rel),
+    )  # fmt: skip
+
+    bad_head = (bad != 0) | raw & (head & (SIGNED | DELTA) != 0)
+    if pw:
+        kb = get(base + 1 + nb_c[cid] + 2 * lay.local) | (
+            get(base + 2 + nb_c[cid] + 2 * lay.local) << 8
+        )
+        k = torch.where(kb >= 32768, kb - 65536, kb)
+        bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
+    bad_c = (need_c != len_c) | (mode_c > 1)
+    bad_c = bad_c | (per_chunk((bad_head & (mode_c[cid] == 0)).long()) > 0)
+    if bool(bad_c.any()):  # the one host sync
+        raise ValueError("block payload is inconsistent (corrupted or truncated)")
+
+    # the running value behind delta blocks: a segmented scan over blocks
+    is_delta = (head & DELTA != 0) & ~raw
+    tsum = torch.where(is_delta, rel, 0)
+    reset = ~is_delta
+    first = lay.local == 0
+    S = torch.cumsum(tsum, 0)
+    anchor_val = torch.where(reset & ~raw, rel, 0)
+    anchor_S = torch.where(reset, S, S - tsum)
+    idx = torch.arange(nblocks, device=dev)
+    mi = torch.cummax(torch.where(reset | first, idx, -1), 0).values
+    q_last = anchor_val[mi] + S - anchor_S[mi]
+    carry = torch.where(first, 0, torch.cat([q_last.new_zeros(1), q_last[:-1]]))
+
+    out = torch.empty(n, dtype=dtype, device=dev)
+    ints = out.view(_int_view(dtype))
+    _decode_kernel[grid, TPB, stream](
+        d_buf, *geo, itemsize, prec, 1 if pw else 0, float(step), d_start, d_mode, d_head,
+        d_cnt, d_ioff, d_doff, _dev(carry), _dev(ints),
+    )  # fmt: skip
+    return out
+
+
 def _bench(n: int = 1 << 26, chunk_bytes: int = 1 << 20, reps: int = 5, device="cuda") -> None:
-    """On a GPU: byte identity with ``block_torch`` and the throughput of both."""
+    """On a GPU: byte identity with ``block_torch`` (encoded bytes, decoded bits) and the
+    throughput of both (GB/s of uncompressed values)."""
     import time
 
     from ..block import steps_for
@@ -515,7 +814,27 @@ def _bench(n: int = 1 << 26, chunk_bytes: int = 1 << 20, reps: int = 5, device="
                 f"cuda {gb / tc:7.2f} GB/s (first call {fc:5.1f} s)  "
                 f"torch {gb / tt:7.2f} GB/s  same bytes: {same}"
             )
+            dargs = (ot, lt, x.numel(), ce, dtype, mode == "pw_rel", step)
+            for name, fn in (("cuda", decode), ("torch", block_torch.decode)):
+                t0 = time.perf_counter()
+                y = fn(*dargs)  # first call: numba compiles the kernels
+                sync()
+                first = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    fn(*dargs)
+                sync()
+                times[name] = ((time.perf_counter() - t0) / reps, first, y)
+            (tc, fc, yc), (tt, _, yt) = times["cuda"], times["torch"]
+            same = torch.equal(yc.view(torch.uint8), yt.view(torch.uint8))
+            print(
+                f"{'':15} {'decode':6} {'':12} "
+                f"cuda {gb / tc:7.2f} GB/s (first call {fc:5.1f} s)  "
+                f"torch {gb / tt:7.2f} GB/s  same bits: {same}"
+            )
 
 
-if __name__ == "__main__":  # python -m tensorpress.compress.kernels.block_cuda
-    _bench()
+if __name__ == "__main__":  # python -m tensorpress.compress.kernels.block_cuda [n]
+    import sys
+
+    _bench(*(int(a) for a in sys.argv[1:2]))
