@@ -114,29 +114,59 @@ class BlockCodec(Codec):
         return deliver(res, shape, out)
 
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
-        from .kernels import block_torch
-
         step, inv = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
-        return block_torch.encode(
-            t, _chunk_elems(t.shape, chunk_rows), pw, bound.tolerance, step, inv
-        )
+        args = (t, _chunk_elems(t.shape, chunk_rows), pw, bound.tolerance, step, inv)
+        return _run_kernels("encode", t.is_cuda, args)
 
     def decode_tensor(self, payload, lengths, shape, dtype, bound, chunk_rows):
-        from .kernels import block_torch
-
         step, _ = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
-        flat = block_torch.decode(
-            payload,
-            list(lengths),
-            math.prod(shape),
-            _chunk_elems(shape, chunk_rows),
-            dtype,
-            pw,
-            step,
-        )
-        return flat.reshape(shape)
+        n = math.prod(shape)
+        args = (payload, list(lengths), n, _chunk_elems(shape, chunk_rows), dtype, pw, step)
+        return _run_kernels("decode", payload.is_cuda, args).reshape(shape)
+
+
+_CUDA_KERNELS: list = []  # [module] once loaded, [None] once found unusable
+
+
+def _run_kernels(name: str, on_cuda: bool, args):
+    """``name`` from the numba.cuda kernels for CUDA tensors, else from the torch ops.
+
+    Both write the same bytes; where the CUDA kernels cannot load or compile (a
+    numba without CUDA support, say) the torch ops take over, with one warning.
+    """
+    from .kernels import block_torch
+
+    if on_cuda:
+        if not _CUDA_KERNELS:
+            try:
+                from .kernels import block_cuda
+
+                _CUDA_KERNELS.append(block_cuda)
+            except Exception as exc:  # noqa: BLE001 - any import failure means: use torch
+                _give_up_cuda(exc)
+        module = _CUDA_KERNELS[0]
+        if module is not None:
+            try:
+                return getattr(module, name)(*args)
+            except ValueError:
+                raise  # a corrupted payload: the torch ops would say the same
+            except Exception as exc:  # noqa: BLE001 - a kernel that cannot compile or run
+                _give_up_cuda(exc)
+    return getattr(block_torch, name)(*args)
+
+
+def _give_up_cuda(exc: Exception) -> None:
+    import warnings
+
+    _CUDA_KERNELS[:] = [None]
+    warnings.warn(
+        f"block codec: the CUDA kernels cannot run here ({type(exc).__name__}: {exc}); "
+        "using torch tensor ops instead (same bytes, slower)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _chunk_elems(shape, chunk_rows: int) -> int:

@@ -177,3 +177,25 @@ def test_bfloat16_kernels_write_the_torch_bytes(mode):
         assert got[pos : pos + length] == want
         pos += length
     assert pos == len(got) and len(ct.lengths) > 1
+
+
+def test_cuda_kernels_fall_back_to_torch_ops(monkeypatch):
+    """Where the CUDA kernels cannot run, the torch ops write the same bytes (one warning)."""
+    from tensorpress.compress import block
+
+    class Broken:  # what a numba without a working CUDA target does at the first call
+        def encode(*args):
+            raise RuntimeError("CUDA driver not found")
+
+    monkeypatch.setattr(block, "_CUDA_KERNELS", [Broken])
+    x = torch.randn(500, 7, generator=torch.Generator().manual_seed(2))
+    codec, bound = get_codec("block"), ErrorBound("abs", 1e-2).resolve(None)
+    want = codec.encode_tensor(x, bound, 100)
+    with pytest.warns(RuntimeWarning, match="torch tensor ops instead"):
+        got = block._run_kernels("encode", True, (x, 700, False, 1e-2, *block.steps_for(1e-2)))
+    assert torch.equal(got[0], want[0]) and got[1] == want[1]
+    assert block._CUDA_KERNELS == [None]  # given up once, not retried
+    again = block._run_kernels(
+        "decode", True, (got[0], got[1], x.numel(), 700, x.dtype, False, block.steps_for(1e-2)[0])
+    )
+    assert torch.equal(again.view(500, 7), codec.decode_tensor(*want, x.shape, x.dtype, bound, 100))
