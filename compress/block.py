@@ -1,15 +1,17 @@
 """The ``block`` codec: fast, error-bounded, fixed-length codes per block of 64 values.
 
-In the spirit of SZx and cuSZp: every value is quantized on its own
-(``q = rint(x / s)``, s just under 2 e; kept only where the reconstruction honours the bound
-after rounding to the dtype), then each block of 64 values picks the smallest
-of four packings of its codes — the codes or their differences (each value
-minus the one before it), all of them or only the non-zero ones (located by
-a short list of positions or a 64-bit mask) — each at the block's own bit
+In the spirit of SZx and cuSZp: every value is quantized on its own (``q =
+rint(x / s)``, s just under 2 e; kept only where the reconstruction honours
+the bound after rounding to the dtype), then each block of 64 values picks the
+smallest of four packings of its codes — the codes or their differences (each
+value minus the one before it), all of them or only the non-zero ones (located
+by a short list of positions or a 64-bit mask) — each at the block's own bit
 width. A block that cannot be quantized (NaN, infinity, a code too large) is
-stored raw, as one value when all its values are equal; a block equal to
-the value before it costs one header byte. Every step is data-parallel, so the torch path
-(``kernels/block_torch.py``) writes the same bytes on a GPU.
+stored raw, as one value when all its values are equal; a block equal to the
+value before it costs one header byte. Every step is data-parallel: torch
+tensor ops (``kernels/block_torch.py``) and numba.cuda kernels for CUDA
+tensors (``kernels/block_cuda.py``) write the same bytes as the numba CPU
+kernels (``kernels/block.py``).
 Byte layout: formats/SPEC.md.
 """
 
