@@ -44,7 +44,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .byteio import ByteWriter
-from .kernels.hashing import hash32_torch
 from .kernels.quant import quant_decode, quant_encode
 from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
 from .registry import Codec, deliver, register_codec
@@ -229,7 +228,9 @@ class QuantCodec(Codec):
         float64, any device), ``chunk_rows`` rows each; see :meth:`Codec.encode_tensor`."""
         import torch
 
-        pdt = _torch_param_dtype(t.dtype)
+        from .kernels import quant_torch as qt
+
+        pdt = qt.param_dtype(t.dtype)
         if not t.is_contiguous():
             raise ValueError("encode_tensor needs a C-contiguous tensor (call .contiguous())")
         chunk_rows = _check_int("chunk_rows", chunk_rows)
@@ -270,6 +271,8 @@ class QuantCodec(Codec):
         first at element ``base``) and their max errors (not finite: store raw)."""
         import torch
 
+        from .kernels import quant_torch as qt
+
         nch, m = x.shape
         G = self.group
         ngroups, ncodes, _ = self._layout(m)
@@ -277,11 +280,11 @@ class QuantCodec(Codec):
         maxc = float((1 << self.bits) - 1)
         pos = None
         if self.hadamard or self.stochastic:
-            pos = _positions(base, nch, m, width, x.device)
+            pos = qt.positions(base, nch, m, width, x.device)
         if self.hadamard:  # signs keyed on the chunk-local position
-            signs = _signs_torch(self.seed, torch.arange(width, device=x.device)[None, :])
+            signs = qt.signs(self.seed, torch.arange(width, device=x.device)[None, :])
             v = torch.mul(torch.nn.functional.pad(x, (0, width - m)), signs)  # in float64
-            v = _fwht_torch(v.view(nch, ngroups, G))
+            v = qt.fwht(v.view(nch, ngroups, G))
         else:  # pad a short last group with copies of its last value (min/max unchanged)
             v = x if width == m else torch.cat([x, x[:, -1:].expand(nch, width - m)], 1)
             v = v.view(nch, ngroups, G)  # x's dtype: upcast exactly inside the ops below
@@ -294,15 +297,15 @@ class QuantCodec(Codec):
         # groups with scale <= 0 divide by inf instead: (v - lo) / inf + u floors to code 0
         q = torch.sub(v, lo).div_(torch.where(scale > 0.0, scale, math.inf))
         if self.stochastic:
-            u = hash32_torch(2 * self.seed, pos).bitwise_right_shift_(8).to(torch.float64)
+            u = qt.hash32_torch(2 * self.seed, pos).bitwise_right_shift_(8).to(torch.float64)
             q.add_(u.view(nch, ngroups, G), alpha=_U_SCALE)  # exact product: same as q + u
         else:
             q.add_(0.5)
         q = q.floor_().clamp_(0.0, maxc).view(nch, width)
-        codes = _pack_torch(q[:, :ncodes].to(torch.uint8), self.bits)
+        codes = qt.pack(q[:, :ncodes].to(torch.uint8), self.bits)
         rec = q.view(nch, ngroups, G).mul_(scale).add_(lo)  # lo + code * scale
         if self.hadamard:
-            rec = _fwht_torch(rec).view(nch, width).mul_(signs).div_(G)
+            rec = qt.fwht(rec).view(nch, width).mul_(signs).div_(G)
         rec = rec.view(nch, width)[:, :m]
         if x.dtype != torch.float64:
             rec.copy_(rec.to(torch.float32).to(x.dtype))
@@ -316,7 +319,9 @@ class QuantCodec(Codec):
         """Inverse of :meth:`encode_tensor` on ``payload.device`` (``chunk_rows`` as encoded)."""
         import torch
 
-        pdt = _torch_param_dtype(dtype)
+        from .kernels import quant_torch as qt
+
+        pdt = qt.param_dtype(dtype)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         psize = torch.empty(0, dtype=pdt).element_size()
         shape = tuple(int(d) for d in shape)
@@ -379,7 +384,7 @@ class QuantCodec(Codec):
                 else:
                     enc = torch.stack([payload[starts[c] : starts[c] + span] for c in quant])
                 first = torch.tensor(quant, device=dev, dtype=torch.int64) * m
-                dec = _to_storage(self._decode_rows(enc, size, first, pdt), dtype)
+                dec = qt.to_storage(self._decode_rows(enc, size, first, pdt), dtype)
                 dst = out[chunks[0] * m : chunks[0] * m + len(chunks) * size]
                 dst = dst.view(len(chunks), size)
                 if len(quant) == len(chunks):
@@ -390,7 +395,7 @@ class QuantCodec(Codec):
             for c in chunks:
                 if modes[c] == MODE_RAW:
                     raw = payload[starts[c] + 1 : starts[c] + lengths[c]]
-                    out[c * m : c * m + size] = _bytes_as(raw, dtype)
+                    out[c * m : c * m + size] = qt.bytes_as(raw, dtype)
         return out.view(shape)
 
     def _decode_rows(self, enc, m: int, first, pdt):
@@ -398,21 +403,23 @@ class QuantCodec(Codec):
         tensor of each chunk's first element index), float64 before storage rounding."""
         import torch
 
+        from .kernels import quant_torch as qt
+
         nch = enc.shape[0]
         G = self.group
         ngroups, ncodes, _ = self._layout(m)
         width = ngroups * G
         psize = 8 if pdt == torch.float64 else 4
         at = _HEAD + ngroups * psize
-        lo = _bytes_as(enc[:, _HEAD:at], pdt).to(torch.float64)[..., None]
-        scale = _bytes_as(enc[:, at : at + ngroups * psize], pdt).to(torch.float64)[..., None]
-        codes = _unpack_torch(enc[:, at + ngroups * psize :], self.bits, ncodes)
+        lo = qt.bytes_as(enc[:, _HEAD:at], pdt).to(torch.float64)[..., None]
+        scale = qt.bytes_as(enc[:, at : at + ngroups * psize], pdt).to(torch.float64)[..., None]
+        codes = qt.unpack(enc[:, at + ngroups * psize :], self.bits, ncodes)
         if ncodes < width:
             codes = torch.nn.functional.pad(codes, (0, width - ncodes))
         rec = codes.view(nch, ngroups, G).to(torch.float64).mul_(scale).add_(lo)
         if self.hadamard:
             pos = torch.arange(width, device=enc.device)[None, :]  # chunk-local positions
-            rec = _fwht_torch(rec).view(nch, width).mul_(_signs_torch(self.seed, pos)).div_(G)
+            rec = qt.fwht(rec).view(nch, width).mul_(qt.signs(self.seed, pos)).div_(G)
         return rec.view(nch, width)[:, :m]
 
 
@@ -424,97 +431,3 @@ def _split(count: int, parts: int) -> list[tuple[int, int]]:
     parts = max(1, min(parts, count))
     bounds = [count * i // parts for i in range(parts + 1)]
     return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _torch_param_dtype(dtype):
-    """Parameter dtype (float64 or float32) for a torch value dtype; TypeError if unsupported."""
-    import torch
-
-    if dtype == torch.float64:
-        return torch.float64
-    if dtype in (torch.float32, torch.float16, torch.bfloat16):
-        return torch.float32
-    raise TypeError(
-        f"codec 'quant' takes float16, bfloat16, float32 or float64 tensors, not {dtype}"
-    )
-
-
-def _bytes_as(b, dtype):
-    """uint8 tensor (any offset, rows may be strided) reinterpreted as ``dtype`` along its
-    last dim (a fresh contiguous copy, so the view is aligned)."""
-    import torch
-
-    return b.clone(memory_format=torch.contiguous_format).view(dtype)
-
-
-def _to_storage(v, dtype):
-    """float64 tensor rounded to ``dtype`` (16-bit types via float32)."""
-    import torch
-
-    if dtype == torch.float64:
-        return v
-    return v.to(torch.float32).to(dtype)
-
-
-def _positions(base: int, nch: int, m: int, width: int, device):
-    """int64 ``[nch, width]``: base + c*m + j, the element index of slot j of chunk c."""
-    import torch
-
-    first = base + torch.arange(nch, device=device, dtype=torch.int64)[:, None] * m
-    return first + torch.arange(width, device=device, dtype=torch.int64)[None, :]
-
-
-def _signs_torch(seed: int, pos):
-    """+1.0/-1.0 (float64) from bit 0 of hash32(2*seed + 1, pos)."""
-    import torch
-
-    bit = hash32_torch(2 * seed + 1, pos).bitwise_and_(1).to(torch.float64)
-    return bit.mul_(-2.0).add_(1.0)
-
-
-def _fwht_torch(v):
-    """Unnormalised Walsh-Hadamard transform along the last dim (a power of 2); reuses
-    ``v``'s memory (pass a temporary)."""
-    import torch
-
-    *lead, size = v.shape
-    src = v.reshape(-1, size)
-    dst = torch.empty_like(src)
-    h = 1
-    while h < size:
-        a = src.view(-1, size // (2 * h), 2, h)
-        b = dst.view(-1, size // (2 * h), 2, h)
-        torch.add(a[:, :, 0], a[:, :, 1], out=b[:, :, 0])
-        torch.sub(a[:, :, 0], a[:, :, 1], out=b[:, :, 1])
-        src, dst = dst, src
-        h *= 2
-    return src.view(*lead, size)
-
-
-def _pack_torch(codes, bits: int):
-    """uint8 codes ``[rows, k]`` packed LSB-first, ``[rows, ceil(k*bits/8)]``."""
-    import torch
-
-    per = 8 // bits
-    if per == 1:
-        return codes
-    rows, k = codes.shape
-    if k % per:
-        codes = torch.nn.functional.pad(codes, (0, per - k % per))
-    c = codes.view(rows, -1, per)
-    out = c[..., 0].clone()
-    for s in range(1, per):
-        out |= c[..., s] << (s * bits)
-    return out
-
-
-def _unpack_torch(packed, bits: int, k: int):
-    """Inverse of :func:`_pack_torch`: uint8 ``[rows, k]``."""
-    import torch
-
-    per = 8 // bits
-    if per == 1:
-        return packed[:, :k]
-    mask = (1 << bits) - 1
-    parts = [(packed >> (s * bits)) & mask for s in range(per)]
-    return torch.stack(parts, -1).reshape(packed.shape[0], -1)[:, :k]
