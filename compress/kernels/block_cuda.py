@@ -461,19 +461,15 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     _plan_kernel[grid, TPB, stream](d_rawb, d_codes, d_raw, *geo, *plan_args)
 
     # per chunk sizes; chunks that would not shrink are stored raw
-    nch = lay.nchunks
     cid = lay.chunk_id
-
-    def per_chunk(x):
-        return torch.zeros(nch, **i64).index_add_(0, cid, x)
 
     is_sparse = ((head & SPARSE) != 0) & ((head & 31) != RAW_WIDTH)
     nb_c = torch.tensor(lay.chunk_blocks, device=dev)
     n_c = torch.tensor(lay.chunk_elems_list, device=dev)
     head_bytes = nb_c * (3 if pw else 1)
-    sparse_c = per_chunk(is_sparse.long())
-    index_c = per_chunk(isize)
-    data_c = per_chunk(dsize)
+    sparse_c = lay.per_chunk(is_sparse.long())
+    index_c = lay.per_chunk(isize)
+    data_c = lay.per_chunk(dsize)
     size_c = 1 + head_bytes + sparse_c + index_c + data_c
     raw_c = size_c >= 1 + n_c * itemsize
     size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
@@ -700,9 +696,6 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     def get(index):
         return buf[index.clamp(0, last)].long()
 
-    def per_chunk(x):
-        return torch.zeros(nch, **i64).index_add_(0, cid, x)
-
     # block-level bookkeeping (as block_torch.decode): headers, counts, offsets
     mode_c = buf[start_c].long()
     base = start_c[cid]
@@ -712,17 +705,17 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     raw = width == RAW_WIDTH
     is_sparse = (head & SPARSE != 0) & ~raw
     sp_rank = _rank_in_chunk(is_sparse.long(), lay)
-    sparse_c = per_chunk(is_sparse.long())
+    sparse_c = lay.per_chunk(is_sparse.long())
     count_start = base + 1 + head_bytes[cid]
     cnt_sp = torch.where(is_sparse, get(count_start + sp_rank), 0)
     isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
-    index_c = per_chunk(isize)
+    index_c = lay.per_chunk(isize)
     index_start = count_start + sparse_c[cid]
     ioff = _rank_in_chunk(isize, lay) + index_start
     same = raw & (head & SPARSE != 0)
     cnt = torch.where(is_sparse, cnt_sp, m)
     dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
-    data_c = per_chunk(dsize)
+    data_c = lay.per_chunk(dsize)
     doff = _rank_in_chunk(dsize, lay) + index_start + index_c[cid]
     need_c = torch.where(
         mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
@@ -751,7 +744,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         k = torch.where(kb >= 32768, kb - 65536, kb)
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
     bad_c = (need_c != len_c) | (mode_c > 1)
-    bad_c = bad_c | (per_chunk((bad_head & (mode_c[cid] == 0)).long()) > 0)
+    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == 0)).long()) > 0)
     if bool(bad_c.any()):  # the one host sync
         raise ValueError("block payload is inconsistent (corrupted or truncated)")
 

@@ -76,6 +76,11 @@ class Layout:
         elems_t = torch.tensor(elems, device=device)
         self.valid = torch.clamp(elems_t[self.chunk_id] - self.local * BLOCK, max=BLOCK)
 
+    def per_chunk(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-block int64 ``x`` summed over each chunk's blocks."""
+        out = torch.zeros(self.nchunks, dtype=torch.int64, device=x.device)
+        return out.index_add_(0, self.chunk_id, x)
+
     def to_blocks(self, flat: torch.Tensor, fill=0) -> torch.Tensor:
         """``flat`` (n elements) as the padded [blocks, 64] matrix."""
         parts = []
@@ -252,15 +257,12 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     nch = lay.nchunks
     cid = lay.chunk_id
 
-    def per_chunk(x):
-        return torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, x)
-
     nb_c = torch.tensor(lay.chunk_blocks, device=dev)
     n_c = torch.tensor(lay.chunk_elems_list, device=dev)
     head_bytes = nb_c * (3 if pw else 1)
-    sparse_c = per_chunk(is_sparse.long())
-    index_c = per_chunk(isize)
-    data_c = per_chunk(dsize)
+    sparse_c = lay.per_chunk(is_sparse.long())
+    index_c = lay.per_chunk(isize)
+    data_c = lay.per_chunk(dsize)
     size_c = 1 + head_bytes + sparse_c + index_c + data_c
     raw_c = size_c >= 1 + n_c * itemsize
     size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
@@ -368,16 +370,13 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         k = lo | (hi << 8)
         k = torch.where(k >= 32768, k - 65536, k)
 
-    def per_chunk(x):
-        return torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(0, cid, x)
-
     # sparse blocks: count bytes, then position lists or masks
     sp_rank = _rank_in_chunk(is_sparse.long(), lay)
-    sparse_c = per_chunk(is_sparse.long())
+    sparse_c = lay.per_chunk(is_sparse.long())
     count_start = base + 1 + head_bytes[cid]
     cnt_sp = torch.where(is_sparse, get(count_start + sp_rank).long(), 0)
     isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
-    index_c = per_chunk(isize)
+    index_c = lay.per_chunk(isize)
     index_start = count_start + sparse_c[cid]
     ioff = _rank_in_chunk(isize, lay) + index_start
     listed = is_sparse & (cnt_sp <= LIST_MAX)
@@ -396,7 +395,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     same = raw & (head & SPARSE != 0)
     cnt = torch.where(is_sparse, cnt_sp, m)
     dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
-    data_c = per_chunk(dsize)
+    data_c = lay.per_chunk(dsize)
     need_c = torch.where(
         mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
     )
@@ -406,12 +405,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     if pw:
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
     bad_c = (need_c != len_c) | (mode_c > 1)
-    bad_c = bad_c | (
-        torch.zeros(nch, dtype=torch.int64, device=dev).index_add_(
-            0, cid, (bad_head & (mode_c[cid] == 0)).long()
-        )
-        > 0
-    )
+    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == 0)).long()) > 0)
     check = torch.cat([bad_c.long(), mode_c]).tolist()  # the host sync: validity and modes
     if any(check[:nch]):
         raise ValueError("block payload is inconsistent (corrupted or truncated)")
