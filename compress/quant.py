@@ -80,6 +80,8 @@ class QuantCodec(Codec):
     dtypes = ("float16", "float32", "float64")
     default_chunk_bytes = 1 << 20
     has_tensor_path = True
+    #: bytes at the start of a payload that :meth:`payload_max_error` reads
+    payload_head_bytes = _HEAD
 
     def __init__(
         self,

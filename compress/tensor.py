@@ -18,18 +18,10 @@ import torch
 from .bounds import ErrorBound
 from .registry import STREAM_IO, Codec, chunk_rows_for, get_codec
 
-_TORCH_DTYPES = {
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.float32: "float32",
-    torch.float64: "float64",
-}
-_NUMPY_NAMES = {"float16": "<f2", "float32": "<f4", "float64": "<f8"}
-_FROM_NAME = {v: k for k, v in _TORCH_DTYPES.items()} | {
-    "<f2": torch.float16,
-    "<f4": torch.float32,
-    "<f8": torch.float64,
-}
+_TORCH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: how the container names the dtypes it can hold (numpy has no bfloat16)
+_STREAM_DTYPES = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8"}
+_FROM_STREAM = {name: dtype for dtype, name in _STREAM_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -75,7 +67,8 @@ class CompressedTensor:
         if not self.lengths:
             return 0.0
         starts = torch.tensor([0, *self.lengths[:-1]]).cumsum(0)
-        idx = (starts[:, None] + torch.arange(9)).clamp(max=self.nbytes - 1)
+        head = torch.arange(self.codec.payload_head_bytes)
+        idx = (starts[:, None] + head).clamp(max=self.nbytes - 1)
         heads = self.payload[idx.to(self.device)].cpu().numpy()
         return max(read(bytes(h)) for h in heads)
 
@@ -84,12 +77,12 @@ class CompressedTensor:
         return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))
 
     def __bytes__(self) -> bytes:
-        if self.dtype == torch.bfloat16:
-            raise TypeError("bfloat16 tensors cannot be written as a container stream yet")
+        if self.dtype not in _STREAM_DTYPES:
+            raise TypeError(f"{self.dtype} tensors cannot be written as a container stream yet")
         import tensorpress
 
         return STREAM_IO["write"](
-            dtype=_NUMPY_NAMES[_TORCH_DTYPES[self.dtype]],
+            dtype=_STREAM_DTYPES[self.dtype],
             shape=self.shape,
             order="C",
             codec_config=self.codec.get_config(),
@@ -177,7 +170,7 @@ def _from_stream(blob, device) -> CompressedTensor:
     if not codec.has_tensor_path:
         raise ValueError(f"streams of codec {codec.name!r} decode with tensorpress.decompress")
     name = f["dtype"]
-    if name not in _FROM_NAME:
+    if name not in _FROM_STREAM:
         raise TypeError(f"cannot decode a {name} stream into a tensor")
     raw = bytearray(f["payload"])
     payload = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
@@ -187,7 +180,7 @@ def _from_stream(blob, device) -> CompressedTensor:
         payload,
         tuple(f["lengths"]),
         tuple(f["shape"]),
-        _FROM_NAME[name],
+        _FROM_STREAM[name],
         codec,
         f["bound"],
         f["chunk_rows"],
