@@ -126,7 +126,6 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     qb = np.empty(BLOCK, np.int32)  # |codes| < 2**28, deltas < 2**29: int32 vectorises
     db = np.empty(BLOCK, np.int32)
     cb = np.empty(BLOCK, np.int32)
-    cb2 = np.empty(BLOCK, np.int32)
     pb = np.empty(BLOCK, np.int64)
     words = np.zeros(BLOCK // 2 + 1, np.uint64)
     counts = np.empty(nb, np.uint8)
@@ -221,7 +220,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             counts[nsparse] = cnt
             nsparse += 1
             if cnt <= LIST_MAX:
-                ipos = _pack(pb, cnt, 0, 6, cb2, words, index, ipos)
+                ipos = _pack(pb, cnt, 0, 6, cb, words, index, ipos)  # unsigned: cb untouched
             else:
                 for j in range(8):
                     index[ipos + j] = (mk >> np.uint64(8 * j)) & np.uint64(0xFF)
