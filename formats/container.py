@@ -294,13 +294,19 @@ class ContainerReader:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
 
-    def chunk(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Decode chunk ``i`` (checksum verified first), into ``out`` if given."""
+    def payload(self, i: int) -> memoryview:
+        """The bytes of chunk ``i``, checksum verified."""
         h = self.header
         start = h.offsets[i]
         payload = self._buf[start : start + h.lengths[i]]
         if zlib.crc32(payload) != h.crcs[i]:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
+        return payload
+
+    def chunk(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Decode chunk ``i`` (checksum verified first), into ``out`` if given."""
+        h = self.header
+        payload = self.payload(i)
         try:
             chunk = self.codec.decode(payload, h.chunk_shape(i), h.dtype, h.bound, out=out)
         except FormatError:
@@ -363,14 +369,10 @@ class ContainerReader:
 
 def verified_payloads(buf) -> tuple[Header, memoryview]:
     """(header, the payload bytes of all chunks in order), every checksum verified."""
-    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
-    h = read_header(mv)
-    if len(mv) > h.compressed_bytes:
-        raise FormatError(f"{len(mv) - h.compressed_bytes} trailing bytes after the stream")
-    for i in range(h.nchunks):
-        start = h.offsets[i]
-        if zlib.crc32(mv[start : start + h.lengths[i]]) != h.crcs[i]:
-            raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
+    reader = ContainerReader(buf)
+    for i in range(reader.header.nchunks):
+        reader.payload(i)
+    h, mv = reader.header, reader._buf
     return h, mv[h.payload_offset : h.compressed_bytes]
 
 
