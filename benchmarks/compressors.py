@@ -7,7 +7,8 @@ For every corpus array (see ``corpus.py``) and every value-range-relative bound
   tp-sz/all       tensorpress ``codec="sz"``, all cores (``workers=None``)
   tp-block/1      tensorpress ``codec="block"`` (numba), one worker thread
   tp-block/2      tensorpress ``codec="block"`` (numba), two worker threads
-  tp-block-torch  ``compress_tensor``/``decompress_tensor`` (block) on a CPU tensor, one
+  tp-block-torch  ``compress_tensor``/``decompress_tensor`` (block) on a CPU tensor through
+                  the torch ops (CPU tensors otherwise take the numba kernels), one
                   torch thread: the reference for the GPU path, not the fast CPU path
   sz3             SZ3 (pysz) default algorithm (interpolation + Lorenzo), ABS bound eb
   sz3-interp      SZ3 interpolation predictor
@@ -137,18 +138,22 @@ def _block_torch_codec(notes: list[str]) -> list[Codec]:
     """``tp-block-torch``: the torch path of ``block`` on a CPU tensor, one torch thread."""
     try:
         import torch
-        from tensorpress.compress import compress_tensor, decompress_tensor
+        from tensorpress.compress import block, compress_tensor, decompress_tensor
+        from tensorpress.compress.kernels import block_torch
     except ImportError as exc:
         notes.append(f"torch tensor path not importable ({exc}): {BLOCK_TORCH} rows skipped")
         return []
 
     def one_thread(fn, *args, **kwargs):
-        threads = torch.get_num_threads()
+        """``fn`` with one torch thread and the torch ops (CPU tensors default to numba)."""
+        threads, host = torch.get_num_threads(), block.HOST_KERNELS[0]
         torch.set_num_threads(1)
+        block.HOST_KERNELS[0] = block_torch
         try:
             return fn(*args, **kwargs)
         finally:
             torch.set_num_threads(threads)
+            block.HOST_KERNELS[0] = host
 
     def encode(x, rel, eb):
         return one_thread(compress_tensor, torch.from_numpy(x), codec="block", rel=rel)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .bounds import ErrorBound
 from .kernels import block as kb
-from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
+from .kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 from .registry import Codec, deliver, register_codec
 
 _PREC = {"float64": PREC_FLOAT64, "float32": PREC_FLOAT32, "float16": PREC_FLOAT16}
@@ -77,8 +77,20 @@ class BlockCodec(Codec):
 
     def decode(self, payload, shape, dtype, bound, out=None):
         dtype = np.dtype(dtype)
-        buf = np.frombuffer(payload, np.uint8)
         n = math.prod(shape)
+        step, _ = steps_for(bound.tolerance)
+        direct = out is not None and out.flags.c_contiguous and out.dtype == dtype
+        res = out.reshape(-1) if direct else np.empty(n, dtype)
+        pw = bound.resolved_mode == "pw_rel"
+        self._decode_into(np.frombuffer(payload, np.uint8), n, dtype, pw, step, res)
+        return out if direct else deliver(res, shape, out)
+
+    @staticmethod
+    def _decode_into(buf: np.ndarray, n: int, dtype, pw: bool, step: float, res: np.ndarray):
+        """Decode one chunk payload ``buf`` into ``res`` (``n`` values, flat, contiguous);
+        ``dtype`` "bfloat16" writes bfloat16 bits into a uint16 ``res``."""
+        bf16 = isinstance(dtype, str) and dtype == "bfloat16"
+        dtype = np.dtype(np.uint16 if bf16 else dtype)
         itemsize = dtype.itemsize
         if buf.size < 1:
             raise ValueError("block payload is empty")
@@ -87,33 +99,27 @@ class BlockCodec(Codec):
                 raise ValueError(
                     f"raw block chunk has {buf.size - 1} bytes, expected {n * itemsize}"
                 )
-            return deliver(buf[1:].view(dtype.newbyteorder("<")).astype(dtype), shape, out)
+            res[:] = buf[1:].view(dtype.newbyteorder("<"))
+            return
         if buf[0] != MODE_BLOCKS:
             raise ValueError(f"unknown block chunk mode {buf[0]}")
-        pw = bound.resolved_mode == "pw_rel"
-        step, _ = steps_for(bound.tolerance)
+        prec = PREC_BFLOAT16 if bf16 else _PREC[dtype.name]
         if itemsize >= 4:
-            direct = out is not None and out.flags.c_contiguous and out.dtype == dtype
-            res = out.reshape(-1) if direct else np.empty(n, dtype)
-            ok = kb.decode_chunk(
-                buf, n, itemsize, _PREC[dtype.name], pw, step, res, res.view(np.uint8)
-            )
+            ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, res, res.view(np.uint8))
         else:
             vals = np.empty(n, np.float32)
             rawb = np.empty(n * itemsize, np.uint8)
-            ok = kb.decode_chunk(buf, n, itemsize, _PREC[dtype.name], pw, step, vals, rawb)
-            with np.errstate(over="ignore"):  # raw blocks hold garbage here until overlaid
-                res = vals.astype(dtype)
-            nb = -(-n // kb.BLOCK)
-            raw = (buf[1 : 1 + nb] & 31) == kb.RAW_WIDTH if ok else None
-            if ok and raw.any():
-                pick = np.repeat(raw, kb.BLOCK * itemsize)[: n * itemsize]
-                res.view(np.uint8)[pick] = rawb[pick]
+            ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, vals, rawb)
+            if ok:
+                with np.errstate(over="ignore"):  # raw blocks hold garbage until overlaid
+                    res[:] = _bfloat16_bits(vals) if bf16 else vals
+                nb = -(-n // kb.BLOCK)
+                raw = (buf[1 : 1 + nb] & 31) == kb.RAW_WIDTH
+                if raw.any():
+                    pick = np.repeat(raw, kb.BLOCK * itemsize)[: n * itemsize]
+                    res.view(np.uint8)[pick] = rawb[pick]
         if not ok:
             raise ValueError("block payload is inconsistent (corrupted or truncated)")
-        if itemsize >= 4 and direct:
-            return out
-        return deliver(res, shape, out)
 
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
         step, inv = steps_for(bound.tolerance)
@@ -133,30 +139,105 @@ _CUDA_KERNELS: list = []  # [module] once loaded, [None] once found unusable
 
 
 def _run_kernels(name: str, on_cuda: bool, args):
-    """``name`` from the numba.cuda kernels for CUDA tensors, else from the torch ops.
+    """``name`` from the numba.cuda kernels for CUDA tensors, else from the host kernels.
 
-    Both write the same bytes; where the CUDA kernels cannot load or compile (a
+    All write the same bytes; where the CUDA kernels cannot load or compile (a
     numba without CUDA support, say) the torch ops take over, with one warning.
     """
     from .kernels import block_torch
 
-    if on_cuda:
-        if not _CUDA_KERNELS:
-            try:
-                from .kernels import block_cuda
+    if not on_cuda:
+        return getattr(HOST_KERNELS[0], name)(*args)
+    if not _CUDA_KERNELS:
+        try:
+            from .kernels import block_cuda
 
-                _CUDA_KERNELS.append(block_cuda)
-            except Exception as exc:  # noqa: BLE001 - any import failure means: use torch
-                _give_up_cuda(exc)
-        module = _CUDA_KERNELS[0]
-        if module is not None:
-            try:
-                return getattr(module, name)(*args)
-            except ValueError:
-                raise  # a corrupted payload: the torch ops would say the same
-            except Exception as exc:  # noqa: BLE001 - a kernel that cannot compile or run
-                _give_up_cuda(exc)
+            _CUDA_KERNELS.append(block_cuda)
+        except Exception as exc:  # noqa: BLE001 - any import failure means: use torch
+            _give_up_cuda(exc)
+    module = _CUDA_KERNELS[0]
+    if module is not None:
+        try:
+            return getattr(module, name)(*args)
+        except ValueError:
+            raise  # a corrupted payload: the torch ops would say the same
+        except Exception as exc:  # noqa: BLE001 - a kernel that cannot compile or run
+            _give_up_cuda(exc)
     return getattr(block_torch, name)(*args)
+
+
+class _HostKernels:
+    """The tensor path on CPU tensors: the numba kernels, chunk by chunk, on the tensor's
+    own memory (same signatures as ``kernels.block_torch``; torch ops on a CPU run ~20x
+    slower)."""
+
+    @staticmethod
+    def encode(t, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
+        import torch
+
+        flat = t.reshape(-1)
+        n = flat.numel()
+        if n == 0:
+            return torch.zeros(0, dtype=torch.uint8), []
+        if t.dtype == torch.bfloat16:
+            xv, prec = flat.float().numpy(), PREC_BFLOAT16
+            rawb = flat.view(torch.int16).numpy().view(np.uint8)
+        else:
+            arr = flat.numpy()
+            xv = arr if arr.itemsize >= 4 else arr.astype(np.float32)
+            rawb, prec = arr.view(np.uint8), _PREC[arr.dtype.name]
+        itemsize = t.element_size()
+        bound = ErrorBound("pw_rel" if pw else "abs", tol).resolve(None)
+        parts = [
+            encode_values(
+                xv[a : a + chunk_elems],
+                rawb[a * itemsize : (a + chunk_elems) * itemsize],
+                prec,
+                bound,
+            )
+            for a in range(0, n, chunk_elems)
+        ]
+        payload = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
+        return payload, [len(p) for p in parts]
+
+    @staticmethod
+    def decode(payload, lengths: list, n: int, chunk_elems: int, dtype, pw: bool, step: float):
+        import torch
+
+        if n == 0:
+            return torch.zeros(0, dtype=dtype)
+        nchunks = -(-n // chunk_elems)
+        if len(lengths) != nchunks:
+            raise ValueError(f"{len(lengths)} chunk payloads for {nchunks} chunks")
+        if sum(lengths) != payload.numel():
+            raise ValueError(
+                f"chunk lengths add up to {sum(lengths)} bytes but the payload has "
+                f"{payload.numel()}"
+            )
+        buf = payload.numpy()
+        out = torch.empty(n, dtype=dtype)
+        bf16 = dtype == torch.bfloat16
+        res = out.view(torch.int16).numpy().view(np.uint16) if bf16 else out.numpy()
+        kind = "bfloat16" if bf16 else res.dtype
+        pos = 0
+        for i, length in enumerate(lengths):
+            a, m = i * chunk_elems, min(chunk_elems, n - i * chunk_elems)
+            chunk = buf[pos : pos + length]
+            pos += length
+            BlockCodec._decode_into(chunk, m, kind, pw, step, res[a : a + m])
+        return out
+
+
+def _bfloat16_bits(vals: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as uint16 bits."""
+    import torch
+
+    return torch.from_numpy(vals).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+#: the kernels ``encode_tensor``/``decode_tensor`` use for CPU tensors (tests swap in
+#: ``kernels.block_torch`` to check that the torch ops write the same bytes)
+HOST_KERNELS: list = [_HostKernels]
 
 
 def _give_up_cuda(exc: Exception) -> None:

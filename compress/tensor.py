@@ -1,7 +1,7 @@
 """Compress torch tensors where they live: ``compress_tensor`` / ``decompress_tensor``.
 
-The work runs as torch tensor ops on the tensor's own device (CPU or CUDA):
-no copy of the data to the host. The host learns only small things — the
+The work runs on the tensor's own device — codec kernels (numba on the CPU,
+numba.cuda on CUDA) or torch tensor ops — with no copy of the data to the host. The host learns only small things — the
 value range for a ``rel`` bound, the payload sizes, where the few values that
 need a second look sit — in a few small synchronisations per call.
 ``bytes(ct)`` is the same container stream that ``tensorpress.compress``
@@ -191,6 +191,9 @@ def finite_range(t: torch.Tensor) -> tuple[float, float]:
     """(min, max) of the finite elements, as Python floats; (0, 0) when there are none."""
     if t.numel() == 0:
         return 0.0, 0.0
+    lo, hi = torch.stack(torch.aminmax(t)).to(torch.float64).tolist()
+    if math.isfinite(lo) and math.isfinite(hi):  # the common case: one pass
+        return lo, hi
     finite = torch.isfinite(t)
     lo = torch.where(finite, t, math.inf).amin().to(torch.float64)
     hi = torch.where(finite, t, -math.inf).amax().to(torch.float64)

@@ -9,6 +9,7 @@ constants, bounds from 1e-12 to 1e300 and zero).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -40,6 +41,21 @@ def test_bound_holds_on_every_element(case):
     assert_contract(x, tp.decompress(blob), blob)
 
 
+@contextmanager
+def torch_ops_on_cpu():
+    """CPU tensors through the torch ops (what CUDA tensors fall back to) instead of
+    the numba kernels."""
+    from tensorpress.compress import block
+    from tensorpress.compress.kernels import block_torch
+
+    saved = block.HOST_KERNELS[0]
+    block.HOST_KERNELS[0] = block_torch
+    try:
+        yield
+    finally:
+        block.HOST_KERNELS[0] = saved
+
+
 @FAST
 @given(case=BLOCK_CASES)
 def test_torch_path_writes_the_same_bytes_and_values(case):
@@ -49,7 +65,12 @@ def test_torch_path_writes_the_same_bytes_and_values(case):
     blob = tp.compress(x, **kw)
     ct = compress_tensor(torch.from_numpy(x), **kw)
     assert bytes(ct) == blob
-    y_torch = decompress_tensor(ct)
+    with torch_ops_on_cpu():
+        ct_ops = compress_tensor(torch.from_numpy(x), **kw)
+        assert bytes(ct_ops) == blob
+        y_torch = decompress_tensor(ct)
+    y_host = decompress_tensor(ct_ops)
+    assert torch.equal(y_host.reshape(-1).view(torch.uint8), y_torch.reshape(-1).view(torch.uint8))
     y_numba = tp.decompress(blob)
     assert y_torch.shape == x.shape and y_torch.dtype == torch.from_numpy(x).dtype
     assert np.array_equal(
@@ -168,6 +189,11 @@ def test_bfloat16_kernels_write_the_torch_bytes(mode):
     t = (torch.randn(300, 7, generator=g) * 10).to(torch.bfloat16)
     t[0, 0], t[5, 5] = math.nan, -math.inf
     ct = compress_tensor(t, chunk_bytes=700, **{mode: 1e-2})
+    with torch_ops_on_cpu():
+        ct_ops = compress_tensor(t, chunk_bytes=700, **{mode: 1e-2})
+        y_ops = decompress_tensor(ct)
+    assert torch.equal(ct.payload, ct_ops.payload) and ct.lengths == ct_ops.lengths
+    assert torch.equal(decompress_tensor(ct).view(torch.int16), y_ops.view(torch.int16))
     got, pos = bytes(ct.payload.numpy()), 0
     rows = ct.chunk_rows
     for i, length in enumerate(ct.lengths):
