@@ -1,0 +1,288 @@
+"""Compress the tensors autograd saves for backward: ``ActivationCompression`` and ``wrap``.
+
+One ``torch.autograd.graph.saved_tensors_hooks`` pair does all the work (PyTorch
+applies only the innermost pair, so everything a saved tensor goes through
+happens inside it). Pack: parameters and buffers (also as views or autocast
+copies), non-float tensors, tensors under ``min_bytes`` and tensors of excluded
+modules are kept as they are; a tensor saved again (same storage, view and
+version) reuses its first record; everything else is compressed. Unpack: the
+version counter is compared as autograd does (an in-place edit after saving
+raises), then the tensor is restored on its device.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import weakref
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+
+from .adaptive import AdaptiveBounds
+from .identity import ParameterStorages, SavedTable
+from .records import Codec, Compressed, Kept, tolerance_from
+from .stats import ActivationStats
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+TOP = "(top)"
+
+
+class ActivationCompression:
+    """Context manager: the forward pass inside it saves compressed activations.
+
+    ``codec``: ``"block"`` or ``"sz"`` (error-bounded: exactly one of ``abs``,
+    ``rel`` — of each tensor's value range — or ``pw_rel``), ``"quant"`` (low-bit,
+    e.g. ``bits=2``), or None (nothing compressed; tensors are kept exactly).
+    ``adaptive``: per-layer bounds from gradient statistics, the given bound as the
+    ceiling (``abs``/``rel`` only; see ``adaptive.py``), re-derived every
+    ``update_every`` steps. ``min_bytes``: smaller tensors are kept as they are.
+    ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
+    ``model``: names the rows of ``stats`` (found on the fly otherwise).
+    ``debug``: check every restored tensor against its bound (keeps a copy).
+    Other keywords go to the codec. ``stats`` counts bytes of the last step.
+    """
+
+    def __init__(
+        self,
+        codec: str | None = "block",
+        *,
+        abs=None,
+        rel=None,
+        pw_rel=None,
+        adaptive: bool = False,
+        gradient_error: float = 1e-2,
+        update_every: int = 50,
+        min_bytes: int = 1 << 16,
+        exclude=(),
+        model: torch.nn.Module | None = None,
+        debug: bool = False,
+        **codec_params,
+    ):
+        self._configure(
+            {
+                "codec": codec,
+                "abs": abs,
+                "rel": rel,
+                "pw_rel": pw_rel,
+                "adaptive": adaptive,
+                "gradient_error": gradient_error,
+                "update_every": update_every,
+                "min_bytes": min_bytes,
+                "codec_params": codec_params,
+            }
+        )
+        self.exclude = tuple(exclude)
+        bad = [e for e in self.exclude if not isinstance(e, (str, type))]
+        if bad:
+            raise TypeError(f"exclude takes module names (str) or module types, got {bad!r}")
+        self.debug = bool(debug)
+        self.stats = ActivationStats()
+        self.step = 0
+        self._params = ParameterStorages()
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        if model is not None:
+            self._name_modules(model)
+        self._stack: list = []
+        self._table = SavedTable()
+        self._active = None
+
+    def _configure(self, config: dict) -> None:
+        codec, params = config["codec"], dict(config["codec_params"])
+        bounds = {k: config[k] for k in ("abs", "rel", "pw_rel") if config[k] is not None}
+        self._codec = None if codec is None else Codec(codec, params)
+        if self._codec is not None and self._codec.bounded:
+            if len(bounds) != 1:
+                raise ValueError(
+                    f"codec {codec!r} needs exactly one of abs=, rel=, pw_rel= "
+                    f"(got {sorted(bounds) or 'none'})"
+                )
+            ((mode, value),) = bounds.items()
+            if not (isinstance(value, (int, float)) and value >= 0):
+                raise ValueError(f"{mode} must be a non-negative number, got {value!r}")
+        elif bounds:
+            raise ValueError(f"codec {codec!r} takes no error bound (got {sorted(bounds)})")
+        if config["adaptive"] and not ("abs" in bounds or "rel" in bounds):
+            raise ValueError("adaptive=True needs an error-bounded codec with abs= or rel=")
+        if not (isinstance(config["min_bytes"], int) and config["min_bytes"] >= 0):
+            raise ValueError(
+                f"min_bytes must be a non-negative integer, got {config['min_bytes']!r}"
+            )
+        self.config = config
+        self.bounds = (
+            AdaptiveBounds(config["gradient_error"], config["update_every"])
+            if config["adaptive"]
+            else None
+        )
+
+    # -- the context -------------------------------------------------------------------
+
+    def __enter__(self) -> ActivationCompression:
+        if self._active is not None:
+            raise RuntimeError("this ActivationCompression is already active (it does not nest)")
+        self.stats.reset()
+        self._table.clear()
+        self._stack.clear()
+        self._params.refresh()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks.__enter__()
+        self._active = (
+            hooks,
+            register_module_forward_pre_hook(self._enter_module),
+            register_module_forward_hook(self._leave_module),
+        )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        hooks, pre, post = self._active
+        self._active = None
+        pre.remove()
+        post.remove()
+        hooks.__exit__(*exc)
+        self._table.clear()
+        self._stack.clear()
+        self.step += 1
+
+    # -- which module is running -------------------------------------------------------
+
+    def _name_modules(self, root: torch.nn.Module) -> None:
+        for name, m in root.named_modules():
+            self._names.setdefault(m, name or TOP)
+            self._params.add_module(m)
+
+    def _enter_module(self, module, args) -> None:
+        if torch.compiler.is_compiling():
+            return
+        if module not in self._names:
+            if not self._stack:
+                self._name_modules(module)
+            else:
+                self._names[module] = f"{self._stack[-1][1]}.{type(module).__name__}"
+        self._params.add_module(module)
+        name = self._names[module]
+        excluded = (bool(self._stack) and self._stack[-1][2]) or self._excluded(name, module)
+        self._stack.append((module, name, excluded))
+
+    def _leave_module(self, module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
+        while self._stack:
+            m, name, _ = self._stack.pop()
+            if m is module:
+                break
+        else:
+            return
+        if self.bounds is not None and self.bounds.observing(self.step):
+            self.bounds.observe(name, module, output)
+
+    def _excluded(self, name: str, module) -> bool:
+        for e in self.exclude:
+            if isinstance(e, str) and fnmatch.fnmatchcase(name, e):
+                return True
+            if isinstance(e, type) and isinstance(module, e):
+                return True
+        return False
+
+    # -- pack / unpack -----------------------------------------------------------------
+
+    def _pack(self, t: torch.Tensor):
+        name, excluded = (self._stack[-1][1], self._stack[-1][2]) if self._stack else (TOP, False)
+        if t in self._params:
+            return Kept(t, 0, None)
+        nbytes = t.numel() * t.element_size()
+        mode, tol = self._bound_for(t, name)
+        rec = self._table.find(t)
+        if rec is not None:
+            grown = 0
+            if isinstance(rec, Compressed) and tol is not None and tol < rec.tolerance:
+                grown = rec.tighten(t, tol)
+            self.stats.count(name, nbytes, grown, rec.tolerance)
+            return rec
+        keep = (
+            self._codec is None
+            or t.dtype not in _FLOATS
+            or nbytes < self.config["min_bytes"]
+            or excluded
+            or t.layout != torch.strided
+        )
+        if keep:
+            rec = Kept(t, nbytes, self.stats)
+        else:
+            rec = Compressed(t, self._codec, mode, tol, self.stats, self.debug)
+        self._table.add(t, rec)
+        self.stats.count(name, nbytes, rec.nbytes, rec.tolerance)
+        return rec
+
+    def _bound_for(self, t: torch.Tensor, name: str):
+        """(mode, absolute or pointwise tolerance) for a tensor saved by ``name``."""
+        if self._codec is None or not self._codec.bounded or t.dtype not in _FLOATS:
+            return None, None
+        c = self.config
+        if c["pw_rel"] is not None:
+            return "pw_rel", float(c["pw_rel"])
+        if t.numel() * t.element_size() < c["min_bytes"]:
+            return None, None
+        ceiling = tolerance_from(t, abs=c["abs"], rel=c["rel"])
+        if self.bounds is not None:
+            return "abs", self.bounds.tolerance(name, ceiling)
+        return "abs", ceiling
+
+    def _unpack(self, rec):
+        now = rec.current_version()
+        if now != rec.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by "
+                f"an inplace operation: it is at version {now}; expected version "
+                f"{rec.version} instead (checked by tensorpress activation compression, as "
+                "autograd does without it)"
+            )
+        y = rec.restore()
+        if self.debug and isinstance(rec, Compressed):
+            rec.check(y, "a module")
+        return y
+
+    # -- state -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Settings, step and adaptive bounds: what a resumed run needs."""
+        return {
+            "config": dict(self.config, codec_params=dict(self.config["codec_params"])),
+            "step": self.step,
+            "bounds": None if self.bounds is None else self.bounds.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._configure(state["config"])
+        self.step = int(state["step"])
+        if self.bounds is not None and state["bounds"] is not None:
+            self.bounds.load_state_dict(state["bounds"])
+
+
+class CompressedActivations(torch.nn.Module):
+    """``module`` whose forward runs under an :class:`ActivationCompression` (``.ac``);
+    its settings and adaptive bounds travel in ``state_dict``."""
+
+    def __init__(self, module: torch.nn.Module, ac: ActivationCompression):
+        super().__init__()
+        self.module = module
+        self.ac = ac
+
+    def forward(self, *args, **kwargs):
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return self.module(*args, **kwargs)  # nothing is saved
+        with self.ac:
+            return self.module(*args, **kwargs)
+
+    def get_extra_state(self) -> dict:
+        return self.ac.state_dict()
+
+    def set_extra_state(self, state: dict) -> None:
+        self.ac.load_state_dict(state)
+
+
+def wrap(model: torch.nn.Module, codec: str | None = "block", **kwargs) -> CompressedActivations:
+    """``model`` with its saved activations compressed; keywords as
+    :class:`ActivationCompression`."""
+    return CompressedActivations(model, ActivationCompression(codec, model=model, **kwargs))

@@ -1,0 +1,202 @@
+"""How one saved tensor is held between forward and backward.
+
+``Kept``: the tensor itself (parameters, small or integer tensors, excluded
+modules, ``codec=None``). ``Compressed``: a codec payload plus, for codecs that
+do not keep zeros exact (``quant``, ``sz``), a 1-bit mask of the exact zeros —
+ReLU's backward reads its saved output's zeros, so the sparsity pattern must
+survive. Both release their bytes from the stats when autograd drops them.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+from ..compress import compress_tensor, decompress_tensor
+from ..compress.tensor import finite_range
+from .identity import VersionWatch
+from .stats import ActivationStats
+
+#: codecs whose reconstruction keeps exact zeros (q = 0 decodes to 0.0)
+_ZERO_EXACT = frozenset({"block"})
+_SHIFTS = torch.arange(8, dtype=torch.uint8)
+
+
+class Held:
+    """A saved tensor as held; ``nbytes`` counted as live until it is dropped."""
+
+    __slots__ = ("nbytes", "_stats", "__weakref__")
+
+    def __init__(self, nbytes: int, stats: ActivationStats | None):
+        self.nbytes = nbytes
+        self._stats = stats
+        if stats is not None:
+            stats.hold(nbytes)
+
+    def _set_nbytes(self, nbytes: int) -> None:
+        if self._stats is not None:
+            self._stats.release(self.nbytes)
+            self._stats.hold(nbytes)
+        self.nbytes = nbytes
+
+    def __del__(self):
+        if self._stats is not None:
+            self._stats.release(self.nbytes)
+
+
+class Kept(Held):
+    """The tensor itself, and its version when saved."""
+
+    __slots__ = ("tensor", "version")
+    tolerance = None
+
+    def __init__(self, t: torch.Tensor, nbytes: int, stats: ActivationStats | None):
+        super().__init__(nbytes, stats)
+        self.tensor = t
+        self.version = t._version
+
+    def current_version(self) -> int:
+        return self.tensor._version
+
+    def restore(self) -> torch.Tensor:
+        return self.tensor
+
+
+class Codec:
+    """The codec side of activation compression: one of ``block``, ``sz`` (error-
+    bounded) or ``quant`` (bits-bounded), on tensors of any device."""
+
+    def __init__(self, name: str, params: dict):
+        if name not in ("block", "sz", "quant"):
+            raise ValueError(
+                f"activation codec must be 'block', 'sz', 'quant' or None, got {name!r}"
+            )
+        self.name = name
+        self.params = dict(params)
+        self.bounded = name != "quant"
+
+    def compress(self, t: torch.Tensor, mode: str | None, tol: float | None):
+        """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``."""
+        if self.name == "sz":
+            import tensorpress as tp
+
+            if t.dtype == torch.bfloat16:
+                raise TypeError(
+                    "the sz codec cannot hold bfloat16 activations within the bound "
+                    "(numpy has no bfloat16); use codec='block'"
+                )
+            blob = tp.compress(t.detach().cpu().numpy(), codec="sz", **{mode: tol}, **self.params)
+            return blob, len(blob)
+        bound = {mode: tol} if self.bounded else {}
+        ct = compress_tensor(t, self.name, **bound, **self.params)
+        return ct, ct.nbytes
+
+    def decompress(self, payload, device) -> torch.Tensor:
+        if self.name == "sz":
+            import tensorpress as tp
+
+            arr = tp.decompress(payload)
+            if not arr.flags.writeable:  # a view of the stream's bytes
+                arr = arr.copy()
+            return torch.from_numpy(arr).to(device)
+        return decompress_tensor(payload)
+
+
+class Compressed(Held):
+    """A codec payload (plus a zero mask where the codec needs one)."""
+
+    __slots__ = ("codec", "payload", "mask", "shape", "dtype", "device", "watch", "mode")
+    __slots__ += ("tolerance", "original", "_restored")
+
+    def __init__(self, t, codec: Codec, mode, tol, stats: ActivationStats, debug: bool):
+        self.codec, self.mode = codec, mode
+        self.shape, self.dtype, self.device = tuple(t.shape), t.dtype, t.device
+        self.watch = VersionWatch(t)
+        self.original = t.detach().clone() if debug else None
+        self._restored = None
+        self.payload, held = codec.compress(t, mode, tol)
+        self.tolerance = tol
+        self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
+        if self.mask is not None:
+            held += self.mask.numel()
+        super().__init__(held, stats)
+
+    def tighten(self, t: torch.Tensor, tol: float) -> int:
+        """Re-compress from ``t`` (the same tensor, still alive) under a tighter bound;
+        returns the change in bytes held."""
+        before = self.nbytes
+        self.payload, held = self.codec.compress(t, self.mode, tol)
+        self.tolerance = tol
+        self._restored = None
+        self._set_nbytes(held + (self.mask.numel() if self.mask is not None else 0))
+        return self.nbytes - before
+
+    def current_version(self) -> int:
+        return self.watch.current
+
+    @property
+    def version(self) -> int:
+        return self.watch.version
+
+    def restore(self) -> torch.Tensor:
+        y = self._restored() if self._restored is not None else None
+        if y is None:
+            y = self.codec.decompress(self.payload, self.device).reshape(self.shape)
+            if self.mask is not None:
+                zero = unpack_mask(self.mask, self.shape)
+                y = y.masked_fill(zero, 0)
+                if not self.codec.bounded:  # and no small value becomes a zero
+                    tiny = torch.finfo(self.dtype).tiny
+                    y = y.masked_fill(~zero & (y == 0), tiny)
+            self._restored = weakref.ref(y)
+        return y
+
+    def check(self, y: torch.Tensor, where: str) -> None:
+        """Raise AssertionError where ``y`` breaks the bound (debug mode)."""
+        x = self.original
+        if x is None:
+            return
+        x64, y64 = x.double(), y.double()
+        same_nan = torch.equal(torch.isnan(x64), torch.isnan(y64))
+        fin = torch.isfinite(x64)
+        same_inf = torch.equal(x64[~fin & ~torch.isnan(x64)], y64[~fin & ~torch.isnan(x64)])
+        err = (x64 - y64).abs()[fin]
+        if self.codec.bounded:
+            lim = self.tolerance * (x64.abs()[fin] if self.mode == "pw_rel" else 1.0)
+        else:
+            lim = torch.tensor(float(self.payload.max_error or 0.0), dtype=torch.float64)
+        zeros_kept = bool((y64[x64 == 0] == 0).all())
+        if not (same_nan and same_inf and bool((err <= lim).all()) and zeros_kept):
+            worst = float(err.max()) if err.numel() else 0.0
+            raise AssertionError(
+                f"restored activation of {where} breaks its bound: max |error| {worst:.3e}, "
+                f"bound {self.tolerance}, NaN/Inf kept: {same_nan and same_inf}, "
+                f"zeros kept: {zeros_kept}"
+            )
+
+
+def tolerance_from(t: torch.Tensor, abs=None, rel=None) -> float:
+    """The absolute tolerance ``abs``, or ``rel`` times ``t``'s finite value range."""
+    if rel is None:
+        return float(abs)
+    lo, hi = finite_range(t)
+    return float(rel) * (hi - lo)
+
+
+def zero_mask(t: torch.Tensor) -> torch.Tensor | None:
+    """1 bit per element of ``t`` (C order, little-endian bits), set where it is 0;
+    None when it holds no zeros."""
+    z = (t == 0).reshape(-1)
+    if not bool(z.any()):
+        return None
+    pad = (-z.numel()) % 8
+    bits = torch.nn.functional.pad(z.to(torch.uint8), (0, pad)).view(-1, 8)
+    return (bits << _SHIFTS.to(t.device)).sum(1, dtype=torch.uint8)
+
+
+def unpack_mask(mask: torch.Tensor, shape: tuple) -> torch.Tensor:
+    n = int(np.prod(shape, dtype=np.int64))
+    bits = (mask[:, None] >> _SHIFTS.to(mask.device)) & 1
+    return bits.reshape(-1)[:n].bool().reshape(shape)
