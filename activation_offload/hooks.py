@@ -188,46 +188,46 @@ class ActivationCompression:
     # -- pack / unpack -----------------------------------------------------------------
 
     def _pack(self, t: torch.Tensor):
-        name, excluded = (self._stack[-1][1], self._stack[-1][2]) if self._stack else (TOP, False)
         if t in self._params:
             return Kept(t, 0, None)
+        name, excluded = (self._stack[-1][1], self._stack[-1][2]) if self._stack else (TOP, False)
         nbytes = t.numel() * t.element_size()
-        mode, tol = self._bound_for(t, name)
         rec = self._table.find(t)
-        if rec is not None:
-            grown = 0
-            if isinstance(rec, Compressed) and tol is not None and tol < rec.tolerance:
-                grown = rec.tighten(t, tol)
-            self.stats.count(name, nbytes, grown, rec.tolerance)
-            return rec
+        if rec is None:
+            rec = self._record(t, name, nbytes, excluded)
+            self._table.add(t, rec)
+            stored = rec.nbytes
+        else:  # saved again: held once, under the tighter of the two bounds
+            stored = 0
+            if isinstance(rec, Compressed) and rec.mode == "abs":
+                tol = self._tolerance(t, name)
+                if tol < rec.tolerance:
+                    stored = rec.tighten(t, tol)
+        self.stats.count(name, nbytes, stored, rec.tolerance)
+        return rec
+
+    def _record(self, t: torch.Tensor, name: str, nbytes: int, excluded: bool):
         keep = (
             self._codec is None
             or t.dtype not in _FLOATS
+            or t.layout != torch.strided
             or nbytes < self.config["min_bytes"]
             or excluded
-            or t.layout != torch.strided
         )
         if keep:
-            rec = Kept(t, nbytes, self.stats)
+            return Kept(t, nbytes, self.stats)
+        if not self._codec.bounded:
+            mode, tol = None, None
+        elif self.config["pw_rel"] is not None:
+            mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
-            rec = Compressed(t, self._codec, mode, tol, self.stats, self.debug)
-        self._table.add(t, rec)
-        self.stats.count(name, nbytes, rec.nbytes, rec.tolerance)
-        return rec
+            mode, tol = "abs", self._tolerance(t, name)
+        return Compressed(t, self._codec, mode, tol, self.stats, name, self.debug)
 
-    def _bound_for(self, t: torch.Tensor, name: str):
-        """(mode, absolute or pointwise tolerance) for a tensor saved by ``name``."""
-        if self._codec is None or not self._codec.bounded or t.dtype not in _FLOATS:
-            return None, None
-        c = self.config
-        if c["pw_rel"] is not None:
-            return "pw_rel", float(c["pw_rel"])
-        if t.numel() * t.element_size() < c["min_bytes"]:
-            return None, None
-        ceiling = tolerance_from(t, abs=c["abs"], rel=c["rel"])
-        if self.bounds is not None:
-            return "abs", self.bounds.tolerance(name, ceiling)
-        return "abs", ceiling
+    def _tolerance(self, t: torch.Tensor, name: str) -> float:
+        """The absolute tolerance for a tensor saved by module ``name``."""
+        ceiling = tolerance_from(t, abs=self.config["abs"], rel=self.config["rel"])
+        return ceiling if self.bounds is None else self.bounds.tolerance(name, ceiling)
 
     def _unpack(self, rec):
         now = rec.current_version()
@@ -240,7 +240,7 @@ class ActivationCompression:
             )
         y = rec.restore()
         if self.debug and isinstance(rec, Compressed):
-            rec.check(y, "a module")
+            rec.check(y)
         return y
 
     # -- state -------------------------------------------------------------------------

@@ -108,10 +108,10 @@ class Compressed(Held):
     """A codec payload (plus a zero mask where the codec needs one)."""
 
     __slots__ = ("codec", "payload", "mask", "shape", "dtype", "device", "watch", "mode")
-    __slots__ += ("tolerance", "original", "_restored")
+    __slots__ += ("tolerance", "name", "original", "_restored")
 
-    def __init__(self, t, codec: Codec, mode, tol, stats: ActivationStats, debug: bool):
-        self.codec, self.mode = codec, mode
+    def __init__(self, t, codec: Codec, mode, tol, stats: ActivationStats, name: str, debug: bool):
+        self.codec, self.mode, self.name = codec, mode, name
         self.shape, self.dtype, self.device = tuple(t.shape), t.dtype, t.device
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
@@ -153,7 +153,7 @@ class Compressed(Held):
             self._restored = weakref.ref(y)
         return y
 
-    def check(self, y: torch.Tensor, where: str) -> None:
+    def check(self, y: torch.Tensor) -> None:
         """Raise AssertionError where ``y`` breaks the bound (debug mode)."""
         x = self.original
         if x is None:
@@ -171,7 +171,7 @@ class Compressed(Held):
         if not (same_nan and same_inf and bool((err <= lim).all()) and zeros_kept):
             worst = float(err.max()) if err.numel() else 0.0
             raise AssertionError(
-                f"restored activation of {where} breaks its bound: max |error| {worst:.3e}, "
+                f"restored activation of {self.name} breaks its bound: max |error| {worst:.3e}, "
                 f"bound {self.tolerance}, NaN/Inf kept: {same_nan and same_inf}, "
                 f"zeros kept: {zeros_kept}"
             )

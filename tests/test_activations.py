@@ -374,3 +374,48 @@ def test_contexts_do_not_nest_and_records_are_released():
     assert ac.stats.live_bytes == 12 and isinstance(rec.restore(), torch.Tensor)
     del rec
     assert ac.stats.live_bytes == 0
+
+
+def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        x, y = batch(seed=rank, n=16)  # each rank its own data
+        results = {}
+        for codec, kw in ((None, {}), ("block", {"rel": 1e-2, "adaptive": True})):
+            torch.manual_seed(0)
+            model = Mixed()
+            w = (
+                wrap(model, codec, min_bytes=0, update_every=1, **kw)
+                if codec
+                else wrap(model, None)
+            )
+            ddp = DDP(w)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            for _ in range(2):
+                opt.zero_grad()
+                torch.manual_seed(1)
+                F.cross_entropy(ddp(x), y).backward()
+                opt.step()
+            flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            every = [torch.empty_like(flat) for _ in range(world)]
+            dist.all_gather(every, flat)
+            assert all(torch.equal(every[0], e) for e in every), "ranks disagree"
+            results[codec] = (flat, w.ac.stats.ratio)
+        exact, lossy = results[None][0], results["block"][0]
+        assert results["block"][1] > 1.5
+        assert float((exact - lossy).norm() / exact.norm()) < 0.05
+        with open(f"{out}.{rank}", "w") as f:
+            f.write("ok")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_works_under_ddp_with_two_processes(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "result")
+    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "store"), out), nprocs=2, join=True)
+    assert [open(f"{out}.{r}").read() for r in range(2)] == ["ok", "ok"]
