@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 import torch
 
-from ..compress import compress_tensor, decompress_tensor
+from ..compress import compress_tensor, decompress_tensor, get_codec
 from ..compress.tensor import finite_range
 from .identity import VersionWatch
 from .stats import ActivationStats
@@ -73,6 +73,7 @@ class Codec:
             raise ValueError(
                 f"activation codec must be 'block', 'sz', 'quant' or None, got {name!r}"
             )
+        get_codec(name, **params)  # bad parameters fail here, not at the first save
         self.name = name
         self.params = dict(params)
         self.bounded = name != "quant"

@@ -18,6 +18,7 @@ Byte layout: formats/SPEC.md.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -188,15 +189,15 @@ class _HostKernels:
             rawb, prec = arr.view(np.uint8), _PREC[arr.dtype.name]
         itemsize = t.element_size()
         bound = ErrorBound("pw_rel" if pw else "abs", tol).resolve(None)
-        parts = [
-            encode_values(
+        parts = _map_chunks(
+            lambda a: encode_values(
                 xv[a : a + chunk_elems],
                 rawb[a * itemsize : (a + chunk_elems) * itemsize],
                 prec,
                 bound,
-            )
-            for a in range(0, n, chunk_elems)
-        ]
+            ),
+            range(0, n, chunk_elems),
+        )
         payload = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
         return payload, [len(p) for p in parts]
 
@@ -219,13 +220,34 @@ class _HostKernels:
         bf16 = dtype == torch.bfloat16
         res = out.view(torch.int16).numpy().view(np.uint16) if bf16 else out.numpy()
         kind = "bfloat16" if bf16 else res.dtype
-        pos = 0
-        for i, length in enumerate(lengths):
+        starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+
+        def one(i: int) -> None:
             a, m = i * chunk_elems, min(chunk_elems, n - i * chunk_elems)
-            chunk = buf[pos : pos + length]
-            pos += length
+            chunk = buf[starts[i] : starts[i + 1]]
             BlockCodec._decode_into(chunk, m, kind, pw, step, res[a : a + m])
+
+        _map_chunks(one, range(nchunks))
         return out
+
+
+_POOL: list = []  # [ThreadPoolExecutor, its size]
+
+
+def _map_chunks(fn, items) -> list:
+    """``[fn(i) for i in items]``, on as many threads as torch uses (the kernels release
+    the GIL); one thread when there is one item."""
+    import torch
+
+    items = list(items)
+    threads = min(torch.get_num_threads(), len(items))
+    if threads <= 1:
+        return [fn(i) for i in items]
+    if not _POOL or _POOL[1] < threads:
+        if _POOL:
+            _POOL[0].shutdown(wait=False)
+        _POOL[:] = [ThreadPoolExecutor(threads, thread_name_prefix="tp-block"), threads]
+    return list(_POOL[0].map(fn, items))
 
 
 def _bfloat16_bits(vals: np.ndarray) -> np.ndarray:
