@@ -1,9 +1,10 @@
 """Compress torch tensors where they live: ``compress_tensor`` / ``decompress_tensor``.
 
 The work runs on the tensor's own device — codec kernels (numba on the CPU,
-numba.cuda on CUDA) or torch tensor ops — with no copy of the data to the host. The host learns only small things — the
-value range for a ``rel`` bound, the payload sizes, where the few values that
-need a second look sit — in a few small synchronisations per call.
+numba.cuda on CUDA) or torch tensor ops — with no copy of the data to the host.
+The host learns only small things — the value range for a ``rel`` bound, the
+payload sizes, where the few values that need a second look sit — in a few
+small synchronisations per call.
 ``bytes(ct)`` is the same container stream that ``tensorpress.compress``
 writes for the same array, byte for byte.
 """
