@@ -34,6 +34,8 @@ _KEEP_OUTPUTS_OF = frozenset({"LogSoftmaxBackward0"})
 DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
 TOP = "(top)"  # the outermost module
 OUTSIDE = "(outside)"  # saved outside every module (a loss function, say)
+# inside a graph torch.compile traces, module hooks only name rows: skip them there
+_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
 
 
 class ActivationCompression:
@@ -44,7 +46,7 @@ class ActivationCompression:
     e.g. ``bits=2``), or None (nothing compressed; tensors are kept exactly).
     ``adaptive`` (``abs``/``rel`` only): per-layer bounds from gradient statistics,
     between the given bound and ``ceiling`` (same unit; default 5x the bound),
-    re-derived every ``update_every`` steps; the rule is in ``adaptive.py``.
+    re-derived every ``update_every`` forward passes; the rule is in ``adaptive.py``.
     ``min_bytes``: smaller tensors are kept as they are.
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
     ``model``: names the rows of ``stats`` (found on the fly otherwise).
@@ -173,7 +175,7 @@ class ActivationCompression:
             self._params.add_module(m)
 
     def _enter_module(self, module, args) -> None:
-        if torch.compiler.is_compiling():
+        if _compiling():
             return
         if module not in self._names:
             if not self._stack:
@@ -186,7 +188,7 @@ class ActivationCompression:
         self._stack.append((module, name, excluded))
 
     def _leave_module(self, module, args, output) -> None:
-        if torch.compiler.is_compiling():
+        if _compiling():
             return
         while self._stack:
             m, name, _ = self._stack.pop()
@@ -208,13 +210,17 @@ class ActivationCompression:
     # -- pack / unpack -----------------------------------------------------------------
 
     def _pack(self, t: torch.Tensor):
-        if t in self._params:
+        strided = t.layout == torch.strided  # sparse and other layouts: kept, no identity
+        if strided and t in self._params:
             return Kept(t, 0, None)
         if self._stack:
             module, name, excluded = self._stack[-1]
         else:
             module, name, excluded = None, OUTSIDE, self._excluded(OUTSIDE, None)
         nbytes = t.numel() * t.element_size()
+        if not strided:
+            self.stats.count(name, nbytes, nbytes)
+            return Kept(t, nbytes, self.stats)
         rec = self._table.find(t)
         if rec is None:
             rec = self._record(t, module, name, nbytes, excluded)
@@ -233,7 +239,6 @@ class ActivationCompression:
         keep = (
             self._codec is None
             or t.dtype not in _FLOATS
-            or t.layout != torch.strided
             or nbytes < self.config["min_bytes"]
             or excluded
             or type(t.grad_fn).__name__ in _KEEP_OUTPUTS_OF

@@ -448,3 +448,14 @@ def test_works_under_ddp_with_two_processes(tmp_path):
     out = str(tmp_path / "result")
     mp.spawn(_ddp_worker, args=(2, str(tmp_path / "store"), out), nprocs=2, join=True)
     assert [open(f"{out}.{r}").read() for r in range(2)] == ["ok", "ok"]
+
+
+def test_sparse_saved_tensors_are_kept():
+    sp = torch.sparse_coo_tensor(
+        torch.tensor([[0, 1, 2], [2, 0, 1]]), torch.randn(3), (3, 3), check_invariants=True
+    )
+    d = torch.randn(3, 4, requires_grad=True)
+    with ActivationCompression("block", rel=1e-2, min_bytes=0):
+        loss = torch.sparse.mm(sp, d).sum()  # saves the sparse matrix
+    loss.backward()
+    assert torch.equal(d.grad, torch.autograd.grad(torch.sparse.mm(sp, d).sum(), d)[0])
