@@ -42,8 +42,9 @@ class Held:
         self.nbytes = nbytes
 
     def __del__(self):
-        if self._stats is not None:
-            self._stats.release(self.nbytes)
+        stats = getattr(self, "_stats", None)  # None too when __init__ failed part-way
+        if stats is not None:
+            stats.release(self.nbytes)
 
 
 class Kept(Held):
