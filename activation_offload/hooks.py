@@ -63,7 +63,7 @@ class ActivationCompression:
         pw_rel=None,
         adaptive: bool = False,
         ceiling: float | None = None,
-        gradient_error: float = 1e-2,
+        gradient_error: float = 1e-3,
         update_every: int = 50,
         min_bytes: int = 1 << 16,
         exclude=(),

@@ -326,15 +326,14 @@ def test_adaptive_state_travels_in_state_dict():
     assert bounds.tolerance("proj", "weighted", 0.0, tol / 2) == tol / 2
     assert bounds.tolerance("proj", "weighted", 2 * tol, 1e9) == 2 * tol
     assert bounds.tolerance("unseen", "weighted", 1.0, 5.0) == 1.0
-    assert bounds.tolerance("bn", "norm", 1.0, 5.0) == 1.0
-    assert bounds.tolerance("relu", "other", 1.0, 5.0) == 5.0
+    assert bounds.tolerance("relu", "other", 1.0, 5.0) == 1.0
 
 
 def test_layer_kinds():
     from tensorpress.activation_offload.adaptive import layer_kind
 
     assert layer_kind(nn.Linear(2, 2)) == layer_kind(nn.Conv2d(1, 1, 3)) == "weighted"
-    assert layer_kind(nn.BatchNorm2d(3)) == layer_kind(nn.LayerNorm(3)) == "norm"
+    assert layer_kind(nn.BatchNorm2d(3)) == layer_kind(nn.LayerNorm(3)) == "other"
     assert layer_kind(nn.ReLU()) == layer_kind(nn.Sequential()) == layer_kind(None) == "other"
 
 
