@@ -65,16 +65,25 @@ def _both_paths(codec: QuantCodec, a: np.ndarray, rows: int) -> list[bytes]:
     a = np.ascontiguousarray(a)
     chunks = _chunks(a, rows)
     payloads = [codec.encode(c, None, offset=off) for c, off in chunks]
-    tp_bytes, lengths = codec.encode_tensor(torch.from_numpy(a), None, rows)
-    assert tp_bytes.dtype == torch.uint8
-    assert lengths == [len(p) for p in payloads]
-    assert tp_bytes.numpy().tobytes() == b"".join(payloads)
-    # torch decodes the numba bytes, numba decodes the torch bytes (they are the same bytes,
-    # so this compares the two decoders)
-    stream = torch.tensor(list(b"".join(payloads)), dtype=torch.uint8)
-    t_dec = codec.decode_tensor(stream, lengths, a.shape, TORCH_DTYPE[a.dtype.type], None, rows)
-    assert t_dec.shape == a.shape and t_dec.dtype == TORCH_DTYPE[a.dtype.type]
-    t_flat = t_dec.numpy().reshape(-1)
+    decoded = []
+    for host in (False, True):  # the torch ops, then the numba kernels CPU tensors take
+        quant_module.HOST_KERNELS[0] = host
+        try:
+            tp_bytes, lengths = codec.encode_tensor(torch.from_numpy(a), None, rows)
+            assert tp_bytes.dtype == torch.uint8
+            assert lengths == [len(p) for p in payloads]
+            assert tp_bytes.numpy().tobytes() == b"".join(payloads)
+            # torch decodes the numba bytes, numba decodes the torch bytes (they are the same
+            # bytes, so this compares the two decoders)
+            stream = torch.tensor(list(b"".join(payloads)), dtype=torch.uint8)
+            dtype = TORCH_DTYPE[a.dtype.type]
+            t_dec = codec.decode_tensor(stream, lengths, a.shape, dtype, None, rows)
+        finally:
+            quant_module.HOST_KERNELS[0] = True
+        assert t_dec.shape == a.shape and t_dec.dtype == TORCH_DTYPE[a.dtype.type]
+        decoded.append(t_dec.numpy().reshape(-1))
+    assert np.array_equal(_bits(decoded[0]), _bits(decoded[1]))
+    t_flat = decoded[0]
     for (c, off), p in zip(chunks, payloads, strict=True):
         d = codec.decode(p, c.shape, a.dtype, None)
         assert d.shape == c.shape and d.dtype == a.dtype
