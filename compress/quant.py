@@ -3,7 +3,8 @@
 For activations and gradients that only need a fixed number of bits, not an
 error bound. Two implementations write identical bytes: numba kernels on numpy
 chunks (:meth:`QuantCodec.encode`/``decode``) and torch tensor ops that run
-unchanged on CPU and GPU (:meth:`QuantCodec.encode_tensor`/``decode_tensor``).
+unchanged on CPU and GPU (:meth:`QuantCodec.encode_tensor`/``decode_tensor``,
+which hand float16/32/64 CPU tensors to the numba kernels).
 
 Arithmetic per chunk of ``n`` values (C order), all in float64 except where a
 value is rounded to the parameter dtype P (float64 for float64 data, else
@@ -53,7 +54,8 @@ _HEAD = 9  # u8 mode + f64 max_error
 _U_SCALE = 2.0**-24
 #: fewest elements per thread worth splitting a chunk's groups among threads
 _PARALLEL_MIN_ELEMENTS = 1 << 18
-#: CPU tensors of these dtypes take the numba kernels (~3.7x the torch ops there);
+#: CPU tensors of these dtypes take the numba kernels (measured: 2.3x the torch ops
+#: compressing, 1.3x decompressing);
 #: tests set HOST_KERNELS[0] = False to check that the torch ops write the same bytes
 HOST_KERNELS = [True]
 _HOST_DTYPES = {
