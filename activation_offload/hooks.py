@@ -21,9 +21,10 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
+from ..compress.tensor import finite_range
 from .adaptive import AdaptiveBounds, layer_kind
 from .identity import ParameterStorages, SavedTable
-from .records import Codec, Compressed, Kept, tolerance_from
+from .records import Codec, Compressed, Kept
 from .stats import ActivationStats
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -256,7 +257,10 @@ class ActivationCompression:
     def _tolerance(self, t: torch.Tensor, module, name: str) -> float:
         """The absolute tolerance for a tensor saved by ``module`` (called ``name``)."""
         c = self.config
-        scale = 1.0 if c["rel"] is None else tolerance_from(t, rel=1.0)  # the value range
+        scale = 1.0
+        if c["rel"] is not None:  # rel bounds scale with the finite value range
+            lo, hi = finite_range(t)
+            scale = hi - lo
         base = (c["rel"] if c["abs"] is None else c["abs"]) * scale
         if self.bounds is None:
             return base

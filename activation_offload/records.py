@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from ..compress import compress_tensor, decompress_tensor, get_codec
-from ..compress.tensor import finite_range
 from .identity import VersionWatch
 from .stats import ActivationStats
 
@@ -118,12 +117,13 @@ class Compressed(Held):
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
         self._restored = None
+        self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
         self.payload, held = codec.compress(t, mode, tol)
         self.tolerance = tol
-        self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
-        if self.mask is not None:
-            held += self.mask.numel()
-        super().__init__(held, stats)
+        super().__init__(held + self._mask_bytes(), stats)
+
+    def _mask_bytes(self) -> int:
+        return 0 if self.mask is None else self.mask.numel()
 
     def tighten(self, t: torch.Tensor, tol: float) -> int:
         """Re-compress from ``t`` (the same tensor, still alive) under a tighter bound;
@@ -132,7 +132,7 @@ class Compressed(Held):
         self.payload, held = self.codec.compress(t, self.mode, tol)
         self.tolerance = tol
         self._restored = None
-        self._set_nbytes(held + (self.mask.numel() if self.mask is not None else 0))
+        self._set_nbytes(held + self._mask_bytes())
         return self.nbytes - before
 
     def current_version(self) -> int:
@@ -177,14 +177,6 @@ class Compressed(Held):
                 f"bound {self.tolerance}, NaN/Inf kept: {same_nan and same_inf}, "
                 f"zeros kept: {zeros_kept}"
             )
-
-
-def tolerance_from(t: torch.Tensor, abs=None, rel=None) -> float:
-    """The absolute tolerance ``abs``, or ``rel`` times ``t``'s finite value range."""
-    if rel is None:
-        return float(abs)
-    lo, hi = finite_range(t)
-    return float(rel) * (hi - lo)
 
 
 def zero_mask(t: torch.Tensor) -> torch.Tensor | None:
