@@ -28,7 +28,8 @@ Columns, per variant (MiB = 2**20 bytes): activation bytes autograd saves in one
 bytes held for them, reduction (saved / held), peak held during the step, the final
 metric and its change against ``uncompressed`` (accuracy: points; loss: %), the median
 step time over the steps after 3 warm-ups divided by the uncompressed one, and on CUDA
-``torch.cuda.max_memory_allocated`` (``n/a`` on CPU). The tensorpress rows report
+``torch.cuda.max_memory_allocated`` over the training steps, less what was allocated
+before the variant's model was made (``n/a`` on CPU). The tensorpress rows report
 ``ac.stats`` of the last training step. The baselines are measured by one extra
 forward of the first batch under a counting ``saved_tensors_hooks``: floating tensors
 that are not parameters or buffers, ``numel * element_size`` per save (a tensor saved by
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import platform
 import statistics
 import sys
@@ -243,14 +245,14 @@ def stdlib_bytes(limit: int = LM_BYTES) -> torch.Tensor:
     return torch.frombuffer(bytearray(b"".join(chunks)[:limit]), dtype=torch.uint8)
 
 
-def lm_task(device: torch.device, val_batches: int) -> Task:
+def lm_task(device: torch.device, val_batches: int, batch: int = LM_BATCH) -> Task:
     data = stdlib_bytes().to(device)
     split = int(0.9 * len(data))
     train, val = data[:split], data[split:]
     span = torch.arange(LM_CONTEXT + 1, device=device)
 
     def windows(source, g):
-        starts = torch.randint(len(source) - LM_CONTEXT - 1, (LM_BATCH, 1), generator=g)
+        starts = torch.randint(len(source) - LM_CONTEXT - 1, (batch, 1), generator=g)
         chunk = source[starts.to(device) + span].long()
         return chunk[:, :-1], chunk[:, 1:]
 
@@ -357,8 +359,10 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 - i / steps)
     context, ac = _step_context(variant, make_ac)
     if device.type == "cuda":
+        gc.collect()  # earlier variants' models and optimizers, freed only with their cycles
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
     times, first = [], None
     model.train()
     for _, (x, y) in zip(range(steps), task.batches(), strict=False):
@@ -375,7 +379,7 @@ def train(
         times.append(time.perf_counter() - t0)
     res = Result(variant, step_s=statistics.median(times[warmup:]))
     if device.type == "cuda":
-        res.cuda_peak = torch.cuda.max_memory_allocated(device)
+        res.cuda_peak = torch.cuda.max_memory_allocated(device) - before
     if ac is not None:
         s = ac.stats
         res.saved, res.held, res.peak = s.saved_bytes, s.stored_bytes, s.peak_stored_bytes
@@ -551,6 +555,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
     p.add_argument("--device", default=None, help="torch device (default cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument(
+        "--lm-batch", type=int, default=LM_BATCH, help=f"LM batch size (default {LM_BATCH})"
+    )
     args = p.parse_args(argv)
     default_cnn, default_lm = (
         (QUICK_STEPS, QUICK_STEPS) if args.quick else (DEFAULT_STEPS_CNN, DEFAULT_STEPS_LM)
@@ -590,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     val_batches = QUICK_VAL_BATCHES if args.quick else LM_VAL_BATCHES
     tasks = {
         "cnn": (lambda: cnn_task(device, args.digits), args.steps_cnn),
-        "lm": (lambda: lm_task(device, val_batches), args.steps_lm),
+        "lm": (lambda: lm_task(device, val_batches, args.lm_batch), args.steps_lm),
     }
     for name, (make_task, steps) in tasks.items():
         if args.only not in (None, name):
