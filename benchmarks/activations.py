@@ -28,8 +28,9 @@ Columns, per variant (MiB = 2**20 bytes): activation bytes autograd saves in one
 bytes held for them, reduction (saved / held), peak held during the step, the final
 metric and its change against ``uncompressed`` (accuracy: points; loss: %), the median
 step time over the steps after 3 warm-ups divided by the uncompressed one, and on CUDA
-``torch.cuda.max_memory_allocated`` over the training steps, less what was allocated
-before the variant's model was made (``n/a`` on CPU). The tensorpress rows report
+``torch.cuda.memory_allocated`` just after the last step's forward and
+``torch.cuda.max_memory_allocated`` over the training steps, each less what was
+allocated before the variant's model was made (``n/a`` on CPU). The tensorpress rows report
 ``ac.stats`` of the last training step. The baselines are measured by one extra
 forward of the first batch under a counting ``saved_tensors_hooks``: floating tensors
 that are not parameters or buffers, ``numel * element_size`` per save (a tensor saved by
@@ -323,6 +324,7 @@ class Result:
     metric: float | None = None
     step_s: float | None = None  # median step time
     cuda_peak: int | None = None  # bytes
+    cuda_held: int | None = None  # bytes allocated after the last forward
     note: str = ""
 
 
@@ -372,6 +374,8 @@ def train(
         opt.zero_grad(set_to_none=True)
         with context():
             loss = task.loss(model, x, y)
+        if device.type == "cuda":
+            res_held = torch.cuda.memory_allocated(device) - before
         loss.backward()
         opt.step()
         sched.step()
@@ -380,6 +384,7 @@ def train(
     res = Result(variant, step_s=statistics.median(times[warmup:]))
     if device.type == "cuda":
         res.cuda_peak = torch.cuda.max_memory_allocated(device) - before
+        res.cuda_held = res_held
     if ac is not None:
         s = ac.stats
         res.saved, res.held, res.peak = s.saved_bytes, s.stored_bytes, s.peak_stored_bytes
@@ -462,10 +467,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
-def _cuda_cell(r: Result) -> str:
+def _cuda_cell(r: Result, nbytes: int | None) -> str:
     if r.metric is None:  # not run
         return "-"
-    return "n/a" if r.cuda_peak is None else f"{r.cuda_peak / MIB:.1f}"
+    return "n/a" if nbytes is None else f"{nbytes / MIB:.1f}"
 
 
 def print_table(task: Task, results: list[Result], title: str, markdown: bool) -> None:
@@ -482,6 +487,7 @@ def print_table(task: Task, results: list[Result], title: str, markdown: bool) -
             (task.metric, 10, ">"),
             (task.delta, 9, ">"),
             ("step time", 9, ">"),
+            ("cuda after fwd MiB", 18, ">"),
             ("cuda max MiB", 12, ">"),
             ("note", 4, "<"),
         ],
@@ -499,7 +505,8 @@ def print_table(task: Task, results: list[Result], title: str, markdown: bool) -
             _fmt(r.metric, metric_spec),
             _fmt(change, "+.2f"),
             _fmt(_ratio(r.step_s, base.step_s), ".2f", "x"),
-            _cuda_cell(r),
+            _cuda_cell(r, r.cuda_held),
+            _cuda_cell(r, r.cuda_peak),
             r.note,
         )
 
