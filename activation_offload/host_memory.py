@@ -1,0 +1,110 @@
+"""A fixed budget of page-aligned host memory, pinned when CUDA is there.
+
+One anonymous ``mmap`` of the whole budget (page-aligned, so O_DIRECT can write
+from it and read into it; the pages cost nothing until touched), registered with
+CUDA once (``cudaHostRegister``: the exact size, unlike ``pin_memory()``, which
+rounds up to a power of two) so device copies run asynchronously. It is handed
+out in extents rounded up to ``ALIGN`` bytes, first fit, with freed neighbours
+merged: a reusable pool instead of a fresh pinned buffer per tensor.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import threading
+import warnings
+
+import torch
+
+ALIGN = 4096  # bytes: extents start at and are sized in multiples of this
+
+
+def round_up(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+class HostPool:
+    """``capacity`` bytes of host memory handed out as ALIGN-aligned extents.
+
+    ``pin=None`` pins when CUDA is available. Thread-safe.
+    """
+
+    def __init__(self, capacity: int, pin: bool | None = None):
+        if not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be a non-negative number of bytes, got {capacity!r}")
+        self.capacity = round_up(capacity)
+        self._map = mmap.mmap(-1, max(self.capacity, ALIGN))
+        self.buffer = torch.frombuffer(self._map, dtype=torch.uint8)[: self.capacity]
+        self.pinned = False
+        if pin is None:
+            pin = torch.cuda.is_available()
+        if pin and self.capacity:
+            self.pinned = _register(self.buffer)
+        self._lock = threading.Lock()
+        self._starts = [0] if self.capacity else []  # free extents, sorted by start
+        self._sizes = {0: self.capacity} if self.capacity else {}
+        self.used = 0  # bytes handed out (rounded)
+        self.peak = 0
+
+    def alloc(self, nbytes: int) -> int | None:
+        """Offset of a free extent of at least ``nbytes``; None when none is free."""
+        need = max(round_up(nbytes), ALIGN)
+        with self._lock:
+            for i, start in enumerate(self._starts):
+                size = self._sizes[start]
+                if size >= need:
+                    del self._starts[i], self._sizes[start]
+                    if size > need:
+                        self._starts.insert(i, start + need)
+                        self._sizes[start + need] = size - need
+                    self.used += need
+                    self.peak = max(self.peak, self.used)
+                    return start
+        return None
+
+    def free(self, offset: int, nbytes: int) -> None:
+        """Return the extent at ``offset`` that ``alloc(nbytes)`` gave."""
+        size = max(round_up(nbytes), ALIGN)
+        with self._lock:
+            i = bisect.bisect_left(self._starts, offset)
+            if i < len(self._starts) and self._starts[i] < offset + size:
+                raise ValueError(f"extent at {offset} is already free")
+            if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] > offset:
+                raise ValueError(f"extent at {offset} is already free")
+            self.used -= size
+            end = offset + size
+            if i < len(self._starts) and self._starts[i] == end:  # merge the next
+                size += self._sizes.pop(self._starts.pop(i))
+            if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] == offset:
+                self._sizes[self._starts[i - 1]] += size  # merge into the previous
+            else:
+                self._starts.insert(i, offset)
+                self._sizes[offset] = size
+
+    def view(self, offset: int, nbytes: int) -> torch.Tensor:
+        """The extent's first ``nbytes`` bytes as a uint8 tensor (no copy)."""
+        return self.buffer[offset : offset + nbytes]
+
+    def close(self) -> None:
+        if self.pinned:
+            _unregister(self.buffer)
+            self.pinned = False
+
+
+def _register(buf: torch.Tensor) -> bool:
+    """Page-lock ``buf`` for CUDA; False (with a warning) where the driver refuses."""
+    err = torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), buf.numel(), 0)
+    if int(err) != 0:
+        warnings.warn(
+            f"could not pin {buf.numel()} bytes of host memory (CUDA error {int(err)}); "
+            "copies to and from the device will not overlap with compute",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    return True
+
+
+def _unregister(buf: torch.Tensor) -> None:
+    torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())

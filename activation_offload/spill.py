@@ -1,0 +1,541 @@
+"""NVMe tier of the offload store: records appended to slab files in a private directory.
+
+A ``SpillDir`` owns a directory of slab files (``slab_<n>.bin``). Each record sits at an
+``ALIGN``-aligned offset: one ``ALIGN``-byte header block, then the payload padded with
+zeros to a multiple of ``ALIGN``. The header holds a magic, a token unique to the
+``SpillDir``, the record id, the payload length and two CRC-32s (payload, header), so a
+record read back is checked against what was written. Writes and reads are one
+``pwritev``/``preadv`` each where the buffers allow; with ``O_DIRECT`` an unaligned
+buffer goes through aligned staging memory (at most ``STAGE_BYTES`` at a time).
+
+Methods are thread-safe: a write reserves its offset under a lock and does its I/O
+outside it, so several threads write (and read) at once.
+
+The directory is removed by ``close()``, or at garbage collection or interpreter exit
+if ``close()`` is never called. Directories left by killed processes (their ``owner``
+file names this host and a pid that is gone) are removed by the next ``SpillDir``
+created in the same parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import pathlib
+import secrets
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import weakref
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
+STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
+PREFIX = "tensorpress-spill-"
+MAGIC = b"TPSPILL1"
+
+# magic, token, record id, payload bytes, payload crc32; then the crc32 of those fields
+_FIELDS = struct.Struct("<8s16sQQI")
+_HEADER = struct.Struct("<8s16sQQII")
+_ZEROS = memoryview(bytes(ALIGN))
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+_NO_DIRECT = {errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+
+
+class SpillError(OSError):
+    """Writing a record failed (disk full, I/O error); nothing of it is readable.
+
+    ``errno`` and ``strerror`` are those of the cause, ``filename`` the slab file."""
+
+
+class CorruptRecordError(ValueError):
+    """A record read back does not match what was written (checksum, header, length,
+    owner); the message names the file, the offset and what mismatched."""
+
+
+def aligned_buffer(nbytes: int) -> memoryview:
+    """A writable, zero-filled buffer of exactly ``nbytes`` bytes whose address is a
+    multiple of ``ALIGN``, backed by an anonymous mmap (``nbytes`` 0 allowed)."""
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    return memoryview(mmap.mmap(-1, max(nbytes, 1)))[:nbytes]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a record lives: slab file number, byte offset of its header block in that
+    file, payload length (bytes), record id and CRC-32 of the payload."""
+
+    slab: int
+    offset: int
+    nbytes: int
+    record_id: int
+    crc: int
+
+
+def _round_up(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _bytes_view(obj, writable: bool) -> tuple[memoryview, int]:
+    """``obj`` as a flat byte memoryview and the address of its first byte."""
+    try:
+        arr = np.frombuffer(obj, dtype=np.uint8)
+    except (TypeError, ValueError, BufferError) as e:
+        raise TypeError(
+            f"need a C-contiguous object supporting the buffer protocol, got {type(obj)!r}"
+        ) from e
+    if writable and not arr.flags.writeable:
+        raise TypeError(f"need a writable buffer, got a read-only {type(obj)!r}")
+    return memoryview(arr), arr.__array_interface__["data"][0]
+
+
+class _Truncated(Exception):
+    """A read reached the end of the file."""
+
+
+def _pwrite_all(fd: int, bufs: list, offset: int) -> None:
+    """Write all of ``bufs`` at ``offset``, looping over short writes."""
+    bufs = [b for b in bufs if len(b)]
+    while bufs:
+        n = os.pwritev(fd, bufs, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, "pwritev wrote nothing")
+        offset += n
+        _consume(bufs, n)
+
+
+def _pread_all(fd: int, bufs: list, offset: int) -> None:
+    """Fill all of ``bufs`` from ``offset``, looping over short reads; ``_Truncated``
+    when the file ends first."""
+    bufs = [b for b in bufs if len(b)]
+    while bufs:
+        want = sum(len(b) for b in bufs)
+        n = os.preadv(fd, bufs, offset)
+        if n <= 0 or (n < want and os.fstat(fd).st_size <= offset + n):
+            raise _Truncated(offset + max(n, 0))
+        offset += n
+        _consume(bufs, n)
+
+
+def _consume(bufs: list, n: int) -> None:
+    while n:
+        if n >= len(bufs[0]):
+            n -= len(bufs.pop(0))
+        else:
+            bufs[0] = bufs[0][n:]
+            n = 0
+
+
+class _Slab:
+    __slots__ = ("n", "fd", "path", "end", "live", "users")
+
+    def __init__(self, n: int, fd: int, path: pathlib.Path):
+        self.n = n
+        self.fd = fd
+        self.path = path
+        self.end = 0  # bytes reserved so far
+        self.live = 0  # records written and not freed
+        self.users = 0  # writes and reads in flight
+
+
+def _cleanup(path: pathlib.Path, slabs: dict, pid: int) -> None:
+    if os.getpid() != pid:  # a forked child must not remove its parent's directory
+        return
+    for slab in slabs.values():
+        with contextlib.suppress(OSError):
+            os.close(slab.fd)
+    slabs.clear()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale(parent: pathlib.Path) -> None:
+    """Remove ``tensorpress-spill-*`` directories in ``parent`` whose ``owner`` file
+    names this host and a process that no longer exists."""
+    host = socket.gethostname()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            owner = pathlib.Path(entry.path, "owner")
+            if not owner.is_file() or owner.is_symlink() or owner.stat().st_size > 4096:
+                continue
+            owner_host, _, pid = owner.read_text().strip().rpartition(" ")
+            if owner_host != host or not pid.isdigit():
+                continue
+            pid = int(pid)
+            if pid != os.getpid() and not _pid_alive(pid):
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+
+
+class SpillDir:
+    """Records in slab files under a private directory in ``parent``.
+
+    ``slab_bytes``: a new slab file is started when a record would take the current one
+    past this size (a larger record gets a slab to itself). ``direct``: None uses
+    ``O_DIRECT`` when the filesystem takes it, True requires it, False never uses it.
+    """
+
+    def __init__(
+        self,
+        parent: str | os.PathLike,
+        *,
+        slab_bytes: int = 1 << 30,
+        direct: bool | None = None,
+    ):
+        parent = pathlib.Path(parent)
+        if not parent.exists():
+            raise FileNotFoundError(
+                errno.ENOENT, "spill parent directory does not exist", str(parent)
+            )
+        if not parent.is_dir():
+            raise ValueError(f"spill parent {str(parent)!r} is not a directory")
+        if slab_bytes <= 0:
+            raise ValueError(f"slab_bytes must be > 0, got {slab_bytes}")
+        if direct and not _O_DIRECT:
+            raise OSError(errno.EOPNOTSUPP, "O_DIRECT is not available on this platform")
+        _remove_stale(parent)
+
+        self._path = pathlib.Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
+        self._slabs: dict[int, _Slab] = {}
+        self._finalizer = weakref.finalize(self, _cleanup, self._path, self._slabs, os.getpid())
+        try:
+            os.chmod(self._path, 0o700)
+            tmp = self._path / "owner.tmp"
+            tmp.write_text(f"{socket.gethostname()} {os.getpid()}\n")
+            os.replace(tmp, self._path / "owner")
+            self._slab_bytes = slab_bytes
+            self._token = secrets.token_bytes(16)
+            # ids start at a random value: a Location from another SpillDir is not ours
+            self._next_id = secrets.randbits(48) + 1
+            self._next_slab = 0
+            self._live: dict[int, Location] = {}
+            self._bytes = 0
+            self._inflight = 0
+            self._closed = False
+            self._lock = threading.Lock()
+            self._idle = threading.Condition(self._lock)
+            self._tls = threading.local()
+            self._direct = direct is not False and bool(_O_DIRECT)
+            self._current = self._open_first(required=bool(direct))
+        except BaseException:
+            self._finalizer()
+            raise
+
+    # -- slab files -----------------------------------------------------------------
+
+    def _open_slab(self) -> _Slab:
+        n = self._next_slab
+        path = self._path / f"slab_{n}.bin"
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags | (_O_DIRECT if self._direct else 0), 0o600)
+        self._next_slab = n + 1
+        slab = self._slabs[n] = _Slab(n, fd, path)
+        return slab
+
+    def _open_first(self, required: bool) -> _Slab:
+        """Open slab 0; with O_DIRECT, probe it with one aligned write and fall back to
+        buffered I/O when the filesystem refuses (unless ``required``)."""
+        if not self._direct:
+            return self._open_slab()
+        try:
+            slab = self._open_slab()
+        except OSError as e:
+            if required or e.errno not in _NO_DIRECT:
+                raise
+            self._direct = False
+            return self._open_slab()
+        try:
+            os.pwritev(slab.fd, [aligned_buffer(ALIGN)], 0)
+            os.ftruncate(slab.fd, 0)
+        except OSError as e:
+            if required or e.errno not in _NO_DIRECT:
+                raise
+            os.close(slab.fd)
+            os.unlink(slab.path)
+            del self._slabs[slab.n]
+            self._next_slab = slab.n
+            self._direct = False
+            return self._open_slab()
+        return slab
+
+    def _maybe_drop(self, slab: _Slab) -> None:
+        """Return the disk space of a slab without live records (lock held)."""
+        if slab.live or slab.users or self._closed:
+            return
+        if slab is self._current:
+            if slab.end:
+                try:
+                    os.ftruncate(slab.fd, 0)
+                    slab.end = 0
+                except OSError:
+                    pass
+            return
+        del self._slabs[slab.n]
+        os.close(slab.fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(slab.path)
+
+    # -- staging ----------------------------------------------------------------------
+
+    def _staging(self):
+        """This thread's reusable aligned buffers: header block, tail block, pieces."""
+        tls = self._tls
+        if not hasattr(tls, "header"):
+            tls.header = aligned_buffer(ALIGN)
+            tls.tail = aligned_buffer(ALIGN)
+            tls.piece = None
+        return tls
+
+    def _piece(self, tls) -> memoryview:
+        if tls.piece is None:
+            tls.piece = aligned_buffer(STAGE_BYTES)
+        return tls.piece
+
+    # -- public API -------------------------------------------------------------------
+
+    @property
+    def direct(self) -> bool:
+        """True when slab files are opened with O_DIRECT."""
+        return self._direct
+
+    @property
+    def path(self) -> pathlib.Path:
+        """The private directory holding the slab files."""
+        return self._path
+
+    @property
+    def bytes_on_disk(self) -> int:
+        """Bytes taken by live records, headers and padding included."""
+        with self._lock:
+            return self._bytes
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("closed")
+
+    def write(self, data) -> Location:
+        """Append ``data`` (any C-contiguous buffer, 0 bytes allowed) as one record and
+        return where it lives. ``SpillError`` if the write fails; the store stays usable."""
+        mv, addr = _bytes_view(data, writable=False)
+        nbytes = len(mv)
+        crc = zlib.crc32(mv)
+        total = ALIGN + _round_up(nbytes)
+        with self._lock:
+            self._check_open()
+            slab = self._current
+            if slab.end and slab.end + total > self._slab_bytes:
+                try:
+                    slab = self._open_slab()
+                except OSError as e:
+                    raise SpillError(e.errno, e.strerror, e.filename) from e
+                old, self._current = self._current, slab
+                self._maybe_drop(old)
+            loc = Location(slab.n, slab.end, nbytes, self._next_id, crc)
+            self._next_id += 1
+            slab.end += total
+            slab.users += 1
+            self._inflight += 1
+        ok = False
+        try:
+            tls = self._staging()
+            _HEADER.pack_into(tls.header, 0, *self._fields(loc), self._header_crc(loc))
+            tls.header[_HEADER.size :] = _ZEROS[_HEADER.size :]  # reads reuse this block
+            self._write_payload(slab.fd, tls, mv, addr, loc.offset)
+            ok = True
+        except OSError as e:
+            raise SpillError(e.errno, e.strerror, str(slab.path)) from e
+        finally:
+            with self._lock:
+                slab.users -= 1
+                self._inflight -= 1
+                if ok:
+                    slab.live += 1
+                    self._live[loc.record_id] = loc
+                    self._bytes += total
+                else:  # the reserved space is abandoned
+                    self._maybe_drop(slab)
+                self._idle.notify_all()
+        return loc
+
+    def _fields(self, loc: Location) -> tuple:
+        return (MAGIC, self._token, loc.record_id, loc.nbytes, loc.crc)
+
+    def _header_crc(self, loc: Location) -> int:
+        return zlib.crc32(_FIELDS.pack(*self._fields(loc)))
+
+    def _write_payload(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
+        header, nbytes = tls.header, len(mv)
+        if not self._direct:  # no alignment needed: the caller's buffer as it is
+            pad = _round_up(nbytes) - nbytes
+            _pwrite_all(fd, [header, mv, _ZEROS[:pad]], offset)
+            return
+        if addr % ALIGN == 0:  # zero copy for the aligned body, the tail via staging
+            body = nbytes - nbytes % ALIGN
+            bufs = [header, mv[:body]]
+            if body < nbytes:
+                tail = tls.tail
+                tail[: nbytes - body] = mv[body:]
+                tail[nbytes - body :] = _ZEROS[: ALIGN - (nbytes - body)]
+                bufs.append(tail)
+            _pwrite_all(fd, bufs, offset)
+            return
+        piece = self._piece(tls)
+        done, bufs = 0, [header]
+        while True:
+            n = min(STAGE_BYTES, nbytes - done)
+            padded = _round_up(n)
+            piece[:n] = mv[done : done + n]
+            piece[n:padded] = _ZEROS[: padded - n]
+            bufs.append(piece[:padded])
+            length = sum(len(b) for b in bufs)
+            _pwrite_all(fd, bufs, offset)
+            offset += length
+            done += n
+            bufs = []
+            if done >= nbytes:
+                return
+
+    def read_into(self, loc: Location, out) -> None:
+        """Read the record at ``loc`` into the first ``loc.nbytes`` bytes of the writable
+        buffer ``out``. ``CorruptRecordError`` if it does not match what was written
+        (or the file is truncated); ``KeyError`` if ``loc`` is not a live record here."""
+        mv, addr = _bytes_view(out, writable=True)
+        if len(mv) < loc.nbytes:
+            raise ValueError(f"out holds {len(mv)} bytes, the record {loc.nbytes}")
+        mv = mv[: loc.nbytes]
+        with self._lock:
+            self._check_open()
+            if self._live.get(loc.record_id) != loc:
+                raise KeyError(f"{loc} is not a live record of {self._path} (freed or foreign)")
+            slab = self._slabs[loc.slab]
+            slab.users += 1
+            self._inflight += 1
+        try:
+            tls = self._staging()
+            try:
+                self._read_payload(slab.fd, tls, mv, addr, loc.offset)
+            except _Truncated as e:
+                raise CorruptRecordError(
+                    f"{slab.path} offset {loc.offset}: file ends at byte {e.args[0]}, "
+                    f"before the end of the record ({loc.offset + ALIGN + loc.nbytes})"
+                ) from None
+            self._verify(slab.path, loc, tls.header, mv)
+        finally:
+            with self._lock:
+                slab.users -= 1
+                self._inflight -= 1
+                self._maybe_drop(slab)
+                self._idle.notify_all()
+
+    def _read_payload(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
+        header, nbytes = tls.header, len(mv)
+        if not self._direct:
+            _pread_all(fd, [header, mv], offset)
+            return
+        if addr % ALIGN == 0:
+            body = nbytes - nbytes % ALIGN
+            bufs = [header, mv[:body]]
+            if body < nbytes:
+                bufs.append(tls.tail)
+            _pread_all(fd, bufs, offset)
+            if body < nbytes:
+                mv[body:] = tls.tail[: nbytes - body]
+            return
+        piece = self._piece(tls)
+        done, bufs = 0, [header]
+        while True:
+            n = min(STAGE_BYTES, nbytes - done)
+            bufs.append(piece[: _round_up(n)])
+            length = sum(len(b) for b in bufs)
+            _pread_all(fd, bufs, offset)
+            mv[done : done + n] = piece[:n]
+            offset += length
+            done += n
+            bufs = []
+            if done >= nbytes:
+                return
+
+    def _verify(self, path: pathlib.Path, loc: Location, header, mv: memoryview) -> None:
+        magic, token, record_id, nbytes, crc, header_crc = _HEADER.unpack_from(header)
+        where = f"{path} offset {loc.offset}"
+        if magic != MAGIC:
+            raise CorruptRecordError(f"{where}: bad magic {magic!r}, expected {MAGIC!r}")
+        actual = zlib.crc32(header[: _FIELDS.size])
+        if actual != header_crc:
+            raise CorruptRecordError(
+                f"{where}: header checksum {actual:#010x}, stored {header_crc:#010x}"
+            )
+        if token != self._token:
+            raise CorruptRecordError(f"{where}: record written by another SpillDir")
+        for name, found, expected in (
+            ("record id", record_id, loc.record_id),
+            ("payload length", nbytes, loc.nbytes),
+            ("payload checksum in header", crc, loc.crc),
+        ):
+            if found != expected:
+                raise CorruptRecordError(f"{where}: {name} {found}, expected {expected}")
+        actual = zlib.crc32(mv)
+        if actual != loc.crc:
+            raise CorruptRecordError(
+                f"{where}: payload checksum {actual:#010x}, expected {loc.crc:#010x}"
+            )
+
+    def free(self, loc: Location) -> None:
+        """Forget the record at ``loc``; a slab file left without live records (other
+        than the one being appended to) is deleted. ``KeyError`` if ``loc`` is not live;
+        nothing happens after ``close()``."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._live.get(loc.record_id) != loc:
+                raise KeyError(f"{loc} is not a live record of {self._path} (freed or foreign)")
+            del self._live[loc.record_id]
+            self._bytes -= ALIGN + _round_up(loc.nbytes)
+            slab = self._slabs[loc.slab]
+            slab.live -= 1
+            self._maybe_drop(slab)
+
+    def close(self) -> None:
+        """Wait for writes and reads in flight, close the files and remove the directory;
+        idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            while self._inflight:
+                self._idle.wait()
+        self._finalizer()
+
+    def __enter__(self) -> SpillDir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._live)} records"
+        return f"SpillDir({str(self._path)!r}, direct={self._direct}, {state})"

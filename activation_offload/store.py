@@ -1,0 +1,430 @@
+"""A tiered tensor store: device -> pinned host memory -> NVMe files, in the background.
+
+``put`` returns a :class:`Handle` at once; a small thread pool compresses the
+tensor (optional codec), copies it into the host pool (on CUDA on a side stream,
+so the default stream never waits) and, when the pool is full, moves the oldest
+host-resident records to files under ``nvme_dir`` to make room (oldest first:
+for saved activations the first saved is the last needed). ``prefetch`` starts
+bringing a record back to its device; ``get`` returns it, waiting only for what
+is not done yet.
+
+Faults never lose a tensor: a failed spill keeps the record in host memory over
+the budget (with a warning); a record read back with a bad checksum raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import warnings
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..compress import compress_tensor, decompress_tensor
+from .host_memory import HostPool
+from .spill import SpillDir, SpillError
+
+#: where a record's bytes are
+PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
+
+
+@dataclass
+class StoreStats:
+    """Bytes and counts of a store (bytes held are payload bytes, after the codec)."""
+
+    puts: int = 0
+    put_bytes: int = 0  # bytes of the tensors put
+    cpu_bytes: int = 0  # bytes in the pinned pool (rounded to its pages)
+    peak_cpu_bytes: int = 0
+    host_bytes: int = 0  # bytes held in host memory over the budget
+    nvme_bytes: int = 0  # payload bytes in files
+    spilled_bytes: int = 0  # bytes written to files, in total
+    read_bytes: int = 0  # bytes read back from files, in total
+    gets: int = 0
+    prefetched_gets: int = 0  # gets that found their prefetch started
+
+
+class Handle:
+    """What :meth:`TieredStore.put` returns: the tensor's identity and where it is."""
+
+    __slots__ = ("id", "shape", "dtype", "device", "__weakref__")
+
+    def __init__(self, id_: int, t: torch.Tensor):
+        self.id, self.shape, self.dtype, self.device = id_, tuple(t.shape), t.dtype, t.device
+
+    def __repr__(self) -> str:
+        return f"Handle({self.id}, shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+
+class _Record:
+    """The store's side of a handle (guarded by the store's lock)."""
+
+    def __init__(self, handle: Handle, version: int):
+        self.handle, self.version = handle, version
+        self.tier = PENDING
+        self.nbytes = 0  # payload bytes
+        self.meta = None  # CompressedTensor without its payload, when a codec ran
+        self.offset = None  # in the pool (CPU)
+        self.host = None  # uint8 tensor (HOST)
+        self.loc = None  # spill Location (NVME)
+        self.stored: Future | None = None  # the put's background work
+        self.ready: Future | None = None  # a prefetch: (tensor, CUDA event or None)
+        self.busy = 0  # readers of the pool extent or file record
+        self.deleted = False
+        self.error: BaseException | None = None
+
+
+class TieredStore:
+    """Tensors kept out of device memory: a pinned host pool of ``cpu_bytes``,
+    then files under ``nvme_dir`` (None: no file tier; over-budget records stay in
+    plain host memory with a warning).
+
+    ``codec`` None keeps bits exact; ``"block"`` or ``"quant"`` compress floating
+    tensors on their own device first (bounds and parameters as in
+    :func:`tensorpress.compress.compress_tensor`). ``workers`` background threads.
+    A tensor given to :meth:`put` must not be modified in place until its record
+    is stored (:meth:`wait`); a modification that is seen raises on :meth:`get`.
+    """
+
+    def __init__(
+        self,
+        cpu_bytes: int,
+        nvme_dir=None,
+        codec: str | None = None,
+        *,
+        workers: int = 2,
+        pin: bool | None = None,
+        slab_bytes: int = 1 << 30,
+        **codec_params,
+    ):
+        if codec is None and codec_params:
+            raise ValueError(f"codec=None takes no codec parameters, got {sorted(codec_params)}")
+        if codec is not None:
+            if codec not in ("block", "quant"):
+                raise ValueError(f"store codec must be None, 'block' or 'quant', got {codec!r}")
+            compress_tensor(torch.zeros(1), codec, **codec_params)  # bad parameters fail here
+        self.codec, self.codec_params = codec, dict(codec_params)
+        self.pool = HostPool(cpu_bytes, pin=pin)
+        self.spill = SpillDir(nvme_dir, slab_bytes=slab_bytes) if nvme_dir is not None else None
+        self.stats = StoreStats()
+        self._cond = threading.Condition()
+        self._records: dict[int, _Record] = {}  # insertion order = age
+        self._ids = itertools.count()
+        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-store")
+        self._streams: dict = {}
+        self._warned = False
+        self._closed = False
+        weakref.finalize(self, _shutdown, self._workers, self.spill, self.pool)
+
+    # ------------------------------------------------------------------ public
+
+    def put(self, tensor: torch.Tensor) -> Handle:
+        """Start storing ``tensor``; returns at once."""
+        self._check_open()
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            raise TypeError(f"put takes a strided torch.Tensor, got {type(tensor).__name__}")
+        handle = Handle(next(self._ids), tensor)
+        rec = _Record(handle, tensor._version)
+        event = None
+        if tensor.is_cuda:  # the side stream starts after what the caller queued
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(tensor.device))
+        with self._cond:
+            self._records[handle.id] = rec
+            self.stats.puts += 1
+            self.stats.put_bytes += tensor.numel() * tensor.element_size()
+        rec.stored = self._workers.submit(self._store, rec, tensor.detach(), event)
+        return handle
+
+    def wait(self, handle: Handle) -> None:
+        """Block until ``handle``'s record is stored; raises what storing raised."""
+        rec = self._record(handle)
+        rec.stored.result()
+        if rec.error is not None:
+            raise rec.error
+
+    def tier(self, handle: Handle) -> str:
+        """Where the record is now: 'pending', 'cpu', 'spilling', 'nvme' or 'host'."""
+        return self._record(handle).tier
+
+    def prefetch(self, handle: Handle) -> None:
+        """Start bringing ``handle`` back to its device."""
+        rec = self._record(handle)
+        with self._cond:
+            if rec.ready is None:
+                rec.ready = self._workers.submit(self._bring, rec)
+
+    def get(self, handle: Handle) -> torch.Tensor:
+        """The tensor: same shape, dtype and device (its values within the codec's
+        bound; bit-exact with ``codec=None``). The record stays until :meth:`delete`."""
+        rec = self._record(handle)
+        self.wait(handle)
+        with self._cond:
+            ready, rec.ready = rec.ready, None
+            self.stats.gets += 1
+            self.stats.prefetched_gets += ready is not None
+        t, event = ready.result() if ready is not None else self._bring(rec)
+        if event is not None:  # the caller's stream waits for the side stream's copy
+            stream = torch.cuda.current_stream(t.device)
+            stream.wait_event(event)
+            t.record_stream(stream)
+        return t
+
+    def delete(self, handle: Handle) -> None:
+        """Forget ``handle`` and free its bytes (once its background work is done)."""
+        rec = self._record(handle)
+        with self._cond:
+            rec.deleted = True
+            del self._records[handle.id]
+        pending = [f for f in (rec.stored, rec.ready) if f is not None and not f.done()]
+        if pending:
+            self._workers.submit(self._free_after, rec, pending)
+        else:
+            self._free(rec)
+
+    def close(self) -> None:
+        """Finish background work, remove the spill files, release the pool."""
+        if self._closed:
+            return
+        self._closed = True
+        _shutdown(self._workers, self.spill, self.pool)
+        self._records.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    # -------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict:
+        """``{"config": ..., "tensors": {handle id: CPU tensor}}`` of every live record
+        (the values ``get`` returns), for ``torch.save``."""
+        tensors = {}
+        for rec in list(self._records.values()):
+            tensors[rec.handle.id] = self.get(rec.handle).cpu()
+        config = {"codec": self.codec, **self.codec_params}
+        return {"config": config, "tensors": tensors}
+
+    def load_state_dict(self, state: dict, device=None) -> dict[int, Handle]:
+        """Put every tensor of ``state`` (on ``device``, else the CPU); returns
+        ``{id in the state: new handle}``."""
+        return {
+            k: self.put(t if device is None else t.to(device)) for k, t in state["tensors"].items()
+        }
+
+    # ------------------------------------------------------------ background
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the store is closed")
+
+    def _record(self, handle: Handle) -> _Record:
+        self._check_open()
+        rec = self._records.get(handle.id) if isinstance(handle, Handle) else None
+        if rec is None or rec.handle is not handle:
+            raise KeyError(f"{handle!r} is not in this store (deleted, or from another store)")
+        return rec
+
+    def _stream(self, device: torch.device, kind: str):
+        key = (device, kind)
+        with self._cond:
+            if key not in self._streams:
+                self._streams[key] = torch.cuda.Stream(device)
+            return self._streams[key]
+
+    def _store(self, rec: _Record, t: torch.Tensor, event) -> None:
+        try:
+            if event is None:
+                self._store_on(rec, t)
+            else:
+                stream = self._stream(t.device, "out")
+                stream.wait_event(event)
+                with torch.cuda.stream(stream):
+                    self._store_on(rec, t)
+            if t._version != rec.version:
+                raise RuntimeError(
+                    f"{rec.handle!r} was modified in place while the store copied it; "
+                    "call store.wait(handle) before modifying a tensor that was put"
+                )
+        except BaseException as exc:
+            rec.error = exc
+            raise
+
+    def _store_on(self, rec: _Record, t: torch.Tensor) -> None:
+        if self.codec is not None and t.is_floating_point() and t.numel():
+            ct = compress_tensor(t, self.codec, **self.codec_params)
+            rec.meta, data = replace(ct, payload=None), ct.payload
+        else:
+            data = t.contiguous().reshape(-1).view(torch.uint8)
+        n = rec.nbytes = data.numel()
+        offset = self._reserve(n)
+        if offset is not None:
+            _copy_and_wait(self.pool.view(offset, n), data)
+            self._set_tier(rec, CPU, offset=offset)
+            return
+        host = _copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
+        if self.spill is not None:
+            try:
+                loc = self.spill.write(host.numpy())
+            except SpillError as exc:
+                self._warn(f"spilling {n} bytes failed ({exc}); kept in host memory")
+            else:
+                self._set_tier(rec, NVME, loc=loc)
+                return
+        else:
+            self._warn("the store's cpu_bytes are full and it has no nvme_dir")
+        self._set_tier(rec, HOST, host=host)
+
+    def _reserve(self, n: int) -> int | None:
+        """A pool offset for ``n`` bytes, spilling the oldest host records to make
+        room when there is a file tier; None when it cannot."""
+        while True:
+            offset = self.pool.alloc(n)
+            if offset is not None or self.spill is None or n > self.pool.capacity:
+                return offset
+            with self._cond:
+                victim = next(
+                    (r for r in self._records.values() if r.tier == CPU and not r.busy), None
+                )
+                if victim is None:
+                    return None
+                victim.tier = SPILLING
+            if not self._spill(victim):
+                return None
+
+    def _spill(self, rec: _Record) -> bool:
+        """Move a CPU record to a file; False (record kept, warned) when writing fails."""
+        try:
+            loc = self.spill.write(self.pool.view(rec.offset, rec.nbytes).numpy())
+        except SpillError as exc:
+            self._warn(f"spilling {rec.nbytes} bytes failed ({exc}); kept in host memory")
+            with self._cond:
+                rec.tier = CPU
+                self._cond.notify_all()
+            return False
+        with self._cond:
+            self.pool.free(rec.offset, rec.nbytes)
+            rec.offset, rec.loc, rec.tier = None, loc, NVME
+            self.stats.spilled_bytes += rec.nbytes
+            self._account()
+            self._cond.notify_all()
+            if rec.deleted:  # deleted while it was being written
+                self.spill.free(loc)
+                rec.loc = None
+        return True
+
+    def _set_tier(self, rec: _Record, tier: str, offset=None, host=None, loc=None) -> None:
+        with self._cond:
+            rec.tier, rec.offset, rec.host, rec.loc = tier, offset, host, loc
+            if loc is not None:
+                self.stats.spilled_bytes += rec.nbytes
+            self._account()
+            self._cond.notify_all()
+
+    def _account(self) -> None:
+        """Refresh the byte counts (lock held)."""
+        s = self.stats
+        s.cpu_bytes = self.pool.used
+        s.peak_cpu_bytes = self.pool.peak
+        live = self._records.values()
+        s.host_bytes = sum(r.nbytes for r in live if r.tier == HOST)
+        s.nvme_bytes = sum(r.nbytes for r in live if r.tier in (NVME, SPILLING))
+
+    def _bring(self, rec: _Record):
+        """(tensor, CUDA event or None): the record back on its device; on CUDA the
+        copy and the decoding run on a side stream that the event marks."""
+        rec.stored.result()
+        device = rec.handle.device
+        if device.type != "cuda":
+            return self._load(rec), None
+        with torch.cuda.stream(self._stream(device, "in")):
+            t = self._load(rec)
+            event = torch.cuda.Event()
+            event.record()
+        return t, event
+
+    def _load(self, rec: _Record) -> torch.Tensor:
+        """The record's tensor on its device (on the current stream)."""
+        with self._cond:
+            while rec.tier == SPILLING:
+                self._cond.wait()
+            if rec.error is not None:
+                raise rec.error
+            rec.busy += 1
+            tier = rec.tier
+        try:
+            if tier == CPU:
+                src = self.pool.view(rec.offset, rec.nbytes)
+            elif tier == HOST:
+                src = rec.host
+            else:
+                src = torch.empty(rec.nbytes, dtype=torch.uint8)
+                self.spill.read_into(rec.loc, src.numpy())
+                with self._cond:
+                    self.stats.read_bytes += rec.nbytes
+            h = rec.handle
+            if h.device.type == "cpu":
+                data = src.clone() if tier != NVME and rec.meta is None else src
+            else:
+                data = src.to(h.device, non_blocking=src.is_pinned())
+                if src.is_pinned():  # the pool extent must outlive the copy
+                    copied = torch.cuda.Event()
+                    copied.record()
+                    copied.synchronize()
+            if rec.meta is not None:
+                return decompress_tensor(replace(rec.meta, payload=data))
+            return data.view(h.dtype).reshape(h.shape)
+        finally:
+            with self._cond:
+                rec.busy -= 1
+                self._cond.notify_all()
+
+    def _free_after(self, rec: _Record, pending: list) -> None:
+        for f in pending:
+            try:
+                f.result()
+            except BaseException:  # already reported to whoever waited for it
+                pass
+        self._free(rec)
+
+    def _free(self, rec: _Record) -> None:
+        with self._cond:
+            while rec.busy or rec.tier == SPILLING:
+                self._cond.wait()
+            if rec.tier == CPU and rec.offset is not None:
+                self.pool.free(rec.offset, rec.nbytes)
+            elif rec.tier == NVME and rec.loc is not None:
+                self.spill.free(rec.loc)
+            rec.offset = rec.host = rec.loc = None
+            rec.tier = "deleted"
+            self._account()
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"TieredStore: {message}", RuntimeWarning, stacklevel=2)
+
+
+def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """Copy ``src`` (any device) into host tensor ``dst``; returns once it is there."""
+    if src.is_cuda:
+        dst.copy_(src, non_blocking=dst.is_pinned())
+        torch.cuda.current_stream(src.device).synchronize()
+    else:
+        dst.copy_(src)
+    return dst
+
+
+def _shutdown(workers: ThreadPoolExecutor, spill: SpillDir | None, pool: HostPool) -> None:
+    workers.shutdown(wait=True)
+    if spill is not None:
+        spill.close()
+    pool.close()

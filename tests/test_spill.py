@@ -1,0 +1,619 @@
+"""Slab-file spill tier: records read back exactly as written (O_DIRECT or not, aligned
+buffers or not, from many threads), damage on disk is caught, failed writes leave the
+store usable, and directories never outlive their process for long."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import random
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from tensorpress.activation_offload import spill
+from tensorpress.activation_offload.spill import (
+    ALIGN,
+    CorruptRecordError,
+    Location,
+    SpillDir,
+    SpillError,
+    aligned_buffer,
+)
+
+SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 9 * 2**20 + 3]
+O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def _payload(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def _buffer(kind: str, src: np.ndarray):
+    """``src`` copied into a buffer of the given kind (aligned, numpy one byte past an
+    ALIGN boundary, bytearray)."""
+    if kind == "aligned":
+        buf = aligned_buffer(len(src))
+        buf[:] = src.tobytes()
+        return buf
+    if kind == "numpy+1":
+        raw = np.empty(len(src) + ALIGN + 1, np.uint8)
+        start = (1 - raw.__array_interface__["data"][0]) % ALIGN
+        buf = raw[start : start + len(src)]
+        buf[:] = src
+        assert len(src) == 0 or buf.__array_interface__["data"][0] % ALIGN == 1
+        return buf
+    return bytearray(src.tobytes())
+
+
+def _probe_direct(directory) -> bool:
+    """Whether ``directory`` takes an aligned O_DIRECT write (independent of spill)."""
+    if not O_DIRECT:
+        return False
+    path = os.path.join(directory, "probe")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | O_DIRECT, 0o600)
+        try:
+            os.pwritev(fd, [aligned_buffer(ALIGN)], 0)
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _open_flags(directory) -> list[int]:
+    """Open-file flags (from /proc) of this process's descriptors on files in ``directory``."""
+    flags = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                info = f.read()
+        except OSError:
+            continue
+        if target.startswith(str(directory) + "/"):
+            line = next(x for x in info.splitlines() if x.startswith("flags:"))
+            flags.append(int(line.split()[1], 8))
+    return flags
+
+
+def _flip(path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def _slab_path(sd: SpillDir, loc: Location):
+    return sd.path / f"slab_{loc.slab}.bin"
+
+
+# -- round trips ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direct", [None, False])
+@pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
+@pytest.mark.parametrize("n", SIZES)
+def test_round_trip(tmp_path, direct, kind, n):
+    src = _payload(n, seed=n)
+    with SpillDir(tmp_path, direct=direct, slab_bytes=4 << 20) as sd:
+        before = sd.write(b"x" * 100)  # the record under test is not at offset 0
+        loc = sd.write(_buffer(kind, src))
+        assert loc.nbytes == n and loc.offset % ALIGN == 0
+        for out_kind in ("aligned", "numpy+1", "bytearray"):
+            out = _buffer(out_kind, np.full(n + 7, 0xEE, np.uint8))
+            sd.read_into(loc, out)
+            got = np.frombuffer(out, np.uint8)
+            np.testing.assert_array_equal(got[:n], src)
+            assert (got[n:] == 0xEE).all()  # only the first nbytes are written
+        small = bytearray(100)
+        sd.read_into(before, small)
+        assert small == b"x" * 100
+        assert sd.bytes_on_disk == 2 * ALIGN + -(-100 // ALIGN) * ALIGN + -(-n // ALIGN) * ALIGN
+
+
+def test_read_only_and_multidimensional_inputs(tmp_path):
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(b"read-only bytes")
+        out = bytearray(loc.nbytes)
+        sd.read_into(loc, out)
+        assert out == b"read-only bytes"
+        arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+        loc = sd.write(arr)
+        assert loc.nbytes == arr.nbytes
+        back = np.empty_like(arr)
+        sd.read_into(loc, back)
+        np.testing.assert_array_equal(back, arr)
+        with pytest.raises(TypeError, match="contiguous"):
+            sd.write(np.arange(10)[::2])
+        with pytest.raises(TypeError, match="writable"):
+            sd.read_into(loc, bytes(loc.nbytes))
+        with pytest.raises(ValueError, match="holds"):
+            sd.read_into(loc, bytearray(loc.nbytes - 1))
+
+
+def test_aligned_buffer():
+    for n in (0, 1, 4097, 1 << 20):
+        buf = aligned_buffer(n)
+        assert len(buf) == n and not buf.readonly
+        assert bytes(buf) == bytes(n)
+        if n:
+            assert np.frombuffer(buf, np.uint8).__array_interface__["data"][0] % ALIGN == 0
+    with pytest.raises(ValueError):
+        aligned_buffer(-1)
+
+
+# -- O_DIRECT -------------------------------------------------------------------------
+
+
+def test_direct_used_when_filesystem_takes_it(tmp_path):
+    with SpillDir(tmp_path) as sd:
+        flags = _open_flags(sd.path)
+        assert flags, "no slab file open"
+        if not _probe_direct(tmp_path):
+            pytest.skip("filesystem under tmp_path refuses O_DIRECT")
+        assert sd.direct is True
+        assert all(f & O_DIRECT for f in flags)
+
+
+def test_direct_false_is_buffered(tmp_path):
+    with SpillDir(tmp_path, direct=False) as sd:
+        assert sd.direct is False
+        flags = _open_flags(sd.path)
+        assert flags and not any(f & O_DIRECT for f in flags)
+
+
+def test_direct_required_fails_cleanly_when_refused(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def no_direct(path, flags, *args, **kwargs):
+        if flags & O_DIRECT:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(spill.os, "open", no_direct)
+    with pytest.raises(OSError):
+        SpillDir(tmp_path, direct=True)
+    assert os.listdir(tmp_path) == []  # nothing left behind
+    with SpillDir(tmp_path) as sd:  # direct=None falls back
+        assert sd.direct is False
+        loc = sd.write(_buffer("numpy+1", _payload(5000)))
+        out = bytearray(5000)
+        sd.read_into(loc, out)
+        assert out == _payload(5000).tobytes()
+
+
+def test_probe_write_refused_falls_back(tmp_path, monkeypatch):
+    real = os.pwritev
+    calls = []
+
+    def refuse_first(fd, bufs, offset):
+        calls.append(offset)
+        if len(calls) == 1:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, bufs, offset)
+
+    monkeypatch.setattr(spill.os, "pwritev", refuse_first)
+    with SpillDir(tmp_path, direct=None) as sd:
+        assert sd.direct is False and len(calls) == 1
+        assert sorted(os.listdir(sd.path)) == ["owner", "slab_0.bin"]
+        loc = sd.write(b"abc")
+        out = bytearray(3)
+        sd.read_into(loc, out)
+        assert out == b"abc"
+
+
+def test_dev_shm_works_either_way():
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    parent = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        with SpillDir(parent, slab_bytes=1 << 20) as sd:
+            assert sd.direct is _probe_direct(parent)
+            src = _payload(3 * 4096 + 5)
+            loc = sd.write(_buffer("numpy+1", src))
+            out = aligned_buffer(len(src))
+            sd.read_into(loc, out)
+            assert bytes(out) == src.tobytes()
+    finally:
+        shutil.rmtree(parent)
+
+
+# -- concurrency ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direct", [None, False])
+def test_many_threads(tmp_path, direct):
+    sd = SpillDir(tmp_path, direct=direct, slab_bytes=1 << 20)
+    start = threading.Barrier(8)
+
+    def worker(seed: int) -> int:
+        rng = random.Random(seed)
+        kept = []
+        start.wait()
+        for i in range(50):
+            n = rng.choice([0, 1, 4096, rng.randrange(200_000)])
+            src = _payload(n, seed=seed * 1000 + i)
+            loc = sd.write(_buffer(rng.choice(["aligned", "numpy+1", "bytearray"]), src))
+            kept.append((loc, src))
+            if rng.random() < 0.3:  # read back and free an earlier one
+                old, old_src = kept.pop(rng.randrange(len(kept)))
+                out = np.empty(old.nbytes + 1, np.uint8)[1:]
+                sd.read_into(old, out)
+                np.testing.assert_array_equal(out, old_src)
+                sd.free(old)
+        for loc, src in kept:
+            out = aligned_buffer(loc.nbytes)
+            sd.read_into(loc, out)
+            assert bytes(out) == src.tobytes()
+            sd.free(loc)
+        return len(kept)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sum(pool.map(worker, range(8))) > 0
+    assert sd.bytes_on_disk == 0
+    slabs = [p for p in os.listdir(sd.path) if p.startswith("slab_")]
+    assert len(slabs) == 1  # only the slab being appended to, and it is empty
+    assert os.path.getsize(sd.path / slabs[0]) == 0
+    sd.close()
+
+
+# -- failed writes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direct", [None, False])
+def test_enospc_leaves_store_usable(tmp_path, monkeypatch, direct):
+    sd = SpillDir(tmp_path, direct=direct)
+    earlier = [(sd.write(_buffer("numpy+1", _payload(n, n))), _payload(n, n)) for n in (10, 9000)]
+    used = sd.bytes_on_disk
+
+    def full(fd, bufs, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(spill.os, "pwritev", full)
+    with pytest.raises(SpillError) as info:
+        sd.write(_payload(5000))
+    assert isinstance(info.value, OSError)
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.strerror == os.strerror(errno.ENOSPC)
+    assert isinstance(info.value.__cause__, OSError)
+    assert sd.bytes_on_disk == used
+    monkeypatch.undo()
+
+    loc = sd.write(_payload(5000, 1))
+    out = bytearray(5000)
+    sd.read_into(loc, out)
+    assert out == _payload(5000, 1).tobytes()
+    for old, src in earlier:
+        out = bytearray(old.nbytes)
+        sd.read_into(old, out)
+        assert out == src.tobytes()
+    # the failed record had the id before this one and is not readable
+    ghost = Location(loc.slab, loc.offset - 3 * ALIGN, 5000, loc.record_id - 1, loc.crc)
+    with pytest.raises(KeyError):
+        sd.read_into(ghost, bytearray(5000))
+    sd.close()
+
+
+def test_failure_after_partial_write_is_not_readable(tmp_path, monkeypatch):
+    """The header reached the disk, the payload did not: the record stays unreadable."""
+    sd = SpillDir(tmp_path)
+    real = os.pwritev
+    calls = []
+
+    def header_then_eio(fd, bufs, offset):
+        calls.append(offset)
+        if len(calls) == 1:
+            return real(fd, [bufs[0]], offset)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(spill.os, "pwritev", header_then_eio)
+    with pytest.raises(SpillError) as info:
+        sd.write(_payload(20000))
+    assert info.value.errno == errno.EIO and len(calls) == 2
+    monkeypatch.undo()
+    assert sd.bytes_on_disk == 0
+    loc = sd.write(b"after")
+    assert loc.offset == 0  # the abandoned space of an otherwise empty slab is reused
+    out = bytearray(5)
+    sd.read_into(loc, out)
+    assert out == b"after"
+    sd.close()
+
+
+@pytest.mark.parametrize("direct", [None, False])
+def test_short_reads_and_writes(tmp_path, monkeypatch, direct):
+    real_w, real_r = os.pwritev, os.preadv
+
+    def one_block(bufs):
+        first = memoryview(bufs[0])
+        return [first[: min(len(first), ALIGN)]]
+
+    monkeypatch.setattr(spill.os, "pwritev", lambda fd, b, o: real_w(fd, one_block(b), o))
+    monkeypatch.setattr(spill.os, "preadv", lambda fd, b, o: real_r(fd, one_block(b), o))
+    with SpillDir(tmp_path, direct=direct) as sd:
+        for kind in ("aligned", "numpy+1"):
+            src = _payload(5 * ALIGN + 17)
+            loc = sd.write(_buffer(kind, src))
+            out = _buffer(kind, np.zeros(len(src), np.uint8))
+            sd.read_into(loc, out)
+            assert bytes(out) == src.tobytes()
+
+
+# -- damage on disk -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direct", [None, False])
+def test_flipped_payload_byte(tmp_path, direct):
+    with SpillDir(tmp_path, direct=direct) as sd:
+        sd.write(b"first")
+        loc = sd.write(_payload(10000))
+        _flip(_slab_path(sd, loc), loc.offset + ALIGN + 9999)
+        with pytest.raises(CorruptRecordError, match="payload checksum") as info:
+            sd.read_into(loc, bytearray(10000))
+        assert str(_slab_path(sd, loc)) in str(info.value)
+        assert f"offset {loc.offset}" in str(info.value)
+
+
+def test_on_disk_layout(tmp_path):
+    """Header fields, then zeros to the block end; the payload padded with zeros, even
+    after a read has passed a header with junk in its padding."""
+    with SpillDir(tmp_path) as sd:
+        first = sd.write(b"a")
+        _flip(_slab_path(sd, first), first.offset + 100)  # padding is not checksummed
+        sd.read_into(first, bytearray(1))
+        loc = sd.write(_buffer("numpy+1", _payload(5000)))
+        raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
+    assert len(raw) == 3 * ALIGN
+    magic, token, record_id, nbytes, crc, _ = struct.unpack_from("<8s16sQQII", raw)
+    assert (magic, record_id, nbytes, crc) == (b"TPSPILL1", loc.record_id, 5000, loc.crc)
+    assert raw[48:ALIGN] == bytes(ALIGN - 48)
+    assert raw[ALIGN : ALIGN + 5000] == _payload(5000).tobytes()
+    assert raw[ALIGN + 5000 :] == bytes(2 * ALIGN - 5000)
+
+
+@pytest.mark.parametrize("where", [0, 8, 30, 40, 44])  # magic, token, id, length, crc
+def test_flipped_header_byte(tmp_path, where):
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(_payload(100))
+        _flip(_slab_path(sd, loc), loc.offset + where)
+        with pytest.raises(CorruptRecordError):
+            sd.read_into(loc, bytearray(100))
+
+
+def test_header_from_another_spill_dir(tmp_path):
+    """A slab holding another SpillDir's (intact) record is caught by the token."""
+    with SpillDir(tmp_path) as a, SpillDir(tmp_path) as b:
+        la, lb = a.write(b"same"), b.write(b"same")
+        shutil.copyfile(_slab_path(a, la), _slab_path(b, lb))
+        with pytest.raises(CorruptRecordError, match="another SpillDir"):
+            b.read_into(lb, bytearray(4))
+
+
+@pytest.mark.parametrize("keep", [0, ALIGN // 2, ALIGN + 100, 2 * ALIGN])
+def test_truncated_slab(tmp_path, keep):
+    with SpillDir(tmp_path) as sd:
+        sd.write(b"first")
+        loc = sd.write(_payload(3 * ALIGN))
+        os.truncate(_slab_path(sd, loc), loc.offset + keep)
+        with pytest.raises(CorruptRecordError, match="file ends"):
+            sd.read_into(loc, bytearray(3 * ALIGN))
+
+
+def test_location_from_another_spill_dir(tmp_path):
+    with SpillDir(tmp_path) as a, SpillDir(tmp_path) as b:
+        la, lb = a.write(b"payload"), b.write(b"payload")
+        assert (la.slab, la.offset, la.nbytes, la.crc) == (lb.slab, lb.offset, lb.nbytes, lb.crc)
+        with pytest.raises(KeyError, match="not a live record"):
+            b.read_into(la, bytearray(7))
+        with pytest.raises(KeyError):
+            b.free(la)
+        out = bytearray(7)
+        b.read_into(lb, out)
+        assert out == b"payload"
+
+
+# -- freeing and closing ----------------------------------------------------------------
+
+
+def test_free_deletes_empty_full_slab(tmp_path):
+    with SpillDir(tmp_path, slab_bytes=4 * ALIGN) as sd:
+        locs = [sd.write(_payload(ALIGN, i)) for i in range(3)]  # 2 * ALIGN each
+        assert [loc.slab for loc in locs] == [0, 0, 1]
+        slab0 = sd.path / "slab_0.bin"
+        sd.free(locs[0])
+        assert slab0.exists()
+        sd.free(locs[1])
+        assert not slab0.exists()
+        assert sd.bytes_on_disk == 2 * ALIGN
+        out = bytearray(ALIGN)
+        sd.read_into(locs[2], out)
+        assert out == _payload(ALIGN, 2).tobytes()
+        with pytest.raises(KeyError):
+            sd.free(locs[1])  # twice
+        with pytest.raises(KeyError):
+            sd.read_into(locs[0], bytearray(ALIGN))  # freed
+
+
+def test_large_record_gets_own_slab(tmp_path):
+    with SpillDir(tmp_path, slab_bytes=2 * ALIGN) as sd:
+        small = sd.write(b"a")
+        big = sd.write(_payload(5 * ALIGN))
+        after = sd.write(b"b")
+        assert (small.slab, big.slab, after.slab) == (0, 1, 2)
+        assert big.offset == 0
+        assert os.path.getsize(sd.path / "slab_1.bin") == 6 * ALIGN
+
+
+def test_emptied_current_slab_is_truncated(tmp_path):
+    with SpillDir(tmp_path) as sd:
+        locs = [sd.write(_payload(n)) for n in (1, 5000)]
+        slab = sd.path / "slab_0.bin"
+        assert os.path.getsize(slab) == 5 * ALIGN  # (1 + 1) + (1 + 2) blocks
+        for loc in locs:
+            sd.free(loc)
+        assert os.path.getsize(slab) == 0 and sd.bytes_on_disk == 0
+        assert sd.write(b"x").offset == 0
+
+
+def test_close(tmp_path):
+    sd = SpillDir(tmp_path)
+    loc = sd.write(b"data")
+    path = sd.path
+    assert path.parent == tmp_path and path.name.startswith("tensorpress-spill-")
+    sd.close()
+    assert not path.exists()
+    sd.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        sd.write(b"more")
+    with pytest.raises(ValueError, match="closed"):
+        sd.read_into(loc, bytearray(4))
+    sd.free(loc)  # nothing left to free: no error
+
+
+def test_directory_mode_and_owner(tmp_path):
+    with SpillDir(tmp_path) as sd:
+        assert stat.S_IMODE(os.stat(sd.path).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(sd.path / "slab_0.bin").st_mode) == 0o600
+        assert (sd.path / "owner").read_text().split() == [socket.gethostname(), str(os.getpid())]
+
+
+def test_bad_parent(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        SpillDir(tmp_path / "missing")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="not a directory"):
+        SpillDir(tmp_path / "file")
+
+
+def test_removed_at_garbage_collection(tmp_path):
+    sd = SpillDir(tmp_path)
+    sd.write(b"data")
+    path = sd.path
+    del sd
+    gc.collect()
+    assert not path.exists()
+
+
+# -- other processes ------------------------------------------------------------------
+
+# load spill.py on its own: fast, and independent of how the package is installed
+_LOAD = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("spill", {spill.__file__!r})
+spill = importlib.util.module_from_spec(spec)
+sys.modules["spill"] = spill
+spec.loader.exec_module(spill)
+"""
+
+
+def test_removed_at_interpreter_exit(tmp_path):
+    script = _LOAD + textwrap.dedent("""
+        sd = spill.SpillDir(sys.argv[1])
+        sd.write(b"x" * 10000)
+        print(sd.path, flush=True)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(tmp_path / "tensorpress-spill-"))
+    assert os.listdir(tmp_path) == []
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _newest_slab(directory) -> int:
+    """Number of the newest slab file in ``directory`` (it only grows), -1 if none."""
+    names = [p.name for p in directory.glob("slab_*.bin")]
+    return max((int(n[5:-4]) for n in names), default=-1)
+
+
+def test_killed_writer_is_removed_as_stale_and_never_read(tmp_path, monkeypatch):
+    script = _LOAD + textwrap.dedent("""
+        sd = spill.SpillDir(sys.argv[1], slab_bytes=1 << 20)
+        print(sd.path, flush=True)
+        data, kept = bytes(100_000), []
+        while True:
+            kept.append(sd.write(data))
+            if len(kept) > 30:
+                sd.free(kept.pop(0))
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        stale = tmp_path / os.path.basename(proc.stdout.readline().strip())
+        deadline = time.monotonic() + 30
+        while _newest_slab(stale) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _newest_slab(stale) >= 2, "child never got going"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert stale.is_dir()
+    assert (stale / "owner").read_text().split() == [socket.gethostname(), str(proc.pid)]
+
+    # left alone: another host's, a live process's, no owner, not ours by name, a link
+    dead = _dead_pid()
+    keep = {}
+    for name, owner in [
+        ("tensorpress-spill-otherhost", f"{socket.gethostname()}-elsewhere {dead}"),
+        ("tensorpress-spill-alive", f"{socket.gethostname()} {os.getppid()}"),
+        ("tensorpress-spill-noowner", None),
+        ("unrelated", f"{socket.gethostname()} {dead}"),
+    ]:
+        keep[name] = tmp_path / name
+        keep[name].mkdir()
+        if owner:
+            (keep[name] / "owner").write_text(owner)
+    target = tmp_path / "unrelated"
+    os.symlink(target, tmp_path / "tensorpress-spill-link")
+    (tmp_path / "tensorpress-spill-file").write_text(f"{socket.gethostname()} {dead}")
+
+    opened = []
+    real_open = os.open
+
+    def spy(path, *args, **kwargs):
+        opened.append(os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(spill.os, "open", spy)
+    with SpillDir(tmp_path) as sd:
+        assert not stale.exists()
+        assert sd.path != stale
+        # (removing it opens the directory itself, but nothing in it by path)
+        assert opened and not any(p.startswith(f"{stale}/") for p in opened)
+        assert all(p.is_dir() for p in keep.values())
+        assert (tmp_path / "tensorpress-spill-link").is_symlink()
+        assert (tmp_path / "tensorpress-spill-file").is_file()
+        # the dead writer's first record (slab 0, offset 0) is not something we can read
+        with pytest.raises(KeyError):
+            sd.read_into(Location(0, 0, 100_000, 1, 0), bytearray(100_000))
+        loc = sd.write(b"fresh")
+        out = bytearray(5)
+        sd.read_into(loc, out)
+        assert out == b"fresh"
