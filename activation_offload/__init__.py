@@ -1,14 +1,19 @@
 """Activation compression and tiered offload (saved-tensor hooks)."""
 
 from .adaptive import AdaptiveBounds
-from .hooks import ActivationCompression, CompressedActivations, wrap
+from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
 from .stats import ActivationStats, ModuleRow
+from .store import Handle, StoreStats, TieredStore
 
 __all__ = [
     "ActivationCompression",
     "ActivationStats",
     "AdaptiveBounds",
     "CompressedActivations",
+    "Handle",
     "ModuleRow",
+    "StoreStats",
+    "TieredStore",
+    "offload_activations",
     "wrap",
 ]

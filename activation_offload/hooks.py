@@ -5,14 +5,17 @@ applies only the innermost pair, so everything a saved tensor goes through
 happens inside it). Pack: parameters and buffers (also as views or autocast
 copies), non-float tensors, tensors under ``min_bytes`` and tensors of excluded
 modules are kept as they are; a tensor saved again (same storage, view and
-version) reuses its first record; everything else is compressed. Unpack: the
-version counter is compared as autograd does (an in-place edit after saving
-raises), then the tensor is restored on its device.
+version) reuses its first record; everything else is compressed. With a
+``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
+of device memory until backward, which prefetches them in the reverse order of
+the forward pass. Unpack: the version counter is compared as autograd does (an
+in-place edit after saving raises), then the tensor is restored on its device.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import weakref
 
 import torch
@@ -24,8 +27,9 @@ from torch.nn.modules.module import (
 from ..compress.tensor import finite_range
 from .adaptive import AdaptiveBounds, layer_kind
 from .identity import ParameterStorages, SavedTable
-from .records import Codec, Compressed, Kept
+from .records import Codec, Compressed, Kept, Offloaded
 from .stats import ActivationStats
+from .store import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: outputs kept exact: a loss's log-probabilities (cross entropy saves them) turn an
@@ -52,6 +56,10 @@ class ActivationCompression:
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
     ``model``: names the rows of ``stats`` (found on the fly otherwise).
     ``debug``: check every restored tensor against its bound (keeps a copy).
+    ``offload``: ``"cpu"`` or ``"nvme"`` moves what is held (payloads; with
+    ``codec=None`` the tensors, exactly) out of device memory into ``store`` (a
+    :class:`TieredStore`; for ``"cpu"`` without one, a store of a quarter of the
+    machine's memory), ``prefetch`` records ahead of backward.
     Other keywords go to the codec. ``stats`` counts bytes of the last step.
     """
 
@@ -70,6 +78,9 @@ class ActivationCompression:
         exclude=(),
         model: torch.nn.Module | None = None,
         debug: bool = False,
+        offload: str | None = None,
+        store: TieredStore | None = None,
+        prefetch: int = 2,
         **codec_params,
     ):
         self._configure(
@@ -91,6 +102,13 @@ class ActivationCompression:
         if bad:
             raise TypeError(f"exclude takes module names (str) or module types, got {bad!r}")
         self.debug = bool(debug)
+        self.store = _offload_store(offload, store)
+        if not (isinstance(prefetch, int) and prefetch >= 0):
+            raise ValueError(f"prefetch must be a non-negative integer, got {prefetch!r}")
+        self.prefetch = prefetch
+        self._order: list = []  # weak references to the offloaded records, in save order
+        self._next = 0  # the highest position not prefetched yet
+        self._positions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.stats = ActivationStats()
         self.step = 0
         self._params = ParameterStorages()
@@ -148,6 +166,7 @@ class ActivationCompression:
         self.stats.reset()
         self._table.clear()
         self._stack.clear()
+        self._order.clear()
         self._params.refresh()
         hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         hooks.__enter__()
@@ -167,6 +186,8 @@ class ActivationCompression:
         self._table.clear()
         self._stack.clear()
         self.step += 1
+        self._next = len(self._order) - 1
+        self._prefetch_before(len(self._order))  # backward starts with the last saved
 
     # -- which module is running -------------------------------------------------------
 
@@ -234,6 +255,7 @@ class ActivationCompression:
                 if tol < rec.tolerance:
                     stored = rec.tighten(t, tol)
         self.stats.count(name, nbytes, stored, rec.tolerance)
+        rec.packs += 1
         return rec
 
     def _record(self, t: torch.Tensor, module, name: str, nbytes: int, excluded: bool):
@@ -244,15 +266,40 @@ class ActivationCompression:
             or excluded
             or type(t.grad_fn).__name__ in _KEEP_OUTPUTS_OF
         )
+        store = None
+        if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
+            store = self.store
         if keep:
-            return Kept(t, nbytes, self.stats)
+            if store is None:
+                return Kept(t, nbytes, self.stats)
+            return self._ordered(Offloaded(t, nbytes, self.stats, store))
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
             mode, tol = "abs", self._tolerance(t, module, name)
-        return Compressed(t, self._codec, mode, tol, self.stats, name, self.debug)
+        rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
+        return self._ordered(rec) if rec.store is not None else rec
+
+    def _ordered(self, rec):
+        """Note an offloaded record's place in the save order (for prefetching)."""
+        self._order.append(weakref.ref(rec))
+        self._positions[rec] = len(self._order) - 1
+        return rec
+
+    def _prefetch_before(self, position: int) -> None:
+        """Prefetch the ``prefetch`` offloaded records saved just before ``position``;
+        each record at most once a step, in falling position (backward's order)."""
+        self._next = min(self._next, position - 1)
+        while self._next >= max(position - self.prefetch, 0):
+            rec = self._order[self._next]()
+            self._next -= 1
+            if rec is not None:
+                try:
+                    rec.prefetch()
+                except KeyError:  # already deleted
+                    pass
 
     def _tolerance(self, t: torch.Tensor, module, name: str) -> float:
         """The absolute tolerance for a tensor saved by ``module`` (called ``name``)."""
@@ -275,7 +322,10 @@ class ActivationCompression:
                 f"{rec.version} instead (checked by tensorpress activation compression, as "
                 "autograd does without it)"
             )
-        y = rec.restore()
+        position = self._positions.get(rec) if rec.store is not None else None
+        if position is not None:
+            self._prefetch_before(position)
+        y = rec.unpacked(rec.restore())
         if self.debug and isinstance(rec, Compressed):
             rec.check(y)
         return y
@@ -295,6 +345,29 @@ class ActivationCompression:
         self.step = int(state["step"])
         if self.bounds is not None and state["bounds"] is not None:
             self.bounds.load_state_dict(state["bounds"])
+
+
+def _offload_store(offload: str | None, store: TieredStore | None) -> TieredStore | None:
+    if offload not in (None, "cpu", "nvme"):
+        raise ValueError(f"offload must be None, 'cpu' or 'nvme', got {offload!r}")
+    if store is not None and not isinstance(store, TieredStore):
+        raise TypeError(f"store must be a TieredStore, got {type(store).__name__}")
+    if offload is None:
+        return store
+    if store is None:
+        if offload == "nvme":
+            raise ValueError("offload='nvme' needs store=TieredStore(cpu_bytes=..., nvme_dir=...)")
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return TieredStore(memory // 4)
+    if offload == "nvme" and store.spill is None:
+        raise ValueError("offload='nvme' needs a store with an nvme_dir")
+    return store
+
+
+def offload_activations(store: TieredStore, **kwargs) -> ActivationCompression:
+    """Context manager: the forward pass inside it moves its saved activations, exactly,
+    into ``store`` (keywords as :class:`ActivationCompression`)."""
+    return ActivationCompression(None, store=store, **kwargs)
 
 
 class CompressedActivations(torch.nn.Module):

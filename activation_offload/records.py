@@ -1,15 +1,18 @@
 """How one saved tensor is held between forward and backward.
 
 ``Kept``: the tensor itself (parameters, small or integer tensors, excluded
-modules, ``codec=None``). ``Compressed``: a codec payload plus, for codecs that
-do not keep zeros exact (``quant``, ``sz``), a 1-bit mask of the exact zeros —
-ReLU's backward reads its saved output's zeros, so the sparsity pattern must
-survive. Both release their bytes from the stats when autograd drops them.
+modules, ``codec=None``). ``Offloaded``: such a tensor moved into a
+``TieredStore`` until backward. ``Compressed``: a codec payload (on the device,
+or parked in a store) plus, for codecs that do not keep zeros exact (``quant``,
+``sz``), a 1-bit mask of the exact zeros — ReLU's backward reads its saved
+output's zeros, so the sparsity pattern must survive. All release their bytes
+from the stats (and the store) when autograd drops them.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -24,26 +27,36 @@ _SHIFTS = torch.arange(8, dtype=torch.uint8)
 
 
 class Held:
-    """A saved tensor as held; ``nbytes`` counted as live until it is dropped."""
+    """A saved tensor as held; ``nbytes`` counted as live until it is dropped
+    (``offloaded``: held in a store, out of the device's memory)."""
 
-    __slots__ = ("nbytes", "_stats", "__weakref__")
+    __slots__ = ("nbytes", "offloaded", "packs", "_keep", "_stats", "__weakref__")
+    store = None
 
-    def __init__(self, nbytes: int, stats: ActivationStats | None):
-        self.nbytes = nbytes
+    def __init__(self, nbytes: int, stats: ActivationStats | None, offloaded: bool = False):
+        self.nbytes, self.offloaded = nbytes, offloaded
+        self.packs, self._keep = 0, None
         self._stats = stats
         if stats is not None:
-            stats.hold(nbytes)
+            stats.hold(nbytes, offloaded)
+
+    def unpacked(self, y: torch.Tensor) -> torch.Tensor:
+        """Note that autograd took ``y``: a record saved by several ops keeps ``y``
+        until the last of them has taken it, instead of restoring it again."""
+        self.packs -= 1
+        self._keep = y if self.packs > 0 else None
+        return y
 
     def _set_nbytes(self, nbytes: int) -> None:
         if self._stats is not None:
-            self._stats.release(self.nbytes)
-            self._stats.hold(nbytes)
+            self._stats.release(self.nbytes, self.offloaded)
+            self._stats.hold(nbytes, self.offloaded)
         self.nbytes = nbytes
 
     def __del__(self):
         stats = getattr(self, "_stats", None)  # None too when __init__ failed part-way
         if stats is not None:
-            stats.release(self.nbytes)
+            stats.release(self.nbytes, self.offloaded)
 
 
 class Kept(Held):
@@ -62,6 +75,44 @@ class Kept(Held):
 
     def restore(self) -> torch.Tensor:
         return self.tensor
+
+
+class Offloaded(Held):
+    """A tensor kept exactly, in a ``TieredStore`` until backward needs it."""
+
+    __slots__ = ("store", "handle", "watch")
+    tolerance = None
+
+    def __init__(self, t: torch.Tensor, nbytes: int, stats: ActivationStats, store):
+        self.watch = VersionWatch(t)
+        self.store, self.handle = store, store.put(t)
+        super().__init__(nbytes, stats, offloaded=True)
+
+    def current_version(self) -> int:
+        return self.watch.current
+
+    @property
+    def version(self) -> int:
+        return self.watch.version
+
+    def prefetch(self) -> None:
+        self.store.prefetch(self.handle)
+
+    def restore(self) -> torch.Tensor:
+        return self._keep if self._keep is not None else self.store.get(self.handle)
+
+    def __del__(self):
+        super().__del__()
+        _forget(getattr(self, "store", None), getattr(self, "handle", None))
+
+
+def _forget(store, handle) -> None:
+    """Delete ``handle`` from ``store`` if both are there (a closed store has let go)."""
+    if store is not None and handle is not None:
+        try:
+            store.delete(handle)
+        except (KeyError, ValueError):
+            pass
 
 
 class Codec:
@@ -109,18 +160,43 @@ class Compressed(Held):
     """A codec payload (plus a zero mask where the codec needs one)."""
 
     __slots__ = ("codec", "payload", "mask", "shape", "dtype", "device", "watch", "mode")
-    __slots__ += ("tolerance", "name", "original", "_restored")
+    __slots__ += ("tolerance", "name", "original", "_restored", "store", "handle")
 
-    def __init__(self, t, codec: Codec, mode, tol, stats: ActivationStats, name: str, debug: bool):
+    def __init__(
+        self, t, codec: Codec, mode, tol, stats: ActivationStats, name: str, debug: bool, store=None
+    ):
         self.codec, self.mode, self.name = codec, mode, name
         self.shape, self.dtype, self.device = tuple(t.shape), t.dtype, t.device
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
         self._restored = None
         self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
-        self.payload, held = codec.compress(t, mode, tol)
+        self.store = store if codec.name != "sz" else None  # sz payloads are host bytes
+        self.handle = None
+        self._park(*codec.compress(t, mode, tol))
         self.tolerance = tol
-        super().__init__(held + self._mask_bytes(), stats)
+        super().__init__(self.nbytes, stats, offloaded=self.handle is not None)
+
+    def _park(self, payload, held: int) -> None:
+        """Hold ``payload``: its bytes go into the store when there is one."""
+        if self.store is not None:
+            _forget(self.store, self.handle)
+            self.handle = self.store.put(payload.payload)
+            payload = replace(payload, payload=None)
+        self.payload, self.nbytes = payload, held + self._mask_bytes()
+
+    def prefetch(self) -> None:
+        if self.handle is not None:
+            self.store.prefetch(self.handle)
+
+    def _compressed(self):
+        if self.handle is None:
+            return self.payload
+        return replace(self.payload, payload=self.store.get(self.handle))
+
+    def __del__(self):
+        super().__del__()
+        _forget(getattr(self, "store", None), getattr(self, "handle", None))
 
     def _mask_bytes(self) -> int:
         return 0 if self.mask is None else self.mask.numel()
@@ -129,11 +205,12 @@ class Compressed(Held):
         """Re-compress from ``t`` (the same tensor, still alive) under a tighter bound;
         returns the change in bytes held."""
         before = self.nbytes
-        self.payload, held = self.codec.compress(t, self.mode, tol)
+        self._park(*self.codec.compress(t, self.mode, tol))
+        after, self.nbytes = self.nbytes, before
         self.tolerance = tol
         self._restored = None
-        self._set_nbytes(held + self._mask_bytes())
-        return self.nbytes - before
+        self._set_nbytes(after)
+        return after - before
 
     def current_version(self) -> int:
         return self.watch.current
@@ -143,9 +220,11 @@ class Compressed(Held):
         return self.watch.version
 
     def restore(self) -> torch.Tensor:
+        if self._keep is not None:
+            return self._keep
         y = self._restored() if self._restored is not None else None
         if y is None:
-            y = self.codec.decompress(self.payload, self.device).reshape(self.shape)
+            y = self.codec.decompress(self._compressed(), self.device).reshape(self.shape)
             if self.mask is not None:
                 zero = unpack_mask(self.mask, self.shape)
                 y = y.masked_fill(zero, 0)
@@ -168,7 +247,7 @@ class Compressed(Held):
         if self.codec.bounded:
             lim = self.tolerance * (x64.abs()[fin] if self.mode == "pw_rel" else 1.0)
         else:
-            lim = torch.tensor(float(self.payload.max_error or 0.0), dtype=torch.float64)
+            lim = torch.tensor(float(self._compressed().max_error or 0.0), dtype=torch.float64)
         zeros_kept = bool((y64[x64 == 0] == 0).all())
         if not (same_nan and same_inf and bool((err <= lim).all()) and zeros_kept):
             worst = float(err.max()) if err.numel() else 0.0

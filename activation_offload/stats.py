@@ -32,13 +32,17 @@ class ActivationStats:
 
     Parameters and buffers that autograd saves are not activations and are not
     counted. ``peak_stored_bytes`` is the most bytes held at any one time since the
-    reset (records of earlier steps still alive count too).
+    reset (records of earlier steps still alive count too). With a store, records
+    moved into it count as held too; ``device_bytes`` / ``peak_device_bytes`` count
+    only those still in the tensors' own device memory.
     """
 
     saved_bytes: int = 0
     stored_bytes: int = 0
     peak_stored_bytes: int = 0
     live_bytes: int = 0
+    device_bytes: int = 0
+    peak_device_bytes: int = 0
     rows: dict = field(default_factory=dict)
 
     @property
@@ -49,6 +53,7 @@ class ActivationStats:
     def reset(self) -> None:
         self.saved_bytes = self.stored_bytes = 0
         self.peak_stored_bytes = self.live_bytes
+        self.peak_device_bytes = self.device_bytes
         self.rows = {}
 
     def row(self, name: str) -> ModuleRow:
@@ -67,12 +72,17 @@ class ActivationStats:
         self.saved_bytes += saved
         self.stored_bytes += stored
 
-    def hold(self, nbytes: int) -> None:
+    def hold(self, nbytes: int, offloaded: bool = False) -> None:
         self.live_bytes += nbytes
         self.peak_stored_bytes = max(self.peak_stored_bytes, self.live_bytes)
+        if not offloaded:
+            self.device_bytes += nbytes
+            self.peak_device_bytes = max(self.peak_device_bytes, self.device_bytes)
 
-    def release(self, nbytes: int) -> None:
+    def release(self, nbytes: int, offloaded: bool = False) -> None:
         self.live_bytes -= nbytes
+        if not offloaded:
+            self.device_bytes -= nbytes
 
     def __str__(self) -> str:
         mib = 1 << 20
