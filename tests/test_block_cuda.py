@@ -50,7 +50,8 @@ fails = 0
 cases = 0
 rejected = 0
 for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16", 1393, 19),
-                       ("bfloat16", 1393, 19), ("float32", 259, 11)]:
+                       ("bfloat16", 1393, 19), ("float32", 259, 11),
+                       ("float64", 2597, 50)]:  # blocks of several CUDA blocks' tiles
     for mode, val in [("abs", 1e-3), ("abs", 0.0), ("rel", 1e-2), ("pw_rel", 1e-2),
                       ("abs", 0.5)]:
         for seed in (cases,):

@@ -1,15 +1,20 @@
 """The ``block`` codec as numba.cuda kernels: the bytes and values of ``block_torch``.
 
 One CUDA thread per block of 64 values, each a direct port of the per-block
-body of ``kernels/block.py``'s ``encode_chunk``:
+body of ``kernels/block.py``'s ``encode_chunk``; the threads of a CUDA block share
+the memory traffic of their tile of consecutive blocks (whose values are one
+contiguous range), so that consecutive threads touch consecutive addresses:
 
-1. ``_quant_kernel``: the block's codes (into an int32 scratch), step exponent
+1. ``_QUANT`` (the quantization kernel): the tile's values are loaded into shared
+   memory together; each thread gives its block's codes (into an int32 scratch,
+   transposed: code ``j`` of block ``g`` at ``j * nblocks + g``), step exponent
    and raw flag (quantization, neighbour retry, direct width).
 2. ``_plan_kernel``: with the previous block's raw flag and last code known, the
    delta statistics, the packing choice, the header byte and the sizes.
 3. torch ops on the device: per-chunk sizes, raw chunks, offsets; one host sync.
-4. ``_write_kernel``: header, exponent, count, index and data bytes at their
-   offsets; raw blocks and raw chunks copy their bytes.
+4. ``_write_kernel``: header, exponent, count and index bytes at their offsets;
+   the data (packed codes, staged in shared memory, or the bytes of raw blocks
+   and raw chunks) are copied out by the whole CUDA block.
 
 Float arithmetic is float64 with only +, -, *, rint and comparisons; products
 that meet an addition go through ``dmul_rn`` so the compiler cannot fuse them
@@ -19,8 +24,9 @@ The decoder (``decode``, the values of ``block_torch.decode``): torch ops parse 
 headers and counts and give every block its index and data offsets; ``_scan_kernel``
 checks each sparse block's index and sums its codes (delta) or takes its last code
 (direct); one host sync rejects inconsistent payloads; a segmented scan gives each
-delta block its carry-in; ``_decode_kernel`` unpacks, reconstructs, rounds to the dtype
-and writes the values' bits (raw blocks and raw chunks: their bytes).
+delta block its carry-in; ``_DECODE`` (the decoding kernel) unpacks, reconstructs, rounds
+to the dtype and puts the values' bits (raw blocks and raw chunks: their bytes) in a
+shared-memory tile that the CUDA block writes out together.
 
 With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator on CPU
 tensors (numpy arrays), which is how the tests check the bytes.
@@ -32,13 +38,21 @@ import math
 
 import numpy as np
 import torch
-from numba import config, cuda
+from numba import config, cuda, float32, float64, int16, int32, int64, uint8
 
 from .block import BLOCK, DELTA, LIST_MAX, QMAX, RAW_WIDTH, SIGNED, SPARSE
 
 SIM = bool(config.ENABLE_CUDASIM)
 PREC = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
 TPB = 32 if SIM else 128  # threads per CUDA block (the simulator runs each as a thread)
+
+
+def _tpb(itemsize: int) -> int:
+    """Threads (= blocks of 64 values) per CUDA block of the kernels that stage a tile
+    of values in shared memory: TPB * 65 words of ``itemsize`` bytes (33 KiB for 4 bytes)
+    stay under the 48 KiB of static shared memory, so 8-byte words take half as many."""
+    return TPB if itemsize <= 4 else TPB // 2
+
 
 if SIM:
 
@@ -72,7 +86,6 @@ if SIM:
         return int(buf[p])
 
 else:
-    from numba import float32, float64, int32, int64
     from numba.cuda import libdevice
 
     def _device(f):
@@ -206,27 +219,50 @@ def _geometry(g, n, chunk_elems, bpc):
 
 
 @_device
-def _pred(codes, raw, g, local):
-    """The code before block ``g``'s first value: the previous block's last, or 0."""
+def _tile_span(g0, n, chunk_elems, bpc, nblocks, tpb):
+    """First element and number of values of the tile of blocks ``g0`` .. ``g0 + tpb - 1``
+    (those below ``nblocks``): consecutive blocks hold consecutive values, across chunk
+    boundaries too, so a tile's values are one contiguous range."""
+    gl = g0 + tpb - 1
+    if gl >= nblocks:
+        gl = nblocks - 1
+    c, local, s0, m, cs, nbc = _geometry(g0, n, chunk_elems, bpc)
+    c, local, sl, m, cs, nbc = _geometry(gl, n, chunk_elems, bpc)
+    return s0, sl + m - s0
+
+
+@_device
+def _sh(i):
+    """Where a tile's value ``i`` sits in shared memory: one word of padding after every
+    64, so that the threads of a warp, each walking its own block, hit distinct banks."""
+    return i + (i >> 6)
+
+
+@_device
+def _pred(codes, raw, g, local, nblocks):
+    """The code before block ``g``'s first value: the previous block's last, or 0 (the
+    previous block of the chunk is a full one)."""
     if local == 0 or raw[g - 1]:
         return 0
-    return int(codes[g * BLOCK - 1])
+    return int(codes[(BLOCK - 1) * nblocks + g - 1])
 
 
-@cuda.jit
-def _quant_kernel(xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, tol, step, inv,
-                  codes, raw, kexp):  # fmt: skip
-    g = cuda.grid(1)
-    if g >= nblocks:
-        return
-    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+# ``codes``, the int32 scratch of the encoder, is stored transposed: block ``g``'s code
+# ``j`` at ``codes[j * nblocks + g]``, so that the threads of a warp (consecutive blocks)
+# read and write consecutive words.
+
+
+@_device
+def _quant_block(tile, o, g, m, pw, prec, itemsize, tol, step, inv, nblocks, codes, raw, kexp):
+    """Block ``g``: its ``m`` values at ``tile[_sh(o + j)]``; its codes, raw flag and step
+    exponent."""
     k = 0
     bstep = step
     binv = inv
     if pw:
         lo = math.inf
         for j in range(m):
-            a = abs(float(xv[s + j]))
+            a = abs(float(tile[_sh(o + j)]))
             if a != 0.0 and a < lo:
                 lo = a
         a2 = _mul(tol, lo if lo != math.inf else 0.0)
@@ -248,7 +284,7 @@ def _quant_kernel(xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, tol, ste
     or_d = 0
     zz_d = 0
     for j in range(m):
-        x = float(xv[s + j])
+        x = float(tile[_sh(o + j)])
         u = x * binv
         t = _rint(u)
         if not _codable(x, t, prec, pw, tol, bstep):
@@ -258,12 +294,41 @@ def _quant_kernel(xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, tol, ste
             else:
                 bad += 1
         q = int(t) if abs(t) <= QMAX else 0
-        codes[g * BLOCK + j] = q
+        codes[j * nblocks + g] = q
         or_d |= q
         zz_d |= (q << 1) ^ (q >> 63)
     w_d = _bit_width(zz_d if or_d < 0 else or_d)
     raw[g] = 1 if bad or (m * w_d + 7) // 8 > m * itemsize else 0
     kexp[g] = k
+
+
+def _make_quant_kernel(tpb, word):
+    """The quantization kernel for ``tpb`` threads per CUDA block and input values of
+    numba type ``word``: the CUDA block loads its tile of ``tpb`` blocks into shared
+    memory (consecutive threads, consecutive values), then each thread quantizes one."""
+    nsh = tpb * (BLOCK + 1)
+
+    @cuda.jit
+    def quant(xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, tol, step, inv,
+              codes, raw, kexp):  # fmt: skip
+        tile = cuda.shared.array(nsh, word)
+        tid = cuda.threadIdx.x
+        g0 = cuda.blockIdx.x * tpb
+        s0, size = _tile_span(g0, n, chunk_elems, bpc, nblocks, tpb)
+        for i in range(tid, size, tpb):
+            tile[_sh(i)] = xv[s0 + i]
+        cuda.syncthreads()  # every thread of the CUDA block gets here
+        g = g0 + tid
+        if g < nblocks:
+            c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+            _quant_block(tile, s - s0, g, m, pw, prec, itemsize, tol, step, inv, nblocks,
+                         codes, raw, kexp)  # fmt: skip
+
+    return quant
+
+
+# per input word size (float32 values: 4, float64: 8): (threads per CUDA block, kernel)
+_QUANT = {w: (_tpb(w), _make_quant_kernel(_tpb(w), t)) for w, t in ((4, float32), (8, float64))}
 
 
 @cuda.jit
@@ -284,7 +349,7 @@ def _plan_kernel(rawb, codes, raw, n, chunk_elems, bpc, nblocks, itemsize,
         isize[g] = 0
         dsize[g] = itemsize if same else m * itemsize
         return
-    last = _pred(codes, raw, g, local)
+    last = _pred(codes, raw, g, local, nblocks)
     or_d = 0
     zz_d = 0
     nz_d = 0
@@ -292,7 +357,7 @@ def _plan_kernel(rawb, codes, raw, n, chunk_elems, bpc, nblocks, itemsize,
     zz_l = 0
     nz_l = 0
     for j in range(m):
-        q = int(codes[g * BLOCK + j])
+        q = int(codes[j * nblocks + g])
         d = q - last
         last = q
         nz_d += q != 0
@@ -325,14 +390,14 @@ def _plan_kernel(rawb, codes, raw, n, chunk_elems, bpc, nblocks, itemsize,
 
 
 @_device
-def _pack(out, p, codes, cb, m, pred, delta, sparse, signed, w, positions):
-    """Write the block's codes (or, with ``positions``, the positions of its non-zero
+def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w, positions):
+    """Write block ``g``'s codes (or, with ``positions``, the positions of its non-zero
     codes) at ``w`` bits each, LSB first, from byte ``p``; returns the end."""
     acc = 0
     nbits = 0
     last = pred
     for j in range(m):
-        q = int(codes[cb + j])
+        q = int(codes[j * nblocks + g])
         v = q - last if delta else q
         last = q
         if sparse and v == 0:
@@ -354,21 +419,18 @@ def _pack(out, p, codes, cb, m, pred, delta, sparse, signed, w, positions):
     return p
 
 
-@cuda.jit
-def _write_kernel(rawb, codes, raw, kexp, head, nnz, n, chunk_elems, bpc, nblocks, itemsize,
-                  pw, start_c, raw_c, cpos, ioff, doff, out):  # fmt: skip
-    g = cuda.grid(1)
-    if g >= nblocks:
-        return
+@_device
+def _write_head(rawb, codes, raw, kexp, head, nnz, g, n, chunk_elems, bpc, nblocks, pw,
+                start_c, raw_c, cpos, ioff, out):  # fmt: skip
+    """Block ``g``'s bytes other than its data: the chunk's mode byte (first block), its
+    header, exponent, count and index bytes. Returns whether its data are packed codes
+    (else bytes of the input, as they are)."""
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
     base = start_c[c]
     if raw_c[c]:  # the chunk is stored as it is
         if local == 0:
             out[base] = 1
-        p = base + 1 + (s - cs) * itemsize
-        for j in range(m * itemsize):
-            out[p + j] = rawb[s * itemsize + j]
-        return
+        return False
     if local == 0:
         out[base] = 0
     h = int(head[g])
@@ -377,28 +439,22 @@ def _write_kernel(rawb, codes, raw, kexp, head, nnz, n, chunk_elems, bpc, nblock
         kk = 0 if raw[g] else int(kexp[g]) & 0xFFFF
         out[base + 1 + nbc + 2 * local] = kk & 0xFF
         out[base + 2 + nbc + 2 * local] = kk >> 8
-    p = doff[g]
     if raw[g]:
-        cnt = itemsize if h & SPARSE else m * itemsize
-        for j in range(cnt):
-            out[p + j] = rawb[s * itemsize + j]
-        return
-    delta = h & DELTA != 0
-    sparse = h & SPARSE != 0
-    pred = _pred(codes, raw, g, local) if delta else 0
-    cb = g * BLOCK
-    if sparse:
+        return False
+    if h & SPARSE:
+        delta = h & DELTA != 0
+        pred = _pred(codes, raw, g, local, nblocks) if delta else 0
         cnt = int(nnz[g])
         out[cpos[g]] = cnt
         ip = ioff[g]
         if cnt <= LIST_MAX:
-            _pack(out, ip, codes, cb, m, pred, delta, True, False, 6, True)
+            _pack(out, ip, codes, g, nblocks, m, pred, delta, True, False, 6, True)
         else:
             last = pred
             byte = 0
             for j in range(BLOCK):
                 if j < m:
-                    q = int(codes[cb + j])
+                    q = int(codes[j * nblocks + g])
                     v = q - last if delta else q
                     last = q
                     if v != 0:
@@ -406,9 +462,88 @@ def _write_kernel(rawb, codes, raw, kexp, head, nnz, n, chunk_elems, bpc, nblock
                 if j & 7 == 7:
                     out[ip + (j >> 3)] = byte
                     byte = 0
+    return True
+
+
+@_device
+def _write_data(codes, raw, head, g, n, chunk_elems, bpc, nblocks, out, p):
+    """Block ``g``'s packed codes into ``out`` from byte ``p``."""
+    c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    h = int(head[g])
     w = h & 31
     if w:
-        _pack(out, p, codes, cb, m, pred, delta, sparse, h & SIGNED != 0, w, False)
+        delta = h & DELTA != 0
+        sparse = h & SPARSE != 0
+        pred = _pred(codes, raw, g, local, nblocks) if delta else 0
+        _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, h & SIGNED != 0, w, False)
+
+
+# the writer stages a tile's packed data (up to this many bytes; the threads past it pack
+# straight into the payload) in shared memory, then the CUDA block copies the data of its
+# tile, packed or raw, to the payload: consecutive threads, consecutive bytes
+_WCAP = 512 if SIM else 16384
+
+
+@cuda.jit
+def _write_kernel(rawb, codes, raw, kexp, head, nnz, dsize, n, chunk_elems, bpc, nblocks,
+                  itemsize, pw, start_c, raw_c, cpos, ioff, doff, out):  # fmt: skip
+    stage = cuda.shared.array(_WCAP, uint8)
+    ends = cuda.shared.array(TPB, int64)  # the tile's data bytes to copy: inclusive sums
+    pends = cuda.shared.array(TPB, int64)  # its packed bytes: inclusive sums
+    dest = cuda.shared.array(TPB, int64)  # where each block's data go in the payload
+    src = cuda.shared.array(TPB, int64)  # from rawb[src], or from stage[-1 - src]
+    tid = cuda.threadIdx.x
+    g = cuda.blockIdx.x * TPB + tid
+    size = 0
+    packed = False
+    if g < nblocks:
+        packed = _write_head(rawb, codes, raw, kexp, head, nnz, g, n, chunk_elems, bpc,
+                             nblocks, pw, start_c, raw_c, cpos, ioff, out)  # fmt: skip
+        c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+        if raw_c[c]:
+            dest[tid] = start_c[c] + 1 + (s - cs) * itemsize
+            size = m * itemsize
+        else:
+            dest[tid] = doff[g]
+            size = dsize[g]
+        src[tid] = s * itemsize
+    pends[tid] = size if packed else 0
+    off = 1
+    while off < TPB:  # inclusive scan (every thread runs the same steps)
+        cuda.syncthreads()
+        v = pends[tid - off] if tid >= off else 0
+        cuda.syncthreads()
+        pends[tid] += v
+        off *= 2
+    staged = packed and pends[tid] <= _WCAP
+    ends[tid] = size if staged or not packed else 0
+    if staged:
+        src[tid] = -1 - (pends[tid] - size)
+    off = 1
+    while off < TPB:
+        cuda.syncthreads()
+        v = ends[tid - off] if tid >= off else 0
+        cuda.syncthreads()
+        ends[tid] += v
+        off *= 2
+    if packed:
+        if staged:
+            _write_data(codes, raw, head, g, n, chunk_elems, bpc, nblocks, stage, -1 - src[tid])
+        else:
+            _write_data(codes, raw, head, g, n, chunk_elems, bpc, nblocks, out, doff[g])
+    cuda.syncthreads()
+    for i in range(tid, ends[TPB - 1], TPB):
+        lo = 0  # the block whose data hold byte i: the first with ends > i
+        hi = TPB - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if ends[mid] > i:
+                hi = mid
+            else:
+                lo = mid + 1
+        k = i - (ends[lo - 1] if lo > 0 else 0)
+        sv = src[lo]
+        out[dest[lo] + k] = stage[-1 - sv + k] if sv < 0 else rawb[sv + k]
 
 
 def _dev(t: torch.Tensor):
@@ -456,7 +591,8 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     d_rawb, d_codes, d_raw, d_kexp = _dev(rawb), _dev(codes), _dev(raw), _dev(kexp)
     d_head, d_nnz = _dev(head), _dev(nnz)
     quant_args = (prec, pwi, tol, step, inv, d_codes, d_raw, d_kexp)
-    _quant_kernel[grid, TPB, stream](_dev(xv), *geo, *quant_args)
+    tpb, quant = _QUANT[xv.element_size()]
+    quant[(nblocks + tpb - 1) // tpb, tpb, stream](_dev(xv), *geo, *quant_args)
     plan_args = (d_head, d_nnz, _dev(isize), _dev(dsize))
     _plan_kernel[grid, TPB, stream](d_rawb, d_codes, d_raw, *geo, *plan_args)
 
@@ -484,7 +620,7 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     out = torch.empty(total, dtype=torch.uint8, device=dev)
     if SIM:
         out.fill_(0xA5)  # a byte the kernels miss shows in the tests
-    blocks = (d_rawb, d_codes, d_raw, d_kexp, d_head, d_nnz)
+    blocks = (d_rawb, d_codes, d_raw, d_kexp, d_head, d_nnz, _dev(dsize))
     offsets = (_dev(start_c), _dev(raw_c.long()), _dev(cpos), _dev(ioff), _dev(doff))
     _write_kernel[grid, TPB, stream](*blocks, *geo, pwi, *offsets, _dev(out))
     return out, lengths
@@ -616,19 +752,18 @@ def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head
     rel[g] = total if h & DELTA else v
 
 
-@cuda.jit
-def _decode_kernel(buf, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, step, start_c,
-                   mode_c, head, cnt_sp, ioff, doff, carry, out):  # fmt: skip
-    """Block ``g``'s values, as the bits of the dtype, into ``out`` (an integer view)."""
-    g = cuda.grid(1)
-    if g >= nblocks:
-        return
+@_device
+def _decode_block(buf, g, n, chunk_elems, bpc, itemsize, prec, pw, step, start_c, mode_c, head,
+                  cnt_sp, ioff, doff, carry, tile, s0):  # fmt: skip
+    """Block ``g``'s values, as the bits of the dtype, into ``tile`` (an integer array) at
+    ``_sh(s - s0)`` and on, ``s`` its first element."""
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
+    o = s - s0
     base = int(start_c[c])
     if mode_c[c] != 0:  # a raw chunk: the values as they are
         p = base + 1 + (s - cs) * itemsize
         for j in range(m):
-            out[s + j] = _load_int(buf, p + j * itemsize, itemsize)
+            tile[_sh(o + j)] = _load_int(buf, p + j * itemsize, itemsize)
         return
     h = int(head[g])
     w = h & 31
@@ -636,7 +771,7 @@ def _decode_kernel(buf, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, step, 
     if w == RAW_WIDTH:  # a raw block: its values, or one repeated
         stride = 0 if h & SPARSE else itemsize
         for j in range(m):
-            out[s + j] = _load_int(buf, p + j * stride, itemsize)
+            tile[_sh(o + j)] = _load_int(buf, p + j * stride, itemsize)
         return
     bstep = step
     if pw:
@@ -657,7 +792,38 @@ def _decode_kernel(buf, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, step, 
             if signed:
                 v = (v >> 1) ^ -(v & 1)
         q = q + v if delta else v
-        out[s + j] = _stored_bits(_store(_mul(float(q), bstep), prec), prec)
+        tile[_sh(o + j)] = _stored_bits(_store(_mul(float(q), bstep), prec), prec)
+
+
+def _make_decode_kernel(tpb, word):
+    """The decoding kernel for ``tpb`` threads per CUDA block and values of ``word`` (the
+    numba integer type of the dtype's size): each thread decodes one block into the tile
+    in shared memory, then the CUDA block writes the tile out (consecutive threads,
+    consecutive values)."""
+    nsh = tpb * (BLOCK + 1)
+
+    @cuda.jit
+    def dec(buf, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, step, start_c, mode_c, head,
+            cnt_sp, ioff, doff, carry, out):  # fmt: skip
+        tile = cuda.shared.array(nsh, word)
+        tid = cuda.threadIdx.x
+        g0 = cuda.blockIdx.x * tpb
+        g = g0 + tid
+        s0, size = _tile_span(g0, n, chunk_elems, bpc, nblocks, tpb)
+        if g < nblocks:
+            _decode_block(buf, g, n, chunk_elems, bpc, itemsize, prec, pw, step, start_c,
+                          mode_c, head, cnt_sp, ioff, doff, carry, tile, s0)  # fmt: skip
+        cuda.syncthreads()  # every thread of the CUDA block gets here
+        for i in range(tid, size, tpb):
+            out[s0 + i] = tile[_sh(i)]
+
+    return dec
+
+
+# per dtype size: (threads per CUDA block, kernel)
+_DECODE = {
+    w: (_tpb(w), _make_decode_kernel(_tpb(w), t)) for w, t in ((2, int16), (4, int32), (8, int64))
+}
 
 
 def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype, pw, step):
@@ -763,7 +929,8 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
 
     out = torch.empty(n, dtype=dtype, device=dev)
     ints = out.view(_int_view(dtype))
-    _decode_kernel[grid, TPB, stream](
+    tpb, dec = _DECODE[itemsize]
+    dec[(nblocks + tpb - 1) // tpb, tpb, stream](
         d_buf, *geo, itemsize, prec, 1 if pw else 0, float(step), d_start, d_mode, d_head,
         d_cnt, d_ioff, d_doff, _dev(carry), _dev(ints),
     )  # fmt: skip
