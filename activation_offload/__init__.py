@@ -2,6 +2,7 @@
 
 from .adaptive import AdaptiveBounds
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
+from .optimizer import OptimizerOffload, offload_optimizer_state
 from .stats import ActivationStats, ModuleRow
 from .store import Handle, StoreStats, TieredStore
 
@@ -12,8 +13,10 @@ __all__ = [
     "CompressedActivations",
     "Handle",
     "ModuleRow",
+    "OptimizerOffload",
     "StoreStats",
     "TieredStore",
     "offload_activations",
+    "offload_optimizer_state",
     "wrap",
 ]
