@@ -25,7 +25,7 @@ import torch
 
 from ..compress import compress_tensor, decompress_tensor
 from .host_memory import HostPool
-from .spill import SpillDir, SpillError
+from .spill import SpillDir, SpillError, aligned_buffer
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
@@ -37,6 +37,7 @@ class StoreStats:
 
     puts: int = 0
     put_bytes: int = 0  # bytes of the tensors put
+    pending_bytes: int = 0  # bytes of tensors put and not yet stored (still where they were)
     cpu_bytes: int = 0  # bytes in the pinned pool (rounded to its pages)
     peak_cpu_bytes: int = 0
     host_bytes: int = 0  # bytes held in host memory over the budget
@@ -132,10 +133,12 @@ class TieredStore:
         if tensor.is_cuda:  # the side stream starts after what the caller queued
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(tensor.device))
+        nbytes = tensor.numel() * tensor.element_size()
         with self._cond:
             self._records[handle.id] = rec
             self.stats.puts += 1
-            self.stats.put_bytes += tensor.numel() * tensor.element_size()
+            self.stats.put_bytes += nbytes
+            self.stats.pending_bytes += nbytes
         rec.stored = self._workers.submit(self._store, rec, tensor.detach(), event)
         return handle
 
@@ -257,6 +260,9 @@ class TieredStore:
         except BaseException as exc:
             rec.error = exc
             raise
+        finally:
+            with self._cond:
+                self.stats.pending_bytes -= t.numel() * t.element_size()
 
     def _store_on(self, rec: _Record, t: torch.Tensor) -> None:
         if self.codec is not None and t.is_floating_point() and t.numel():
@@ -270,8 +276,8 @@ class TieredStore:
             _copy_and_wait(self.pool.view(offset, n), data)
             self._set_tier(rec, CPU, offset=offset)
             return
-        host = _copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
-        if self.spill is not None:
+        if self.spill is not None:  # page-aligned: O_DIRECT writes it without a copy
+            host = _copy_and_wait(_aligned_tensor(n), data)
             try:
                 loc = self.spill.write(host.numpy())
             except SpillError as exc:
@@ -280,6 +286,7 @@ class TieredStore:
                 self._set_tier(rec, NVME, loc=loc)
                 return
         else:
+            host = _copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
             self._warn("the store's cpu_bytes are full and it has no nvme_dir")
         self._set_tier(rec, HOST, host=host)
 
@@ -366,7 +373,7 @@ class TieredStore:
             elif tier == HOST:
                 src = rec.host
             else:
-                src = torch.empty(rec.nbytes, dtype=torch.uint8)
+                src = _aligned_tensor(rec.nbytes)
                 self.spill.read_into(rec.loc, src.numpy())
                 with self._cond:
                     self.stats.read_bytes += rec.nbytes
@@ -421,6 +428,14 @@ def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     else:
         dst.copy_(src)
     return dst
+
+
+def _aligned_tensor(nbytes: int) -> torch.Tensor:
+    """A uint8 host tensor of ``nbytes`` on its own pages (O_DIRECT reads and writes it
+    in place)."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(aligned_buffer(nbytes), dtype=torch.uint8)
 
 
 def _shutdown(workers: ThreadPoolExecutor, spill: SpillDir | None, pool: HostPool) -> None:

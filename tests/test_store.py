@@ -142,9 +142,9 @@ def test_get_waits_for_the_background_write(monkeypatch, tmp_path):
     x = torch.randn(1000, 100)
     with TieredStore(0, nvme_dir=tmp_path) as store:
         h = store.put(x)
-        assert store.tier(h) == "pending"
+        assert store.tier(h) == "pending" and store.stats.pending_bytes == x.numel() * 4
         assert torch.equal(store.get(h), x)
-        assert store.tier(h) == "nvme"
+        assert store.tier(h) == "nvme" and store.stats.pending_bytes == 0
 
 
 def test_in_place_change_while_storing_raises(monkeypatch):
