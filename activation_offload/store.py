@@ -38,6 +38,7 @@ class StoreStats:
     puts: int = 0
     put_bytes: int = 0  # bytes of the tensors put
     pending_bytes: int = 0  # bytes of tensors put and not yet stored (still where they were)
+    peak_pending_bytes: int = 0
     cpu_bytes: int = 0  # bytes in the pinned pool (rounded to its pages)
     peak_cpu_bytes: int = 0
     host_bytes: int = 0  # bytes held in host memory over the budget
@@ -136,9 +137,11 @@ class TieredStore:
         nbytes = tensor.numel() * tensor.element_size()
         with self._cond:
             self._records[handle.id] = rec
-            self.stats.puts += 1
-            self.stats.put_bytes += nbytes
-            self.stats.pending_bytes += nbytes
+            s = self.stats
+            s.puts += 1
+            s.put_bytes += nbytes
+            s.pending_bytes += nbytes
+            s.peak_pending_bytes = max(s.peak_pending_bytes, s.pending_bytes)
         rec.stored = self._workers.submit(self._store, rec, tensor.detach(), event)
         return handle
 
