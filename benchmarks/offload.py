@@ -40,26 +40,25 @@ spreads over all of them (an untimed plain warm-up run goes first):
                       (default 16), ``nvme_dir``: the rest spills to files
   (e) store nvme+blk  (d) under ``ActivationCompression("block", rel=1e-2, store=store)``
 
-Columns: median step time (the steps after 2 warm-ups, of all rounds) and its ratio
-to (a); peak bytes held in process memory for activations (a: the bytes autograd
-saves in one step, counted by a ``saved_tensors_hooks`` pass over the first batch,
-unique tensors that are not parameters; b: the same bytes, on the host; store
-variants: the max over steps of ``ac.stats.peak_device_bytes +
-store.stats.peak_cpu_bytes + store.stats.host_bytes + store.stats.peak_pending_bytes``,
-the last being tensors put and not yet copied, still in memory) and its ratio to
-(a)'s; MiB written to and read from files per step; the fraction of gets served by a
-prefetch; ``store.stats.pending_bytes`` when a forward ends (max over steps); the
-process's RSS high-water mark over the variant less its RSS at the start
-(``/proc/self/clear_refs`` after ``malloc_trim``; all the process touched: activations, the store's in-flight copies and staging buffers, the
-allocator's slack); the final loss and whether the per-step losses, the last step's
-gradients and the final weights are bit-identical to (a); on CUDA the largest
-``torch.cuda.memory_allocated`` right after a forward and
-``torch.cuda.max_memory_allocated`` over the steps, both less what was allocated
-before the variant started (after ``gc.collect``, ``empty_cache`` and
-``reset_peak_memory_stats``). Target: (e) holds <= 1/10 of (a)'s activation bytes
-at a step time <= 1.5x (a)'s. Every store is closed after its variant; at the end the
-nvme directory must hold no ``tensorpress-spill-*`` directory (exit status 1 if it
-does).
+Columns: median step time (the steps after 2 warm-ups, of all rounds) and its ratio to
+(a); peak bytes held in process memory for activations (a: the bytes autograd saves in
+one step, counted by a ``saved_tensors_hooks`` pass over the first batch, unique tensors
+that are not parameters; b: the same bytes, on the host; store variants: the max over
+steps of ``ac.stats.peak_device_bytes + store.stats.peak_cpu_bytes +
+store.stats.host_bytes + store.stats.peak_pending_bytes``, the last being tensors put
+and not yet copied, still in memory) and its ratio to (a)'s; MiB written to and read
+from files per step; the fraction of gets served by a prefetch;
+``store.stats.pending_bytes`` when a forward ends (max over steps); the process's RSS
+high-water mark over the variant less its RSS at the start (``/proc/self/clear_refs``
+after ``malloc_trim``; all the process touched: activations, the store's in-flight
+copies and staging buffers, the allocator's slack); the final loss and whether the
+per-step losses, the last step's gradients and the final weights are bit-identical to (a);
+on CUDA the largest ``torch.cuda.memory_allocated`` right after a forward and
+``torch.cuda.max_memory_allocated`` over the steps, both less what was allocated before
+the variant started (after ``gc.collect``, ``empty_cache`` and
+``reset_peak_memory_stats``). Target: (e) holds <= 1/10 of (a)'s activation bytes at a
+step time <= 1.5x (a)'s. Every store is closed after its variant; at the end the nvme
+directory must hold no ``tensorpress-spill-*`` directory (exit status 1 if it does).
 
     python benchmarks/offload.py                  # full run, about 3 min on 2 cores
     python benchmarks/offload.py --quick          # smoke run, under a minute
