@@ -1,0 +1,89 @@
+"""Per-call latency of ``compress_tensor`` / ``decompress_tensor`` by tensor size.
+
+Inside a training step every saved tensor is one call, so for small and middle-sized
+tensors the fixed cost per call (host syncs, kernel launches, Python) matters more
+than GB/s. For float32 tensors of ``--sizes`` KiB on ``--device`` (default cuda when
+there is one): the median wall time of ``--runs`` synchronised calls after two
+warm-ups, for block (rel 1e-2, abs 1e-2) and quant (2 bits), and what a plain copy
+of the tensor costs for comparison. ``--profile`` adds cProfile's top functions (by
+own time) over the calls on the middle size, to show where the fixed cost goes.
+
+    python benchmarks/tensor_latency.py [--device cuda] [--sizes 64 1024 16384] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+from tensorpress.compress import compress_tensor, decompress_tensor
+
+CASES = (
+    ("block rel=1e-2", {"codec": "block", "rel": 1e-2}),
+    ("block abs=1e-2", {"codec": "block", "abs": 1e-2}),
+    ("quant bits=2", {"codec": "quant", "bits": 2}),
+)
+
+
+def _timed(fn, device: torch.device, runs: int) -> float:
+    """Median seconds of ``runs`` calls of ``fn`` (each synchronised) after 2 warm-ups."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    for i in range(runs + 2):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 16384], help="KiB")
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args(argv)
+    dev = torch.device(args.device)
+    g = torch.Generator(device=dev).manual_seed(0)
+    print(f"torch {torch.__version__}, device {dev}; median of {args.runs} calls, microseconds")
+    print(f"{'case':16} {'KiB':>7} {'copy':>9} {'compress':>10} {'decompress':>11} {'ratio':>6}")
+    for kib in args.sizes:
+        x = torch.relu(torch.randn(kib * 256, device=dev, generator=g))
+        copy = _timed(lambda x=x: x.clone(), dev, args.runs)
+        for name, kw in CASES:
+            ct = compress_tensor(x, **kw)
+            comp = _timed(lambda x=x, kw=kw: compress_tensor(x, **kw), dev, args.runs)
+            dec = _timed(lambda ct=ct: decompress_tensor(ct), dev, args.runs)
+            print(
+                f"{name:16} {kib:>7} {copy * 1e6:>9.0f} {comp * 1e6:>10.0f} {dec * 1e6:>11.0f} "
+                f"{ct.ratio:>6.2f}"
+            )
+    if args.profile:
+        kib = sorted(args.sizes)[len(args.sizes) // 2]
+        x = torch.relu(torch.randn(kib * 256, device=dev, generator=g))
+        for name, kw in CASES[:1] + CASES[2:]:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.runs):
+                decompress_tensor(compress_tensor(x, **kw))
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            prof.disable()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+            print(f"\n== cProfile: {args.runs} x compress+decompress, {name}, {kib} KiB ==")
+            print(out.getvalue()[-6000:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
