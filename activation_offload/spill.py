@@ -8,6 +8,12 @@ record read back is checked against what was written. Writes and reads are one
 ``pwritev``/``preadv`` each where the buffers allow; with ``O_DIRECT`` an unaligned
 buffer goes through aligned staging memory (at most ``STAGE_BYTES`` at a time).
 
+Payloads of at least ``OVERLAP_BYTES`` have their CRC-32 computed in a small shared
+thread pool while the I/O runs (``zlib.crc32``, ``pwritev`` and ``preadv`` release the
+GIL): a write checksums the caller's buffer while the payload blocks are written, then
+writes the header block last; a read takes the header block first, then the payload in
+``READ_PIECE`` pieces, each piece checksummed while the next one is read.
+
 Methods are thread-safe: a write reserves its offset under a lock and does its I/O
 outside it, so several threads write (and read) at once.
 
@@ -19,6 +25,7 @@ created in the same parent.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import mmap
@@ -38,6 +45,8 @@ import numpy as np
 
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
+OVERLAP_BYTES = 1 << 20  # bytes: payloads this large are checksummed alongside their I/O
+READ_PIECE = 4 << 20  # bytes (ALIGN multiple, <= STAGE_BYTES): read unit of such payloads
 PREFIX = "tensorpress-spill-"
 MAGIC = b"TPSPILL1"
 
@@ -78,6 +87,37 @@ class Location:
     nbytes: int
     record_id: int
     crc: int
+
+
+_crc_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_crc_lock = threading.Lock()
+
+
+def _forget_crc_pool() -> None:
+    global _crc_executor
+    _crc_executor = None  # a forked child has none of the parent's threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_crc_pool)
+
+
+def _crc_async(buf, start: int = 0) -> concurrent.futures.Future:
+    """``zlib.crc32(buf, start)`` running in the shared checksum pool (created on first
+    use); computed here, as a finished future, once the interpreter is shutting down."""
+    global _crc_executor
+    with _crc_lock:
+        if _crc_executor is None:
+            _crc_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="tensorpress-crc"
+            )
+        executor = _crc_executor
+    try:
+        return executor.submit(zlib.crc32, buf, start)
+    except RuntimeError:  # cannot schedule new futures after interpreter shutdown
+        done = concurrent.futures.Future()
+        done.set_result(zlib.crc32(buf, start))
+        return done
 
 
 def _round_up(n: int) -> int:
@@ -342,7 +382,6 @@ class SpillDir:
         return where it lives. ``SpillError`` if the write fails; the store stays usable."""
         mv, addr = _bytes_view(data, writable=False)
         nbytes = len(mv)
-        crc = zlib.crc32(mv)
         total = ALIGN + _round_up(nbytes)
         with self._lock:
             self._check_open()
@@ -354,7 +393,7 @@ class SpillDir:
                     raise SpillError(e.errno, e.strerror, e.filename) from e
                 old, self._current = self._current, slab
                 self._maybe_drop(old)
-            loc = Location(slab.n, slab.end, nbytes, self._next_id, crc)
+            offset, record_id = slab.end, self._next_id
             self._next_id += 1
             slab.end += total
             slab.users += 1
@@ -362,9 +401,19 @@ class SpillDir:
         ok = False
         try:
             tls = self._staging()
-            _HEADER.pack_into(tls.header, 0, *self._fields(loc), self._header_crc(loc))
-            tls.header[_HEADER.size :] = _ZEROS[_HEADER.size :]  # reads reuse this block
-            self._write_payload(slab.fd, tls, mv, addr, loc.offset)
+            if nbytes < OVERLAP_BYTES:  # header and payload in one go
+                loc = Location(slab.n, offset, nbytes, record_id, zlib.crc32(mv))
+                self._pack_header(tls.header, loc)
+                self._write_payload(slab.fd, tls, [tls.header], mv, addr, offset)
+            else:  # the payload while its crc is computed, then the header
+                task = _crc_async(mv)
+                try:
+                    self._write_payload(slab.fd, tls, [], mv, addr, offset + ALIGN)
+                finally:
+                    crc = task.result()  # no task left reading the caller's buffer
+                loc = Location(slab.n, offset, nbytes, record_id, crc)
+                self._pack_header(tls.header, loc)
+                _pwrite_all(slab.fd, [tls.header], offset)
             ok = True
         except OSError as e:
             raise SpillError(e.errno, e.strerror, str(slab.path)) from e
@@ -387,15 +436,23 @@ class SpillDir:
     def _header_crc(self, loc: Location) -> int:
         return zlib.crc32(_FIELDS.pack(*self._fields(loc)))
 
-    def _write_payload(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
-        header, nbytes = tls.header, len(mv)
+    def _pack_header(self, header: memoryview, loc: Location) -> None:
+        _HEADER.pack_into(header, 0, *self._fields(loc), self._header_crc(loc))
+        header[_HEADER.size :] = _ZEROS[_HEADER.size :]  # reads reuse this block
+
+    def _write_payload(
+        self, fd: int, tls, head: list, mv: memoryview, addr: int, offset: int
+    ) -> None:
+        """Write the blocks in ``head`` (the header block, or none) then ``mv`` padded
+        with zeros to an ``ALIGN`` multiple, from byte ``offset`` of ``fd``."""
+        nbytes = len(mv)
         if not self._direct:  # no alignment needed: the caller's buffer as it is
             pad = _round_up(nbytes) - nbytes
-            _pwrite_all(fd, [header, mv, _ZEROS[:pad]], offset)
+            _pwrite_all(fd, [*head, mv, _ZEROS[:pad]], offset)
             return
         if addr % ALIGN == 0:  # zero copy for the aligned body, the tail via staging
             body = nbytes - nbytes % ALIGN
-            bufs = [header, mv[:body]]
+            bufs = [*head, mv[:body]]
             if body < nbytes:
                 tail = tls.tail
                 tail[: nbytes - body] = mv[body:]
@@ -404,7 +461,7 @@ class SpillDir:
             _pwrite_all(fd, bufs, offset)
             return
         piece = self._piece(tls)
-        done, bufs = 0, [header]
+        done, bufs = 0, list(head)
         while True:
             n = min(STAGE_BYTES, nbytes - done)
             padded = _round_up(n)
@@ -437,13 +494,24 @@ class SpillDir:
         try:
             tls = self._staging()
             try:
-                self._read_payload(slab.fd, tls, mv, addr, loc.offset)
+                if loc.nbytes < OVERLAP_BYTES:  # header and payload in one go
+                    self._read_payload(slab.fd, tls, mv, addr, loc.offset)
+                    self._verify_header(slab.path, loc, tls.header)
+                    crc = zlib.crc32(mv)
+                else:  # the header, then the payload while its crc is computed
+                    _pread_all(slab.fd, [tls.header], loc.offset)
+                    self._verify_header(slab.path, loc, tls.header)
+                    crc = self._read_checksummed(slab.fd, tls, mv, addr, loc.offset + ALIGN)
             except _Truncated as e:
                 raise CorruptRecordError(
                     f"{slab.path} offset {loc.offset}: file ends at byte {e.args[0]}, "
                     f"before the end of the record ({loc.offset + ALIGN + loc.nbytes})"
                 ) from None
-            self._verify(slab.path, loc, tls.header, mv)
+            if crc != loc.crc:
+                raise CorruptRecordError(
+                    f"{slab.path} offset {loc.offset}: payload checksum {crc:#010x}, "
+                    f"expected {loc.crc:#010x}"
+                )
         finally:
             with self._lock:
                 slab.users -= 1
@@ -479,7 +547,34 @@ class SpillDir:
             if done >= nbytes:
                 return
 
-    def _verify(self, path: pathlib.Path, loc: Location, header, mv: memoryview) -> None:
+    def _read_checksummed(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> int:
+        """Fill ``mv`` from byte ``offset`` of ``fd`` in ``READ_PIECE`` pieces and return
+        its CRC-32: each piece's crc, chained on the one before, runs in the checksum pool
+        while the next piece is read. ``_Truncated`` when the file ends first."""
+        nbytes, task = len(mv), None
+        try:
+            for done in range(0, nbytes, READ_PIECE):
+                dst = mv[done : done + READ_PIECE]
+                n = len(dst)
+                if not self._direct:
+                    _pread_all(fd, [dst], offset + done)
+                elif addr % ALIGN == 0:  # zero copy, a partial last block via staging
+                    body = n - n % ALIGN
+                    tail = [tls.tail] if body < n else []
+                    _pread_all(fd, [dst[:body], *tail], offset + done)
+                    dst[body:] = tls.tail[: n - body]
+                else:
+                    piece = self._piece(tls)[: _round_up(n)]
+                    _pread_all(fd, [piece], offset + done)
+                    dst[:] = piece[:n]
+                task = _crc_async(dst, task.result() if task else 0)
+            return task.result()
+        finally:
+            if task is not None:  # no task left reading ``out`` after an error
+                concurrent.futures.wait([task])
+
+    def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
+        """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""
         magic, token, record_id, nbytes, crc, header_crc = _HEADER.unpack_from(header)
         where = f"{path} offset {loc.offset}"
         if magic != MAGIC:
@@ -498,11 +593,6 @@ class SpillDir:
         ):
             if found != expected:
                 raise CorruptRecordError(f"{where}: {name} {found}, expected {expected}")
-        actual = zlib.crc32(mv)
-        if actual != loc.crc:
-            raise CorruptRecordError(
-                f"{where}: payload checksum {actual:#010x}, expected {loc.crc:#010x}"
-            )
 
     def free(self, loc: Location) -> None:
         """Forget the record at ``loc``; a slab file left without live records (other

@@ -19,6 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -26,6 +27,9 @@ import pytest
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import (
     ALIGN,
+    OVERLAP_BYTES,
+    READ_PIECE,
+    STAGE_BYTES,
     CorruptRecordError,
     Location,
     SpillDir,
@@ -105,6 +109,19 @@ def _slab_path(sd: SpillDir, loc: Location):
     return sd.path / f"slab_{loc.slab}.bin"
 
 
+def _count_crc_tasks(monkeypatch) -> list:
+    """Futures of the checksums handed to the pool from now on (the overlapped path)."""
+    futures = []
+    real = spill._crc_async
+
+    def spy(buf, start=0):
+        futures.append(real(buf, start))
+        return futures[-1]
+
+    monkeypatch.setattr(spill, "_crc_async", spy)
+    return futures
+
+
 # -- round trips ----------------------------------------------------------------------
 
 
@@ -127,6 +144,56 @@ def test_round_trip(tmp_path, direct, kind, n):
         sd.read_into(before, small)
         assert small == b"x" * 100
         assert sd.bytes_on_disk == 2 * ALIGN + -(-100 // ALIGN) * ALIGN + -(-n // ALIGN) * ALIGN
+
+
+# several read pieces plus a partial piece and a partial block; the smallest overlapped
+LARGE = [3 * READ_PIECE + 5 * ALIGN + 123, OVERLAP_BYTES]
+
+
+@pytest.mark.parametrize("direct", [None, False])
+@pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
+@pytest.mark.parametrize("n", LARGE)
+def test_large_round_trip(tmp_path, monkeypatch, direct, kind, n):
+    """Records of OVERLAP_BYTES and more: crc in the pool, header written last, read in
+    pieces, each checksummed while the next is read."""
+    src = _payload(n, seed=n)
+    tasks = _count_crc_tasks(monkeypatch)
+    with SpillDir(tmp_path, direct=direct) as sd:
+        sd.write(b"x" * 100)
+        assert tasks == []  # small records are checksummed in place
+        loc = sd.write(_buffer(kind, src))
+        assert len(tasks) == 1 and loc.crc == zlib.crc32(src)
+        assert loc.offset == 2 * ALIGN
+        for out_kind in ("aligned", "numpy+1", "bytearray"):
+            del tasks[:]
+            out = _buffer(out_kind, np.full(n + 7, 0xEE, np.uint8))
+            sd.read_into(loc, out)
+            assert len(tasks) == -(-n // READ_PIECE)  # one per piece
+            got = np.frombuffer(out, np.uint8)
+            np.testing.assert_array_equal(got[:n], src)
+            assert (got[n:] == 0xEE).all()
+        raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
+    # the same layout as small records: header fields, zeros, payload, zero padding
+    assert len(raw) == ALIGN + -(-n // ALIGN) * ALIGN
+    magic, token, record_id, nbytes, crc, header_crc = struct.unpack_from("<8s16sQQII", raw)
+    assert (magic, record_id, nbytes, crc) == (b"TPSPILL1", loc.record_id, n, loc.crc)
+    assert header_crc == zlib.crc32(raw[:44])
+    assert raw[48:ALIGN] == bytes(ALIGN - 48)
+    assert raw[ALIGN : ALIGN + n] == src.tobytes()
+    assert raw[ALIGN + n :] == bytes(len(raw) - ALIGN - n)
+
+
+def test_large_round_trip_without_pool(tmp_path, monkeypatch):
+    """Once the pool takes no more work (interpreter shutdown), checksums run in place."""
+    dead = ThreadPoolExecutor(1)
+    dead.shutdown()
+    monkeypatch.setattr(spill, "_crc_executor", dead)
+    src = _payload(2 * READ_PIECE + 1)
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(src)
+        out = np.empty_like(src)
+        sd.read_into(loc, out)
+        np.testing.assert_array_equal(out, src)
 
 
 def test_read_only_and_multidimensional_inputs(tmp_path):
@@ -275,6 +342,36 @@ def test_many_threads(tmp_path, direct):
     sd.close()
 
 
+@pytest.mark.parametrize("direct", [None, False])
+def test_many_threads_large_records(tmp_path, direct):
+    """Several threads share the two checksum workers; every record reads back intact."""
+    sd = SpillDir(tmp_path, direct=direct, slab_bytes=16 << 20)
+    start = threading.Barrier(4)
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        kept = []
+        start.wait()
+        for i in range(3):
+            n = rng.choice([OVERLAP_BYTES, rng.randrange(OVERLAP_BYTES, 2 * READ_PIECE + ALIGN)])
+            src = _payload(n, seed=seed * 1000 + i)
+            kept.append((sd.write(_buffer(rng.choice(["aligned", "numpy+1"]), src)), src))
+            loc, src = kept[rng.randrange(len(kept))]
+            out = _buffer(rng.choice(["aligned", "numpy+1"]), np.zeros(loc.nbytes, np.uint8))
+            sd.read_into(loc, out)
+            np.testing.assert_array_equal(np.frombuffer(out, np.uint8), src)
+        for loc, src in kept:
+            out = np.empty(loc.nbytes + 1, np.uint8)[1:]
+            sd.read_into(loc, out)
+            np.testing.assert_array_equal(out, src)
+            sd.free(loc)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(worker, range(4)))
+    assert sd.bytes_on_disk == 0
+    sd.close()
+
+
 # -- failed writes --------------------------------------------------------------------
 
 
@@ -338,6 +435,68 @@ def test_failure_after_partial_write_is_not_readable(tmp_path, monkeypatch):
     sd.close()
 
 
+@pytest.mark.parametrize(
+    ("direct", "fail"),
+    [
+        (None, "payload"),
+        (None, "later payload"),  # O_DIRECT stages an unaligned buffer in pieces
+        (None, "header"),
+        (False, "payload"),  # buffered: the caller's buffer in one pwritev
+        (False, "header"),
+    ],
+)
+def test_large_write_fails_after_crc_submitted(tmp_path, monkeypatch, direct, fail):
+    """The payload (first or a later staged piece) or the header written after it fails:
+    SpillError, the crc task is finished, nothing is readable, the store stays usable."""
+    sd = SpillDir(tmp_path, direct=direct)
+    earlier = sd.write(_payload(100))
+    used = sd.bytes_on_disk
+    n = STAGE_BYTES + 5 * ALIGN + 7  # two staged pieces from an unaligned buffer
+    assert sd.direct or fail != "later payload", "this case needs O_DIRECT on tmp_path"
+    tasks = _count_crc_tasks(monkeypatch)
+    real = os.pwritev
+    offsets = []
+
+    def failing(fd, bufs, offset):
+        first = not offsets
+        offsets.append(offset)
+        if (
+            (fail == "payload" and first)
+            or (fail == "later payload" and not first)
+            or (fail == "header" and offset < offsets[0])
+        ):
+            assert len(tasks) == 1  # the crc was handed to the pool first
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, bufs, offset)
+
+    monkeypatch.setattr(spill.os, "pwritev", failing)
+    with pytest.raises(SpillError) as info:
+        sd.write(_buffer("numpy+1", _payload(n)))
+    assert info.value.errno == errno.EIO
+    assert isinstance(info.value.__cause__, OSError)
+    assert len(tasks) == 1 and tasks[0].done()
+    assert offsets[0] == used + ALIGN  # the payload went first, after the header block
+    monkeypatch.undo()
+    assert sd.bytes_on_disk == used
+    # the abandoned record has no header on disk, and its Location is not live
+    with open(_slab_path(sd, earlier), "rb") as f:
+        f.seek(used)
+        assert f.read(ALIGN) in (b"", bytes(ALIGN))
+    ghost = Location(0, used, n, earlier.record_id + 1, zlib.crc32(_payload(n)))
+    with pytest.raises(KeyError):
+        sd.read_into(ghost, bytearray(n))
+
+    loc = sd.write(_payload(n, 1))
+    assert loc.record_id == earlier.record_id + 2
+    out = np.empty(n, np.uint8)
+    sd.read_into(loc, out)
+    np.testing.assert_array_equal(out, _payload(n, 1))
+    out = bytearray(100)
+    sd.read_into(earlier, out)
+    assert out == _payload(100).tobytes()
+    sd.close()
+
+
 @pytest.mark.parametrize("direct", [None, False])
 def test_short_reads_and_writes(tmp_path, monkeypatch, direct):
     real_w, real_r = os.pwritev, os.preadv
@@ -349,8 +508,8 @@ def test_short_reads_and_writes(tmp_path, monkeypatch, direct):
     monkeypatch.setattr(spill.os, "pwritev", lambda fd, b, o: real_w(fd, one_block(b), o))
     monkeypatch.setattr(spill.os, "preadv", lambda fd, b, o: real_r(fd, one_block(b), o))
     with SpillDir(tmp_path, direct=direct) as sd:
-        for kind in ("aligned", "numpy+1"):
-            src = _payload(5 * ALIGN + 17)
+        for kind, n in [(k, n) for k in ("aligned", "numpy+1") for n in (5, OVERLAP_BYTES)]:
+            src = _payload(n * ALIGN + 17 if n == 5 else n + 17)
             loc = sd.write(_buffer(kind, src))
             out = _buffer(kind, np.zeros(len(src), np.uint8))
             sd.read_into(loc, out)
@@ -370,6 +529,32 @@ def test_flipped_payload_byte(tmp_path, direct):
             sd.read_into(loc, bytearray(10000))
         assert str(_slab_path(sd, loc)) in str(info.value)
         assert f"offset {loc.offset}" in str(info.value)
+
+
+@pytest.mark.parametrize("direct", [None, False])
+@pytest.mark.parametrize("where", ["first piece", "last piece", "last byte"])
+def test_flipped_payload_byte_large(tmp_path, direct, where):
+    n = 2 * READ_PIECE + 3 * ALIGN + 5
+    at = {"first piece": 10, "last piece": 2 * READ_PIECE + 100, "last byte": n - 1}[where]
+    with SpillDir(tmp_path, direct=direct) as sd:
+        sd.write(b"first")
+        loc = sd.write(_payload(n))
+        _flip(_slab_path(sd, loc), loc.offset + ALIGN + at)
+        for kind in ("aligned", "numpy+1"):
+            out = _buffer(kind, np.zeros(n, np.uint8))
+            with pytest.raises(CorruptRecordError, match="payload checksum") as info:
+                sd.read_into(loc, out)
+            assert str(_slab_path(sd, loc)) in str(info.value)
+            assert f"offset {loc.offset}" in str(info.value)
+
+
+@pytest.mark.parametrize("where", [0, 8, 30, 40, 44])  # magic, token, id, length, crc
+def test_flipped_header_byte_large(tmp_path, where):
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(_payload(OVERLAP_BYTES))
+        _flip(_slab_path(sd, loc), loc.offset + where)
+        with pytest.raises(CorruptRecordError):
+            sd.read_into(loc, bytearray(OVERLAP_BYTES))
 
 
 def test_on_disk_layout(tmp_path):
@@ -415,6 +600,19 @@ def test_truncated_slab(tmp_path, keep):
         os.truncate(_slab_path(sd, loc), loc.offset + keep)
         with pytest.raises(CorruptRecordError, match="file ends"):
             sd.read_into(loc, bytearray(3 * ALIGN))
+
+
+@pytest.mark.parametrize("direct", [None, False])
+@pytest.mark.parametrize("keep", [0, ALIGN // 2, ALIGN + 100, ALIGN + READ_PIECE + ALIGN])
+def test_truncated_slab_large(tmp_path, direct, keep):
+    n = 2 * READ_PIECE + 5
+    with SpillDir(tmp_path, direct=direct) as sd:
+        sd.write(b"first")
+        loc = sd.write(_payload(n))
+        os.truncate(_slab_path(sd, loc), loc.offset + keep)
+        for kind in ("aligned", "numpy+1"):
+            with pytest.raises(CorruptRecordError, match="file ends"):
+                sd.read_into(loc, _buffer(kind, np.zeros(n, np.uint8)))
 
 
 def test_location_from_another_spill_dir(tmp_path):
@@ -536,6 +734,32 @@ def test_removed_at_interpreter_exit(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(tmp_path / "tensorpress-spill-"))
     assert os.listdir(tmp_path) == []
+
+
+def test_forked_child_gets_its_own_checksum_pool(tmp_path):
+    """The parent's pool threads do not exist in a forked child: a large record written
+    there must not wait for them."""
+    script = _LOAD + textwrap.dedent("""
+        import os
+        big = bytes(range(256)) * (spill.OVERLAP_BYTES // 128)
+        sd = spill.SpillDir(sys.argv[1])
+        sd.write(big)  # the pool exists now
+        pid = os.fork()
+        if pid == 0:
+            sd2 = spill.SpillDir(sys.argv[1])
+            out = bytearray(len(big))
+            sd2.read_into(sd2.write(big), out)
+            sd2.close()
+            os._exit(0 if out == big else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        sd.close()
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
 
 
 def _dead_pid() -> int:
