@@ -25,7 +25,7 @@ import torch
 
 from ..compress import compress_tensor, decompress_tensor
 from .host_memory import HostPool
-from .spill import SpillDir, SpillError, aligned_buffer
+from .spill import ALIGN, SpillDir, SpillError
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
@@ -279,12 +279,16 @@ class TieredStore:
             _copy_and_wait(self.pool.view(offset, n), data)
             self._set_tier(rec, CPU, offset=offset)
             return
-        if self.spill is not None:  # page-aligned: O_DIRECT writes it without a copy
-            host = _copy_and_wait(_aligned_tensor(n), data)
+        if self.spill is not None:
+            # host bytes go as they are (the file tier stages them through its reused
+            # aligned buffers); device bytes come to page-aligned host memory first,
+            # which O_DIRECT writes without a copy
+            host = data if not data.is_cuda else _copy_and_wait(_aligned_tensor(n), data)
             try:
                 loc = self.spill.write(host.numpy())
             except SpillError as exc:
                 self._warn(f"spilling {n} bytes failed ({exc}); kept in host memory")
+                host = host.clone() if host is data else host
             else:
                 self._set_tier(rec, NVME, loc=loc)
                 return
@@ -434,11 +438,12 @@ def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 
 def _aligned_tensor(nbytes: int) -> torch.Tensor:
-    """A uint8 host tensor of ``nbytes`` on its own pages (O_DIRECT reads and writes it
-    in place)."""
-    if nbytes == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(aligned_buffer(nbytes), dtype=torch.uint8)
+    """A uint8 host tensor of ``nbytes`` that starts on a page (O_DIRECT reads and writes
+    it in place): a view into a slightly larger allocation of torch's allocator, whose
+    freed pages the next call reuses (a fresh mmap would fault them in every time)."""
+    buf = torch.empty(nbytes + ALIGN, dtype=torch.uint8)
+    skip = -buf.data_ptr() % ALIGN
+    return buf[skip : skip + nbytes]
 
 
 def _shutdown(workers: ThreadPoolExecutor, spill: SpillDir | None, pool: HostPool) -> None:
