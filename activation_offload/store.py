@@ -183,6 +183,8 @@ class TieredStore:
         """Forget ``handle`` and free its bytes (once its background work is done)."""
         rec = self._record(handle)
         with self._cond:
+            if self._records.get(handle.id) is not rec:  # another thread deleted it first
+                raise KeyError(f"{handle!r} is not in this store (deleted)")
             rec.deleted = True
             del self._records[handle.id]
         pending = [f for f in (rec.stored, rec.ready) if f is not None and not f.done()]
