@@ -1,1 +1,5 @@
 """HDF5-aware shuffled-index data loading."""
+
+from .plan import ShufflePlan
+
+__all__ = ["ShufflePlan"]

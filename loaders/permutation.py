@@ -1,0 +1,107 @@
+"""Seeded permutations of ``[0, n)`` as keyed bijections, computed in place or on demand.
+
+``permuted(i, n, key)`` is element ``i`` of a pseudo-random permutation of ``[0, n)``.
+On the ``k``-bit integers (``2**k`` the smallest power of two >= ``n``) each of
+``ROUNDS`` rounds multiplies by an odd constant and adds a round key (mixes low bits
+into high ones) and then xors in the value shifted right by about half its width
+(high into low); each step is a bijection of ``[0, 2**k)``, so the whole is. Values
+that land outside ``[0, n)`` go round again (cycle walking: fewer than 2 passes on
+average, since ``2**k < 2n``). Round keys come from ``hash32`` of the key. Any
+position of any epoch is computable alone; a whole epoch is one parallel numba loop.
+
+Such a construction is measurably non-uniform on small domains (over 20000 keys, the
+position/value table of n = 10 is 9 standard deviations from uniform, n = 100 is 3,
+n = 1000 is 0.5), so up to ``SMALL`` elements the permutation is a Fisher-Yates
+shuffle driven by ``hash32`` instead (a modulo bias below 2**-12).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..compress.kernels.hashing import hash32
+
+ROUNDS = 6
+SMALL = 1 << 20  # elements: up to here, a Fisher-Yates shuffle
+#: odd 64-bit multipliers (the splitmix64 and murmur3 finalizer constants)
+_ODD = np.array(
+    [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93]
+    + [0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53],
+    dtype=np.uint64,
+).view(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _rounds(n, key):
+    """(mask, shift, multipliers, addends) of the permutation of ``[0, n)`` for ``key``."""
+    k = 1
+    while (1 << k) < n:
+        k += 1
+    mask = (1 << k) - 1
+    mul = np.empty(ROUNDS, np.int64)
+    add = np.empty(ROUNDS, np.int64)
+    for r in range(ROUNDS):
+        mul[r] = (_ODD[r] & mask) | 1
+        add[r] = hash32(key, r) & mask
+    return mask, (k + 1) // 2, mul, add
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _walk(i, n, mask, shift, mul, add):
+    x = i
+    while True:
+        for r in range(ROUNDS):
+            x = (x * mul[r] + add[r]) & mask
+            x ^= x >> shift
+        if x < n:
+            return x
+
+
+@njit(cache=True, nogil=True)
+def _shuffled(n, key):
+    """Fisher-Yates: a permutation of ``[0, n)`` drawn with ``hash32(key, step)``."""
+    out = np.arange(n)
+    for i in range(n - 1, 0, -1):
+        j = hash32(key, i) % (i + 1)
+        out[i], out[j] = out[j], out[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def permuted(i, n, key):
+    """Element ``i`` (``0 <= i < n``) of the permutation of ``[0, n)`` keyed by ``key``
+    (an int in ``[0, 2**32)``). Up to ``SMALL`` elements this shuffles all of them:
+    take whole epochs with ``fill_permuted``."""
+    if n <= SMALL:
+        return _shuffled(n, key)[i]
+    mask, shift, mul, add = _rounds(n, key)
+    return _walk(i, n, mask, shift, mul, add)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def fill_permuted(out, positions_start, positions_step, n, key):
+    """``out[k] = permuted((positions_start + k * positions_step) % n, n, key)``: the
+    elements at evenly spaced positions (a rank's share of a padded epoch)."""
+    if n <= SMALL:
+        perm = _shuffled(n, key)
+        for k in range(out.shape[0]):
+            out[k] = perm[(positions_start + k * positions_step) % n]
+        return
+    mask, shift, mul, add = _rounds(n, key)
+    for k in prange(out.shape[0]):
+        p = (positions_start + k * positions_step) % n
+        out[k] = _walk(p, n, mask, shift, mul, add)
+
+
+def epoch_key(seed: int, epoch: int) -> int:
+    """The 32-bit key of ``epoch``'s permutation under ``seed``."""
+    return int(hash32(seed & 0xFFFFFFFF, epoch)) ^ int(hash32(seed >> 32, epoch + (1 << 40)))
+
+
+def permutation(n: int, key: int) -> np.ndarray:
+    """The whole permutation of ``[0, n)`` keyed by ``key`` (int64)."""
+    out = np.empty(n, dtype=np.int64)
+    if n:
+        fill_permuted(out, 0, 1, n, key)
+    return out

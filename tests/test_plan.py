@@ -1,0 +1,102 @@
+"""ShufflePlan: every sample once per epoch (per rank), DistributedSampler's sharding
+rules, reproducible orders, and permutations that are uniform where it can be measured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tensorpress.loaders.permutation import SMALL, permutation
+from tensorpress.loaders.plan import ShufflePlan
+from torch.utils.data import DistributedSampler
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1000, SMALL + 1001])
+def test_each_epoch_is_a_permutation(n):
+    plan = ShufflePlan(n, epochs=3, seed=5)
+    orders = [plan.epoch(e) for e in range(3)]
+    for order in orders:
+        assert order.dtype == np.int64 and len(order) == len(plan) == n
+        assert np.array_equal(np.sort(order), np.arange(n))
+    if n > 2:
+        assert not np.array_equal(orders[0], orders[1])  # a new order every epoch
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 10, 64, SMALL + 3])
+def test_shards_follow_distributed_sampler(n, world, drop_last):
+    if drop_last and n < world:
+        with pytest.raises(ValueError, match="empty"):
+            ShufflePlan(n, epochs=1, seed=0, world_size=world, drop_last=drop_last)
+        return
+    plans = [
+        ShufflePlan(n, epochs=2, seed=9, world_size=world, rank=r, drop_last=drop_last)
+        for r in range(world)
+    ]
+    for r, plan in enumerate(plans):
+        sampler = DistributedSampler(range(n), num_replicas=world, rank=r, drop_last=drop_last)
+        assert len(plan) == len(sampler)
+    for e in range(2):
+        shards = [p.epoch(e) for p in plans]
+        both = np.concatenate(shards)
+        counts = np.bincount(both, minlength=n)
+        if drop_last:  # disjoint, each sample at most once
+            assert counts.max() <= 1 and counts.sum() == (n // world) * world
+        else:  # covering; the padding repeats the epoch's first samples
+            padded = -(-n // world) * world
+            assert counts.min() >= 1 and counts.sum() == padded
+            assert counts.max() <= -(-padded // n)
+
+
+def test_same_seed_same_order_and_random_access():
+    a, b = ShufflePlan(5000, epochs=4, seed=3), ShufflePlan(5000, epochs=4, seed=3)
+    c = ShufflePlan(5000, epochs=4, seed=4)
+    assert np.array_equal(a.epoch(2), b.epoch(2))
+    assert not np.array_equal(a.epoch(2), c.epoch(2))
+    shard = ShufflePlan(SMALL + 77, epochs=2, seed=1, world_size=3, rank=2)
+    order = shard.epoch(1)
+    for pos in (0, 1, 12345, len(shard) - 1):
+        assert shard.index(1, pos) == order[pos]
+    small = ShufflePlan(10, epochs=1, seed=1)
+    assert [small.index(0, p) for p in range(10)] == small.epoch(0).tolist()
+
+
+@pytest.mark.parametrize("n", [10, 100])
+def test_positions_and_values_are_uniform(n):
+    """Over 4000 seeds, how often value v lands at position j: a chi-square test of the
+    n x n table against uniform (a biased construction fails this by many sigmas)."""
+    keys = 4000
+    table = np.zeros((n, n))
+    for k in range(keys):
+        p = permutation(n, k)
+        table[np.arange(n), p] += 1
+    expected = keys / n
+    chi2 = ((table - expected) ** 2 / expected).sum()
+    dof = (n - 1) ** 2
+    assert abs(chi2 - dof) / np.sqrt(2 * dof) < 5
+
+
+def test_large_permutation_has_no_position_trend():
+    n = SMALL + 4099
+    p = permutation(n, 11)
+    assert np.array_equal(np.sort(p), np.arange(n))
+    pos = np.arange(n, dtype=np.float64)
+    assert abs(np.corrcoef(pos, p)[0, 1]) < 0.01
+    # neighbours in the order are not neighbours in the data
+    assert np.mean(np.abs(np.diff(p)) < 16) < 0.001
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="num_samples"):
+        ShufflePlan(0, epochs=1, seed=0)
+    with pytest.raises(ValueError, match="epochs"):
+        ShufflePlan(10, epochs=0, seed=0)
+    with pytest.raises(ValueError, match="seed"):
+        ShufflePlan(10, epochs=1, seed=-1)
+    with pytest.raises(ValueError, match="rank"):
+        ShufflePlan(10, epochs=1, seed=0, world_size=2, rank=2)
+    plan = ShufflePlan(10, epochs=2, seed=0)
+    with pytest.raises(IndexError, match="epoch"):
+        plan.epoch(2)
+    with pytest.raises(IndexError, match="position"):
+        plan.index(0, 10)
