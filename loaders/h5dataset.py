@@ -1,0 +1,352 @@
+"""A map-style dataset over one HDF5 dataset whose first axis is the sample axis.
+
+``H5Dataset`` is what the shuffled-index loader reads from. Fork safety: the file is
+opened lazily in the process that reads and reopened whenever ``os.getpid()`` changes,
+so an HDF5 handle is never shared across ``fork`` (pytorch#11929, h5py#591); pickling
+drops the handle. The file is opened with a chunk cache sized for the dataset
+(``rdcc_nbytes``), and ``read_range`` reads a run of samples in one coalesced
+``read_direct`` so that a loader can read chunk-aligned slabs instead of many tiny
+reads. ``bytes_read`` / ``chunk_bytes_read`` count what this process asked for and
+what HDF5 had to fetch (whole chunks).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+import numpy as np
+from torch.utils.data import Dataset
+
+__all__ = ["H5Dataset"]
+
+MIB = 1 << 20
+DEFAULT_CACHE_BYTES = 64 * MIB  # bytes: the chunk cache's floor (per dataset)
+CONTIGUOUS_READ_BYTES = MIB  # bytes: target read size for contiguous datasets
+_MAX_SLOTS = 1 << 20  # chunk-cache hash slots: 8 MiB of pointers at most
+_LISTED = 8  # datasets named in a missing-key error
+CACHE_W0 = 0.75  # HDF5's default chunk-cache preemption policy
+
+
+def _next_prime(n: int) -> int:
+    """The smallest prime >= ``n`` (n small: trial division)."""
+    n = max(n, 2)
+    while True:
+        if n == 2 or (n % 2 and all(n % d for d in range(3, math.isqrt(n) + 1, 2))):
+            return n
+        n += 1
+
+
+def _list_datasets(f: h5py.File) -> str:
+    names: list[str] = []
+
+    def visit(name: str, obj: Any) -> bool | None:
+        if isinstance(obj, h5py.Dataset):
+            names.append(name)
+        return True if len(names) > _LISTED else None
+
+    f.visititems(visit)
+    if not names:
+        return "none"
+    shown = ", ".join(repr(n) for n in names[:_LISTED])
+    return shown + (", ..." if len(names) > _LISTED else "")
+
+
+def _lookup(f: h5py.File, key: str, path: str, role: str) -> h5py.Dataset:
+    """The dataset ``key`` of ``f``, validated as a sample array (raises otherwise)."""
+    try:
+        obj = f.get(key)
+    except (KeyError, ValueError, TypeError):
+        obj = None
+    if obj is None:
+        raise KeyError(f"{role} {key!r} not found in {path}; datasets there: {_list_datasets(f)}")
+    if not isinstance(obj, h5py.Dataset):
+        kind = "a group" if isinstance(obj, h5py.Group) else type(obj).__name__
+        raise TypeError(f"{role} {key!r} in {path} is {kind}, not a dataset")
+    if obj.shape is None or len(obj.shape) == 0:
+        raise ValueError(
+            f"{role} {key!r} in {path} is 0-d (shape {obj.shape}); need a sample axis first"
+        )
+    return obj
+
+
+class H5Dataset(Dataset):
+    """Samples ``ds[i]`` of the HDF5 dataset ``key`` (first axis = samples) in ``path``.
+
+    ``label_key``: a second dataset with one label per sample (same first-axis
+    length, any trailing shape); then items are ``(x, y)``. ``transform`` is applied
+    to ``x`` only. ``cache_bytes``: the HDF5 chunk cache per dataset, in bytes
+    (default max(4 chunks, 64 MiB)). Items are numpy arrays of ``sample_shape``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        key: str,
+        *,
+        label_key: str | None = None,
+        transform: Callable[[np.ndarray], Any] | None = None,
+        cache_bytes: int | None = None,
+    ):
+        self.path = os.path.abspath(os.fspath(path))
+        self.key, self.label_key, self.transform = key, label_key, transform
+        if cache_bytes is not None and (
+            isinstance(cache_bytes, bool)
+            or not isinstance(cache_bytes, (int, np.integer))
+            or cache_bytes < 0
+        ):
+            raise ValueError(f"cache_bytes must be an integer >= 0, got {cache_bytes!r}")
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"HDF5 file not found: {self.path}")
+        try:
+            f = h5py.File(self.path, "r")
+        except OSError as exc:
+            raise OSError(f"cannot open {self.path} as HDF5: {exc}") from exc
+        with f:
+            x = _lookup(f, key, self.path, "key")
+            self._shape: tuple[int, ...] = tuple(x.shape)
+            self._dtype = np.dtype(x.dtype)
+            self._chunks: tuple[int, ...] | None = x.chunks
+            if self._shape[0] == 0:
+                raise ValueError(f"key {key!r} in {self.path} has no samples (shape {x.shape})")
+            self._label_shape: tuple[int, ...] | None = None
+            self._label_dtype: np.dtype | None = None
+            self._label_chunks: tuple[int, ...] | None = None
+            if label_key is not None:
+                y = _lookup(f, label_key, self.path, "label_key")
+                if y.shape[0] != self._shape[0]:
+                    raise ValueError(
+                        f"{self.path}: {key!r} has {self._shape[0]} samples but label_key "
+                        f"{label_key!r} has {y.shape[0]}; they must match"
+                    )
+                self._label_shape, self._label_dtype = tuple(y.shape), np.dtype(y.dtype)
+                self._label_chunks = y.chunks
+        chunk_bytes = [
+            _chunk_nbytes(c, d)
+            for c, d in ((self._chunks, self._dtype), (self._label_chunks, self._label_dtype))
+            if c is not None
+        ]
+        largest = max(chunk_bytes, default=0)
+        if cache_bytes is None:
+            cache_bytes = max(4 * largest, DEFAULT_CACHE_BYTES)
+        self.cache_bytes = int(cache_bytes)
+        fits = self.cache_bytes // largest if largest else 0
+        self.cache_slots = _next_prime(min(max(100 * fits, 521), _MAX_SLOTS))
+        self._file: h5py.File | None = None
+        self._x: h5py.Dataset | None = None
+        self._y: h5py.Dataset | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+        self._bytes_read = 0
+        self._chunk_bytes_read = 0
+
+    # -- what the loader plans with ---------------------------------------------------
+
+    def __len__(self) -> int:
+        """Number of samples."""
+        return self._shape[0]
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one sample (the dataset's shape without the first axis)."""
+        return self._shape[1:]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def sample_nbytes(self) -> int:
+        """Bytes of one sample."""
+        return math.prod(self.sample_shape) * self._dtype.itemsize
+
+    @property
+    def chunks(self) -> tuple[int, ...] | None:
+        """HDF5 chunk shape of the data, or None when it is not chunked."""
+        return self._chunks
+
+    @property
+    def chunk_samples(self) -> int:
+        """Samples per HDF5 chunk along axis 0; for an unchunked dataset, the number of
+        samples in about 1 MiB (at least 1, at most ``len(self)``)."""
+        if self._chunks is not None:
+            return int(self._chunks[0])
+        per = round(CONTIGUOUS_READ_BYTES / self.sample_nbytes) if self.sample_nbytes else len(self)
+        return int(min(max(per, 1), len(self)))
+
+    @property
+    def has_labels(self) -> bool:
+        return self.label_key is not None
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes this process requested from the file (the hyperslabs asked for)."""
+        self._sync_pid()
+        return self._bytes_read
+
+    @property
+    def chunk_bytes_read(self) -> int:
+        """Bytes of the whole chunks this process's reads touched (per read: distinct
+        chunks x uncompressed chunk bytes); equal to ``bytes_read`` when unchunked."""
+        self._sync_pid()
+        return self._chunk_bytes_read
+
+    # -- reading ----------------------------------------------------------------------
+
+    def __getitem__(self, index: int) -> Any:
+        """Sample ``index`` (negative counts from the end), ``(x, y)`` with labels."""
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"sample index must be an integer, got {type(index).__name__}")
+        n = len(self)
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"sample index {index} out of range for {n} samples")
+        where = f"sample {i}"
+        x = self._read(False, i, i + 1, where)[0, ...]
+        if self.transform is not None:
+            x = self.transform(x)
+        if self.label_key is None:
+            return x
+        return x, self._read(True, i, i + 1, where)[0, ...]
+
+    def read_range(self, start: int, stop: int) -> np.ndarray:
+        """Samples ``start .. stop-1`` as one array, read in one coalesced ``read_direct``."""
+        self._check_range(start, stop)
+        return self._read(False, int(start), int(stop), f"samples {start}..{stop - 1}")
+
+    def labels_range(self, start: int, stop: int) -> np.ndarray:
+        """Labels of samples ``start .. stop-1`` in one read (ValueError without labels)."""
+        if self.label_key is None:
+            raise ValueError(f"{self.path}: {self.key!r} was opened without a label_key")
+        self._check_range(start, stop)
+        return self._read(True, int(start), int(stop), f"samples {start}..{stop - 1}")
+
+    def _check_range(self, start: int, stop: int) -> None:
+        n = len(self)
+        if not 0 <= start <= n or not 0 <= stop <= n:
+            raise IndexError(f"range {start}..{stop} outside [0, {n}]")
+        if stop < start:
+            raise ValueError(f"range stop {stop} < start {start}")
+
+    def _read(self, labels: bool, start: int, stop: int, where: str) -> np.ndarray:
+        if labels:
+            shape, dtype, chunks = self._label_shape, self._label_dtype, self._label_chunks
+        else:
+            shape, dtype, chunks = self._shape, self._dtype, self._chunks
+        out = np.empty((stop - start, *shape[1:]), dtype=dtype)
+        if stop == start:
+            return out
+        try:
+            self._open(where)
+            ds = self._y if labels else self._x
+            if dtype.hasobject:  # variable-length data: read_direct cannot fill it
+                out[...] = ds[start:stop]
+            else:
+                ds.read_direct(out, np.s_[start:stop])
+        except OSError as exc:
+            self.close()
+            if isinstance(exc, FileNotFoundError) or not os.path.exists(self.path):
+                raise FileNotFoundError(
+                    f"{self.path}: file not found while reading {where}"
+                ) from exc
+            raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
+        requested = out.nbytes
+        touched = requested
+        if chunks is not None:
+            rows = (stop - 1) // chunks[0] - start // chunks[0] + 1
+            across = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
+            touched = rows * across * _chunk_nbytes(chunks, dtype)
+        with self._lock:
+            self._bytes_read += requested
+            self._chunk_bytes_read += touched
+        return out
+
+    # -- the handle: one per process --------------------------------------------------
+
+    def _sync_pid(self) -> None:
+        """Forget a handle (and counters) inherited from another process."""
+        pid = os.getpid()
+        if self._pid != pid:
+            self._lock = threading.Lock()  # a lock held at fork time stays held
+            self._file = self._x = self._y = None  # the parent's handle: never used here
+            self._bytes_read = self._chunk_bytes_read = 0
+            self._pid = pid
+
+    def _open(self, where: str) -> None:
+        self._sync_pid()
+        if self._file is not None:
+            return
+        with self._lock:
+            if self._file is not None:
+                return
+            try:
+                f = h5py.File(
+                    self.path, "r", rdcc_nbytes=self.cache_bytes, rdcc_nslots=self.cache_slots
+                )
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(
+                    f"{self.path}: file not found while reading {where}"
+                ) from exc
+            try:
+                x = self._open_dataset(f, self.key)
+                y = self._open_dataset(f, self.label_key) if self.label_key is not None else None
+                expected = (self._shape, self._dtype, self._label_shape, self._label_dtype)
+                found = (
+                    getattr(x, "shape", None),
+                    getattr(x, "dtype", None),
+                    getattr(y, "shape", None),
+                    getattr(y, "dtype", None),
+                )
+                if x is None or found != expected:
+                    raise OSError(
+                        f"{self.key!r} (or its labels) changed since the dataset was created"
+                    )
+            except BaseException:
+                f.close()
+                raise
+            self._file, self._x, self._y = f, x, y
+
+    def _open_dataset(self, f: h5py.File, key: str) -> h5py.Dataset | None:
+        """``f[key]`` with this dataset's chunk cache, or None when it is no dataset.
+
+        The cache is set per dataset: a second ``h5py.File`` of a file already open in
+        this process shares the first one's file-level cache settings. (A dataset open
+        twice in one process shares one chunk cache, sized by whichever opened first.)
+        """
+        if not isinstance(f.get(key), h5py.Dataset):
+            return None
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
+        return h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
+
+    def close(self) -> None:
+        """Close this process's handle (the next read reopens)."""
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = self._x = self._y = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_file=None, _x=None, _y=None, _pid=None, _bytes_read=0, _chunk_bytes_read=0)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        labels = f", label_key={self.label_key!r}" if self.label_key is not None else ""
+        return (
+            f"H5Dataset({self.path!r}, {self.key!r}{labels}: {len(self)} samples of "
+            f"{self.sample_shape} {self._dtype}, chunks {self._chunks})"
+        )
+
+
+def _chunk_nbytes(chunks: tuple[int, ...], dtype: np.dtype) -> int:
+    """Uncompressed bytes of one chunk."""
+    return math.prod(chunks) * dtype.itemsize
