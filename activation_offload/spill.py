@@ -10,9 +10,11 @@ buffer goes through aligned staging memory (at most ``STAGE_BYTES`` at a time).
 
 Payloads of at least ``OVERLAP_BYTES`` have their CRC-32 computed in a small shared
 thread pool while the I/O runs (``zlib.crc32``, ``pwritev`` and ``preadv`` release the
-GIL): a write checksums the caller's buffer while the payload blocks are written, then
-writes the header block last; a read takes the header block first, then the payload in
-``READ_PIECE`` pieces, each piece checksummed while the next one is read.
+GIL), in ``READ_PIECE`` pieces checksummed independently (in parallel on the pool's
+workers) and joined with ``crc32_combine``: a write hands all the pieces of the caller's
+buffer to the pool, writes the payload blocks meanwhile, then writes the header block
+last; a read takes the header block first, then the payload in ``READ_PIECE`` pieces,
+each piece handed to the pool as soon as it has landed while the next one is read.
 
 Methods are thread-safe: a write reserves its offset under a lock and does its I/O
 outside it, so several threads write (and read) at once.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import errno
+import functools
 import mmap
 import os
 import pathlib
@@ -118,6 +121,103 @@ def _crc_async(buf, start: int = 0) -> concurrent.futures.Future:
         done = concurrent.futures.Future()
         done.set_result(zlib.crc32(buf, start))
         return done
+
+
+_CRC_POLY = 0xEDB88320  # the CRC-32 polynomial, bit-reflected as zlib uses it
+
+
+def _gf2_times(matrix: tuple, vec: int) -> int:
+    """``matrix`` (32 columns, column ``i`` the image of bit ``i``) applied to the 32-bit
+    ``vec``, over GF(2)."""
+    total, i = 0, 0
+    while vec:
+        if vec & 1:
+            total ^= matrix[i]
+        vec >>= 1
+        i += 1
+    return total
+
+
+def _gf2_then(first: tuple, second: tuple) -> tuple:
+    """The operator ``first`` followed by ``second``."""
+    return tuple(_gf2_times(second, column) for column in first)
+
+
+_pow2_zeros: list[tuple] = []  # [k]: the operator appending 2**k zero bytes to a crc
+_pow2_lock = threading.Lock()
+
+
+def _pow2_zeros_operator(k: int) -> tuple:
+    """The operator "append 2**k zero bytes" on a CRC-32 register: one zero byte is the
+    one-zero-bit operator squared three times, each further power of two one squaring."""
+    with _pow2_lock:
+        if not _pow2_zeros:
+            op = (_CRC_POLY, *(1 << i for i in range(31)))  # one zero bit
+            for _ in range(3):
+                op = _gf2_then(op, op)
+            _pow2_zeros.append(op)
+        while len(_pow2_zeros) <= k:
+            _pow2_zeros.append(_gf2_then(_pow2_zeros[-1], _pow2_zeros[-1]))
+        return _pow2_zeros[k]
+
+
+def _shift_one_bit(reg: int) -> int:
+    return (reg >> 1) ^ _CRC_POLY if reg & 1 else reg >> 1
+
+
+@functools.lru_cache(maxsize=256)
+def _zeros_operator(nbytes: int) -> tuple:
+    """The 32x32 GF(2) matrix appending ``nbytes`` (> 0) zero bytes to a CRC-32 register:
+    multiplication by x**(8*nbytes) mod the polynomial, reflected as zlib does.
+
+    The product q = x**(8*nbytes) mod P is the polynomial 1 (bit 31, reflected) sent
+    through the power-of-two operators of ``nbytes``'s set bits; column ``i`` is then
+    x**(31-i) * q mod P, one single-bit shift per column from column 31 (= q) down."""
+    q, k, n = 1 << 31, 0, nbytes
+    while n:
+        if n & 1:
+            q = _gf2_times(_pow2_zeros_operator(k), q)
+        n >>= 1
+        k += 1
+    columns = [q]
+    for _ in range(31):
+        columns.append(_shift_one_bit(columns[-1]))
+    return tuple(reversed(columns))
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 (``zlib.crc32``) of A + B from ``crc1`` = crc32(A), ``crc2`` = crc32(B)
+    and ``len2`` = len(B), as zlib's ``crc32_combine``: crc1 with ``len2`` zero bytes
+    appended (a cached 32x32 GF(2) operator per length), xor crc2 (so ``crc1 ^ crc2``
+    for ``len2`` 0, crc1 itself when crc2 is that of no bytes, 0)."""
+    if len2 < 0:
+        raise ValueError(f"len2 must be >= 0, got {len2}")
+    if len2 == 0:
+        return crc1 ^ crc2
+    return _gf2_times(_zeros_operator(len2), crc1) ^ crc2
+
+
+def _crc_pieces(buf) -> list:
+    """Pool tasks checksumming ``buf`` in ``READ_PIECE`` pieces, independently; the
+    tasks already submitted are waited for if a submission fails."""
+    tasks = []
+    try:
+        for start in range(0, len(buf), READ_PIECE):
+            tasks.append(_crc_async(buf[start : start + READ_PIECE]))
+    except BaseException:
+        concurrent.futures.wait(tasks)
+        raise
+    return tasks
+
+
+def _join_crcs(tasks: list, nbytes: int) -> int:
+    """The CRC-32 of ``nbytes`` bytes from the tasks checksumming its ``READ_PIECE``
+    pieces (in order), joined with ``crc32_combine``."""
+    crc = 0
+    for i, task in enumerate(tasks):
+        piece = min(READ_PIECE, nbytes - i * READ_PIECE)
+        crc = task.result() if i == 0 else crc32_combine(crc, task.result(), piece)
+    return crc
 
 
 def _round_up(n: int) -> int:
@@ -405,13 +505,13 @@ class SpillDir:
                 loc = Location(slab.n, offset, nbytes, record_id, zlib.crc32(mv))
                 self._pack_header(tls.header, loc)
                 self._write_payload(slab.fd, tls, [tls.header], mv, addr, offset)
-            else:  # the payload while its crc is computed, then the header
-                task = _crc_async(mv)
+            else:  # the payload while its pieces' crcs are computed, then the header
+                tasks = _crc_pieces(mv)
                 try:
                     self._write_payload(slab.fd, tls, [], mv, addr, offset + ALIGN)
-                finally:
-                    crc = task.result()  # no task left reading the caller's buffer
-                loc = Location(slab.n, offset, nbytes, record_id, crc)
+                finally:  # no task left reading the caller's buffer
+                    concurrent.futures.wait(tasks)
+                loc = Location(slab.n, offset, nbytes, record_id, _join_crcs(tasks, nbytes))
                 self._pack_header(tls.header, loc)
                 _pwrite_all(slab.fd, [tls.header], offset)
             ok = True
@@ -549,9 +649,11 @@ class SpillDir:
 
     def _read_checksummed(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> int:
         """Fill ``mv`` from byte ``offset`` of ``fd`` in ``READ_PIECE`` pieces and return
-        its CRC-32: each piece's crc, chained on the one before, runs in the checksum pool
-        while the next piece is read. ``_Truncated`` when the file ends first."""
-        nbytes, task = len(mv), None
+        its CRC-32: each piece's crc is handed to the checksum pool as soon as the piece
+        has landed (the pieces independently, in parallel on the pool's workers, while
+        the next piece is read), and the crcs are joined in order at the end.
+        ``_Truncated`` when the file ends first."""
+        nbytes, tasks = len(mv), []
         try:
             for done in range(0, nbytes, READ_PIECE):
                 dst = mv[done : done + READ_PIECE]
@@ -567,11 +669,10 @@ class SpillDir:
                     piece = self._piece(tls)[: _round_up(n)]
                     _pread_all(fd, [piece], offset + done)
                     dst[:] = piece[:n]
-                task = _crc_async(dst, task.result() if task else 0)
-            return task.result()
-        finally:
-            if task is not None:  # no task left reading ``out`` after an error
-                concurrent.futures.wait([task])
+                tasks.append(_crc_async(dst))
+        finally:  # no task left reading ``out`` after an error
+            concurrent.futures.wait(tasks)
+        return _join_crcs(tasks, nbytes)
 
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""

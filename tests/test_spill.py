@@ -35,6 +35,7 @@ from tensorpress.activation_offload.spill import (
     SpillDir,
     SpillError,
     aligned_buffer,
+    crc32_combine,
 )
 
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 9 * 2**20 + 3]
@@ -110,16 +111,113 @@ def _slab_path(sd: SpillDir, loc: Location):
 
 
 def _count_crc_tasks(monkeypatch) -> list:
-    """Futures of the checksums handed to the pool from now on (the overlapped path)."""
+    """Futures of the checksums handed to the pool from now on (the overlapped path);
+    each piece is checksummed on its own (from crc 0), never chained on another."""
     futures = []
     real = spill._crc_async
 
     def spy(buf, start=0):
+        assert start == 0
         futures.append(real(buf, start))
         return futures[-1]
 
     monkeypatch.setattr(spill, "_crc_async", spy)
     return futures
+
+
+# -- crc32_combine --------------------------------------------------------------------
+
+COMBINE_LENGTHS = [
+    0,
+    1,
+    3,
+    7,
+    8,
+    4095,
+    4096,
+    4097,
+    65536 + 13,
+    READ_PIECE - 1,
+    READ_PIECE,
+    READ_PIECE + 7,
+    2 * READ_PIECE + 5 * ALIGN + 123,
+    *random.Random(7).sample(range(1, 3 * READ_PIECE), 12),
+]
+
+
+@pytest.mark.parametrize("len2", COMBINE_LENGTHS)
+def test_crc32_combine_matches_zlib_on_concatenations(len2):
+    rng = np.random.default_rng(len2)
+    b = rng.integers(0, 256, len2, dtype=np.uint8).tobytes()
+    crc_b = zlib.crc32(b)
+    for len1 in (0, 1, 4096, int(rng.integers(2, 100_000))):
+        a = rng.integers(0, 256, len1, dtype=np.uint8).tobytes()
+        crc_a = zlib.crc32(a)
+        assert crc32_combine(crc_a, crc_b, len2) == zlib.crc32(a + b) == zlib.crc32(b, crc_a)
+
+
+@pytest.mark.parametrize("len2", [0, 1, 3, 4095, 4096, READ_PIECE, READ_PIECE + 7, 5_000_001])
+def test_crc32_combine_any_crc_values(len2):
+    """For any 32-bit crc1 and crc2 (not only crcs of data at hand): crc1 shifted over
+    len2 zero bytes (zlib continuing from crc1, less zlib from 0), xor crc2."""
+    rng = random.Random(len2)
+    zeros = bytes(len2)
+    for crc1, crc2 in [(0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (1, 0), (1 << 31, 0)] + [
+        (rng.getrandbits(32), rng.getrandbits(32)) for _ in range(20)
+    ]:
+        shifted = zlib.crc32(zeros, crc1) ^ zlib.crc32(zeros)
+        assert crc32_combine(crc1, crc2, len2) == shifted ^ crc2
+        assert 0 <= crc32_combine(crc1, crc2, len2) < 1 << 32
+
+
+def test_crc32_combine_joins_many_pieces_in_order():
+    """Pieces of random lengths (empty ones too) combined left to right give the crc of
+    the whole, as a spill read or write joins its READ_PIECE pieces."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, 3 * READ_PIECE + 12345, dtype=np.uint8).tobytes()
+    for _ in range(5):
+        cuts = sorted(rng.integers(0, len(data), int(rng.integers(1, 12))).tolist())
+        bounds = [0, *cuts, len(data)]
+        crc = 0
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            crc = crc32_combine(crc, zlib.crc32(data[lo:hi]), hi - lo)
+        assert crc == zlib.crc32(data)
+    pieces = [data[i : i + READ_PIECE] for i in range(0, len(data), READ_PIECE)]
+    tasks = [spill._crc_async(p) for p in pieces]
+    assert spill._join_crcs(tasks, len(data)) == zlib.crc32(data)
+
+
+def test_crc32_combine_large_lengths_and_errors():
+    """Lengths past anything in memory (operators by repeated squaring), against the
+    same identity in two halves; len2 0 (B empty, crc2 0) returns crc1; a negative len2
+    is refused."""
+    for len2 in (1 << 32, (1 << 40) + 3, (1 << 62) - 1):
+        half = len2 // 2
+        crc1, crc2 = 0x12345678, 0x9ABCDEF0
+        stepwise = crc32_combine(crc32_combine(crc1, 0, half), 0, len2 - half) ^ crc2
+        assert crc32_combine(crc1, crc2, len2) == stepwise
+    assert crc32_combine(0xDEADBEEF, zlib.crc32(b""), 0) == 0xDEADBEEF
+    with pytest.raises(ValueError):
+        crc32_combine(1, 2, -1)
+
+
+def test_crc32_combine_operators_cached_and_thread_safe(monkeypatch):
+    """From a cold start, many threads combining at once agree with zlib; the operator
+    of a length is built once and reused."""
+    monkeypatch.setattr(spill, "_pow2_zeros", [])
+    spill._zeros_operator.cache_clear()
+    lengths = [READ_PIECE, READ_PIECE + 7, 4096, 12_345]
+    expected = {n: zlib.crc32(bytes(n), 0xCAFEF00D) for n in lengths}
+
+    def check(i):
+        n = lengths[i % len(lengths)]
+        return crc32_combine(0xCAFEF00D, zlib.crc32(bytes(n)), n) == expected[n]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(check, range(64)))
+    info = spill._zeros_operator.cache_info()
+    assert info.currsize == len(lengths) and info.hits >= 64 - 8
+    spill._zeros_operator.cache_clear()
 
 
 # -- round trips ----------------------------------------------------------------------
@@ -154,15 +252,18 @@ LARGE = [3 * READ_PIECE + 5 * ALIGN + 123, OVERLAP_BYTES]
 @pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
 @pytest.mark.parametrize("n", LARGE)
 def test_large_round_trip(tmp_path, monkeypatch, direct, kind, n):
-    """Records of OVERLAP_BYTES and more: crc in the pool, header written last, read in
-    pieces, each checksummed while the next is read."""
+    """Records of OVERLAP_BYTES and more: crc in the pool (one task per READ_PIECE
+    piece, joined with crc32_combine), header written last, read in pieces, each
+    checksummed while the next is read."""
     src = _payload(n, seed=n)
     tasks = _count_crc_tasks(monkeypatch)
     with SpillDir(tmp_path, direct=direct) as sd:
         sd.write(b"x" * 100)
         assert tasks == []  # small records are checksummed in place
         loc = sd.write(_buffer(kind, src))
-        assert len(tasks) == 1 and loc.crc == zlib.crc32(src)
+        assert len(tasks) == -(-n // READ_PIECE) and loc.crc == zlib.crc32(src)
+        pieces = [src[i : i + READ_PIECE] for i in range(0, n, READ_PIECE)]
+        assert [t.result() for t in tasks] == [zlib.crc32(p) for p in pieces]
         assert loc.offset == 2 * ALIGN
         for out_kind in ("aligned", "numpy+1", "bytearray"):
             del tasks[:]
@@ -453,6 +554,7 @@ def test_large_write_fails_after_crc_submitted(tmp_path, monkeypatch, direct, fa
     used = sd.bytes_on_disk
     n = STAGE_BYTES + 5 * ALIGN + 7  # two staged pieces from an unaligned buffer
     assert sd.direct or fail != "later payload", "this case needs O_DIRECT on tmp_path"
+    pieces = -(-n // READ_PIECE)
     tasks = _count_crc_tasks(monkeypatch)
     real = os.pwritev
     offsets = []
@@ -465,7 +567,7 @@ def test_large_write_fails_after_crc_submitted(tmp_path, monkeypatch, direct, fa
             or (fail == "later payload" and not first)
             or (fail == "header" and offset < offsets[0])
         ):
-            assert len(tasks) == 1  # the crc was handed to the pool first
+            assert len(tasks) == pieces  # the crcs were handed to the pool first
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real(fd, bufs, offset)
 
@@ -474,7 +576,7 @@ def test_large_write_fails_after_crc_submitted(tmp_path, monkeypatch, direct, fa
         sd.write(_buffer("numpy+1", _payload(n)))
     assert info.value.errno == errno.EIO
     assert isinstance(info.value.__cause__, OSError)
-    assert len(tasks) == 1 and tasks[0].done()
+    assert len(tasks) == pieces and all(t.done() for t in tasks)
     assert offsets[0] == used + ALIGN  # the payload went first, after the header block
     monkeypatch.undo()
     assert sd.bytes_on_disk == used
