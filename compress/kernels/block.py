@@ -41,18 +41,38 @@ def _zigzag(v):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _pw_miss(x, t, r, tol):
+    """1 where code ``t`` (reconstructing as ``r``) misses the pw_rel rule, else 0
+    (every test evaluated, no branches: the loops vectorize)."""
+    ok = (abs(t) <= QMAX) & (abs(r - x) <= tol * abs(x))
+    ok = ok & ((r * x > 0.0) | ((x == 0.0) & (math.copysign(1.0, x) > 0.0)))
+    return np.int64(not ok)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
     """Codes of values s..s+m-1 into ``qb``; returns how many cannot be coded."""
     bad = 0
     if pw:
-        for j in range(m):
-            x = float(xv[s + j])
-            t = np.rint(x * binv)
-            r = to_storage(t * bstep, prec)
-            ok = abs(t) <= QMAX and abs(r - x) <= tol * abs(x)
-            ok = ok and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
-            bad += not ok
-            qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
+        if prec == PREC_FLOAT32:
+            for j in range(m):
+                x = float(xv[s + j])
+                t = np.rint(x * binv)
+                r = float(float32(t * bstep))
+                bad += _pw_miss(x, t, r, tol)
+                qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
+        elif prec == PREC_FLOAT64:
+            for j in range(m):
+                x = float(xv[s + j])
+                t = np.rint(x * binv)
+                bad += _pw_miss(x, t, t * bstep, tol)
+                qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
+        else:
+            for j in range(m):
+                x = float(xv[s + j])
+                t = np.rint(x * binv)
+                bad += _pw_miss(x, t, to_storage(t * bstep, prec), tol)
+                qb[j] = np.int32(t if abs(t) <= QMAX else 0.0)
     elif prec == PREC_FLOAT32:
         for j in range(m):
             x = float(xv[s + j])
@@ -270,8 +290,9 @@ def _pack(src, count, signed, w, cb, words, data, dpos):
 def _unpack(payload, pos, cnt, w, words, cb):
     """cb[:cnt] = the ``w``-bit codes packed LSB first from ``payload[pos]``."""
     nbytes = (cnt * w + 7) // 8
-    words[:] = 0
-    words.view(np.uint8)[:nbytes] = payload[pos : pos + nbytes]
+    wb = words.view(np.uint8)  # bytes past nbytes are stale, but masked off below
+    for j in range(nbytes):
+        wb[j] = payload[pos + j]
     lowmask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
     for j in range(cnt):
         off = j * w
@@ -280,6 +301,15 @@ def _unpack(payload, pos, cnt, w, words, cb):
         lo = words[wi] >> sh
         hi = (words[wi + 1] << (np.uint64(64) - sh)) if sh else np.uint64(0)
         cb[j] = (lo | hi) & lowmask
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _popcount(v):
+    """Set bits of uint64 ``v`` (SWAR)."""
+    v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    v = (v + (v >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -384,12 +414,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
                     mask |= np.uint64(payload[ipos + j]) << np.uint64(8 * j)
                 if m < 64 and mask >> np.uint64(m) != 0:
                     return False
-                ones = 0
-                mm = mask
-                while mm:
-                    mm &= mm - np.uint64(1)
-                    ones += 1
-                if ones != cnt:
+                if _popcount(mask) != cnt:
                     return False
             ipos += index_bytes(cnt)
         nbytes = (cnt * w + 7) // 8
