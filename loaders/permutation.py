@@ -86,12 +86,18 @@ def fill_permuted(out, positions_start, positions_step, n, key):
     if n <= SMALL:
         perm = _shuffled(n, key)
         for k in range(out.shape[0]):
-            out[k] = perm[(positions_start + k * positions_step) % n]
+            out[k] = perm[_wrap(positions_start + k * positions_step, n)]
         return
     mask, shift, mul, add = _rounds(n, key)
     for k in prange(out.shape[0]):
-        p = (positions_start + k * positions_step) % n
+        p = _wrap(positions_start + k * positions_step, n)
         out[k] = _walk(p, n, mask, shift, mul, add)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wrap(p, n):
+    """``p % n`` without a division in the common case ``p < n``."""
+    return p if p < n else p % n
 
 
 def epoch_key(seed: int, epoch: int) -> int:
