@@ -1,0 +1,364 @@
+"""DataLoader: every sample once per epoch per the DistributedSampler rules, batches equal
+to h5py's own reads and to torch's DataLoader over the same index lists, reproducible
+orders, exact resume, the Belady buffer's hit rates and chunk traffic, worker errors."""
+
+from __future__ import annotations
+
+import gc
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from tensorpress.loaders.dataloader import DataLoader, _H5Batches
+from tensorpress.loaders.h5dataset import H5Dataset
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import Dataset, DistributedSampler
+
+FEATURES = 6  # values per sample
+CHUNK = 4  # samples per HDF5 chunk
+
+
+def _values(n: int) -> np.ndarray:
+    """Sample ``i`` holds ``i * 100 + 0 .. FEATURES - 1``: its index is readable back."""
+    return (np.arange(n)[:, None] * 100 + np.arange(FEATURES)).astype(np.float32)
+
+
+def _make(path, n: int, chunk: int = CHUNK, features: int = FEATURES) -> str:
+    rng = np.random.default_rng(n)
+    x = _values(n) if features == FEATURES else rng.standard_normal((n, features))
+    chunk = min(chunk, n)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=x.astype(np.float32), chunks=(chunk, features))
+        f.create_dataset("y", data=np.arange(n, dtype=np.int64), chunks=(chunk,))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Path of a labelled, chunked file of ``n`` samples, made once per ``n``."""
+    made: dict[int, str] = {}
+    root = tmp_path_factory.mktemp("dl")
+
+    def get(n: int) -> str:
+        if n not in made:
+            made[n] = _make(root / f"d{n}.h5", n)
+        return made[n]
+
+    return get
+
+
+def _epoch(loader) -> list[list[int]]:
+    """One iteration of a loader over a labelled dataset: the sample indices per batch,
+    checking each sample's values against its label."""
+    out = []
+    for x, y in loader:
+        assert torch.equal(x, torch.from_numpy(_values(int(y.max()) + 1)[y.numpy()]))
+        out.append(y.tolist())
+    return out
+
+
+def _torch_batches(n, batch_size, world_size, rank, drop_last) -> list[list[int]]:
+    sampler = DistributedSampler(
+        range(n), num_replicas=world_size, rank=rank, shuffle=False, drop_last=drop_last
+    )
+    loader = TorchDataLoader(range(n), sampler=sampler, batch_size=batch_size, drop_last=drop_last)
+    return [b.tolist() for b in loader]
+
+
+def _equal(a, b) -> bool:
+    """Structural equality of collated batches (tensors, sequences, dicts, scalars)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_equal, a, b))
+    return a == b
+
+
+# -- order: coverage, sharding, drop_last ---------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 10, 37])
+@pytest.mark.parametrize("batch_size", [1, 3, 8])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_every_sample_once(files, n, batch_size, world_size, drop_last, shuffle):
+    ds = H5Dataset(files(n), "x", label_key="y")
+    if drop_last and n < world_size:
+        with pytest.raises(ValueError, match="drop_last"):
+            DataLoader(ds, batch_size, world_size=world_size, rank=0, drop_last=True)
+        return
+    ranks = []
+    for rank in range(world_size):
+        loader = DataLoader(
+            ds, batch_size, shuffle=shuffle, drop_last=drop_last, world_size=world_size, rank=rank
+        )
+        batches = _epoch(loader)
+        expected = _torch_batches(n, batch_size, world_size, rank, drop_last)
+        assert len(loader) == len(batches) == len(expected)
+        assert [len(b) for b in batches] == [len(b) for b in expected]
+        if not shuffle:
+            assert batches == expected
+        ranks.append([i for b in batches for i in b])
+    if not drop_last:  # ranks together: every sample, padding repeats first ones
+        assert set().union(*ranks) == set(range(n))
+        assert sum(map(len, ranks)) == world_size * -(-n // world_size)
+    per_rank = n // world_size if drop_last and world_size > 1 else -(-n // world_size)
+    if drop_last:  # no padding: ranks disjoint, no repeats
+        flat = [i for r in ranks for i in r]
+        assert len(flat) == len(set(flat))
+        if world_size > 1:
+            assert all(len(r) == per_rank // batch_size * batch_size for r in ranks)
+
+
+def test_reproducible_and_epochs_differ(files):
+    ds = H5Dataset(files(37), "x", label_key="y")
+    a, b = DataLoader(ds, 3, seed=5), DataLoader(ds, 3, seed=5)
+    e0, e1 = _epoch(a), _epoch(a)  # epochs advance by themselves
+    assert _epoch(b) == e0 and _epoch(b) == e1
+    assert e0 != e1
+    assert _epoch(DataLoader(ds, 3, seed=6)) != e0
+    c = DataLoader(ds, 3, seed=5)
+    c.set_epoch(1)
+    assert _epoch(c) == e1 and c.epoch == 2
+    c.set_epoch(1)  # set_epoch every epoch, DistributedSampler style
+    assert _epoch(c) == e1
+
+
+def test_abandoned_iteration_restarts_epoch(files):
+    ds = H5Dataset(files(37), "x", label_key="y")
+    loader = DataLoader(ds, 4, seed=1)
+    full = _epoch(DataLoader(ds, 4, seed=1))
+    it = iter(loader)
+    next(it)
+    assert loader.state_dict()["batches_done"] == 1
+    assert _epoch(loader) == full
+
+
+# -- values -----------------------------------------------------------------------------
+
+
+def test_values_equal_h5py(tmp_path):
+    path = _make(tmp_path / "r.h5", 50, chunk=7, features=5)
+    with h5py.File(path) as f:
+        x, y = f["x"][...], f["y"][...]
+    ds = H5Dataset(path, "x", label_key="y")
+    loader = DataLoader(ds, 8, buffer_bytes=300, seed=3)  # small buffer: hits and misses
+    for _ in range(2):
+        seen = []
+        for xb, yb in loader:
+            idx = yb.numpy()
+            assert np.array_equal(xb.numpy(), x[idx]) and np.array_equal(idx, y[idx])
+            seen.extend(idx.tolist())
+        assert sorted(seen) == list(range(50))
+    assert 0 < loader.stats["hits"] and 0 < loader.stats["misses"]
+
+
+def _same_as_torch(loader, dataset, collate_fn=None):
+    """Our loader's batches equal torch's over the same index lists, epoch by epoch."""
+    for epoch in range(2):
+        order = loader._order.epoch(epoch)
+        bs = loader.batch_size
+        lists = [order[i : i + bs].tolist() for i in range(0, len(order), bs)]
+        if loader.drop_last and len(lists[-1]) < bs:
+            lists.pop()
+        ref = TorchDataLoader(dataset, batch_sampler=lists, collate_fn=collate_fn)
+        ours = list(loader)
+        assert len(ours) == len(lists) == len(loader)
+        assert all(_equal(a, b) for a, b in zip(ours, ref, strict=True))
+
+
+@pytest.mark.parametrize("labels", [True, False])
+def test_same_as_torch_dataloader(files, labels):
+    ds = H5Dataset(files(37), "x", label_key="y" if labels else None, transform=lambda a: a * 2)
+    loader = DataLoader(ds, 8, buffer_bytes=24 * 37, world_size=2, rank=1)
+    _same_as_torch(loader, ds)
+    loader = DataLoader(ds, 3, drop_last=True, collate_fn=list, buffer_bytes=0)
+    _same_as_torch(loader, ds, collate_fn=list)
+
+
+class _Generic(Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {"i": i, "v": torch.full((2,), float(i)), "name": f"s{i}"}
+
+
+class _Collated(_Generic):
+    def __getitems__(self, indices):
+        return {"indices": list(indices)}  # a whole batch: torch passes it on as it is
+
+
+def test_generic_dataset():
+    ds = _Collated(23)
+    loader = DataLoader(ds, 5, collate_fn=lambda batch: batch, seed=2)
+    _same_as_torch(loader, ds, collate_fn=lambda batch: batch)
+    ds = _Generic(23)
+    loader = DataLoader(ds, 5, seed=2)
+    _same_as_torch(loader, ds)
+    assert loader.stats is None
+    plain = DataLoader(list(range(10)), 4, shuffle=False)
+    assert [b.tolist() for b in plain] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+# -- workers ----------------------------------------------------------------------------
+
+
+def test_workers_match_single_process(files, monkeypatch):
+    positions = _H5Batches._positions
+
+    def checked(self, batch, indices):  # forked workers inherit the patch
+        rel = positions(self, batch, indices)
+        assert rel is not None, f"batch {batch} reached a worker that did not expect it"
+        return rel
+
+    monkeypatch.setattr(_H5Batches, "_positions", checked)
+    ds = H5Dataset(files(37), "x", label_key="y")
+    ranks = []
+    for rank in (0, 1):
+        ref = DataLoader(ds, 3, world_size=2, rank=rank, seed=4)
+        par = DataLoader(
+            ds, 3, world_size=2, rank=rank, seed=4, num_workers=2, persistent_workers=True
+        )
+        epochs = [_epoch(par) for _ in range(2)]
+        assert epochs == [_epoch(ref) for _ in range(2)]
+        ranks.append([i for b in epochs[0] for i in b])
+        assert par.stats is None
+    assert sorted(ranks[0] + ranks[1]) == sorted([*range(37), ranks[0][0]])
+    it = iter(par)  # resume mid-epoch on the same persistent workers
+    head = [next(it)[1].tolist() for _ in range(3)]
+    par.load_state_dict(par.state_dict())
+    assert head + _epoch(par) == _epoch(ref)
+
+
+class _Failing(_Generic):
+    def __getitems__(self, indices):
+        raise ValueError(f"boom at {indices}")
+
+
+def test_worker_error_surfaces():
+    loader = DataLoader(_Failing(10), 2, num_workers=1)  # torch joins each worker 5 s
+    with pytest.raises(ValueError, match="boom at"):
+        list(loader)
+    gc.collect()  # torch's worker shutdown (a 5 s join) happens here, not in a later test
+
+
+# -- resume -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataset", ["h5", "generic"])
+def test_resume(files, dataset):
+    ds = H5Dataset(files(37), "x", label_key="y") if dataset == "h5" else _Generic(37)
+    key = (lambda b: b[1].tolist()) if dataset == "h5" else (lambda b: b["i"].tolist())
+    ref = DataLoader(ds, 4, seed=9)
+    _epoch(ref) if dataset == "h5" else list(ref)  # resume inside epoch 1
+    full = [key(b) for b in ref]
+    nxt = [key(b) for b in ref]
+    loader = DataLoader(ds, 4, seed=9)
+    loader.set_epoch(1)
+    it = iter(loader)
+    head = [key(next(it)) for _ in range(3)]
+    state = loader.state_dict()
+    assert head == full[:3] and state["epoch"] == 1 and state["batches_done"] == 3
+    resumed = DataLoader(ds, 4, seed=9)
+    resumed.load_state_dict(state)
+    assert [key(b) for b in resumed] == full[3:]
+    assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["batches_done"] == 0
+    assert [key(b) for b in resumed] == nxt
+    with pytest.raises(ValueError, match="seed"):
+        DataLoader(ds, 4, seed=8).load_state_dict(state)
+
+
+# -- the buffer -------------------------------------------------------------------------
+
+
+def _rate(loader, epochs):
+    before = dict(loader.stats)
+    for _ in range(epochs):
+        for _ in loader:
+            pass
+    after = loader.stats
+    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+    return hits / (hits + misses), after["chunk_bytes_read"] - before["chunk_bytes_read"]
+
+
+def test_whole_dataset_buffer_hits(tmp_path):
+    n = 400
+    ds = H5Dataset(_make(tmp_path / "b.h5", n, chunk=16, features=32), "x")
+    loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes)
+    _rate(loader, 1)
+    rate, chunk_bytes = _rate(loader, 1)
+    assert rate >= 0.99 and chunk_bytes == 0
+
+
+def test_quarter_buffer(tmp_path):
+    n = 800
+    ds = H5Dataset(_make(tmp_path / "q.h5", n, chunk=16, features=32), "x")
+    loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes // 4, seed=1)
+    _rate(loader, 1)
+    rate, chunk_bytes = _rate(loader, 2)
+    assert rate >= 0.95 * 0.25
+    single = H5Dataset(ds.path, "x")  # per-sample reads of the same epochs
+    for epoch in (1, 2):
+        for i in loader._order.epoch(epoch).tolist():
+            single.read_range(i, i + 1)
+    assert chunk_bytes < 0.5 * single.chunk_bytes_read
+
+
+# -- arguments --------------------------------------------------------------------------
+
+
+class _NoLen:
+    def __getitem__(self, i):
+        return i
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((list(range(4)), 0), {}, ValueError, "batch_size"),
+        ((list(range(4)), True), {}, ValueError, "batch_size"),
+        ((list(range(4)), 2.0), {}, ValueError, "batch_size"),
+        ((list(range(4)),), {"buffer_bytes": -1}, ValueError, "buffer_bytes"),
+        ((list(range(4)),), {"num_workers": -1}, ValueError, "num_workers"),
+        (([],), {}, ValueError, "empty"),
+        ((_NoLen(),), {}, TypeError, "__len__"),
+        ((list(range(4)),), {"world_size": 2, "rank": 2}, ValueError, "rank"),
+    ],
+)
+def test_bad_arguments(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        DataLoader(*args, **kwargs)
+
+
+def test_bad_epoch_and_state():
+    loader = DataLoader(list(range(4)), 2)
+    with pytest.raises(ValueError, match="epoch"):
+        loader.set_epoch(-1)
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="batches_done"):
+        loader.load_state_dict({**state, "batches_done": 3})
+    with pytest.raises(ValueError, match="lacks"):
+        loader.load_state_dict({"epoch": 0})
+
+
+def test_shard_defaults_from_torch_distributed(monkeypatch):
+    import tensorpress.loaders.dataloader as module
+
+    assert DataLoader(list(range(10)), 2).world_size == 1
+    monkeypatch.setattr(module.dist, "is_available", lambda: True)
+    monkeypatch.setattr(module.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(module.dist, "get_world_size", lambda: 3)
+    monkeypatch.setattr(module.dist, "get_rank", lambda: 2)
+    loader = DataLoader(list(range(10)), 2, shuffle=False)
+    assert (loader.world_size, loader.rank) == (3, 2)
+    assert [b.tolist() for b in loader] == [[2, 5], [8, 1]]  # position 11 wraps to sample 1
