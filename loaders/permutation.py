@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from ..compress.kernels.hashing import hash32
 
-ROUNDS = 6
+ROUNDS = 4
 SMALL = 1 << 20  # elements: up to here, a Fisher-Yates shuffle
 #: odd 64-bit multipliers (the splitmix64 and murmur3 finalizer constants)
 _ODD = np.array(

@@ -76,6 +76,29 @@ def test_positions_and_values_are_uniform(n):
     assert abs(chi2 - dof) / np.sqrt(2 * dof) < 5
 
 
+def _chi2_z(table: np.ndarray, expected: np.ndarray) -> float:
+    chi2 = ((table - expected) ** 2 / expected).sum()
+    dof = (table.shape[0] - 1) * (table.shape[1] - 1) if table.ndim == 2 else table.size - 1
+    return abs(chi2 - dof) / np.sqrt(2 * dof)
+
+
+@pytest.mark.parametrize("key", [0, 1])
+def test_large_permutation_tables_are_uniform(key):
+    """Beyond SMALL (the keyed bijection): position bin x value bin (100 x 100) and the
+    low 8 bits of consecutive values (256 x 256) are uniform by a chi-square test."""
+    n = SMALL + 1001
+    p = permutation(n, key)
+    bins = 100
+    pos, val = (np.arange(n) * bins) // n, (p * bins) // n
+    table = np.zeros((bins, bins))
+    np.add.at(table, (pos, val), 1)
+    expected = np.outer(np.bincount(pos, minlength=bins), np.bincount(val, minlength=bins)) / n
+    assert _chi2_z(table, expected) < 5
+    low = p % 256
+    pairs = np.bincount(low[:-1] * 256 + low[1:], minlength=256 * 256).astype(float)
+    assert _chi2_z(pairs, np.full(pairs.shape, (n - 1) / 256**2)) < 5
+
+
 def test_large_permutation_has_no_position_trend():
     n = SMALL + 4099
     p = permutation(n, 11)
