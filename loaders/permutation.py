@@ -7,7 +7,7 @@ into high ones) and then xors in the value shifted right by about half its width
 (high into low); each step is a bijection of ``[0, 2**k)``, so the whole is. Values
 that land outside ``[0, n)`` go round again (cycle walking: fewer than 2 passes on
 average, since ``2**k < 2n``). Round keys come from ``hash32`` of the key. Any
-position of any epoch is computable alone; a whole epoch is one parallel numba loop.
+position of any epoch is computable alone, so threads can fill slices of an epoch.
 
 Such a construction is measurably non-uniform on small domains (over 20000 keys, the
 position/value table of n = 10 is 9 standard deviations from uniform, n = 100 is 3,
@@ -18,7 +18,7 @@ shuffle driven by ``hash32`` instead (a modulo bias below 2**-12).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..compress.kernels.hashing import hash32
 
@@ -79,17 +79,20 @@ def permuted(i, n, key):
     return _walk(i, n, mask, shift, mul, add)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def fill_permuted(out, positions_start, positions_step, n, key):
     """``out[k] = permuted((positions_start + k * positions_step) % n, n, key)``: the
-    elements at evenly spaced positions (a rank's share of a padded epoch)."""
+    elements at evenly spaced positions (a rank's share of a padded epoch). Releases
+    the GIL: threads may fill disjoint slices of a large ``out`` at once (numba's
+    parallel loops are avoided on purpose: its OpenMP layer aborts a forked DataLoader
+    worker that uses them after its parent did)."""
     if n <= SMALL:
         perm = _shuffled(n, key)
         for k in range(out.shape[0]):
             out[k] = perm[_wrap(positions_start + k * positions_step, n)]
         return
     mask, shift, mul, add = _rounds(n, key)
-    for k in prange(out.shape[0]):
+    for k in range(out.shape[0]):
         p = _wrap(positions_start + k * positions_step, n)
         out[k] = _walk(p, n, mask, shift, mul, add)
 

@@ -14,9 +14,15 @@ as far ahead as it likes.
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 
-from .permutation import epoch_key, fill_permuted, permuted
+from .permutation import SMALL, epoch_key, fill_permuted, permuted
+
+#: threads that fill one large epoch (fresh threads per call: safe in forked workers)
+THREADS = min(os.cpu_count() or 1, 8)
 
 
 class ShufflePlan:
@@ -70,9 +76,20 @@ class ShufflePlan:
     def epoch(self, epoch: int) -> np.ndarray:
         """The sample indices of ``epoch`` for this rank, in reading order."""
         out = np.empty(self.per_rank, dtype=np.int64)
-        if self.per_rank:
-            key = self._key(epoch)
-            fill_permuted(out, self.rank, self.world_size, self.num_samples, key)
+        key = self._key(epoch)
+        n, step = self.num_samples, self.world_size
+        parts = THREADS if n > SMALL and self.per_rank >= 1 << 20 else 1
+        bounds = np.linspace(0, self.per_rank, parts + 1).astype(np.int64)
+        jobs = [
+            (out[lo:hi], self.rank + int(lo) * step, step, n, key)
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        threads = [threading.Thread(target=fill_permuted, args=job) for job in jobs[1:]]
+        for t in threads:
+            t.start()
+        fill_permuted(*jobs[0])
+        for t in threads:
+            t.join()
         return out
 
     def index(self, epoch: int, position: int) -> int:

@@ -3,6 +3,8 @@ rules, reproducible orders, and permutations that are uniform where it can be me
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from tensorpress.loaders.permutation import SMALL, permutation
@@ -123,3 +125,15 @@ def test_bad_arguments():
         plan.epoch(2)
     with pytest.raises(IndexError, match="position"):
         plan.index(0, 10)
+
+
+def test_a_forked_worker_computes_large_epochs_after_its_parent():
+    """DataLoader workers are forked after the main process planned an epoch: the child
+    must compute the same order (numba's OpenMP parallel loops would abort it)."""
+    plan = ShufflePlan(SMALL + 1001, epochs=2, seed=4)
+    want = plan.epoch(1)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when it gets the same order
+        os._exit(0 if np.array_equal(plan.epoch(1), want) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
