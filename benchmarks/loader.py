@@ -1,0 +1,707 @@
+"""Loader benchmark: torch's DataLoader over a plain h5py dataset against tensorpress's
+``DataLoader`` over an ``H5Dataset``, reading from disk.
+
+The data: an HDF5 file of float32 samples of 256 KiB (65536 floats) each, chunked 4
+samples per chunk along axis 0 (1 MiB chunks, as real scientific files are), with int64
+labels (``y``); 1 GiB by default (4096 samples), 192 MiB with ``--quick`` (768). The file
+is cached under ``benchmarks/.cache/loader/`` and reused when it has the right shape,
+chunks and dtypes. It is dropped from the page cache (``fsync`` then
+``posix_fadvise(POSIX_FADV_DONTNEED)``) before each run and each epoch, so every epoch
+starts from disk.
+
+Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` worker processes
+(default 2), ``persistent_workers=False`` so that each epoch's workers exit:
+
+  (a) torch + h5py      ``torch.utils.data.DataLoader(shuffle=True)`` over a Dataset
+                        written the way users write one: the file opened lazily in
+                        ``__getitem__``, ``f["x"][i]`` and ``f["y"][i]`` per sample
+  (b) tensorpress       ``tensorpress.loaders.DataLoader`` over ``H5Dataset(path, "x",
+                        label_key="y")``, ``buffer_bytes`` = 1/4 of the data (default)
+  (b') persistent       (b) with ``persistent_workers=True``: each worker's buffer lives
+                        across epochs (bytes from the device counters: its workers have
+                        not exited when an epoch ends)
+  (b) 0 workers         (b) in this process, for ``loader.stats`` (hit rate)
+  (c) tensorpress zstd  the same data compressed by tensorpress: n/a, tensorpress has no
+                        compressed HDF5 writer yet
+
+This process runs torch with 1 thread, as torch's workers do: on 2 vCPUs, torch's
+OpenMP threads spinning beside numba's made ``torch.stack`` in ``default_collate`` take
+~90 ms per 8 MiB batch in the ``num_workers=0`` run.
+
+Columns: samples/s (median over epochs) and its ratio to (a); MiB read from disk per
+epoch (median) and its ratio to (a). Bytes read, with workers: the deltas of
+``resource.getrusage(RUSAGE_CHILDREN).ru_inblock`` (512-byte blocks read by finished,
+waited-for children: the epoch's workers; ``/proc/self/io`` ``read_bytes`` already
+includes reaped children, so adding it would count them twice); without workers: this
+process's ``read_bytes``. When ``ru_inblock`` stays 0 with workers the kernel does not
+account it, and the bytes come from the device's ``/sys/dev/block/M:m/stat`` sectors
+read (the whole disk, printed for every row as a cross-check anyway).
+
+Hit rates of (b): the buffer hit rate over the epochs after the first, measured with a
+``num_workers=0`` run of (b) through ``loader.stats`` (one process, one buffer of
+``buffer_bytes`` that lives across epochs), beside what ``simulate`` gives on the same
+order: Belady's rule and LRU at the same capacity (sample-level; tensorpress also
+buffers the chunk-mates of a miss, which ``simulate`` does not model). The
+per-worker line simulates each worker's share (batches round-robin) at capacity
+``buffer_bytes / workers`` over all epochs, i.e. what persistent workers could hit; the
+non-persistent workers of the timed run start every epoch with an empty buffer.
+
+Targets (MET / NOT MET): (b) >= 5x (a)'s samples/s; (b) reads <= 1/3 of (a)'s bytes;
+(b)'s hit rate >= 0.95 x the buffer's fraction of the dataset. Also: the time to plan
+``ShufflePlan(10_000_000, epochs=100, seed=0)``, all 100 epochs (target < 10 s), and
+the Belady hit rate after the first of 3 epochs with a buffer as large as the dataset
+split over 2 ranks (each rank's buffer = its half; target >= 99%).
+
+    python benchmarks/loader.py                  # full run, about 2 min on 2 cores
+    python benchmarks/loader.py --quick          # smoke run, under a minute
+    python benchmarks/loader.py --workers 4 --size-mib 2048
+    python benchmarks/loader.py --markdown       # tables for RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numba
+import numpy as np
+import torch
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import Dataset
+
+try:
+    from compressors import Table
+except ImportError:  # imported as benchmarks.loader
+    from benchmarks.compressors import Table
+
+from tensorpress.loaders import DataLoader, H5Dataset, ShufflePlan, simulate
+
+MIB = 2**20
+SEED = 0
+SAMPLE_FLOATS = 65536  # 256 KiB of float32 per sample
+SAMPLE_BYTES = SAMPLE_FLOATS * 4
+CHUNK_SAMPLES = 4
+DEFAULT_MIB, QUICK_MIB = 1024, 192
+EPOCHS, QUICK_EPOCHS = 3, 2
+BATCH = 32
+DEFAULT_WORKERS = 2
+BUFFER_FRACTION = 0.25
+CLASSES = 10
+DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "loader"
+WRITE_BLOCK = 256  # samples per write
+TARGET_SPEED_X = 5.0
+TARGET_BYTES_X = 1 / 3
+TARGET_HIT_X = 0.95
+PLAN_SAMPLES, PLAN_EPOCHS, TARGET_PLAN_S = 10_000_000, 100, 10.0
+TARGET_RANK_HIT = 0.99
+
+
+# =========================================================================== the file
+
+
+def data_path(cache: Path, n: int) -> Path:
+    return cache / f"loader-{n}x{SAMPLE_FLOATS}-f32-c{CHUNK_SAMPLES}.h5"
+
+
+def file_ok(path: Path, n: int) -> bool:
+    """Whether ``path`` is a complete data file of ``n`` samples in our layout."""
+    if not path.exists():
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            x, y = f.get("x"), f.get("y")
+            return (
+                isinstance(x, h5py.Dataset)
+                and isinstance(y, h5py.Dataset)
+                and x.shape == (n, SAMPLE_FLOATS)
+                and x.dtype == np.float32
+                and x.chunks == (CHUNK_SAMPLES, SAMPLE_FLOATS)
+                and x.compression is None
+                and y.shape == (n,)
+                and y.dtype == np.int64
+                and f.attrs.get("complete", False)
+            )
+    except OSError:
+        return False
+
+
+def make_file(path: Path, n: int) -> float:
+    """Write the data file (to a temporary name, then renamed); returns seconds."""
+    t0 = time.perf_counter()
+    tmp = path.with_suffix(".h5.tmp")
+    rng = np.random.default_rng(SEED)
+    with h5py.File(tmp, "w") as f:
+        x = f.create_dataset(
+            "x", (n, SAMPLE_FLOATS), dtype=np.float32, chunks=(CHUNK_SAMPLES, SAMPLE_FLOATS)
+        )
+        f.create_dataset("y", data=rng.integers(0, CLASSES, n, dtype=np.int64))
+        for start in range(0, n, WRITE_BLOCK):
+            stop = min(start + WRITE_BLOCK, n)
+            x[start:stop] = rng.standard_normal((stop - start, SAMPLE_FLOATS), dtype=np.float32)
+        f.attrs["complete"] = True
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return time.perf_counter() - t0
+
+
+def drop_cache(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (clean pages only: fsync first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cached_fraction(path: Path) -> float | None:
+    """Fraction of ``path``'s pages in the page cache (``mincore`` over a mapping), or
+    None where that fails."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    if not size:
+        return 0.0
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pages = -(-size // mmap.PAGESIZE)
+        vec = (ctypes.c_ubyte * pages)()
+        with open(path, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)  # no page touched
+            anchor = ctypes.c_char.from_buffer(mm)
+            rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size), vec)
+            del anchor
+            mm.close()
+        if rc != 0:
+            return None
+        return sum(v & 1 for v in vec) / pages
+    except (OSError, AttributeError, TypeError, ValueError, BufferError):
+        return None
+
+
+# =========================================================================== reads
+
+
+def _self_read_bytes() -> int | None:
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _device_stat(path: Path) -> Path | None:
+    st = os.stat(path)
+    p = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat")
+    return p if p.exists() else None
+
+
+@dataclass
+class Reads:
+    """Counters read at one moment: children's blocks, this process's bytes, the disk's."""
+
+    children: int
+    own: int | None
+    disk: int | None
+
+    @staticmethod
+    def now(stat: Path | None) -> Reads:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock * 512
+        disk = None
+        if stat is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                disk = int(stat.read_text().split()[2]) * 512
+        return Reads(children, _self_read_bytes(), disk)
+
+    def since(self, before: Reads) -> tuple[int, int | None, int | None]:
+        own = None if self.own is None or before.own is None else self.own - before.own
+        disk = None if self.disk is None or before.disk is None else self.disk - before.disk
+        return self.children - before.children, own, disk
+
+
+# =========================================================================== variants
+
+
+class PlainH5(Dataset):
+    """A Dataset as users write one: the file opened lazily, one sample per read."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+        self.file: h5py.File | None = None
+        with h5py.File(self.path, "r") as f:
+            self.n = f["x"].shape[0]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.file is None:
+            self.file = h5py.File(self.path, "r")
+        return torch.from_numpy(self.file["x"][i]), int(self.file["y"][i])
+
+
+@dataclass
+class Result:
+    name: str
+    rates: list[float] = field(default_factory=list)  # samples/s per epoch
+    bytes: list[int] = field(default_factory=list)  # bytes read from the file per epoch
+    disk: list[int] = field(default_factory=list)  # device sectors read * 512 per epoch
+    source: str = ""
+    stats: list[dict] = field(default_factory=list)  # loader.stats after each epoch
+    note: str = ""
+
+
+def run_epochs(
+    name: str, loader, path: Path, epochs: int, workers: int, persistent: bool = False
+) -> Result:
+    """Iterate ``loader`` ``epochs`` times, dropping the file from the cache before each."""
+    res = Result(name)
+    stat = _device_stat(path)
+    for e in range(epochs):
+        drop_cache(path)
+        before = Reads.now(stat)
+        t0 = time.perf_counter()
+        seen = 0
+        for _x, y in loader:
+            seen += len(y)
+        dt = time.perf_counter() - t0
+        children, own, disk = Reads.now(stat).since(before)
+        if workers and persistent:
+            if disk is not None:
+                res.bytes.append(disk)
+            res.source = "device sectors read (persistent workers have not exited)"
+        elif workers and children:
+            res.bytes.append(children)  # /proc/self/io already includes reaped children
+            res.source = "ru_inblock (children)"
+        elif not workers and own is not None:
+            res.bytes.append(own)
+            res.source = "/proc/self/io read_bytes"
+        elif disk is not None:
+            res.bytes.append(disk)
+            res.source = "device sectors read (ru_inblock was 0)"
+        if disk is not None:
+            res.disk.append(disk)
+        res.rates.append(seen / dt)
+        stats = getattr(loader, "stats", None)
+        if stats is not None:
+            res.stats.append(dict(stats))
+        print(
+            f"  {name}: epoch {e + 1}/{epochs} {seen} samples in {dt:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return res
+
+
+def run_torch(path: Path, epochs: int, workers: int) -> Result:
+    loader = TorchDataLoader(
+        PlainH5(path),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=False,
+        generator=torch.Generator().manual_seed(SEED),
+    )
+    return run_epochs("(a) torch + h5py", loader, path, epochs, workers)
+
+
+def make_tp(path: Path, workers: int, buffer_bytes: int, persistent: bool = False) -> DataLoader:
+    ds = H5Dataset(path, "x", label_key="y")
+    return DataLoader(
+        ds,
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        buffer_bytes=buffer_bytes,
+        seed=SEED,
+        persistent_workers=persistent and workers > 0,
+    )
+
+
+# =========================================================================== tables
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "", na: str = "-") -> str:
+    return na if value is None else format(value, spec) + suffix
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _met(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def orders(n: int, epochs: int, workers: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(the one-process order over ``epochs``, each worker's share over ``epochs``)."""
+    plan = ShufflePlan(n, epochs=epochs, seed=SEED)
+    whole, shares = [], [[] for _ in range(max(1, workers))]
+    for e in range(epochs):
+        order = plan.epoch(e)
+        whole.append(order)
+        b = np.arange(order.size) // BATCH
+        for w, share in enumerate(shares):
+            share.append(order[b % len(shares) == w])
+    return np.concatenate(whole), [np.concatenate(s) for s in shares]
+
+
+def hit_rate_after_first(stats: list[dict]) -> float | None:
+    if len(stats) < 2:
+        return None
+    hits = stats[-1]["hits"] - stats[0]["hits"]
+    misses = stats[-1]["misses"] - stats[0]["misses"]
+    return hits / (hits + misses) if hits + misses else None
+
+
+def plan_time() -> tuple[float, float]:
+    """(seconds for a first small call, which loads numba's compiled kernel when this
+    process has not yet; seconds for all epochs)."""
+    t0 = time.perf_counter()
+    ShufflePlan(1000, epochs=1, seed=SEED).epoch(0)
+    warm = time.perf_counter() - t0
+    plan = ShufflePlan(PLAN_SAMPLES, epochs=PLAN_EPOCHS, seed=SEED)
+    t0 = time.perf_counter()
+    for e in range(PLAN_EPOCHS):
+        plan.epoch(e)
+    return warm, time.perf_counter() - t0
+
+
+def rank_hit_rate(n: int, epochs: int = 3, world: int = 2) -> list[tuple[float, float]]:
+    """Per rank (Belady, LRU) hit rate after the first epoch, buffer = the rank's half."""
+    out = []
+    for r in range(world):
+        plan = ShufflePlan(n, epochs=epochs, seed=SEED, world_size=world, rank=r)
+        order = np.concatenate([plan.epoch(e) for e in range(epochs)])
+        cap = len(plan)  # one byte per sample: the rank's share of the dataset
+        out.append(
+            (
+                simulate(order, 1, cap, "belady", warmup=len(plan)),
+                simulate(order, 1, cap, "lru", warmup=len(plan)),
+            )
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    md = args.markdown
+    n = args.size_mib * MIB // SAMPLE_BYTES
+    n -= n % CHUNK_SAMPLES
+    data_bytes = n * SAMPLE_BYTES
+    buffer_bytes = int(data_bytes * args.buffer_fraction)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    path = data_path(args.cache, n)
+
+    print("Loader benchmark (MiB = 2**20 bytes; medians over epochs and ratios to (a))")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
+        f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version}), {platform.machine()}, "
+        f"{os.cpu_count()} cpus, numba {numba.__version__} ({numba.get_num_threads()} threads), "
+        f"kernel {platform.release()}"
+    )
+    ra = _read_ahead(path.parent)
+    print(
+        f"data {path} : {n} samples x {SAMPLE_BYTES // 1024} KiB float32 = "
+        f"{data_bytes / MIB:.0f} MiB, chunks of {CHUNK_SAMPLES} samples "
+        f"({CHUNK_SAMPLES * SAMPLE_BYTES // MIB} MiB), int64 labels; read_ahead_kb {ra}"
+    )
+    print(
+        f"{args.epochs} epochs, batch {BATCH}, {args.workers} workers "
+        f"(persistent_workers=False), buffer_bytes {buffer_bytes / MIB:.0f} MiB "
+        f"({args.buffer_fraction:g} of the data)"
+    )
+    if file_ok(path, n):
+        print("data file: reused")
+    else:
+        print(f"data file: written in {make_file(path, n):.1f} s")
+    drop_cache(path)
+    frac = cached_fraction(path)
+    print(
+        "page cache after dropping: "
+        + ("unknown (mincore failed)" if frac is None else f"{frac:.1%} of the file resident")
+    )
+    sys.stdout.flush()
+
+    # workers run torch with 1 thread (torch's worker loop sets it); so does this process,
+    # where the num_workers=0 run collates: on 2 vCPUs torch's OpenMP threads spinning
+    # beside numba's made torch.stack in default_collate take ~90 ms per batch of 8 MiB
+    torch.set_num_threads(1)
+    t_start = time.perf_counter()
+    res_a = run_torch(path, args.epochs, args.workers)
+    res_b = run_epochs(
+        "(b) tensorpress",
+        make_tp(path, args.workers, buffer_bytes),
+        path,
+        args.epochs,
+        args.workers,
+    )
+    res_bp = None
+    if args.workers:
+        res_bp = run_epochs(
+            "(b') tensorpress, persistent",
+            make_tp(path, args.workers, buffer_bytes, persistent=True),
+            path,
+            args.epochs,
+            args.workers,
+            persistent=True,
+        )
+    res_b0 = run_epochs(
+        "(b) tensorpress, 0 workers",
+        make_tp(path, 0, buffer_bytes),
+        path,
+        args.epochs,
+        0,
+    )
+    a_rate, a_bytes = _median(res_a.rates), _median(res_a.bytes)
+
+    table = Table(
+        f"loading {data_bytes / MIB:.0f} MiB from disk, {args.epochs} epochs, batch {BATCH}",
+        [
+            ("variant", 30, "<"),
+            ("workers", 7, ">"),
+            ("samples/s", 9, ">"),
+            ("x (a)", 6, ">"),
+            ("MiB read/epoch", 14, ">"),
+            ("x (a) bytes", 11, ">"),
+            ("disk MiB/epoch", 14, ">"),
+            ("note", 4, "<"),
+        ],
+        md,
+    )
+    table.header()
+    rows = [(res_a, args.workers), (res_b, args.workers), (res_bp, args.workers), (res_b0, 0)]
+    rows = [(res, w) for res, w in rows if res is not None]
+    for res, workers in rows:
+        rate, nbytes = _median(res.rates), _median(res.bytes)
+        disk = _median(res.disk)
+        table.row(
+            res.name,
+            str(workers),
+            _fmt(rate, ".0f"),
+            _fmt(_ratio(rate, a_rate), ".2f", "x"),
+            _fmt(None if nbytes is None else nbytes / MIB, ".0f", na="n/a"),
+            _fmt(_ratio(nbytes, a_bytes), ".2f", "x", na="n/a"),
+            _fmt(None if disk is None else disk / MIB, ".0f", na="n/a"),
+            res.source,
+        )
+    table.row(
+        "(c) tensorpress, compressed",
+        str(args.workers),
+        "n/a",
+        "n/a",
+        "n/a",
+        "n/a",
+        "n/a",
+        "n/a (no compressed HDF5 writer yet)",
+    )
+    print()
+    for res, _ in rows:
+        per = ", ".join(
+            f"{r:.0f}/s {b / MIB:.0f} MiB" for r, b in zip(res.rates, res.bytes, strict=False)
+        )
+        print(f"  per epoch {res.name}: {per}")
+    if args.workers and not any(res_a.bytes) and not any(res_b.bytes):
+        print("  note: no read counter moved with workers (ru_inblock and device stats)")
+    print(f"(loaders: {time.perf_counter() - t_start:.0f} s)", flush=True)
+
+    # hit rates
+    whole, shares = orders(n, args.epochs, args.workers)
+    per_worker_cap = buffer_bytes // max(1, args.workers)
+    measured = hit_rate_after_first(res_b0.stats)
+    bel = simulate(whole, SAMPLE_BYTES, buffer_bytes, "belady", warmup=n)
+    lru = simulate(whole, SAMPLE_BYTES, buffer_bytes, "lru", warmup=n)
+    w_bel = [
+        simulate(s, SAMPLE_BYTES, per_worker_cap, "belady", warmup=s.size // args.epochs)
+        for s in shares
+    ]
+    w_lru = [
+        simulate(s, SAMPLE_BYTES, per_worker_cap, "lru", warmup=s.size // args.epochs)
+        for s in shares
+    ]
+    first = res_b0.stats[0] if res_b0.stats else None
+    first_rate = (
+        first["hits"] / (first["hits"] + first["misses"])
+        if first and first["hits"] + first["misses"]
+        else None
+    )
+    table = Table(
+        f"buffer hit rate after the first epoch, buffer {buffer_bytes / MIB:.0f} MiB "
+        f"({args.buffer_fraction:g} of the data)",
+        [("what", 52, "<"), ("capacity MiB", 12, ">"), ("hit rate", 8, ">")],
+        md,
+    )
+    table.header()
+    table.row(
+        "(b) measured, 0 workers, loader.stats, epoch 1",
+        f"{buffer_bytes / MIB:.0f}",
+        _fmt(first_rate, ".3f"),
+    )
+    table.row(
+        "(b) measured, 0 workers, loader.stats, epochs 2..",
+        f"{buffer_bytes / MIB:.0f}",
+        _fmt(measured, ".3f"),
+    )
+    table.row(
+        "Belady (simulate), one process, epochs 2..", f"{buffer_bytes / MIB:.0f}", f"{bel:.3f}"
+    )
+    table.row("LRU (simulate), one process, epochs 2..", f"{buffer_bytes / MIB:.0f}", f"{lru:.3f}")
+    table.row(
+        f"Belady (simulate), per worker share, mean of {len(shares)}",
+        f"{per_worker_cap / MIB:.0f}",
+        f"{statistics.mean(w_bel):.3f}",
+    )
+    table.row(
+        f"LRU (simulate), per worker share, mean of {len(shares)}",
+        f"{per_worker_cap / MIB:.0f}",
+        f"{statistics.mean(w_lru):.3f}",
+    )
+    if res_b0.stats:
+        last = res_b0.stats[-1]
+        print(
+            f"\n  (b) 0 workers, all epochs: hits {last['hits']}, misses {last['misses']}, "
+            f"bytes_read {last['bytes_read'] / MIB:.0f} MiB, chunk_bytes_read "
+            f"{last['chunk_bytes_read'] / MIB:.0f} MiB, buffer held "
+            f"{last['buffer_bytes_held'] / MIB:.0f} MiB"
+        )
+    print(
+        "  (simulate is sample-level; the loader also offers a miss's chunk-mates to the "
+        "buffer,\n   so its within-epoch hits come from chunk reads the simulation does not make)"
+    )
+
+    # plan and ranks
+    _, t_plan = plan_time()
+    ranks = rank_hit_rate(n)
+    ranks_big = rank_hit_rate(1_000_000)
+    table = Table(
+        "plan and sharding",
+        [("what", 60, "<"), ("value", 12, ">"), ("target", 8, ">")],
+        md,
+    )
+    table.header()
+    table.row(
+        f"ShufflePlan({PLAN_SAMPLES:_}, epochs={PLAN_EPOCHS}): all epochs",
+        f"{t_plan:.2f} s",
+        f"< {TARGET_PLAN_S:g} s",
+    )
+    for label, rs in ((f"{n}", ranks), ("1_000_000", ranks_big)):
+        for r, (b, lr) in enumerate(rs):
+            table.row(
+                f"2 ranks, {label} samples, buffer = half, rank {r}: Belady / LRU",
+                f"{b:.3f} / {lr:.3f}",
+                f">= {TARGET_RANK_HIT:g}",
+            )
+
+    # targets
+    b_rate, b_bytes = _median(res_b.rates), _median(res_b.bytes)
+    speed_x = _ratio(b_rate, a_rate)
+    bytes_x = _ratio(b_bytes, a_bytes)
+    hit_goal = TARGET_HIT_X * args.buffer_fraction
+    rank_min = min(b for b, _ in ranks)
+    print()
+    print("targets:")
+    print(
+        f"  (b) samples/s >= {TARGET_SPEED_X:g}x (a): {_fmt(speed_x, '.2f', 'x')} -> "
+        f"{_met(speed_x is not None and speed_x >= TARGET_SPEED_X)}"
+    )
+    print(
+        f"  (b) bytes read <= 1/3 of (a): {_fmt(bytes_x, '.2f', 'x')} -> "
+        f"{_met(bytes_x is not None and bytes_x <= TARGET_BYTES_X)}"
+    )
+    print(
+        f"  (b) hit rate >= {TARGET_HIT_X:g} x {args.buffer_fraction:g} = {hit_goal:.3f}: "
+        f"{_fmt(measured, '.3f')} -> {_met(measured is not None and measured >= hit_goal)}"
+    )
+    print(
+        f"  plan {PLAN_SAMPLES:_} x {PLAN_EPOCHS} epochs < {TARGET_PLAN_S:g} s: {t_plan:.2f} s -> "
+        f"{_met(t_plan < TARGET_PLAN_S)}"
+    )
+    print(
+        f"  2 ranks, buffer = dataset, Belady hit rate >= {TARGET_RANK_HIT:g}: "
+        f"{rank_min:.3f} -> {_met(rank_min >= TARGET_RANK_HIT)}"
+    )
+    print(f"data file kept for reuse: {path}")
+    return 0
+
+
+def _read_ahead(path: Path) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        st = os.stat(path)
+        dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+        for q in (dev / "queue" / "read_ahead_kb", dev / ".." / "queue" / "read_ahead_kb"):
+            if q.exists():
+                return q.read_text().strip()
+    return "?"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="torch DataLoader + h5py vs tensorpress DataLoader + H5Dataset, from disk."
+    )
+    p.add_argument(
+        "--size-mib",
+        type=int,
+        default=None,
+        help=f"MiB of samples (default {DEFAULT_MIB}; {QUICK_MIB} quick)",
+    )
+    p.add_argument(
+        "--epochs", type=int, default=None, help=f"epochs (default {EPOCHS}; {QUICK_EPOCHS} quick)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"worker processes (default {DEFAULT_WORKERS})",
+    )
+    p.add_argument(
+        "--buffer-fraction",
+        type=float,
+        default=BUFFER_FRACTION,
+        help=f"(b)'s buffer_bytes as a fraction of the data (default {BUFFER_FRACTION:g})",
+    )
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help=f"directory of the data file (default {DEFAULT_CACHE})",
+    )
+    p.add_argument("--quick", action="store_true", help="smoke run: smaller file, 2 epochs")
+    p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
+    args = p.parse_args(argv)
+    args.size_mib = args.size_mib or (QUICK_MIB if args.quick else DEFAULT_MIB)
+    args.epochs = args.epochs or (QUICK_EPOCHS if args.quick else EPOCHS)
+    if args.epochs < 2:
+        p.error("--epochs must be >= 2 (hit rates are taken after the first)")
+    if args.workers < 0:
+        p.error("--workers must be >= 0")
+    if not 0 < args.buffer_fraction <= 1:
+        p.error("--buffer-fraction must be in (0, 1]")
+    if args.size_mib * MIB // SAMPLE_BYTES < CHUNK_SAMPLES * BATCH:
+        p.error("--size-mib too small")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())
