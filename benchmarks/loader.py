@@ -20,6 +20,9 @@ Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` worker pro
   (b') persistent       (b) with ``persistent_workers=True``: each worker's buffer lives
                         across epochs (bytes from the device counters: its workers have
                         not exited when an epoch ends)
+  (b) window=W          (b') with ``DataLoader(..., window=W)``, W = ``WINDOW_CHUNKS``
+                        (64) chunks = 256 samples (64 MiB): chunks in a random order,
+                        samples shuffled within each window of 64 chunks
   (b) 0 workers         (b) in this process, for ``loader.stats`` (hit rate)
   (c) tensorpress zstd  the same data compressed by tensorpress: n/a, tensorpress has no
                         compressed HDF5 writer yet
@@ -45,6 +48,13 @@ buffers the chunk-mates of a miss, which ``simulate`` does not model). The
 per-worker line simulates each worker's share (batches round-robin) at capacity
 ``buffer_bytes / workers`` over all epochs, i.e. what persistent workers could hit; the
 non-persistent workers of the timed run start every epoch with an empty buffer.
+
+Randomness: ``batch_chunk_spread`` of the default plan and of the windowed plan
+(``ShufflePlan.batch_chunk_spread``, the mean number of distinct chunks in a batch of
+32 over its expectation under a uniform shuffle, mean over the epochs; 1.0 = as spread as
+a uniform shuffle, 4/32 = 0.125 = whole chunks per batch), printed beside the table, also
+for a few other window sizes, so the bytes and speed gained sit next to the randomness
+given up.
 
 Targets (MET / NOT MET): (b) >= 5x (a)'s samples/s; (b) reads <= 1/3 of (a)'s bytes;
 (b)'s hit rate >= 0.95 x the buffer's fraction of the dataset. Also: the time to plan
@@ -104,6 +114,7 @@ TARGET_BYTES_X = 1 / 3
 TARGET_HIT_X = 0.95
 PLAN_SAMPLES, PLAN_EPOCHS, TARGET_PLAN_S = 10_000_000, 100, 10.0
 TARGET_RANK_HIT = 0.99
+WINDOW_CHUNKS = 64  # (b) window=W: W = WINDOW_CHUNKS * CHUNK_SAMPLES samples
 
 
 # =========================================================================== the file
@@ -323,9 +334,11 @@ def run_torch(path: Path, epochs: int, workers: int) -> Result:
     return run_epochs("(a) torch + h5py", loader, path, epochs, workers)
 
 
-def make_tp(path: Path, workers: int, buffer_bytes: int, persistent: bool = False) -> DataLoader:
+def make_tp(
+    path: Path, workers: int, buffer_bytes: int, persistent: bool = False, window: int = 0
+) -> DataLoader:
     ds = H5Dataset(path, "x", label_key="y")
-    return DataLoader(
+    loader = DataLoader(
         ds,
         batch_size=BATCH,
         shuffle=True,
@@ -333,7 +346,15 @@ def make_tp(path: Path, workers: int, buffer_bytes: int, persistent: bool = Fals
         buffer_bytes=buffer_bytes,
         seed=SEED,
         persistent_workers=persistent and workers > 0,
+        window=window,
     )
+    return loader
+
+
+def chunk_spread(n: int, epochs: int, window: int) -> float:
+    """Mean over ``epochs`` of ``batch_chunk_spread`` (batch ``BATCH``) of the plan."""
+    plan = ShufflePlan(n, epochs=epochs, seed=SEED, chunk_samples=CHUNK_SAMPLES, window=window)
+    return statistics.mean(plan.batch_chunk_spread(e, BATCH) for e in range(epochs))
 
 
 # =========================================================================== tables
@@ -468,6 +489,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.workers,
             persistent=True,
         )
+    window = WINDOW_CHUNKS * CHUNK_SAMPLES
+    res_bw = None
+    if args.workers:
+        res_bw = run_epochs(
+            f"(b) tensorpress, window={window}",
+            make_tp(path, args.workers, buffer_bytes, persistent=True, window=window),
+            path,
+            args.epochs,
+            args.workers,
+            persistent=True,
+        )
     res_b0 = run_epochs(
         "(b) tensorpress, 0 workers",
         make_tp(path, 0, buffer_bytes),
@@ -487,12 +519,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("MiB read/epoch", 14, ">"),
             ("x (a) bytes", 11, ">"),
             ("disk MiB/epoch", 14, ">"),
+            ("spread", 6, ">"),
             ("note", 4, "<"),
         ],
         md,
     )
     table.header()
-    rows = [(res_a, args.workers), (res_b, args.workers), (res_bp, args.workers), (res_b0, 0)]
+    spread = {w: chunk_spread(n, args.epochs, w) for w in (0, window)}
+    rows = [
+        (res_a, args.workers),
+        (res_b, args.workers),
+        (res_bp, args.workers),
+        (res_bw, args.workers),
+        (res_b0, 0),
+    ]
     rows = [(res, w) for res, w in rows if res is not None]
     for res, workers in rows:
         rate, nbytes = _median(res.rates), _median(res.bytes)
@@ -505,11 +545,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fmt(None if nbytes is None else nbytes / MIB, ".0f", na="n/a"),
             _fmt(_ratio(nbytes, a_bytes), ".2f", "x", na="n/a"),
             _fmt(None if disk is None else disk / MIB, ".0f", na="n/a"),
+            "-" if res is res_a else f"{spread[window if res is res_bw else 0]:.3f}",
             res.source,
         )
     table.row(
         "(c) tensorpress, compressed",
         str(args.workers),
+        "n/a",
         "n/a",
         "n/a",
         "n/a",
@@ -523,6 +565,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r:.0f}/s {b / MIB:.0f} MiB" for r, b in zip(res.rates, res.bytes, strict=False)
         )
         print(f"  per epoch {res.name}: {per}")
+    print(
+        "  spread: batch_chunk_spread, distinct chunks per batch of "
+        f"{BATCH} / uniform expectation (1 = uniform shuffle, "
+        f"{CHUNK_SAMPLES / BATCH:.3f} = whole chunks); (a) is a uniform shuffle"
+    )
+    others = ", ".join(
+        f"window={w * CHUNK_SAMPLES}: {chunk_spread(n, args.epochs, w * CHUNK_SAMPLES):.3f}"
+        for w in (8, 16, 32, 64, 128)
+        if w * CHUNK_SAMPLES <= n
+    )
+    print(f"  spread of other windows (chunks of {CHUNK_SAMPLES}): {others}")
     if args.workers and not any(res_a.bytes) and not any(res_b.bytes):
         print("  note: no read counter moved with workers (ru_inblock and device stats)")
     print(f"(loaders: {time.perf_counter() - t_start:.0f} s)", flush=True)

@@ -52,14 +52,32 @@ from .plan import ShufflePlan
 __all__ = ["DataLoader"]
 
 EPOCHS = 1 << 20  # epochs the plan covers: set_epoch accepts 0 .. EPOCHS - 1
-_STATE_KEYS = ("num_samples", "batch_size", "seed", "shuffle", "world_size", "rank", "drop_last")
+_STATE_KEYS = (
+    "num_samples",
+    "batch_size",
+    "seed",
+    "shuffle",
+    "world_size",
+    "rank",
+    "drop_last",
+    "window",
+)
 
 
 class _Order:
     """This rank's sample order (int64 indices) of each epoch: shuffled or identity."""
 
     def __init__(
-        self, n: int, *, shuffle: bool, seed: int, world_size: int, rank: int, drop_last: bool
+        self,
+        n: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        world_size: int,
+        rank: int,
+        drop_last: bool,
+        chunk_samples: int = 1,
+        window: int = 0,
     ):
         self.plan = ShufflePlan(
             n,
@@ -68,6 +86,8 @@ class _Order:
             world_size=world_size,
             rank=rank,
             drop_last=bool(drop_last) and world_size > 1,
+            chunk_samples=chunk_samples,
+            window=window,
         )
         self.shuffle = bool(shuffle)
 
@@ -326,8 +346,12 @@ class DataLoader:
 
     ``buffer_bytes``: the sample buffer in bytes, shared out over the loading processes
     (``H5Dataset`` only). ``seed``: the order's seed, in [0, 2**64). ``world_size`` /
-    ``rank``: this rank's shard (default: torch.distributed's, else 1 / 0). The other
-    arguments are torch ``DataLoader``'s. ``len(loader)``: batches per epoch for this rank.
+    ``rank``: this rank's shard (default: torch.distributed's, else 1 / 0). ``window``
+    (samples; 0, the default, is a uniform shuffle): trade randomness for locality with
+    ``ShufflePlan``'s chunk-aligned windows (chunks of an ``H5Dataset``'s
+    ``chunk_samples``; ``plan.batch_chunk_spread`` says how much spread is kept). The
+    other arguments are torch ``DataLoader``'s. ``len(loader)``: batches per epoch for
+    this rank.
     """
 
     def __init__(
@@ -347,6 +371,7 @@ class DataLoader:
         worker_init_fn: Callable[[int], None] | None = None,
         world_size: int | None = None,
         rank: int | None = None,
+        window: int = 0,
     ):
         if isinstance(dataset, IterableDataset):
             raise TypeError("DataLoader needs a map-style dataset, got an IterableDataset")
@@ -369,9 +394,17 @@ class DataLoader:
         self.shuffle, self.drop_last, self.seed = bool(shuffle), bool(drop_last), seed
         self.buffer_bytes = int(buffer_bytes)
         self._order = _Order(
-            n, shuffle=shuffle, seed=seed, world_size=world_size, rank=rank, drop_last=drop_last
+            n,
+            shuffle=shuffle,
+            seed=seed,
+            world_size=world_size,
+            rank=rank,
+            drop_last=drop_last,
+            chunk_samples=dataset.chunk_samples if isinstance(dataset, H5Dataset) else 1,
+            window=window,
         )
         self.world_size, self.rank = self._order.plan.world_size, self._order.plan.rank
+        self.window = self._order.plan.window
         self._sampler = _BatchSampler(self._order, self.batch_size, self.drop_last)
         if isinstance(dataset, H5Dataset) and type(dataset).__getitem__ is H5Dataset.__getitem__:
             per_process = self.buffer_bytes // max(1, self.num_workers)
@@ -442,6 +475,7 @@ class DataLoader:
             world_size=self.world_size,
             rank=self.rank,
             drop_last=self.drop_last,
+            window=self.window,
         )
         return state
 

@@ -114,3 +114,31 @@ def permutation(n: int, key: int) -> np.ndarray:
     if n:
         fill_permuted(out, 0, 1, n, key)
     return out
+
+
+@njit(cache=True, nogil=True)
+def fill_windowed(out, chunks, n, chunk, per_window, partial_at, key, first, stop):
+    """Windows ``first .. stop - 1`` of a windowed epoch order, written into ``out`` (the
+    whole epoch, ``n`` positions): window ``w`` holds the samples of chunks
+    ``chunks[w * per_window : (w + 1) * per_window]`` (chunk ``c`` is samples
+    ``[c * chunk, min((c + 1) * chunk, n))``), shuffled among themselves by a Fisher-Yates
+    shuffle keyed by ``hash32(key, w)``. ``partial_at``: the index in ``chunks`` of the
+    last, partial chunk (``chunks.shape[0]`` when every chunk is full). Windows are
+    independent, so threads may fill disjoint ranges of them at once."""
+    m = chunks.shape[0]
+    short = m * chunk - n  # samples the partial chunk lacks
+    for w in range(first, stop):
+        j0 = w * per_window
+        j1 = min(j0 + per_window, m)
+        lo = j0 * chunk - (short if j0 > partial_at else 0)
+        p = lo
+        for j in range(j0, j1):
+            s = chunks[j] * chunk
+            e = min(s + chunk, n)
+            for v in range(s, e):
+                out[p] = v
+                p += 1
+        wkey = hash32(key, w)
+        for i in range(p - lo - 1, 0, -1):
+            r = lo + hash32(wkey, i) % (i + 1)
+            out[lo + i], out[r] = out[r], out[lo + i]

@@ -10,6 +10,24 @@ the ranks are disjoint and together cover every sample each epoch.
 The order is a function of (seed, epoch, position), so the plan is computed, not
 stored: any epoch of any rank is ready in one parallel pass, and a loader can look
 as far ahead as it likes.
+
+Locality (``window > 0``). Reading one sample of an HDF5 chunk costs the whole chunk, so
+a uniform shuffle reads each chunk about as many times as it has samples unless a buffer
+keeps the chunk-mates. Within "every epoch is a permutation" the plan can trade some
+randomness for locality: with ``chunk_samples = c`` and ``window = W`` (samples, rounded up
+to a multiple of ``c``) the epoch's order, before sharding, is the chunks (runs of ``c``
+consecutive samples; the last may be partial) in a seeded random order, cut into windows
+of ``W / c`` consecutive chunks, with the samples of each window shuffled uniformly among
+themselves (keyed Fisher-Yates, a key per epoch and window). So any ``W`` consecutive
+positions touch about ``W / c`` chunks instead of up to ``W``, and a buffer of one window
+per reader serves every chunk-mate. ``W >= num_samples`` is one window: a uniform shuffle
+again. ``window = 0`` (the default) is the plain uniform order above, unchanged.
+
+What is given up is measured by ``batch_chunk_spread(epoch, batch_size)``: the mean number
+of distinct chunks in a batch divided by its expectation under a uniform shuffle (1.0: as
+spread as a uniform shuffle; ``c / batch_size`` at worst: whole chunks per batch). A window
+of ``k`` batches keeps it near the chance that a batch's samples come from different
+chunks when drawn from ``k * batch_size`` positions instead of ``num_samples``.
 """
 
 from __future__ import annotations
@@ -19,7 +37,8 @@ import threading
 
 import numpy as np
 
-from .permutation import SMALL, epoch_key, fill_permuted, permuted
+from ..compress.kernels.hashing import hash32
+from .permutation import SMALL, epoch_key, fill_permuted, fill_windowed, permutation, permuted
 
 #: threads that fill one large epoch (fresh threads per call: safe in forked workers)
 THREADS = min(os.cpu_count() or 1, 8)
@@ -30,6 +49,8 @@ class ShufflePlan:
 
     ``plan.epoch(e)``: the indices (int64) this rank reads in epoch ``e``;
     ``len(plan)``: how many that is (the same every epoch).
+    ``chunk_samples`` / ``window``: the locality trade-off (module docstring); ``window=0``
+    is the uniform shuffle.
     """
 
     def __init__(
@@ -41,11 +62,15 @@ class ShufflePlan:
         world_size: int = 1,
         rank: int = 0,
         drop_last: bool = False,
+        chunk_samples: int = 1,
+        window: int = 0,
     ):
         for name, value, low in (
             ("num_samples", num_samples, 1),
             ("epochs", epochs, 1),
             ("world_size", world_size, 1),
+            ("chunk_samples", chunk_samples, 1),
+            ("window", window, 0),
         ):
             if not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -64,6 +89,10 @@ class ShufflePlan:
             self.per_rank = self.num_samples // self.world_size
         else:
             self.per_rank = -(-self.num_samples // self.world_size)
+        self.chunk_samples = int(chunk_samples)
+        #: samples per window (a multiple of chunk_samples), 0: no windows
+        self.window = -(-int(window) // self.chunk_samples) * self.chunk_samples
+        self._cached: tuple[int, np.ndarray] | None = None  # (epoch, its global order)
 
     def __len__(self) -> int:
         return self.per_rank
@@ -75,8 +104,15 @@ class ShufflePlan:
 
     def epoch(self, epoch: int) -> np.ndarray:
         """The sample indices of ``epoch`` for this rank, in reading order."""
-        out = np.empty(self.per_rank, dtype=np.int64)
         key = self._key(epoch)
+        if self.window:
+            order = self._global(epoch, key)
+            if self.world_size == 1:
+                return order.copy()
+            n, step = self.num_samples, self.world_size
+            pos = self.rank + np.arange(self.per_rank, dtype=np.int64) * step
+            return order[pos % n if self.per_rank * step > n else pos]
+        out = np.empty(self.per_rank, dtype=np.int64)
         n, step = self.num_samples, self.world_size
         parts = THREADS if n > SMALL and self.per_rank >= 1 << 20 else 1
         bounds = np.linspace(0, self.per_rank, parts + 1).astype(np.int64)
@@ -84,17 +120,92 @@ class ShufflePlan:
             (out[lo:hi], self.rank + int(lo) * step, step, n, key)
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
-        threads = [threading.Thread(target=fill_permuted, args=job) for job in jobs[1:]]
-        for t in threads:
-            t.start()
-        fill_permuted(*jobs[0])
-        for t in threads:
-            t.join()
+        _run(fill_permuted, jobs)
+        return out
+
+    def _global(self, epoch: int, key: int) -> np.ndarray:
+        """The windowed order of the whole epoch (all ranks, before padding); the last one
+        computed is kept (read-only) for ``index``."""
+        cached = self._cached
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        n, c = self.num_samples, self.chunk_samples
+        m = -(-n // c)  # chunks
+        chunks = permutation(m, int(hash32(key, 1)))
+        partial_at = int(np.flatnonzero(chunks == m - 1)[0]) if n % c else m
+        per_window = self.window // c
+        windows = -(-m // per_window)
+        wkey = int(hash32(key, 0))
+        out = np.empty(n, dtype=np.int64)
+        parts = min(THREADS, windows) if n >= 1 << 20 else 1
+        bounds = np.linspace(0, windows, parts + 1).astype(np.int64)
+        jobs = [
+            (out, chunks, n, c, per_window, partial_at, wkey, int(lo), int(hi))
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        _run(fill_windowed, jobs)
+        out.flags.writeable = False
+        self._cached = (epoch, out)
         return out
 
     def index(self, epoch: int, position: int) -> int:
-        """The sample this rank reads at ``position`` of ``epoch``."""
+        """The sample this rank reads at ``position`` of ``epoch`` (windowed plans compute
+        the whole epoch once and keep the last one)."""
         if not 0 <= position < self.per_rank:
             raise IndexError(f"position {position} is outside [0, {self.per_rank})")
         p = (self.rank + position * self.world_size) % self.num_samples
-        return int(permuted(p, self.num_samples, self._key(epoch)))
+        key = self._key(epoch)
+        if self.window:
+            return int(self._global(epoch, key)[p])
+        return int(permuted(p, self.num_samples, key))
+
+    def batch_chunk_spread(self, epoch: int, batch_size: int) -> float:
+        """How spread this rank's batches of ``epoch`` are over chunks, against a uniform
+        shuffle: the mean number of distinct chunks (of ``chunk_samples`` samples) among
+        the samples of a batch (``batch_size`` consecutive positions of ``epoch(epoch)``;
+        the last, short batch left out when there is a full one), divided by its exact
+        expectation for a batch drawn uniformly without replacement from the
+        ``num_samples`` samples. 1.0: as spread as a uniform shuffle (up to sampling noise:
+        the mean of ``len(self) // batch_size`` batches); lower: more clustered, down to
+        ``chunk_samples / batch_size`` for batches of whole chunks. Always 1.0 when
+        ``chunk_samples == 1``."""
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        order = self.epoch(epoch)
+        b = min(int(batch_size), order.size)
+        full = order.size // b
+        chunks = np.sort((order[: full * b] // self.chunk_samples).reshape(full, b), axis=1)
+        distinct = 1 + np.count_nonzero(np.diff(chunks, axis=1), axis=1)
+        return float(distinct.mean()) / expected_distinct_chunks(
+            self.num_samples, self.chunk_samples, b
+        )
+
+
+def expected_distinct_chunks(n: int, chunk: int, batch: int) -> float:
+    """The expected number of distinct chunks among ``batch`` of ``n`` samples drawn
+    uniformly without replacement, the samples in chunks of ``chunk`` (the last chunk
+    holds the remainder): the sum over chunks of 1 - P(none of its samples drawn)."""
+    batch = min(batch, n)
+    full, rest = divmod(n, chunk)
+
+    def missed(size: int) -> float:  # C(n - size, batch) / C(n, batch)
+        if batch > n - size:
+            return 0.0
+        i = np.arange(batch, dtype=np.float64)
+        return float(np.exp(np.log1p(-size / (n - i)).sum()))
+
+    out = full * (1.0 - missed(chunk))
+    if rest:
+        out += 1.0 - missed(rest)
+    return out
+
+
+def _run(kernel, jobs: list[tuple]) -> None:
+    """``kernel(*job)`` for every job: the first here, the others on fresh threads (the
+    kernels release the GIL; fresh threads per call are safe in forked workers)."""
+    threads = [threading.Thread(target=kernel, args=job) for job in jobs[1:]]
+    for t in threads:
+        t.start()
+    kernel(*jobs[0])
+    for t in threads:
+        t.join()

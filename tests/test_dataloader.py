@@ -362,3 +362,18 @@ def test_shard_defaults_from_torch_distributed(monkeypatch):
     loader = DataLoader(list(range(10)), 2, shuffle=False)
     assert (loader.world_size, loader.rank) == (3, 2)
     assert [b.tolist() for b in loader] == [[2, 5], [8, 1]]  # position 11 wraps to sample 1
+
+
+def test_window_keeps_every_sample_once_and_clusters_chunks(tmp_path):
+    """``window``: each epoch still visits every sample once, and a window's batches
+    draw from few chunks (the plan's chunk size is the dataset's)."""
+    path = tmp_path / "w.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(256, dtype=np.float32).reshape(256, 1), chunks=(8, 1))
+    ds = H5Dataset(path, "x")
+    loader = DataLoader(ds, batch_size=16, window=32, seed=1)
+    assert loader.window == 32 and loader.state_dict()["window"] == 32
+    order = np.concatenate([b.reshape(-1).numpy() for b in loader]).astype(np.int64)
+    assert np.array_equal(np.sort(order), np.arange(256))
+    for w in range(0, 256, 32):  # each window of 32 samples holds exactly 4 chunks of 8
+        assert len(np.unique(order[w : w + 32] // 8)) == 4

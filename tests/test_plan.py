@@ -137,3 +137,106 @@ def test_a_forked_worker_computes_large_epochs_after_its_parent():
         os._exit(0 if np.array_equal(plan.epoch(1), want) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+# ------------------------------------------------------------------ windowed (locality) orders
+
+
+def test_window_zero_is_the_uniform_order_exactly():
+    for n in (7, 1000, SMALL + 5):
+        base = ShufflePlan(n, epochs=2, seed=8, world_size=3, rank=1)
+        same = ShufflePlan(n, epochs=2, seed=8, world_size=3, rank=1, chunk_samples=4, window=0)
+        assert np.array_equal(base.epoch(1), same.epoch(1))
+        assert same.index(1, 2) == base.index(1, 2)
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 64, 1001, 4099])
+@pytest.mark.parametrize(("chunk", "window"), [(1, 5), (4, 16), (4, 13), (3, 30), (8, 10_000)])
+def test_windowed_epochs_are_permutations(n, chunk, window):
+    plan = ShufflePlan(n, epochs=3, seed=2, chunk_samples=chunk, window=window)
+    assert plan.window % chunk == 0 and plan.window >= window
+    orders = [plan.epoch(e) for e in range(3)]
+    for order in orders:
+        assert order.dtype == np.int64 and len(order) == n
+        assert np.array_equal(np.sort(order), np.arange(n))
+    if n > 7:
+        assert not np.array_equal(orders[0], orders[1])
+    again = ShufflePlan(n, epochs=3, seed=2, chunk_samples=chunk, window=window)
+    assert np.array_equal(again.epoch(2), orders[2])
+    if n > 7:
+        other = ShufflePlan(n, epochs=3, seed=3, chunk_samples=chunk, window=window)
+        assert not np.array_equal(other.epoch(2), orders[2])
+
+
+@pytest.mark.parametrize("world", [2, 3, 7])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [10, 1001])
+def test_windowed_shards_are_disjoint_and_cover(n, world, drop_last):
+    kw = dict(epochs=2, seed=4, world_size=world, drop_last=drop_last, chunk_samples=4)
+    plans = [ShufflePlan(n, rank=r, window=32, **kw) for r in range(world)]
+    whole = ShufflePlan(n, epochs=2, seed=4, chunk_samples=4, window=32).epoch(1)
+    padded = -(-n // world) * world
+    for r, plan in enumerate(plans):
+        sampler = DistributedSampler(range(n), num_replicas=world, rank=r, drop_last=drop_last)
+        assert len(plan) == len(sampler)
+        order = plan.epoch(1)
+        want = whole[np.arange(r, len(plan) * world, world) % n]  # the sampler's rule
+        assert np.array_equal(order, want)
+        for pos in (0, len(plan) // 2, len(plan) - 1):
+            assert plan.index(1, pos) == order[pos]
+    counts = np.bincount(np.concatenate([p.epoch(1) for p in plans]), minlength=n)
+    if drop_last:
+        assert counts.max() <= 1 and counts.sum() == (n // world) * world
+    else:
+        assert counts.min() >= 1 and counts.sum() == padded
+
+
+def test_windowed_large_epoch_and_index():
+    n = SMALL + 1001  # the chunk order past SMALL chunks uses the keyed bijection
+    plan = ShufflePlan(n, epochs=2, seed=6, chunk_samples=1, window=64)
+    order = plan.epoch(1)
+    assert np.array_equal(np.sort(order), np.arange(n))
+    for pos in (0, 77, n - 1):
+        assert plan.index(1, pos) == order[pos]
+
+
+def test_windows_touch_about_window_over_chunk_chunks():
+    """The locality is real: each window of W positions holds exactly W / c whole chunks
+    (a uniform shuffle touches nearly W distinct chunks)."""
+    n, c, w = 40_960, 8, 256
+    plan = ShufflePlan(n, epochs=1, seed=1, chunk_samples=c, window=w)
+    order = plan.epoch(0)
+    per = order.reshape(-1, w) // c
+    distinct = [np.unique(row).size for row in per]
+    assert max(distinct) == w // c and min(distinct) == w // c
+    uniform = ShufflePlan(n, epochs=1, seed=1, chunk_samples=c).epoch(0).reshape(-1, w) // c
+    assert np.mean([np.unique(row).size for row in uniform]) > 0.8 * w
+    # and the chunks themselves come in a random order, the samples in a random order
+    assert abs(np.corrcoef(np.arange(n), order)[0, 1]) < 0.05
+    assert np.mean(np.diff(order) == 1) < 0.05
+
+
+def test_batch_chunk_spread_measures_the_randomness_given_up():
+    n, c, b = 100_000, 8, 64
+    uniform = ShufflePlan(n, epochs=2, seed=0, chunk_samples=c)
+    for e in range(2):
+        assert abs(uniform.batch_chunk_spread(e, b) - 1.0) < 0.02
+    one = ShufflePlan(n, epochs=1, seed=0).batch_chunk_spread(0, b)  # 1-sample chunks
+    assert one == pytest.approx(1.0, abs=1e-9)
+    spreads = [
+        ShufflePlan(n, epochs=1, seed=0, chunk_samples=c, window=w).batch_chunk_spread(0, b)
+        for w in (64, 256, 1024, 8192, n)
+    ]
+    assert spreads[0] == pytest.approx(c / b, rel=0.02)  # whole chunks per batch
+    assert spreads[1] < 0.8
+    assert all(a < z + 0.01 for a, z in zip(spreads, spreads[1:], strict=False))
+    assert spreads[-1] > 0.98 and spreads[-2] > 0.95
+    with pytest.raises(ValueError, match="batch_size"):
+        uniform.batch_chunk_spread(0, 0)
+
+
+def test_windowed_bad_arguments():
+    with pytest.raises(ValueError, match="chunk_samples"):
+        ShufflePlan(10, epochs=1, seed=0, chunk_samples=0)
+    with pytest.raises(ValueError, match="window"):
+        ShufflePlan(10, epochs=1, seed=0, window=-1)
