@@ -17,11 +17,7 @@ import warnings
 
 import torch
 
-ALIGN = 4096  # bytes: extents start at and are sized in multiples of this
-
-
-def round_up(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN
+from .spill import ALIGN, round_up  # extents aligned as O_DIRECT needs them
 
 
 class HostPool:

@@ -220,7 +220,8 @@ def _join_crcs(tasks: list, nbytes: int) -> int:
     return crc
 
 
-def _round_up(n: int) -> int:
+def round_up(n: int) -> int:
+    """``n`` bytes rounded up to a multiple of ``ALIGN``."""
     return -(-n // ALIGN) * ALIGN
 
 
@@ -482,7 +483,7 @@ class SpillDir:
         return where it lives. ``SpillError`` if the write fails; the store stays usable."""
         mv, addr = _bytes_view(data, writable=False)
         nbytes = len(mv)
-        total = ALIGN + _round_up(nbytes)
+        total = ALIGN + round_up(nbytes)
         with self._lock:
             self._check_open()
             slab = self._current
@@ -547,7 +548,7 @@ class SpillDir:
         with zeros to an ``ALIGN`` multiple, from byte ``offset`` of ``fd``."""
         nbytes = len(mv)
         if not self._direct:  # no alignment needed: the caller's buffer as it is
-            pad = _round_up(nbytes) - nbytes
+            pad = round_up(nbytes) - nbytes
             _pwrite_all(fd, [*head, mv, _ZEROS[:pad]], offset)
             return
         if addr % ALIGN == 0:  # zero copy for the aligned body, the tail via staging
@@ -564,7 +565,7 @@ class SpillDir:
         done, bufs = 0, list(head)
         while True:
             n = min(STAGE_BYTES, nbytes - done)
-            padded = _round_up(n)
+            padded = round_up(n)
             piece[:n] = mv[done : done + n]
             piece[n:padded] = _ZEROS[: padded - n]
             bufs.append(piece[:padded])
@@ -637,7 +638,7 @@ class SpillDir:
         done, bufs = 0, [header]
         while True:
             n = min(STAGE_BYTES, nbytes - done)
-            bufs.append(piece[: _round_up(n)])
+            bufs.append(piece[: round_up(n)])
             length = sum(len(b) for b in bufs)
             _pread_all(fd, bufs, offset)
             mv[done : done + n] = piece[:n]
@@ -666,7 +667,7 @@ class SpillDir:
                     _pread_all(fd, [dst[:body], *tail], offset + done)
                     dst[body:] = tls.tail[: n - body]
                 else:
-                    piece = self._piece(tls)[: _round_up(n)]
+                    piece = self._piece(tls)[: round_up(n)]
                     _pread_all(fd, [piece], offset + done)
                     dst[:] = piece[:n]
                 tasks.append(_crc_async(dst))
@@ -705,7 +706,7 @@ class SpillDir:
             if self._live.get(loc.record_id) != loc:
                 raise KeyError(f"{loc} is not a live record of {self._path} (freed or foreign)")
             del self._live[loc.record_id]
-            self._bytes -= ALIGN + _round_up(loc.nbytes)
+            self._bytes -= ALIGN + round_up(loc.nbytes)
             slab = self._slabs[loc.slab]
             slab.live -= 1
             self._maybe_drop(slab)

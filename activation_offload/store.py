@@ -24,11 +24,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..compress import compress_tensor, decompress_tensor
-from .host_memory import HostPool
-from .spill import ALIGN, SpillDir, SpillError
+from .host_memory import ALIGN, HostPool
+from .spill import SpillDir, SpillError
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
+DELETED = "deleted"
 
 
 @dataclass
@@ -147,7 +148,10 @@ class TieredStore:
 
     def wait(self, handle: Handle) -> None:
         """Block until ``handle``'s record is stored; raises what storing raised."""
-        rec = self._record(handle)
+        self._wait(self._record(handle))
+
+    @staticmethod
+    def _wait(rec: _Record) -> None:
         rec.stored.result()
         if rec.error is not None:
             raise rec.error
@@ -167,7 +171,7 @@ class TieredStore:
         """The tensor: same shape, dtype and device (its values within the codec's
         bound; bit-exact with ``codec=None``). The record stays until :meth:`delete`."""
         rec = self._record(handle)
-        self.wait(handle)
+        self._wait(rec)
         with self._cond:
             ready, rec.ready = rec.ready, None
             self.stats.gets += 1
@@ -312,7 +316,7 @@ class TieredStore:
                 )
                 if victim is None:
                     return None
-                victim.tier = SPILLING
+                self._retier(victim, SPILLING)
             if not self._spill(victim):
                 return None
 
@@ -323,36 +327,35 @@ class TieredStore:
         except SpillError as exc:
             self._warn(f"spilling {rec.nbytes} bytes failed ({exc}); kept in host memory")
             with self._cond:
-                rec.tier = CPU
+                self._retier(rec, CPU)
                 self._cond.notify_all()
             return False
-        with self._cond:
+        with self._cond:  # a delete meanwhile waits in _free for the tier to settle
             self.pool.free(rec.offset, rec.nbytes)
-            rec.offset, rec.loc, rec.tier = None, loc, NVME
+            rec.offset, rec.loc = None, loc
             self.stats.spilled_bytes += rec.nbytes
-            self._account()
+            self._retier(rec, NVME)
             self._cond.notify_all()
-            if rec.deleted:  # deleted while it was being written
-                self.spill.free(loc)
-                rec.loc = None
         return True
 
     def _set_tier(self, rec: _Record, tier: str, offset=None, host=None, loc=None) -> None:
         with self._cond:
-            rec.tier, rec.offset, rec.host, rec.loc = tier, offset, host, loc
+            rec.offset, rec.host, rec.loc = offset, host, loc
             if loc is not None:
                 self.stats.spilled_bytes += rec.nbytes
-            self._account()
+            self._retier(rec, tier)
             self._cond.notify_all()
 
-    def _account(self) -> None:
-        """Refresh the byte counts (lock held)."""
+    def _retier(self, rec: _Record, tier: str) -> None:
+        """Move ``rec`` to ``tier`` and keep the byte counts in step (lock held)."""
         s = self.stats
-        s.cpu_bytes = self.pool.used
-        s.peak_cpu_bytes = self.pool.peak
-        live = self._records.values()
-        s.host_bytes = sum(r.nbytes for r in live if r.tier == HOST)
-        s.nvme_bytes = sum(r.nbytes for r in live if r.tier in (NVME, SPILLING))
+        for where, sign in ((rec.tier, -1), (tier, 1)):
+            if where == HOST:
+                s.host_bytes += sign * rec.nbytes
+            elif where in (NVME, SPILLING):
+                s.nvme_bytes += sign * rec.nbytes
+        rec.tier = tier
+        s.cpu_bytes, s.peak_cpu_bytes = self.pool.used, self.pool.peak
 
     def _bring(self, rec: _Record):
         """(tensor, CUDA event or None): the record back on its device; on CUDA the
@@ -420,8 +423,7 @@ class TieredStore:
             elif rec.tier == NVME and rec.loc is not None:
                 self.spill.free(rec.loc)
             rec.offset = rec.host = rec.loc = None
-            rec.tier = "deleted"
-            self._account()
+            self._retier(rec, DELETED)
 
     def _warn(self, message: str) -> None:
         if not self._warned:
