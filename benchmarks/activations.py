@@ -69,8 +69,12 @@ from torch.utils.checkpoint import checkpoint
 
 try:
     from compressors import Table
+    from compressors import fmt_cell as _fmt
+    from compressors import ratio_or_none as _ratio
 except ImportError:  # imported as benchmarks.activations
     from benchmarks.compressors import Table
+    from benchmarks.compressors import fmt_cell as _fmt
+    from benchmarks.compressors import ratio_or_none as _ratio
 
 SEED = 0
 MIB = 2**20
@@ -457,14 +461,6 @@ def run_task(
 
 
 # --------------------------------------------------------------------------- printing
-
-
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else format(value, spec) + suffix
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
 
 
 def _cuda_cell(r: Result, nbytes: int | None) -> str:

@@ -464,6 +464,16 @@ def measure_quant(name: str, x: np.ndarray, bits: int, repeat: int) -> dict:
 # --------------------------------------------------------------------------- printing
 
 
+def fmt_cell(value: float | None, spec: str, suffix: str = "", na: str = "-") -> str:
+    """``value`` formatted for a table cell; ``na`` when it is None."""
+    return na if value is None else format(value, spec) + suffix
+
+
+def ratio_or_none(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None when either is missing (or ``b`` is 0)."""
+    return None if a is None or not b else a / b
+
+
 class Table:
     """A streaming text table: aligned columns, or Markdown with ``markdown=True``."""
 

@@ -91,8 +91,12 @@ from torch.utils.data import Dataset
 
 try:
     from compressors import Table
+    from compressors import fmt_cell as _fmt
+    from compressors import ratio_or_none as _ratio
 except ImportError:  # imported as benchmarks.loader
     from benchmarks.compressors import Table
+    from benchmarks.compressors import fmt_cell as _fmt
+    from benchmarks.compressors import ratio_or_none as _ratio
 
 from tensorpress.loaders import DataLoader, H5Dataset, ShufflePlan, simulate
 
@@ -360,16 +364,8 @@ def chunk_spread(n: int, epochs: int, window: int) -> float:
 # =========================================================================== tables
 
 
-def _fmt(value: float | None, spec: str, suffix: str = "", na: str = "-") -> str:
-    return na if value is None else format(value, spec) + suffix
-
-
 def _median(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
 
 
 def _met(ok: bool) -> str:

@@ -93,8 +93,12 @@ import torch.nn.functional as F
 
 try:
     from compressors import Table
+    from compressors import fmt_cell as _fmt
+    from compressors import ratio_or_none as _ratio
 except ImportError:  # imported as benchmarks.offload
     from benchmarks.compressors import Table
+    from benchmarks.compressors import fmt_cell as _fmt
+    from benchmarks.compressors import ratio_or_none as _ratio
 
 from tensorpress.activation_offload import (
     ActivationCompression,
@@ -706,14 +710,6 @@ def run_train(args: argparse.Namespace, markdown: bool) -> None:
 
 
 # =========================================================================== main
-
-
-def _fmt(value: float | None, spec: str, suffix: str = "", na: str = "-") -> str:
-    return na if value is None else format(value, spec) + suffix
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
 
 
 def leftover_spill_dirs(parent: Path) -> list[str]:
