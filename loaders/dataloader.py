@@ -61,6 +61,7 @@ _STATE_KEYS = (
     "rank",
     "drop_last",
     "window",
+    "shard",
 )
 
 
@@ -78,6 +79,7 @@ class _Order:
         drop_last: bool,
         chunk_samples: int = 1,
         window: int = 0,
+        shard: str = "epoch",
     ):
         self.plan = ShufflePlan(
             n,
@@ -88,6 +90,7 @@ class _Order:
             drop_last=bool(drop_last) and world_size > 1,
             chunk_samples=chunk_samples,
             window=window,
+            shard=shard,
         )
         self.shuffle = bool(shuffle)
 
@@ -349,9 +352,12 @@ class DataLoader:
     ``rank``: this rank's shard (default: torch.distributed's, else 1 / 0). ``window``
     (samples; 0, the default, is a uniform shuffle): trade randomness for locality with
     ``ShufflePlan``'s chunk-aligned windows (chunks of an ``H5Dataset``'s
-    ``chunk_samples``; ``plan.batch_chunk_spread`` says how much spread is kept). The
-    other arguments are torch ``DataLoader``'s. ``len(loader)``: batches per epoch for
-    this rank.
+    ``chunk_samples``; ``plan.batch_chunk_spread`` says how much spread is kept).
+    ``shard``: ``"epoch"`` (``DistributedSampler``'s fresh split over the ranks every
+    epoch) or ``"fixed"`` (each rank reads the same samples every epoch, reshuffled: with
+    a buffer as large as a rank's share, every access after the first epoch hits; see
+    ``ShufflePlan``). The other arguments are torch ``DataLoader``'s. ``len(loader)``:
+    batches per epoch for this rank.
     """
 
     def __init__(
@@ -372,6 +378,7 @@ class DataLoader:
         world_size: int | None = None,
         rank: int | None = None,
         window: int = 0,
+        shard: str = "epoch",
     ):
         if isinstance(dataset, IterableDataset):
             raise TypeError("DataLoader needs a map-style dataset, got an IterableDataset")
@@ -402,9 +409,10 @@ class DataLoader:
             drop_last=drop_last,
             chunk_samples=dataset.chunk_samples if isinstance(dataset, H5Dataset) else 1,
             window=window,
+            shard=shard,
         )
         self.world_size, self.rank = self._order.plan.world_size, self._order.plan.rank
-        self.window = self._order.plan.window
+        self.window, self.shard = self._order.plan.window, self._order.plan.shard
         self._sampler = _BatchSampler(self._order, self.batch_size, self.drop_last)
         if isinstance(dataset, H5Dataset) and type(dataset).__getitem__ is H5Dataset.__getitem__:
             per_process = self.buffer_bytes // max(1, self.num_workers)
@@ -476,6 +484,7 @@ class DataLoader:
             rank=self.rank,
             drop_last=self.drop_last,
             window=self.window,
+            shard=self.shard,
         )
         return state
 

@@ -161,7 +161,7 @@ class H5Dataset(Dataset):
 
     @property
     def sample_nbytes(self) -> int:
-        """Bytes of one sample."""
+        """Bytes of one sample of the data (its label not counted)."""
         return math.prod(self.sample_shape) * self._dtype.itemsize
 
     @property

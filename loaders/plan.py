@@ -7,6 +7,15 @@ order is padded by repeating its first samples to a multiple of ``world_size`` (
 to one with ``drop_last``), and rank ``r`` takes positions ``r, r + world_size, ...``;
 the ranks are disjoint and together cover every sample each epoch.
 
+``shard="fixed"`` keeps each rank's samples from one epoch to the next: rank ``r`` reads,
+every epoch, the samples epoch 0 dealt it, in a fresh order per epoch (a keyed permutation
+per epoch and rank). A rank whose buffer holds its share then hits on every access after
+the first epoch (SOLAR assigns the samples a rank already holds to it for the same reason).
+The ranks stay disjoint and covering; what is given up is that the global batch (the union
+of the ranks' batches at one step) is drawn stratified, ``batch_size`` samples from each
+rank's fixed share, instead of from all samples at once. The default ``shard="epoch"`` is
+``DistributedSampler``'s fresh split every epoch.
+
 The order is a function of (seed, epoch, position), so the plan is computed, not
 stored: any epoch of any rank is ready in one parallel pass, and a loader can look
 as far ahead as it likes.
@@ -40,6 +49,7 @@ import numpy as np
 from ..compress.kernels.hashing import hash32
 from .permutation import SMALL, epoch_key, fill_permuted, fill_windowed, permutation, permuted
 
+SHARDS = ("epoch", "fixed")
 #: threads that fill one large epoch (fresh threads per call: safe in forked workers)
 THREADS = min(os.cpu_count() or 1, 8)
 
@@ -50,7 +60,8 @@ class ShufflePlan:
     ``plan.epoch(e)``: the indices (int64) this rank reads in epoch ``e``;
     ``len(plan)``: how many that is (the same every epoch).
     ``chunk_samples`` / ``window``: the locality trade-off (module docstring); ``window=0``
-    is the uniform shuffle.
+    is the uniform shuffle. ``shard``: ``"epoch"`` (a fresh split over the ranks every
+    epoch, ``DistributedSampler``'s) or ``"fixed"`` (each rank keeps epoch 0's samples).
     """
 
     def __init__(
@@ -64,7 +75,12 @@ class ShufflePlan:
         drop_last: bool = False,
         chunk_samples: int = 1,
         window: int = 0,
+        shard: str = "epoch",
     ):
+        if shard not in SHARDS:
+            raise ValueError(f"shard must be one of {SHARDS}, got {shard!r}")
+        if shard == "fixed" and window:
+            raise ValueError("shard='fixed' reshuffles within each rank: use it with window=0")
         for name, value, low in (
             ("num_samples", num_samples, 1),
             ("epochs", epochs, 1),
@@ -92,7 +108,10 @@ class ShufflePlan:
         self.chunk_samples = int(chunk_samples)
         #: samples per window (a multiple of chunk_samples), 0: no windows
         self.window = -(-int(window) // self.chunk_samples) * self.chunk_samples
+        #: "fixed" only matters with several ranks
+        self.shard = shard if self.world_size > 1 else "epoch"
         self._cached: tuple[int, np.ndarray] | None = None  # (epoch, its global order)
+        self._share: np.ndarray | None = None  # shard="fixed": epoch 0's indices
 
     def __len__(self) -> int:
         return self.per_rank
@@ -105,6 +124,13 @@ class ShufflePlan:
     def epoch(self, epoch: int) -> np.ndarray:
         """The sample indices of ``epoch`` for this rank, in reading order."""
         key = self._key(epoch)
+        if self.shard == "fixed" and epoch:
+            if self._share is None:
+                self._share = self._dealt(self._key(0))
+                self._share.flags.writeable = False
+            pos = np.empty(self.per_rank, dtype=np.int64)
+            _run(fill_permuted, [(pos, 0, 1, self.per_rank, self._rank_key(key))])
+            return self._share[pos]
         if self.window:
             order = self._global(epoch, key)
             if self.world_size == 1:
@@ -112,6 +138,14 @@ class ShufflePlan:
             n, step = self.num_samples, self.world_size
             pos = self.rank + np.arange(self.per_rank, dtype=np.int64) * step
             return order[pos % n if self.per_rank * step > n else pos]
+        return self._dealt(key)
+
+    def _rank_key(self, key: int) -> int:
+        """The key of this rank's own permutation in the epoch keyed ``key``."""
+        return int(hash32(key, 2 + self.rank))
+
+    def _dealt(self, key: int) -> np.ndarray:
+        """The samples the uniform epoch order keyed ``key`` deals this rank, in order."""
         out = np.empty(self.per_rank, dtype=np.int64)
         n, step = self.num_samples, self.world_size
         parts = THREADS if n > SMALL and self.per_rank >= 1 << 20 else 1
@@ -153,8 +187,11 @@ class ShufflePlan:
         the whole epoch once and keep the last one)."""
         if not 0 <= position < self.per_rank:
             raise IndexError(f"position {position} is outside [0, {self.per_rank})")
-        p = (self.rank + position * self.world_size) % self.num_samples
         key = self._key(epoch)
+        if self.shard == "fixed" and epoch:
+            position = int(permuted(position, self.per_rank, self._rank_key(key)))
+            key = self._key(0)
+        p = (self.rank + position * self.world_size) % self.num_samples
         if self.window:
             return int(self._global(epoch, key)[p])
         return int(permuted(p, self.num_samples, key))

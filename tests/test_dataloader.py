@@ -377,3 +377,32 @@ def test_window_keeps_every_sample_once_and_clusters_chunks(tmp_path):
     assert np.array_equal(np.sort(order), np.arange(256))
     for w in range(0, 256, 32):  # each window of 32 samples holds exactly 4 chunks of 8
         assert len(np.unique(order[w : w + 32] // 8)) == 4
+
+
+def test_fixed_shards_hit_every_access_after_the_first_epoch(tmp_path):
+    n, world = 400, 2
+    ds = H5Dataset(_make(tmp_path / "f.h5", n, chunk=16, features=32), "x", label_key="y")
+    share = n // world * (ds.sample_nbytes + 8)  # data and int64 label of a rank's samples
+    seen = []
+    for rank in range(world):
+        loader = DataLoader(
+            ds,
+            8,
+            world_size=world,
+            rank=rank,
+            shard="fixed",
+            buffer_bytes=share,
+        )
+        epochs = []
+        for _ in range(3):
+            epochs.append(sorted(int(i) for _, y in loader for i in y))
+        assert epochs[0] == epochs[1] == epochs[2]  # the same share every epoch
+        rate, chunk_bytes = _rate(loader, 1)
+        assert rate == 1.0 and chunk_bytes == 0
+        assert loader.state_dict()["shard"] == "fixed"
+        seen += epochs[0]
+    assert sorted(seen) == list(range(n))  # disjoint and covering
+    fresh = DataLoader(ds, 8, world_size=world, rank=0, buffer_bytes=share)
+    _rate(fresh, 1)
+    rate, chunk_bytes = _rate(fresh, 1)  # DistributedSampler's split changes every epoch
+    assert rate < 1.0 and chunk_bytes > 0

@@ -240,3 +240,57 @@ def test_windowed_bad_arguments():
         ShufflePlan(10, epochs=1, seed=0, chunk_samples=0)
     with pytest.raises(ValueError, match="window"):
         ShufflePlan(10, epochs=1, seed=0, window=-1)
+
+
+@pytest.mark.parametrize(
+    ("n", "world", "drop_last"),
+    [(1000, 2, False), (1001, 2, False), (1001, 3, True), (5, 4, False)],
+)
+def test_fixed_shards_keep_each_ranks_samples_and_reshuffle_them(n, world, drop_last):
+    plans = [
+        ShufflePlan(
+            n, epochs=4, seed=9, world_size=world, rank=r, drop_last=drop_last, shard="fixed"
+        )
+        for r in range(world)
+    ]
+    dealt = [
+        ShufflePlan(n, epochs=1, seed=9, world_size=world, rank=r, drop_last=drop_last)
+        for r in range(world)
+    ]
+    for r, plan in enumerate(plans):
+        first = plan.epoch(0)
+        assert np.array_equal(first, dealt[r].epoch(0))  # epoch 0 is DistributedSampler's
+        for e in range(1, 4):
+            order = plan.epoch(e)
+            assert np.array_equal(np.sort(order), np.sort(first))  # the same samples ...
+            assert [plan.index(e, p) for p in range(len(plan))] == order.tolist()
+        if len(plan) > 20:  # ... in a fresh order every epoch
+            assert not np.array_equal(plan.epoch(1), first)
+            assert not np.array_equal(plan.epoch(1), plan.epoch(2))
+    union = np.concatenate([p.epoch(3) for p in plans])
+    if drop_last:
+        assert np.unique(union).size == union.size == n // world * world
+    else:
+        assert set(union.tolist()) == set(range(n))
+        assert union.size == -(-n // world) * world
+
+
+def test_fixed_shards_hit_every_access_after_the_first_epoch():
+    from tensorpress.loaders.buffer import simulate
+
+    n, world = 4096, 2
+    for r in range(world):
+        fixed = ShufflePlan(n, epochs=3, seed=1, world_size=world, rank=r, shard="fixed")
+        fresh = ShufflePlan(n, epochs=3, seed=1, world_size=world, rank=r)
+        for plan, low, high in ((fixed, 1.0, 1.0), (fresh, 0.5, 0.75)):
+            order = np.concatenate([plan.epoch(e) for e in range(3)])
+            rate = simulate(order, 1, len(plan), warmup=len(plan))
+            assert low <= rate <= high
+
+
+def test_fixed_shard_bad_arguments():
+    with pytest.raises(ValueError, match="shard must be one of"):
+        ShufflePlan(10, epochs=1, seed=0, shard="sticky")
+    with pytest.raises(ValueError, match="window=0"):
+        ShufflePlan(10, epochs=1, seed=0, world_size=2, shard="fixed", window=4)
+    assert ShufflePlan(10, epochs=1, seed=0, shard="fixed").shard == "epoch"  # one rank
