@@ -66,6 +66,7 @@ split over 2 ranks (each rank's buffer = its half; target >= 99%).
     python benchmarks/loader.py --quick          # smoke run, under a minute
     python benchmarks/loader.py --workers 4 --size-mib 2048
     python benchmarks/loader.py --markdown       # tables for RESULTS.md
+    python benchmarks/loader.py --memory-limit-mib 1024 --size-mib 4096   # larger than memory
 """
 
 from __future__ import annotations
@@ -181,6 +182,37 @@ def drop_cache(path: Path) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def limit_memory(mib: int) -> str:
+    """Move this process, and the children it starts from now on, into a new memory
+    cgroup limited to ``mib`` MiB with the page cache included, so that a data file larger
+    than the limit cannot stay cached: the file behaves as one larger than memory. Returns
+    the cgroup's path; OSError where cgroups (v1 or v2) are not writable. At exit this
+    process moves back and the cgroup is removed."""
+    import atexit
+
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
+    if v1:
+        parent, limit_file = Path("/sys/fs/cgroup/memory" + v1[0]), "memory.limit_in_bytes"
+    else:
+        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+        if not v2:
+            raise OSError("no memory cgroup found in /proc/self/cgroup")
+        parent, limit_file = Path("/sys/fs/cgroup" + v2[0]), "memory.max"
+    group = parent / f"tensorpress-loader-{os.getpid()}"
+    group.mkdir()
+    (group / limit_file).write_text(str(mib * MIB))
+    (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    def leave() -> None:
+        with contextlib.suppress(OSError):
+            (parent / "cgroup.procs").write_text(str(os.getpid()))
+            group.rmdir()
+
+    atexit.register(leave)
+    return str(group)
 
 
 def cached_fraction(path: Path) -> float | None:
@@ -450,6 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(persistent_workers=False), buffer_bytes {buffer_bytes / MIB:.0f} MiB "
         f"({args.buffer_fraction:g} of the data)"
     )
+    if args.memory_limit_mib:
+        group = limit_memory(args.memory_limit_mib)
+        print(f"memory (page cache included) limited to {args.memory_limit_mib} MiB: {group}")
     if file_ok(path, n):
         print("data file: reused")
     else:
@@ -737,6 +772,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=DEFAULT_CACHE,
         help=f"directory of the data file (default {DEFAULT_CACHE})",
+    )
+    p.add_argument(
+        "--memory-limit-mib",
+        type=int,
+        default=None,
+        help="run in a memory cgroup of this many MiB, page cache included, so a file "
+        "larger than it behaves as one larger than memory (needs a writable cgroup)",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: smaller file, 2 epochs")
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
