@@ -1,0 +1,339 @@
+"""tensorpress codecs for numcodecs and zarr (format 2 and 3), and so for Dask over zarr.
+
+numcodecs codecs (a zarr format 2 ``compressor``, or any numcodecs user):
+
+=====================  ==========  ===========================================
+codec id               class       config
+=====================  ==========  ===========================================
+``tensorpress.sz``     ``SZ``      one of abs/rel/pw_rel + predictor, alpha,
+                                   beta, radius, level
+``tensorpress.block``  ``Block``   one of abs/rel/pw_rel
+``tensorpress.quant``  ``Quant``   bits, group, stochastic, seed, hadamard
+                                   (bits-bounded: no error bound)
+``tensorpress.zstd``   ``Zstd``    level, shuffle (lossless, any numeric dtype)
+=====================  ==========  ===========================================
+
+They are registered through the ``numcodecs.codecs`` entry point, so
+``numcodecs.get_codec({"id": "tensorpress.sz", "abs": 1e-3})`` works without
+importing tensorpress first. zarr format 3 array-to-bytes codecs (the
+``serializer=`` of ``zarr.create_array``) with the same names and configs are
+``SZSerializer``, ``BlockSerializer``, ``QuantSerializer`` and
+``ZstdSerializer``, registered through the ``zarr.codecs`` entry point.
+
+Every encoded chunk is a whole tensorpress container stream (dtype, shape,
+codec config, resolved bound and per-chunk checksums inside): decoding needs
+nothing else, ``tensorpress.info`` reads a chunk file, and a corrupted chunk
+raises ``ChecksumError`` instead of returning wrong numbers.
+
+Bounds are per zarr chunk. zarr compresses chunk by chunk, so ``rel`` is
+relative to each chunk's own value range (max - min of its finite values), not
+the whole array's; ``abs`` is the bound that means the same for the whole
+array (for a whole-array relative bound give ``abs = rel * (max - min)``).
+zarr pads an edge chunk to full size with the array's fill value. The format 3
+serializers leave values equal to the fill value out of the range, so padding
+never loosens a ``rel`` bound; a numcodecs codec sees only the padded chunk,
+so with zarr format 2 use ``abs`` (or a NaN fill value) for edge chunks.
+Writing part of a chunk decodes and re-encodes the whole chunk, so its errors
+can add up: write whole chunks (``dask.array.to_zarr`` with the array's
+chunks does).
+
+Each chunk is compressed on the calling thread; zarr and Dask run chunks in
+parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+import numpy as np
+
+try:
+    from numcodecs.abc import Codec as _Numcodec
+    from numcodecs.compat import ensure_contiguous_ndarray_like, ensure_ndarray_like, ndarray_copy
+    from numcodecs.registry import register_codec as _register_numcodec
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "tensorpress's numcodecs/zarr codecs need numcodecs (and zarr for zarr arrays): "
+        'pip install "tensorpress[zarr]"'
+    ) from exc
+
+try:
+    from zarr.abc.codec import ArrayBytesCodec as _ArrayBytesCodec
+    from zarr.core.common import parse_named_configuration as _parse_named_configuration
+    from zarr.registry import register_codec as _register_zarr_codec
+except ImportError:  # numcodecs without zarr: only the numcodecs codecs exist
+    _ArrayBytesCodec = None
+
+from .. import __version__
+from ..compress.bounds import ErrorBound
+from ..compress.registry import get_codec
+from .container import ContainerReader, encode_array
+
+__all__ = ["SZ", "Block", "Quant", "Zstd", "NUMCODECS"]
+
+_BOUND_KEYS = ("abs", "rel", "pw_rel")
+
+
+class _TensorpressNumcodec(_Numcodec):
+    """A numcodecs codec around one tensorpress codec; chunks are container streams.
+
+    Error-bounded codecs take exactly one of ``abs``, ``rel`` (times the
+    chunk's value range) or ``pw_rel`` (times |x| per element); the other
+    keywords are the tensorpress codec's own parameters.
+    """
+
+    codec_id: ClassVar[str] = ""
+    #: name of the codec in tensorpress's registry
+    codec_name: ClassVar[str] = ""
+
+    def __init__(self, *, abs=None, rel=None, pw_rel=None, **params):  # noqa: A002
+        try:
+            self._codec = get_codec(self.codec_name, **params)
+        except ValueError as exc:
+            raise ValueError(f"invalid config for {self.codec_id!r}: {exc}") from None
+        given = {
+            k: v for k, v in zip(_BOUND_KEYS, (abs, rel, pw_rel), strict=True) if v is not None
+        }
+        if self._codec.bounded:
+            try:
+                self._bound = ErrorBound.from_kwargs(**given)
+            except ValueError as exc:
+                raise ValueError(f"{self.codec_id!r}: {exc}") from None
+        elif given:
+            kind = "lossy but bits-bounded" if self._codec.lossy else "lossless"
+            raise ValueError(
+                f"codec {self.codec_id!r} is {kind} and takes no error bound "
+                f"(got {', '.join(given)})"
+            )
+        else:
+            self._bound = None
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """Names of the dtypes this codec compresses."""
+        return self._codec.dtypes
+
+    def get_config(self) -> dict:
+        """JSON-serialisable config: ``id``, the bound (if any), then the codec's parameters."""
+        config = {"id": self.codec_id}
+        if self._bound is not None:
+            config[self._bound.mode] = self._bound.value
+        config.update((k, v) for k, v in self._codec.get_config().items() if k != "id")
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict):
+        config = dict(config)
+        codec_id = config.pop("id", cls.codec_id)
+        if codec_id != cls.codec_id:
+            raise ValueError(f"config names codec {codec_id!r}, not {cls.codec_id!r}")
+        try:
+            return cls(**config)
+        except TypeError as exc:
+            raise ValueError(f"invalid config for {cls.codec_id!r}: {exc}") from None
+
+    def check_dtype(self, dtype) -> np.dtype:
+        """``dtype`` as a numpy dtype, or TypeError naming the dtypes this codec accepts."""
+        dtype = np.dtype(dtype)
+        if dtype.name not in self._codec.dtypes:
+            hint = (
+                "; integer and bool data need the lossless codec 'tensorpress.zstd'"
+                if self._codec.lossy and dtype.kind in "biu"
+                else ""
+            )
+            raise TypeError(
+                f"codec {self.codec_id!r} compresses {', '.join(self._codec.dtypes)} arrays, "
+                f"not {dtype}{hint}"
+            )
+        return dtype
+
+    def encode(self, buf) -> bytes:
+        """A container stream (bytes) holding the chunk array ``buf``."""
+        return self.encode_chunk(buf)
+
+    def encode_chunk(self, buf, fill_value=None) -> bytes:
+        """:meth:`encode`; a finite ``fill_value`` is left out of the ``rel`` value range."""
+        arr = np.asarray(ensure_ndarray_like(buf))
+        self.check_dtype(arr.dtype)
+        if not arr.dtype.isnative:  # decode returns native order: refuse rather than relabel
+            native = arr.dtype.newbyteorder("=").str
+            raise ValueError(
+                f"codec {self.codec_id!r} takes arrays in native byte order, got {arr.dtype.str}: "
+                f"convert with .astype({native!r}) (with zarr format 2, create the array with "
+                f"dtype {native!r})"
+            )
+        order = (
+            "F" if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+        )
+        return encode_array(
+            arr,
+            self._codec,
+            self._resolve(arr, fill_value),
+            chunk_bytes=self._codec.default_chunk_bytes,
+            workers=1,
+            order=order,
+            writer=f"tensorpress {__version__}",
+        )
+
+    def _resolve(self, arr: np.ndarray, fill_value) -> ErrorBound | None:
+        """The bound resolved for this chunk (None for codecs without one)."""
+        if self._bound is None:
+            return None
+        if self._bound.mode == "rel" and fill_value is not None and np.isfinite(fill_value):
+            arr = arr[arr != fill_value]  # zarr's padding of edge chunks
+        return self._bound.resolve(arr)
+
+    def decode(self, buf, out=None) -> np.ndarray:
+        """The array a container stream holds (dtype and shape from the stream), or ``out``
+        filled with it."""
+        stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
+        arr = ContainerReader(stream, workers=1).read()
+        if out is None:
+            return arr
+        dst = ensure_ndarray_like(out)
+        if dst.shape == arr.shape and dst.dtype == arr.dtype:
+            np.copyto(dst, arr)  # element by element, whatever the two memory orders
+            return dst
+        return ndarray_copy(arr, dst)  # a flat buffer gets the chunk's memory order
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
+        return f"{type(self).__name__}({params})"
+
+
+class SZ(_TensorpressNumcodec):
+    """``tensorpress.sz``: prediction, quantization, Huffman and zstd (float16/32/64)."""
+
+    codec_id = "tensorpress.sz"
+    codec_name = "sz"
+
+
+class Block(_TensorpressNumcodec):
+    """``tensorpress.block``: fast fixed-length codes per block of 64 values (float16/32/64)."""
+
+    codec_id = "tensorpress.block"
+    codec_name = "block"
+
+
+class Quant(_TensorpressNumcodec):
+    """``tensorpress.quant``: ``bits`` per value plus a min and scale per ``group`` values.
+
+    Bits-bounded (no error bound); ``tensorpress.info`` of a chunk reports its max error.
+    """
+
+    codec_id = "tensorpress.quant"
+    codec_name = "quant"
+
+
+class Zstd(_TensorpressNumcodec):
+    """``tensorpress.zstd``: lossless byte shuffle and zstd, any numeric or bool dtype."""
+
+    codec_id = "tensorpress.zstd"
+    codec_name = "zstd"
+
+
+#: codec id -> numcodecs class
+NUMCODECS: dict[str, type[_TensorpressNumcodec]] = {c.codec_id: c for c in (SZ, Block, Quant, Zstd)}
+for _cls in NUMCODECS.values():
+    _register_numcodec(_cls)
+
+
+if _ArrayBytesCodec is not None:
+
+    class _Serializer(_ArrayBytesCodec):
+        """A zarr format 3 array-to-bytes codec: each chunk becomes a container stream.
+
+        Takes the same keywords as the numcodecs codec of the same name.
+        """
+
+        is_fixed_size = False
+        numcodec: ClassVar[type[_TensorpressNumcodec]]
+
+        def __init__(self, **config):
+            object.__setattr__(self, "_numcodec", self.numcodec(**config))
+
+        @classmethod
+        def from_dict(cls, data: dict):
+            _, config = _parse_named_configuration(
+                data, cls.numcodec.codec_id, require_configuration=False
+            )
+            return cls(**(config or {}))
+
+        def to_dict(self) -> dict:
+            config = self._numcodec.get_config()
+            del config["id"]
+            return {"name": self.numcodec.codec_id, "configuration": config}
+
+        def validate(self, *, shape, dtype, chunk_grid) -> None:
+            self._numcodec.check_dtype(dtype.to_native_dtype())
+
+        def compute_encoded_size(self, input_byte_length: int, chunk_spec) -> int:
+            raise NotImplementedError("tensorpress chunks have a data-dependent size")
+
+        def _encode_sync(self, chunk_array, chunk_spec):
+            blob = self._numcodec.encode_chunk(
+                chunk_array.as_numpy_array(), fill_value=chunk_spec.fill_value
+            )
+            return chunk_spec.prototype.buffer.from_bytes(blob)
+
+        def _decode_sync(self, chunk_bytes, chunk_spec):
+            arr = self._numcodec.decode(chunk_bytes.as_numpy_array())
+            want = chunk_spec.dtype.to_native_dtype()
+            if arr.shape != tuple(chunk_spec.shape) or arr.dtype != want:
+                raise ValueError(
+                    f"chunk holds a {arr.dtype} array of shape {arr.shape}; the array needs "
+                    f"{want} chunks of shape {tuple(chunk_spec.shape)}"
+                )
+            return chunk_spec.prototype.nd_buffer.from_numpy_array(arr)
+
+        async def _encode_single(self, chunk_array, chunk_spec):
+            return await asyncio.to_thread(self._encode_sync, chunk_array, chunk_spec)
+
+        async def _decode_single(self, chunk_bytes, chunk_spec):
+            return await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec)
+
+        def __eq__(self, other) -> bool:
+            return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+        def __hash__(self) -> int:
+            return hash((type(self), repr(self)))
+
+        def __repr__(self) -> str:
+            params = ", ".join(f"{k}={v!r}" for k, v in self.to_dict()["configuration"].items())
+            return f"{type(self).__name__}({params})"
+
+    class SZSerializer(_Serializer):
+        """zarr 3 serializer ``tensorpress.sz`` (see :class:`SZ`)."""
+
+        numcodec = SZ
+
+    class BlockSerializer(_Serializer):
+        """zarr 3 serializer ``tensorpress.block`` (see :class:`Block`)."""
+
+        numcodec = Block
+
+    class QuantSerializer(_Serializer):
+        """zarr 3 serializer ``tensorpress.quant`` (see :class:`Quant`)."""
+
+        numcodec = Quant
+
+    class ZstdSerializer(_Serializer):
+        """zarr 3 serializer ``tensorpress.zstd`` (see :class:`Zstd`)."""
+
+        numcodec = Zstd
+
+    #: codec name -> zarr 3 serializer class
+    SERIALIZERS: dict[str, type[_Serializer]] = {
+        c.numcodec.codec_id: c
+        for c in (SZSerializer, BlockSerializer, QuantSerializer, ZstdSerializer)
+    }
+    for _name, _cls in SERIALIZERS.items():
+        _register_zarr_codec(_name, _cls)
+    __all__ += [
+        "SERIALIZERS",
+        "BlockSerializer",
+        "QuantSerializer",
+        "SZSerializer",
+        "ZstdSerializer",
+    ]
