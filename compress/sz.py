@@ -27,8 +27,9 @@ Payload layout (inside one zstd frame), little-endian::
     patches            u64 n, n u64 flat indices, n values in the chunk dtype
     u64 n + n bytes    sign bits (numpy packbits order), only with flag bit 0
 
-A raw payload (predictor 0, used when the bound is below 2**-1000) holds the flags byte,
-then u64 n + n bytes of the byte-shuffled chunk.
+A raw payload (predictor 0: the bound is below 2**-1000, or the predicted payload would
+be larger than the chunk's bytes and larger than this one) holds the flags byte, then
+u64 n + n bytes of the byte-shuffled chunk.
 """
 
 from __future__ import annotations
@@ -148,11 +149,7 @@ class SZCodec(Codec):
         log_domain = bound.resolved_mode == "pw_rel"
         eb = log_bound(tol) if log_domain else float(tol)
         if flat.size == 0 or not eb >= _MIN_EB:
-            w = ByteWriter()
-            w.u8(RAW)
-            w.u8(0)
-            w.blob(byte_shuffle(flat))
-            return zstd_compress(w.getvalue(), self.level)
+            return self._raw(flat)
 
         patch_idx, work = split_nonfinite(flat)
         if log_domain:
@@ -186,6 +183,19 @@ class SZCodec(Codec):
         write_patches(w, patch_idx, flat[patch_idx])
         if log_domain:
             w.blob(signs.tobytes())
+        payload = zstd_compress(w.getvalue(), self.level)
+        if len(payload) > flat.nbytes:  # prediction did not pay: keep the chunk exactly
+            raw = self._raw(flat)
+            if len(raw) < len(payload):
+                return raw
+        return payload
+
+    def _raw(self, flat: np.ndarray) -> bytes:
+        """The lossless payload (predictor 0) of the flat chunk."""
+        w = ByteWriter()
+        w.u8(RAW)
+        w.u8(0)
+        w.blob(byte_shuffle(flat))
         return zstd_compress(w.getvalue(), self.level)
 
     def _choose(self, values, shape, eb, prec, threads) -> tuple[int, float, float]:

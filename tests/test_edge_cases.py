@@ -489,3 +489,16 @@ def test_interpolation_tuning_out_of_range_is_refused(tuning):
     alpha, beta = tuning
     with pytest.raises(ValueError, match="alpha and beta"):
         tp.compress(np.ones(8), abs=1e-3, alpha=alpha, beta=beta)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sz_never_stores_a_chunk_larger_than_its_lossless_form(dtype):
+    # float16 under pw_rel: log-domain outliers and sign bits cost more than the data did
+    x = _field((60, 61)).astype(dtype)
+    lossless = tp.info(tp.compress_array(x, pw_rel=0.0, workers=1))["compressed_bytes"]
+    for kw in ({"pw_rel": 1e-2}, {"pw_rel": 1e-6}, {"rel": 1e-7}):
+        blob = tp.compress_array(x, workers=1, **kw)
+        assert len(blob) <= lossless + 64  # + the longer JSON of a non-zero bound
+        y = tp.decompress(blob)
+        if len(blob) > x.nbytes:  # only the lossless form may exceed the data
+            np.testing.assert_array_equal(y, x)
