@@ -1,14 +1,20 @@
-"""Bytes on disk and on the wire: the v1 container (see SPEC.md)."""
+"""Bytes on disk and on the wire: the v1 container and whole files (see SPEC.md)."""
 
 from ..compress.registry import STREAM_IO
 from .container import (
     DEFAULT_CHUNK_BYTES,
     FORMAT_VERSION,
     MAGIC,
+    BufferSource,
     ContainerReader,
+    FileSink,
+    FileSource,
     Header,
+    StreamWriter,
     decode_array,
     encode_array,
+    encode_chunks,
+    parse_header,
     read_header,
     verified_payloads,
     write_stream,
@@ -20,20 +26,43 @@ from .errors import (
     UnknownCodecError,
     UnsupportedVersionError,
 )
+from .files import DatasetReport, compress_file, decompress_file, describe_file
+from .hdf5 import MARKER, MARKER_VERSION
+from .reader import CompressedFile, Dataset, open_compressed
+from .sources import open_source
+
+#: ``tensorpress.formats.open(path)``: a file's datasets, lazily sliced
+open = open_compressed  # noqa: A001
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "FORMAT_VERSION",
     "MAGIC",
+    "MARKER",
+    "MARKER_VERSION",
+    "BufferSource",
     "ChecksumError",
+    "CompressedFile",
     "ContainerReader",
+    "Dataset",
+    "DatasetReport",
+    "FileSink",
+    "FileSource",
     "FormatError",
     "Header",
+    "StreamWriter",
     "TruncatedError",
     "UnknownCodecError",
     "UnsupportedVersionError",
+    "compress_file",
     "decode_array",
+    "decompress_file",
+    "describe_file",
     "encode_array",
+    "encode_chunks",
+    "open",
+    "open_source",
+    "parse_header",
     "read_header",
 ]
 

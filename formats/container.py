@@ -8,6 +8,8 @@ decoded alone, so a slice along the first axis costs only the chunks it touches.
 
 from __future__ import annotations
 
+import collections
+import functools
 import itertools
 import json
 import math
@@ -162,6 +164,13 @@ def write_stream(
     writer: str,
 ) -> bytes:
     """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order)."""
+    pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer)
+    index = _index([len(p) for p in payloads], [zlib.crc32(p) for p in payloads])
+    return b"".join([pre, index, *payloads])
+
+
+def _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer) -> bytes:
+    """Preamble, JSON header and the header's CRC: the bytes before the chunk index."""
     header = {
         "dtype": dtype,
         "shape": [int(d) for d in shape],
@@ -173,24 +182,206 @@ def write_stream(
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     pre = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
-    index = struct.pack("<Q", len(payloads)) + b"".join(
-        _INDEX_ENTRY.pack(len(p), zlib.crc32(p)) for p in payloads
+    return pre + _CRC.pack(zlib.crc32(pre))
+
+
+def _index(lengths, crcs) -> bytes:
+    """Chunk count, index entries and their CRC."""
+    index = struct.pack("<Q", len(lengths)) + b"".join(
+        _INDEX_ENTRY.pack(n, c) for n, c in zip(lengths, crcs, strict=True)
     )
-    parts = [pre, _CRC.pack(zlib.crc32(pre)), index, _CRC.pack(zlib.crc32(index)), *payloads]
-    return b"".join(parts)
+    return index + _CRC.pack(zlib.crc32(index))
+
+
+def nchunks_for(shape: tuple, chunk_rows: int) -> int:
+    """How many chunks a stream of ``shape`` cut every ``chunk_rows`` rows holds."""
+    if math.prod(shape) == 0:
+        return 0
+    return 1 if not shape else -(-shape[0] // chunk_rows)
+
+
+class FileSink:
+    """A seekable binary file object seen as a place to write bytes at offsets."""
+
+    def __init__(self, fileobj, start: int = 0):
+        self._f = fileobj
+        self._start = start  # where the stream begins in the file (bytes)
+        self._pos = None
+
+    def write_at(self, offset: int, data) -> None:
+        if offset != self._pos:
+            self._f.seek(self._start + offset)
+        self._f.write(data)
+        self._pos = offset + len(memoryview(data).cast("B"))
+
+
+class StreamWriter:
+    """Write a v1 stream whose chunk payloads arrive one at a time, in chunk order.
+
+    The preamble, header and a zero-filled index of the fixed size ``12 N + 12``
+    bytes are written first, the payloads after them as :meth:`add` receives
+    them, and :meth:`finish` writes the real index over the placeholder. The
+    bytes equal :func:`write_stream`'s for the same payloads. ``sink`` has
+    ``write_at(offset, data)`` (offsets in bytes from the start of the stream),
+    e.g. a :class:`FileSink`.
+    """
+
+    def __init__(
+        self,
+        sink,
+        dtype: str,
+        shape: tuple,
+        order: str,
+        codec_config: dict,
+        bound: ErrorBound | None,
+        chunk_rows: int,
+        writer: str,
+    ):
+        self.sink = sink
+        self.nchunks = nchunks_for(shape, chunk_rows)
+        pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer)
+        self._index_at = len(pre)
+        self._lengths: list[int] = []
+        self._crcs: list[int] = []
+        sink.write_at(0, pre)
+        sink.write_at(self._index_at, bytes(8 + self.nchunks * _INDEX_ENTRY.size + _CRC.size))
+        self.nbytes = self._index_at + 8 + self.nchunks * _INDEX_ENTRY.size + _CRC.size
+
+    def add(self, payload) -> None:
+        """Append the next chunk's payload (bytes-like)."""
+        if len(self._lengths) == self.nchunks:
+            raise ValueError(f"the stream holds {self.nchunks} chunks; got one more")
+        payload = memoryview(payload).cast("B")
+        self.sink.write_at(self.nbytes, payload)
+        self._lengths.append(len(payload))
+        self._crcs.append(zlib.crc32(payload))
+        self.nbytes += len(payload)
+
+    def finish(self) -> int:
+        """Write the chunk index; returns the stream's length in bytes."""
+        if len(self._lengths) != self.nchunks:
+            raise ValueError(f"the stream needs {self.nchunks} chunks, got {len(self._lengths)}")
+        self.sink.write_at(self._index_at, _index(self._lengths, self._crcs))
+        return self.nbytes
+
+
+def encode_chunks(
+    source, codec: Codec, bound: ErrorBound | None, chunk_rows: int, *, workers: int | None = None
+):
+    """Yield the payload of each chunk of ``source`` in order, encoding in threads.
+
+    ``source`` has ``.shape`` and ``.dtype`` and gives rows by slicing
+    (``source[a:b]``: a numpy array, memory map or h5py dataset). Chunks are
+    read in the calling thread and at most ``workers`` are encoded at a time,
+    so memory stays near ``workers`` times the chunk size. The payloads do not
+    depend on ``workers``.
+    """
+    shape = tuple(int(d) for d in source.shape)
+    n = nchunks_for(shape, chunk_rows)
+    workers = resolve_workers(workers)
+    inner = max(1, workers // max(n, 1))
+    row_size = math.prod(shape[1:])
+
+    def read(i):
+        block = source[()] if not shape else source[i * chunk_rows : (i + 1) * chunk_rows]
+        block = np.asarray(block)
+        if not block.dtype.isnative:
+            block = block.astype(block.dtype.newbyteorder("="))
+        block = np.ascontiguousarray(block)
+        return block if block.flags.writeable else block.copy()  # the kernels take writable arrays
+
+    def encode(i, block):
+        return codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
+
+    calls = (functools.partial(encode, i, read(i)) for i in range(n))
+    yield from ordered_window(calls, workers if n > 1 else 1)
+
+
+def ordered_window(calls, workers: int):
+    """Run the zero-argument callables of iterator ``calls`` in ``workers`` threads.
+
+    Results are yielded in order; at most ``workers`` calls are in flight (the
+    next item of ``calls`` is taken only when a slot is free), so memory is
+    bounded. Pending calls are cancelled when the consumer stops early.
+    """
+    if workers == 1:
+        for call in calls:
+            yield call()
+        return
+    pool = ThreadPoolExecutor(workers)
+    pending = collections.deque()
+    try:
+        for call in calls:
+            pending.append(pool.submit(call))
+            if len(pending) >= workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- reading ---------------------------------------------------------------------
 
 
+class BufferSource:
+    """A bytes-like object as a byte-range source (slices share its memory)."""
+
+    def __init__(self, buf):
+        if isinstance(buf, np.ndarray):
+            self.buf = memoryview(buf)
+        elif isinstance(buf, memoryview):
+            self.buf = buf.cast("B")
+        else:
+            self.buf = memoryview(buf).cast("B")
+        self.size = len(self.buf)
+
+    def read(self, offset: int, length: int):
+        return self.buf[offset : offset + length]
+
+
+class FileSource:
+    """Bytes of a file read on demand with positioned reads (no memory map)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        self.size = os.fstat(self._fd).st_size
+
+    def read(self, offset: int, length: int) -> bytes:
+        parts = []
+        while length > 0:
+            part = os.pread(self._fd, length, offset)
+            if not part:
+                break
+            parts.append(part)
+            offset, length = offset + len(part), length - len(part)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def read_header(buf) -> Header:
     """Parse and check the preamble, JSON header and chunk index of a stream."""
-    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
-    if len(mv) < _PREAMBLE.size or bytes(mv[:8]) != MAGIC:
-        if len(mv) < 8 and MAGIC.startswith(bytes(mv)):
+    return parse_header(BufferSource(buf))
+
+
+def parse_header(source) -> Header:
+    """:func:`read_header` for a byte-range source: reads only the header and index.
+
+    ``source`` has ``size`` (bytes) and ``read(offset, length)`` returning a
+    bytes-like object (shorter only past the end).
+    """
+    size = source.size
+    pre = source.read(0, min(size, _PREAMBLE.size))
+    if size < _PREAMBLE.size or bytes(pre[:8]) != MAGIC:
+        if size < 8 and MAGIC.startswith(bytes(pre)):
             raise TruncatedError("stream is truncated inside its preamble")
         raise FormatError("not a tensorpress stream (bad magic number)")
-    _, version, flags, hlen = _PREAMBLE.unpack_from(mv)
+    _, version, flags, hlen = _PREAMBLE.unpack_from(pre)
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(
             f"stream is format version {version}; this tensorpress reads up to version "
@@ -199,8 +390,9 @@ def read_header(buf) -> Header:
     if version < 1:
         raise FormatError(f"invalid format version {version}")
     end = _PREAMBLE.size + hlen
-    if len(mv) < end + _CRC.size + 8:
+    if size < end + _CRC.size + 8:
         raise TruncatedError("stream is truncated inside its header")
+    mv = memoryview(source.read(0, end + _CRC.size + 8)).cast("B")
     if _CRC.unpack_from(mv, end)[0] != zlib.crc32(mv[:end]):
         raise ChecksumError("header checksum mismatch: the stream is corrupted")
     if flags != 0:
@@ -221,14 +413,13 @@ def read_header(buf) -> Header:
     pos = end + _CRC.size
     (nchunks,) = struct.unpack_from("<Q", mv, pos)
     index_end = pos + 8 + nchunks * _INDEX_ENTRY.size
-    if len(mv) < index_end + _CRC.size:
+    if size < index_end + _CRC.size:
         raise TruncatedError("stream is truncated inside its chunk index")
-    if _CRC.unpack_from(mv, index_end)[0] != zlib.crc32(mv[pos:index_end]):
+    index = memoryview(source.read(pos, index_end + _CRC.size - pos)).cast("B")
+    if _CRC.unpack_from(index, index_end - pos)[0] != zlib.crc32(index[: index_end - pos]):
         raise ChecksumError("chunk index checksum mismatch: the stream is corrupted")
-    entries = [
-        _INDEX_ENTRY.unpack_from(mv, pos + 8 + i * _INDEX_ENTRY.size) for i in range(nchunks)
-    ]
-    expected = 0 if math.prod(shape) == 0 else (1 if not shape else -(-shape[0] // rows))
+    entries = [_INDEX_ENTRY.unpack_from(index, 8 + i * _INDEX_ENTRY.size) for i in range(nchunks)]
+    expected = nchunks_for(shape, rows)
     if nchunks != expected:
         raise FormatError(f"chunk index lists {nchunks} chunks, the shape needs {expected}")
     header = Header(
@@ -244,9 +435,9 @@ def read_header(buf) -> Header:
         index_end + _CRC.size,
         str(h.get("writer", "")),
     )
-    if len(mv) < header.compressed_bytes:
+    if size < header.compressed_bytes:
         raise TruncatedError(
-            f"stream is truncated: {len(mv)} bytes, its index needs {header.compressed_bytes}"
+            f"stream is truncated: {size} bytes, its index needs {header.compressed_bytes}"
         )
     return header
 
@@ -254,7 +445,10 @@ def read_header(buf) -> Header:
 class ContainerReader:
     """Random access to a v1 stream: ``reader[a:b]`` decodes only the chunks it touches.
 
-    ``source`` is a bytes-like object or a path (read through a memory map).
+    ``source`` is a bytes-like object, a path (read through a memory map), or
+    a byte-range source (an object with ``size`` and ``read(offset, length)``,
+    e.g. :class:`FileSource`), of which only the header, the index and the
+    payloads of the chunks touched are read.
     """
 
     def __init__(self, source, *, workers: int | None = None):
@@ -262,12 +456,10 @@ class ContainerReader:
             if os.path.getsize(source) == 0:
                 raise TruncatedError(f"{os.fspath(source)} is empty, not a tensorpress stream")
             source = np.memmap(source, dtype=np.uint8, mode="r")
-        self._buf = (
-            memoryview(source).cast("B")
-            if not isinstance(source, np.ndarray)
-            else memoryview(source)
-        )
-        self.header = read_header(self._buf)
+        if not (hasattr(source, "size") and callable(getattr(source, "read", None))):
+            source = BufferSource(source)
+        self._source = source
+        self.header = parse_header(source)
         self.workers = resolve_workers(workers)
         try:
             self.codec = get_codec(self.header.codec)
@@ -276,9 +468,9 @@ class ContainerReader:
                 f"stream uses codec {self.header.codec.get('id')!r}, which this installation "
                 f"cannot decode ({exc})"
             ) from None
-        if len(self._buf) > self.header.compressed_bytes:
+        if source.size > self.header.compressed_bytes:
             raise FormatError(
-                f"{len(self._buf) - self.header.compressed_bytes} trailing bytes after the stream"
+                f"{source.size - self.header.compressed_bytes} trailing bytes after the stream"
             )
 
     @property
@@ -297,8 +489,9 @@ class ContainerReader:
     def payload(self, i: int) -> memoryview:
         """The bytes of chunk ``i``, checksum verified."""
         h = self.header
-        start = h.offsets[i]
-        payload = self._buf[start : start + h.lengths[i]]
+        payload = self._source.read(h.offsets[i], h.lengths[i])
+        if len(payload) != h.lengths[i]:
+            raise TruncatedError(f"chunk {i} is truncated: the stream ends inside it")
         if zlib.crc32(payload) != h.crcs[i]:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
         return payload
@@ -316,6 +509,18 @@ class ContainerReader:
         if chunk.shape != h.chunk_shape(i) or chunk.dtype != h.dtype:
             raise FormatError(f"chunk {i} decoded to the wrong shape or dtype")
         return chunk
+
+    def iter_chunks(self, workers: int | None = None):
+        """Yield ``(first row, decoded chunk)`` for every chunk in order.
+
+        Chunks are decoded in ``workers`` threads (default: the reader's), at
+        most that many at a time, so memory stays near workers x chunk size.
+        """
+        workers = self.workers if workers is None else resolve_workers(workers)
+        h = self.header
+        calls = (functools.partial(self.chunk, i) for i in range(h.nchunks))
+        for i, chunk in enumerate(ordered_window(calls, workers)):
+            yield h.chunk_span(i)[0], chunk
 
     def read(self) -> np.ndarray:
         """The whole array, in the layout (C or F) it was compressed from."""
@@ -372,8 +577,8 @@ def verified_payloads(buf) -> tuple[Header, memoryview]:
     reader = ContainerReader(buf)
     for i in range(reader.header.nchunks):
         reader.payload(i)
-    h, mv = reader.header, reader._buf
-    return h, mv[h.payload_offset : h.compressed_bytes]
+    h = reader.header
+    return h, reader._source.read(h.payload_offset, h.compressed_bytes - h.payload_offset)
 
 
 def decode_array(buf, *, workers: int | None = None) -> np.ndarray:

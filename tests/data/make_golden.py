@@ -1,15 +1,20 @@
-"""Write the golden streams of the current format version (run once per version).
+"""Write the golden files of the current format version (run once per version).
 
-    python tests/data/make_golden.py
+    python tests/data/make_golden.py          # container streams
+    python tests/data/make_golden.py hdf5     # the compressed HDF5 file
 
 Each stream is written to tests/data/v<version>/NAME.tp, and manifest.json
-records the dtype, shape and SHA-256 of the decoded array. Streams of a
-released version are never regenerated: the tests decode them forever.
+records the dtype, shape and SHA-256 of the decoded array. The compressed
+HDF5 file is tests/data/v<version>/hdf5_mixed.h5, described per dataset in
+manifest_hdf5.json. Files of a released version are never regenerated: the
+tests decode them forever.
 """
 
 import hashlib
 import json
 import pathlib
+import sys
+import tempfile
 
 import numpy as np
 import tensorpress as tp
@@ -73,5 +78,59 @@ def main():
     print(f"wrote {len(manifest)} streams to {out}")
 
 
+def write_hdf5_source(path):
+    """The HDF5 file whose compressed form is the golden file."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = "golden"
+        x = f.create_dataset("coords/x", data=np.linspace(0.0, 1.0, 30))
+        x.make_scale("x")
+        g = f.create_group("run1")
+        g.attrs["step"] = np.int32(3)
+        t = g.create_dataset("temperature", data=_smooth((30, 20, 10), np.float32, 10))
+        t.attrs["units"] = "K"
+        t.dims[0].attach_scale(x)
+        t.dims[0].label = "x"
+        g.create_dataset("pressure", data=_smooth((30, 7), np.float64, 11), fillvalue=-1.0)
+        g.create_dataset("wind", data=_smooth((5, 4, 3, 2), np.float16, 12))
+        f.create_dataset("counts", data=np.arange(30, dtype=np.int16))
+        f.create_dataset("scalar", data=np.float32(1.5))
+
+
+def main_hdf5():
+    from tensorpress.formats import compress_file
+    from tensorpress.formats import open as open_file
+
+    out = pathlib.Path(__file__).parent / f"v{FORMAT_VERSION}"
+    dst = out / "hdf5_mixed.h5"
+    if dst.exists():
+        sys.exit(f"{dst} exists: golden files are never regenerated")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / "source.h5"
+        write_hdf5_source(src)
+        compress_file(
+            src,
+            dst,
+            {"rel": 1e-3},
+            overrides={"pressure": {"pw_rel": 1e-3}, "wind": {"abs": 0.05}},
+            chunk_bytes=2000,
+            workers=1,
+        )
+    manifest = {}
+    with open_file(dst) as f:
+        for name, ds in f.items():
+            y = ds.read()
+            manifest[name] = {
+                "compressed": ds.compressed,
+                "dtype": y.dtype.str,
+                "shape": list(y.shape),
+                "sha256": digest(y),
+            }
+    path = out / "manifest_hdf5.json"
+    path.write_text(json.dumps({"hdf5_mixed": manifest}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {dst} with {len(manifest)} datasets")
+
+
 if __name__ == "__main__":
-    main()
+    main_hdf5() if sys.argv[1:] == ["hdf5"] else main()

@@ -1,0 +1,226 @@
+"""Compressed datasets inside HDF5 files (layout in SPEC.md, "Compressed HDF5").
+
+A compressed dataset is a 1-d uint8 dataset, at the original path, whose bytes
+are exactly one v1 container stream, with the original attributes and the
+marker attribute :data:`MARKER` (JSON: what the stream does not say about the
+HDF5 dataset it came from). This module knows that layout: the marker, the
+attribute and dimension-scale bookkeeping, walking a file, and reading and
+writing the uint8 bytes at offsets. It does not compress anything.
+"""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+
+from .errors import FormatError, UnsupportedVersionError
+
+#: name of the marker attribute of a compressed dataset
+MARKER = "tensorpress"
+#: version of the marker's JSON layout; readers refuse newer ones
+MARKER_VERSION = 1
+#: HDF5's dimension-scale bookkeeping: object references, rebuilt, never copied
+DIM_ATTRS = ("DIMENSION_LIST", "REFERENCE_LIST")
+#: bytes of a stream kept in memory before the uint8 dataset is created; a
+#: stream that ends within it is stored contiguous, at its exact size
+SPILL_BYTES = 1 << 20
+#: HDF5 chunk (bytes) of a stream longer than SPILL_BYTES, stored growable
+STREAM_CHUNK_BYTES = 64 << 10
+
+
+def is_scale(ds: h5py.Dataset) -> bool:
+    """Whether ``ds`` is an HDF5 dimension scale."""
+    return bool(h5py.h5ds.is_scale(ds.id))
+
+
+def read_marker(ds: h5py.Dataset) -> dict | None:
+    """The parsed marker of a compressed dataset, or None for a plain one."""
+    if MARKER not in ds.attrs:
+        return None
+    raw = ds.attrs[MARKER]
+    try:
+        marker = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+        version = int(marker["version"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FormatError(f"{ds.name}: invalid {MARKER!r} attribute: {exc}") from None
+    if version > MARKER_VERSION:
+        raise UnsupportedVersionError(
+            f"{ds.name} was written with HDF5 layout version {version}; this tensorpress "
+            f"reads up to version {MARKER_VERSION}: upgrade tensorpress to read it"
+        )
+    if version < 1 or ds.dtype != np.uint8 or ds.ndim != 1:
+        raise FormatError(f"{ds.name}: not a valid compressed dataset (version {version})")
+    try:
+        marker["dtype"] = np.dtype(marker["dtype"])
+        marker["shape"] = tuple(int(d) for d in marker["shape"])
+        for key in ("chunks", "maxshape", "fillvalue"):
+            marker.setdefault(key, None)
+        marker.setdefault("dims", [[] for _ in marker["shape"]])
+        marker.setdefault("labels", ["" for _ in marker["shape"]])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"{ds.name}: invalid {MARKER!r} attribute: {exc}") from None
+    return marker
+
+
+def make_marker(ds, dims: list, labels: list) -> str:
+    """The marker JSON for the compressed copy of dataset ``ds`` (h5py or array-like)."""
+    dtype = np.dtype(ds.dtype)
+    fill = None
+    plist = ds.id.get_create_plist() if isinstance(ds, h5py.Dataset) else None
+    if plist is not None and plist.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED:
+        fill = np.array(ds.fillvalue, dtype=dtype).tobytes().hex()
+    chunks = getattr(ds, "chunks", None)
+    maxshape = getattr(ds, "maxshape", None) if chunks else None
+    marker = {
+        "version": MARKER_VERSION,
+        "dtype": dtype.str,
+        "shape": [int(d) for d in ds.shape],
+        "chunks": None if chunks is None else list(chunks),
+        "maxshape": None if maxshape is None else list(maxshape),
+        "fillvalue": fill,
+        "dims": dims,
+        "labels": labels,
+    }
+    return json.dumps(marker, separators=(",", ":"))
+
+
+def fill_value(marker: dict):
+    """The marker's fill value as a scalar of the original dtype, or None."""
+    if marker["fillvalue"] is None:
+        return None
+    return np.frombuffer(bytes.fromhex(marker["fillvalue"]), marker["dtype"])[0]
+
+
+def copy_attrs(src, dst, skip=()) -> None:
+    """Copy the attributes of ``src`` onto ``dst`` with their HDF5 types, except ``skip``."""
+    for name in src.attrs:
+        if name in skip:
+            continue
+        dst.attrs.create(name, src.attrs[name], dtype=src.attrs.get_id(name).dtype)
+
+
+def user_attrs(obj, skip=()) -> dict:
+    """The attributes of ``obj`` as a dict, without HDF5's dimension bookkeeping."""
+    return {k: obj.attrs[k] for k in obj.attrs if k not in DIM_ATTRS and k not in skip}
+
+
+def dimension_scales(ds: h5py.Dataset) -> tuple[list, list]:
+    """(per dimension the paths of the attached scales, per dimension its label)."""
+    if not ds.shape or "DIMENSION_LIST" not in ds.attrs and "DIMENSION_LABELS" not in ds.attrs:
+        return [[] for _ in ds.shape or ()], ["" for _ in ds.shape or ()]
+    dims = [[s.name for s in ds.dims[i].values()] for i in range(ds.ndim)]
+    labels = [ds.dims[i].label for i in range(ds.ndim)]
+    return dims, labels
+
+
+def attach_scales(ds: h5py.Dataset, dims: list, labels: list) -> None:
+    """Attach the scales at the paths ``dims`` (per dimension) and set ``labels``."""
+    f = ds.file
+    for i, paths in enumerate(dims):
+        for path in paths:
+            if path not in f:
+                raise FormatError(f"{ds.name}: dimension scale {path!r} is missing")
+            ds.dims[i].attach_scale(f[path])
+    for i, label in enumerate(labels):
+        if label:
+            ds.dims[i].label = label
+
+
+def walk(group: h5py.Group, prefix: str = ""):
+    """Yield ``(path, kind, obj)`` for everything under ``group``, depth first, by name.
+
+    ``kind`` is "group", "dataset", "hardlink" (a second name of an object
+    already yielded; ``obj`` is the first path), "softlink" or "extlink"
+    (``obj`` the h5py link). Paths have no leading "/".
+    """
+    seen: dict = {}
+    yield from _walk(group, prefix, seen)
+
+
+def _walk(group, prefix, seen):
+    for name in group:
+        path = f"{prefix}{name}"
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            yield path, "softlink", link
+            continue
+        if isinstance(link, h5py.ExternalLink):
+            yield path, "extlink", link
+            continue
+        obj = group[name]
+        if obj.id in seen:
+            yield path, "hardlink", seen[obj.id]
+            continue
+        seen[obj.id] = path
+        if isinstance(obj, h5py.Group):
+            yield path, "group", obj
+            yield from _walk(obj, path + "/", seen)
+        else:
+            yield path, "dataset", obj
+
+
+def make_link(f: h5py.File, path: str, kind: str, obj) -> None:
+    """Recreate a link yielded by :func:`walk` in ``f``."""
+    if kind == "hardlink":
+        f[path] = f[obj]
+    elif kind == "softlink":
+        f[path] = h5py.SoftLink(obj.path)
+    else:
+        f[path] = h5py.ExternalLink(obj.filename, obj.path)
+
+
+class DatasetSink:
+    """Where a stream is written: an uint8 dataset at ``group[name]``.
+
+    Bytes are kept in memory up to :data:`SPILL_BYTES`; a stream that ends
+    there becomes a contiguous dataset of its exact size, a longer one a
+    growable chunked dataset, resized as bytes arrive.
+    """
+
+    def __init__(self, group: h5py.Group, name: str):
+        self.group, self.name = group, name
+        self._buf: bytearray | None = bytearray()
+        self._ds: h5py.Dataset | None = None
+
+    def write_at(self, offset: int, data) -> None:
+        data = np.frombuffer(data, np.uint8)
+        end = offset + len(data)
+        if self._buf is not None:
+            if end > len(self._buf):
+                self._buf.extend(bytes(end - len(self._buf)))
+            self._buf[offset:end] = memoryview(data).cast("B")
+            if len(self._buf) > SPILL_BYTES:
+                self._spill()
+            return
+        if end > self._ds.shape[0]:
+            self._ds.resize((end,))
+        self._ds[offset:end] = data
+
+    def _spill(self) -> None:
+        self._ds = self.group.create_dataset(
+            self.name,
+            data=np.frombuffer(self._buf, np.uint8),
+            maxshape=(None,),
+            chunks=(STREAM_CHUNK_BYTES,),
+        )
+        self._buf = None
+
+    def close(self) -> h5py.Dataset:
+        """The dataset holding the stream."""
+        if self._buf is not None:
+            self._ds = self.group.create_dataset(self.name, data=np.frombuffer(self._buf, np.uint8))
+            self._buf = None
+        return self._ds
+
+
+class DatasetSource:
+    """The bytes of an uint8 dataset as a byte-range source (only ranges asked are read)."""
+
+    def __init__(self, ds: h5py.Dataset):
+        self.ds = ds
+        self.size = int(ds.shape[0])
+
+    def read(self, offset: int, length: int) -> memoryview:
+        return memoryview(self.ds[offset : offset + length])

@@ -1,0 +1,184 @@
+"""Lazy, sliced reading of whole files: ``open(path)["group/name"][a:b]``.
+
+A compressed dataset reads only its stream's header, chunk index and the
+payloads of the chunks a slice touches (each checksum verified); plain
+datasets are read through h5py (or a memory map) for the rows asked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import h5py
+import numpy as np
+
+from .container import ContainerReader, FileSource
+from .errors import FormatError
+from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
+from .sources import check_input, file_kind, open_npy
+
+
+class Dataset:
+    """One dataset of an opened file: metadata plus numpy basic indexing.
+
+    ``name`` (path without the leading "/"), ``shape``, ``dtype``, ``attrs``
+    (the original attributes), ``compressed``, ``bound`` (the stream's error
+    bound as a dict, or None).
+    """
+
+    compressed = False
+    bound = None
+
+    def __init__(self, name: str, shape: tuple, dtype: np.dtype, attrs: dict):
+        self.name, self.shape, self.dtype, self.attrs = name, shape, np.dtype(dtype), attrs
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d dataset")
+        return self.shape[0]
+
+    def read(self) -> np.ndarray:
+        """The whole dataset as a numpy array."""
+        return self[()]
+
+    def __repr__(self):
+        kind = "compressed" if self.compressed else "plain"
+        return f"<{kind} dataset {self.name!r} shape {self.shape} {self.dtype}>"
+
+
+class CompressedDataset(Dataset):
+    """A dataset stored as a container stream; slices decode only the chunks they touch."""
+
+    compressed = True
+
+    def __init__(self, name, reader: ContainerReader, dtype, attrs):
+        super().__init__(name, reader.shape, dtype, attrs)
+        self.reader = reader
+        h = reader.header
+        self.bound = None if h.bound is None else h.bound.to_dict()
+
+    def __getitem__(self, key) -> np.ndarray:
+        return np.asarray(self.reader[key]).astype(self.dtype, copy=False)
+
+    def read(self) -> np.ndarray:
+        return self.reader.read().astype(self.dtype, copy=False)
+
+
+class PlainDataset(Dataset):
+    """A dataset stored as it is (h5py dataset or memory map): rows read on demand."""
+
+    def __init__(self, name, source, attrs):
+        super().__init__(name, tuple(source.shape or ()), source.dtype, attrs)
+        self.source = source
+
+    def __getitem__(self, key) -> np.ndarray:
+        if self.source.shape is None:  # HDF5 null dataspace
+            return np.asarray(self.source[()])
+        if not self.shape:
+            return np.asarray(self.source[()])[key]
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+        if isinstance(first, slice):
+            start, stop, step = first.indices(self.shape[0])
+            lo, hi = (start, max(start, stop)) if step > 0 else (stop + 1, max(stop + 1, start + 1))
+            block = np.asarray(self.source[lo:hi])
+            block = block[::step] if step > 0 else block[::-1][::-step]
+            return block[(slice(None), *rest)] if rest else block
+        if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+            i = int(first)
+            if not -self.shape[0] <= i < self.shape[0]:
+                raise IndexError(f"index {i} is out of bounds for axis 0 with size {self.shape[0]}")
+            row = np.asarray(self.source[i % self.shape[0]])
+            return row[rest] if rest else row
+        return np.asarray(self.source[()])[key]
+
+
+class CompressedFile(Mapping):
+    """An opened file: a read-only mapping name -> :class:`Dataset`; close it after use."""
+
+    def __init__(self, datasets: dict, closers: list):
+        self._datasets = datasets
+        self._closers = closers
+
+    def __getitem__(self, name: str) -> Dataset:
+        try:
+            return self._datasets[name.lstrip("/")]
+        except KeyError:
+            raise KeyError(
+                f"no dataset {name!r}; the file holds: {', '.join(self._datasets) or 'none'}"
+            ) from None
+
+    def __iter__(self):
+        return iter(self._datasets)
+
+    def __len__(self) -> int:
+        return len(self._datasets)
+
+    def close(self) -> None:
+        while self._closers:
+            self._closers.pop()()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_compressed(path, *, workers: int | None = None) -> CompressedFile:
+    """Open an HDF5 file (compressed by tensorpress or plain), a container or a .npy file."""
+    kind = file_kind(path)
+    path = check_input(path)
+    if kind == "container":
+        source = FileSource(path)
+        try:
+            reader = ContainerReader(source, workers=workers)
+        except BaseException:
+            source.close()
+            raise
+        return CompressedFile(
+            {"data": CompressedDataset("data", reader, reader.dtype, {})}, [source.close]
+        )
+    if kind == "npy":
+        return CompressedFile({"data": PlainDataset("data", open_npy(path), {})}, [])
+    if kind == "raw":
+        raise ValueError(
+            f"{path} is not HDF5, .npy or a tensorpress file: raw binary has no "
+            "description to open; compress it first"
+        )
+    f = h5py.File(path, "r")
+    try:
+        return CompressedFile(hdf5_datasets(f, workers), [f.close])
+    except BaseException:
+        f.close()
+        raise
+
+
+def hdf5_datasets(f: h5py.File, workers: int | None = None) -> dict:
+    """Every dataset of an open HDF5 file (hard-linked ones once per name), as Datasets."""
+    out = {}
+    first = {}
+    for path, kind, obj in walk(f):
+        if kind == "hardlink" and obj in first:
+            out[path] = first[obj]
+        if kind != "dataset":
+            continue
+        marker = read_marker(obj)
+        if marker is None:
+            out[path] = PlainDataset(path, obj, user_attrs(obj))
+        else:
+            reader = ContainerReader(DatasetSource(obj), workers=workers)
+            if reader.shape != marker["shape"]:
+                raise FormatError(f"{path}: the stream's shape disagrees with its marker")
+            attrs = user_attrs(obj, skip=(MARKER, *DIM_ATTRS))
+            out[path] = CompressedDataset(path, reader, marker["dtype"], attrs)
+        first[path] = out[path]
+    return out
