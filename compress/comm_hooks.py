@@ -1,0 +1,333 @@
+"""DDP communication hook: a quantized all-reduce (SDP4Bit's two-level TLq-HS).
+
+Usage::
+
+    state = QuantizedAllReduceState(bits=4, intra_bits=8, ranks_per_node=8)
+    ddp_model.register_comm_hook(state, quantized_allreduce_hook)
+
+A bucket of ``n`` gradients (DDP does not pre-divide) becomes their average over
+the ``W`` ranks of the process group, computed as a quantized reduce-scatter
+followed by a quantized all-gather. Every payload is a uint8 buffer of
+:mod:`.group_quant` rows (groups of ``group`` values, float32 ``lo``/``scale``
+per group), moved with ``all_to_all_single`` and ``all_gather``, which gloo and
+NCCL both support; arithmetic is float32 whatever the bucket dtype.
+
+Layout: ``L`` ranks per node, ``N = W / L`` nodes, rank ``r = node * L + local``
+(consecutive ranks share a node, as torchrun numbers them). The bucket is
+zero-padded to ``W * s`` values, ``s = group * ceil(n / (W * group))`` (shards
+divide evenly, whatever ``n``: there is no unquantized fallback) and viewed as
+``[L, N, s]``; rank ``(node, local)`` ends up owning shard ``[local, node]``.
+
+1. Intra-node (only when ``1 < L < W``): chunk ``i`` (``N * s`` values) is
+   quantized at ``intra_bits`` and sent to local rank ``i`` with
+   ``all_to_all_single`` among the node's ranks; each sums what it receives (the
+   node's sum of its chunk).
+2. Inter-node: the rank's chunk (with one level: its whole padded bucket) is
+   split into ``N`` shards of ``s`` values, quantized at ``bits`` and exchanged
+   with ``all_to_all_single`` among the ranks of the same local index (one
+   level: all ranks); the received shards are summed and divided by ``W``.
+3. All-gather: the averaged shard is quantized at ``bits`` and gathered from all
+   ``W`` ranks; every rank dequantizes the same bytes, so replicas stay equal.
+
+One level (``ranks_per_node`` None, 1 or ``W``) skips stage 1: stages 2 and 3 run
+at ``bits`` over the whole group. Error feedback (per bucket, keyed by the bucket
+index and reset when DDP rebuilds its buckets) keeps, for the next step, every
+quantization error this rank makes: stage 1's error on its own contribution,
+stage 2's error on the chunk it quantizes, and stage 3's error on the shard it
+owns. Each is added back before the same stage next step, so the errors
+telescope: the running sum of the hook's outputs stays within one step's error
+of the running sum of exact averages, however many steps run.
+
+Bytes sent by one rank for a bucket of ``n`` values (payload addressed to other
+ranks; :func:`hook_wire_nbytes`, with ``B(m, b) = group_quant.wire_nbytes(m, b,
+group)``)::
+
+    (L - 1) * B(N * s, intra_bits) [if L > 1] + (N - 1) * B(s, bits) + (W - 1) * B(s, bits)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .group_quant import dequantize_rows, quantize_rows, row_scales, wire_nbytes
+
+_BITS = (2, 4, 8)
+
+
+def _check_int(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    return v
+
+
+def _check_bits(name: str, v) -> int:
+    if _check_int(name, v) not in _BITS:
+        raise ValueError(f"{name} must be 2, 4 or 8, got {v!r}")
+    return v
+
+
+def _levels(world_size: int, ranks_per_node) -> tuple[int, int]:
+    """(ranks per node L, nodes N): L == 1 means one level over all ranks."""
+    if _check_int("world_size", world_size) < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size!r}")
+    if ranks_per_node is None:
+        return 1, world_size
+    if _check_int("ranks_per_node", ranks_per_node) < 1:
+        raise ValueError(f"ranks_per_node must be a positive integer, got {ranks_per_node!r}")
+    if world_size % ranks_per_node:
+        raise ValueError(
+            f"world size {world_size} is not divisible by ranks_per_node={ranks_per_node}: "
+            "pass the number of ranks on each node, or None for one level"
+        )
+    if ranks_per_node == world_size:
+        return 1, world_size
+    return ranks_per_node, world_size // ranks_per_node
+
+
+def shard_size(n: int, world_size: int, group: int) -> int:
+    """Values per shard for an ``n``-value bucket: ``group * ceil(n / (world_size * group))``."""
+    return group * -(-n // (world_size * group))
+
+
+def hook_wire_nbytes(n, world_size, ranks_per_node=None, bits=4, intra_bits=8, group=128) -> int:
+    """Bytes one rank sends to other ranks to all-reduce an ``n``-value bucket (module
+    docstring formula)."""
+    _check_bits("bits", bits)
+    _check_bits("intra_bits", intra_bits)
+    L, N = _levels(world_size, ranks_per_node)
+    s = shard_size(n, world_size, group)
+    total = (N - 1 + world_size - 1) * wire_nbytes(s, bits, group)
+    if L > 1:
+        total += (L - 1) * wire_nbytes(N * s, intra_bits, group)
+    return total
+
+
+def ring_allreduce_nbytes(n: int, world_size: int, itemsize: int = 4) -> int:
+    """Bytes one rank sends in a ring all-reduce of ``n`` values of ``itemsize`` bytes
+    (the uncompressed reference: reduce-scatter plus all-gather)."""
+    return 2 * (world_size - 1) * -(-n // world_size) * itemsize
+
+
+class QuantizedAllReduceState:
+    """Configuration, subgroups, error-feedback residuals and byte counters of the hook.
+
+    Construct it on every rank after ``init_process_group`` (it creates the
+    intra- and inter-node subgroups, a collective call). ``bits`` and
+    ``intra_bits`` are 2, 4 or 8; ``group`` values share a float32 min and scale
+    (a power of two with ``hadamard``); ``seed`` keys the Hadamard signs (the
+    same on all ranks) and the stochastic rounding noise (offset by rank).
+    ``record_error_bound`` makes every call also store
+    :attr:`last_error_bound` (float32, one value per bucket value), composed from
+    the scales each stage used: half a scale per value and stage with round to
+    nearest, a whole one with stochastic rounding. It bounds ``|output - exact
+    average|`` when ``error_feedback`` is off (else the average of the inputs
+    plus residuals); with feedback, the latest call's bound also bounds ``|running
+    sum of outputs - running sum of exact averages|`` since the bucket's first
+    call. It costs one extra float32 all-reduce per call.
+
+    Counters: :attr:`bytes_sent` (bytes this rank sent to other ranks),
+    :attr:`calls` (buckets reduced), :attr:`steps` (backward passes, counted at
+    the last bucket); :meth:`reset_counters` zeroes them.
+    """
+
+    def __init__(
+        self,
+        process_group=None,
+        bits: int = 4,
+        intra_bits: int = 8,
+        ranks_per_node: int | None = None,
+        hadamard: bool = True,
+        error_feedback: bool = True,
+        group: int = 128,
+        stochastic: bool = False,
+        seed: int = 0,
+        record_error_bound: bool = False,
+    ):
+        self._config = {
+            "bits": _check_bits("bits", bits),
+            "intra_bits": _check_bits("intra_bits", intra_bits),
+            "ranks_per_node": ranks_per_node,
+            "hadamard": hadamard,
+            "error_feedback": error_feedback,
+            "group": group,
+            "stochastic": stochastic,
+            "seed": seed,
+            "record_error_bound": record_error_bound,
+        }
+        for name in ("hadamard", "error_feedback", "stochastic", "record_error_bound"):
+            if not isinstance(self._config[name], bool):
+                raise ValueError(f"{name} must be true or false, got {self._config[name]!r}")
+        if _check_int("group", group) < 1:
+            raise ValueError(f"group must be a positive number of values, got {group!r}")
+        if hadamard and group & (group - 1):
+            raise ValueError(
+                f"group must be a power of two with hadamard=True (e.g. 128), got {group!r}"
+            )
+        if not 0 <= _check_int("seed", seed) < 2**31:
+            raise ValueError(f"seed must be in [0, 2**31), got {seed!r}")
+        if not dist.is_initialized():
+            raise ValueError("call torch.distributed.init_process_group before creating the state")
+        self.__dict__.update(self._config)
+        self.process_group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self.rank = dist.get_rank(process_group)
+        self.ranks_per_node, self.nodes = _levels(self.world_size, ranks_per_node)
+        self.node, self.local_rank = divmod(self.rank, self.ranks_per_node)
+        self.intra_group, self.inter_group = self._subgroups()
+        self.last_error_bound = None
+        self._residuals = {}
+        self._generators = {}
+        self.reset_counters()
+
+    def _subgroups(self):
+        """(intra-node group, inter-node group) of this rank; (None, process group) for one
+        level."""
+        L, N = self.ranks_per_node, self.nodes
+        if L == 1:
+            return None, self.process_group
+        pg = self.process_group
+        default = pg is None or pg == dist.GroupMember.WORLD
+        ranks = dist.get_process_group_ranks(pg if pg is not None else dist.GroupMember.WORLD)
+        if ranks != sorted(ranks):
+            raise ValueError(
+                "ranks_per_node needs a process group whose ranks increase with the group "
+                "rank (create it with sorted ranks)"
+            )
+        intra = [ranks[n * L : (n + 1) * L] for n in range(N)]
+        inter = [ranks[i::L] for i in range(L)]
+        if not default:  # only this group's members build its subgroups
+            return (
+                dist.new_group(intra[self.node], use_local_synchronization=True),
+                dist.new_group(inter[self.local_rank], use_local_synchronization=True),
+            )
+        # every rank of the default group creates every subgroup, in the same order
+        intra_groups = [dist.new_group(r) for r in intra]
+        inter_groups = [dist.new_group(r) for r in inter]
+        return intra_groups[self.node], inter_groups[self.local_rank]
+
+    def reset_counters(self) -> None:
+        """Zero :attr:`bytes_sent`, :attr:`calls` and :attr:`steps`."""
+        self.bytes_sent = 0
+        self.calls = 0
+        self.steps = 0
+
+    def clear_residuals(self) -> None:
+        """Forget the error-feedback residuals (e.g. after loading a checkpoint)."""
+        self._residuals.clear()
+
+    def wire_nbytes(self, n: int) -> int:
+        """Bytes this rank sends for an ``n``-value bucket (:func:`hook_wire_nbytes`)."""
+        return hook_wire_nbytes(
+            n, self.world_size, self.ranks_per_node, self.bits, self.intra_bits, self.group
+        )
+
+    def __getstate__(self):
+        """Only the configuration pickles (process groups cannot); unpickling rebuilds the
+        state on the default process group, with fresh residuals and counters."""
+        return dict(self._config)
+
+    def __setstate__(self, config):
+        self.__init__(**config)
+
+    def _residual(self, key, signature) -> dict:
+        entry = self._residuals.get(key)
+        if entry is None or entry[0] != signature:
+            entry = self._residuals[key] = (signature, {})
+        return entry[1]
+
+    def _generator(self, device):
+        if not self.stochastic:
+            return None
+        gen = self._generators.get(device)
+        if gen is None:
+            gen = torch.Generator(device=device).manual_seed(self.seed * 65537 + self.rank)
+            self._generators[device] = gen
+        return gen
+
+
+def _exchange(wire, group) -> torch.Tensor:
+    """Rows of ``wire`` sent one to each rank of ``group``; rows received, in rank order."""
+    out = torch.empty_like(wire)
+    dist.all_to_all_single(out, wire, group=group)
+    return out
+
+
+def quantized_allreduce(
+    state: QuantizedAllReduceState, tensor, key=0, *, last=True, signature=None
+):
+    """Average of float ``tensor`` over the ranks of ``state``'s group, quantized as the module
+    docstring says (a new tensor of the same shape and dtype). ``key`` names the
+    error-feedback residual (one per bucket); a residual whose ``signature`` (default:
+    the size) differs is dropped. ``last`` counts a step in ``state.steps``."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        raise ValueError("quantized_allreduce takes a float tensor")
+    st = state
+    W, L, N = st.world_size, st.ranks_per_node, st.nodes
+    n = tensor.numel()
+    s = shard_size(n, W, st.group)
+    half = 1.0 if st.stochastic else 0.5  # bound per value, in units of its group's scale
+    kw = {"group": st.group, "hadamard": st.hadamard, "seed": st.seed}
+    gen = st._generator(tensor.device)
+    res = st._residual(key, n if signature is None else signature) if st.error_feedback else {}
+    bound = torch.zeros(W * s, device=tensor.device) if st.record_error_bound else None
+    sent = 0
+
+    x = torch.zeros(W * s, dtype=torch.float32, device=tensor.device)
+    x[:n] = tensor.reshape(-1)
+    if L > 1:  # stage 1: intra-node reduce-scatter of chunks
+        if "a" in res:
+            x += res["a"]
+        wire = quantize_rows(x.view(L, N * s), bits=st.intra_bits, generator=gen, **kw)
+        if st.error_feedback:
+            res["a"] = x - dequantize_rows(wire, N * s, st.intra_bits, **kw).view(-1)
+        if bound is not None:
+            bound.view(L, N * s).add_(row_scales(wire, N * s, st.intra_bits, st.group), alpha=half)
+        sent += (L - 1) * wire.shape[1]
+        chunk = dequantize_rows(_exchange(wire, st.intra_group), N * s, st.intra_bits, **kw)
+        chunk = chunk.sum(0)
+    else:
+        chunk = x
+    # stage 2: inter-node reduce-scatter of shards
+    if "b" in res:
+        chunk = chunk + res["b"]
+    wire = quantize_rows(chunk.view(N, s), bits=st.bits, generator=gen, **kw)
+    if st.error_feedback:
+        res["b"] = chunk - dequantize_rows(wire, s, st.bits, **kw).view(-1)
+    if bound is not None:
+        scales = row_scales(wire, s, st.bits, st.group).view(-1)
+        bound.view(L, N * s)[st.local_rank].add_(scales, alpha=half)
+    sent += (N - 1) * wire.shape[1]
+    shard = dequantize_rows(_exchange(wire, st.inter_group), s, st.bits, **kw).sum(0).div_(W)
+    # stage 3: all-gather of the averaged shards
+    if "c" in res:
+        shard += res["c"]
+    wire = quantize_rows(shard[None], bits=st.bits, generator=gen, **kw)
+    gathered = torch.empty(W, wire.shape[1], dtype=torch.uint8, device=tensor.device)
+    dist.all_gather(list(gathered.unbind(0)), wire[0], group=st.process_group)
+    sent += (W - 1) * wire.shape[1]
+    full = dequantize_rows(gathered, s, st.bits, **kw)  # row r: shard [local, node] of rank r
+    if st.error_feedback:
+        res["c"] = shard - full[st.rank]
+    out = full.view(N, L, s).transpose(0, 1).reshape(-1)[:n]
+    if bound is not None:
+        dist.all_reduce(bound, group=st.process_group)
+        scales = row_scales(gathered, s, st.bits, st.group).view(N, L, s).transpose(0, 1)
+        st.last_error_bound = bound.div_(W).add_(scales.reshape(-1), alpha=half)[:n]
+    st.bytes_sent += sent
+    st.calls += 1
+    st.steps += bool(last)
+    return out.view(tensor.shape).to(tensor.dtype)
+
+
+def quantized_allreduce_hook(state: QuantizedAllReduceState, bucket):
+    """DDP communication hook: a completed ``torch.futures.Future`` of the bucket's average
+    (same shape and dtype as ``bucket.buffer()``), computed by :func:`quantized_allreduce`."""
+    buf = bucket.buffer()
+    signature = (buf.numel(), tuple(p.data_ptr() for p in bucket.parameters()))
+    out = quantized_allreduce(
+        state, buf, bucket.index(), last=bucket.is_last(), signature=signature
+    )
+    fut = torch.futures.Future()
+    fut.set_result(out)
+    return fut

@@ -1,0 +1,318 @@
+"""The quantized all-reduce DDP hook on gloo with 2 and 4 local processes.
+
+One launch per world size runs every scenario in the workers and saves what
+they measured (errors, bounds, bytes, losses); the tests judge those numbers.
+Bounds come from the per-group scales the hook used
+(``state.last_error_bound``: each stage errs by at most half its group's scale
+per value, composed over the stages).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from tensorpress.compress.comm_hooks import (
+    QuantizedAllReduceState,
+    hook_wire_nbytes,
+    quantized_allreduce,
+    quantized_allreduce_hook,
+    ring_allreduce_nbytes,
+    shard_size,
+)
+from tensorpress.compress.group_quant import wire_nbytes
+
+N = 3001  # bucket values: not a multiple of world size * group, so the hook pads
+STEPS = 40  # error-feedback steps
+SLACK = 1e-5  # float32 rounding, relative to the largest |value|
+
+
+def _grads(kind: str, world: int, step: int = 0) -> torch.Tensor:
+    """float32 [world, N]: every rank's gradient (all ranks can rebuild all of them)."""
+    g = torch.Generator().manual_seed(1000 * step + world + (7 if kind == "outliers" else 0))
+    x = torch.randn(world, N, generator=g)
+    if kind == "outliers":  # 1% of the values 100x larger
+        x[torch.rand(world, N, generator=g) < 0.01] *= 100.0
+    return x
+
+
+def _bound_run(ranks_per_node, kind, hadamard, world, rank, dtype=torch.float32, pg=None):
+    st = QuantizedAllReduceState(
+        pg, ranks_per_node=ranks_per_node, hadamard=hadamard, error_feedback=False,
+        record_error_bound=True,
+    )  # fmt: skip
+    grads = _grads(kind, world)
+    out = quantized_allreduce(st, grads[rank].to(dtype).view(-1, 1), key=0)
+    exact = grads.to(dtype).float().mean(0)
+    assert out.shape == (N, 1) and out.dtype == dtype
+    err = (out.float().view(-1) - exact).abs()
+    bound = st.last_error_bound
+    if dtype != torch.float32:  # the result is rounded to the bucket dtype
+        bound = bound + exact.abs() * torch.finfo(dtype).eps
+    return {
+        "excess": (err - bound - SLACK * grads.abs().max()).max().item(),
+        "rms": err.pow(2).mean().sqrt().item(),
+        "bound_max": bound.max().item(),
+        "bytes": st.bytes_sent,
+        "calls": st.calls,
+    }
+
+
+def _feedback_run(ranks_per_node, error_feedback, world, rank):
+    """Running sum of outputs minus running sum of exact averages, over STEPS steps of a
+    gradient that repeats (with small noise): without feedback its error repeats too."""
+    st = QuantizedAllReduceState(
+        None, ranks_per_node=ranks_per_node, error_feedback=error_feedback,
+        record_error_bound=True,
+    )  # fmt: skip
+    base = _grads("random", world)
+    drift = torch.zeros(N)
+    excess = -math.inf
+    for step in range(STEPS):
+        grads = base + 0.01 * _grads("random", world, step + 1)
+        drift += quantized_allreduce(st, grads[rank], key="bucket") - grads.mean(0)
+        excess = max(excess, (drift.abs() - st.last_error_bound - 1e-4).max().item())
+    return {"drift": drift.abs().max().item(), "excess": excess, "steps": st.steps}
+
+
+def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
+    """Train an MLP of ``widths`` for ``steps`` steps with the hook; record bucket sizes."""
+    torch.manual_seed(0)  # same initial weights everywhere
+    layers = []
+    for a, b in zip(widths[:-1], widths[1:], strict=True):
+        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers[:-1])
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    st = QuantizedAllReduceState(None, ranks_per_node=ranks_per_node)
+    buckets = []  # (index, values) of every bucket reduced
+
+    def recording_hook(state, bucket):
+        buckets.append((bucket.index(), bucket.buffer().numel()))
+        return quantized_allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(st, recording_hook)
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(64, widths[0], generator=g)
+    y = x[:, :1] * 2.0 - x[:, 1:2]
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    same = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(same, flat)
+    return {
+        "first": losses[0],
+        "last": losses[-1],
+        "replicas_equal": all(torch.equal(flat, o) for o in same),
+        "buckets": buckets,
+        "nparams": flat.numel(),
+        "bytes": st.bytes_sent,
+        "steps": st.steps,
+        "calls": st.calls,
+        "residual_keys": sorted(st._residuals),
+    }
+
+
+def _worker(rank, world, port, outdir, ranks_per_node):
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    torch.set_num_threads(1)
+    res = {}
+    try:
+        for kind in ("random", "outliers"):
+            for hadamard in (False, True):
+                res["bound", kind, hadamard] = _bound_run(
+                    ranks_per_node, kind, hadamard, world, rank
+                )
+        res["bound", "bf16"] = _bound_run(
+            ranks_per_node, "random", True, world, rank, torch.bfloat16
+        )
+        # a process group other than the default one builds its subgroups locally
+        pg = dist.new_group(list(range(world)))
+        res["bound", "own group"] = _bound_run(ranks_per_node, "random", True, world, rank, pg=pg)
+        for ef in (False, True):
+            res["feedback", ef] = _feedback_run(ranks_per_node, ef, world, rank)
+        res["ddp"] = _ddp_run(ranks_per_node, world, rank, (8, 32, 1), steps=30)
+        # 1.4 MB of gradients: DDP rebuilds one bucket into two after the first step
+        res["buckets"] = _ddp_run(ranks_per_node, world, rank, (8, 600, 600, 1), 3, 0.5)
+    finally:
+        with open(os.path.join(outdir, f"{rank}.pkl"), "wb") as f:
+            pickle.dump(res, f)
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(tmp_path_factory, world, ranks_per_node):
+    outdir = str(tmp_path_factory.mktemp(f"world{world}"))
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    if method == "forkserver":  # import once, not once per process (DDP imports torch._dynamo)
+        preload = ["torch", "torch._dynamo", "tensorpress.compress.comm_hooks"]
+        mp.get_context(method).set_forkserver_preload(preload)
+    mp.start_processes(
+        _worker,
+        args=(world, _free_port(), outdir, ranks_per_node),
+        nprocs=world,
+        start_method=method,
+    )
+    results = []
+    for r in range(world):
+        with open(os.path.join(outdir, f"{r}.pkl"), "rb") as f:
+            results.append(pickle.load(f))
+    return results
+
+
+# world size -> ranks_per_node: one level with 2 ranks, two levels (2 nodes of 2) with 4
+CASES = {2: None, 4: 2}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES), ids=lambda w: f"world{w}")
+def run(request, tmp_path_factory):
+    world = request.param
+    return world, CASES[world], _launch(tmp_path_factory, world, CASES[world])
+
+
+@pytest.mark.parametrize("kind", ["random", "outliers"])
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_result_within_composed_quantization_bound(run, kind, hadamard):
+    _, _, results = run
+    for r in results:
+        m = r["bound", kind, hadamard]
+        assert m["excess"] <= 0.0
+        assert 0.0 < m["rms"] < m["bound_max"]
+
+
+def test_bf16_bucket_is_returned_in_bf16_within_bound(run):
+    for r in run[2]:
+        assert r["bound", "bf16"]["excess"] <= 0.0
+
+
+def test_non_default_process_group(run):
+    for r in run[2]:
+        assert r["bound", "own group"]["excess"] <= 0.0
+        assert r["bound", "own group"]["bytes"] == r["bound", "random", True]["bytes"]
+
+
+def test_hadamard_lowers_error_on_outliers(run):
+    for r in run[2]:
+        assert r["bound", "outliers", True]["rms"] < 0.8 * r["bound", "outliers", False]["rms"]
+
+
+def test_error_feedback_keeps_the_running_sum_bounded(run):
+    for r in run[2]:
+        with_ef, without = r["feedback", True], r["feedback", False]
+        assert with_ef["steps"] == without["steps"] == STEPS
+        # with feedback the running error never exceeds one step's bound
+        assert with_ef["excess"] <= 0.0
+        # without, a repeating gradient's error repeats: the drift grows with the steps
+        assert without["excess"] > 0.0
+        assert without["drift"] > 5 * with_ef["drift"]
+
+
+def test_bytes_sent_match_the_formula(run):
+    world, rpn, results = run
+    expected = hook_wire_nbytes(N, world, rpn, bits=4, intra_bits=8, group=128)
+    for r in results:
+        m = r["bound", "random", False]
+        assert m["calls"] == 1 and m["bytes"] == expected
+
+
+def test_ddp_trains_with_the_hook(run):
+    world, rpn, results = run
+    for r in results:
+        m = r["ddp"]
+        assert m["last"] < 0.3 * m["first"]
+        assert m["replicas_equal"]
+        assert m["buckets"] == [(0, m["nparams"])] * 30  # one bucket per step
+        assert m["calls"] == m["steps"] == 30
+        assert m["bytes"] == 30 * hook_wire_nbytes(m["nparams"], world, rpn)
+
+
+def test_ddp_with_several_buckets(run):
+    world, rpn, results = run
+    for r in results:
+        m = r["buckets"]
+        assert m["replicas_equal"] and m["steps"] == 3
+        sizes = [n for _, n in m["buckets"]]
+        assert m["calls"] == len(sizes) > 3 and sum(sizes) == 3 * m["nparams"]
+        assert m["bytes"] == sum(hook_wire_nbytes(n, world, rpn) for n in sizes)
+        # one error-feedback residual per bucket index
+        assert m["residual_keys"] == sorted({i for i, _ in m["buckets"]})
+
+
+def test_formula_by_hand():
+    # one level, 2 ranks, 4 bits: shards of 1536 values = 768 code bytes + 12 groups * 8
+    s = shard_size(N, 2, 128)
+    assert s == 1536 and wire_nbytes(s, 4, 128) == 768 + 96
+    assert hook_wire_nbytes(N, 2) == (1 + 1) * (768 + 96)
+    # two levels, 4 ranks as 2 nodes of 2: shards of 768 values, chunks of 1536 at 8 bits
+    s = shard_size(N, 4, 128)
+    assert s == 768
+    intra = wire_nbytes(2 * s, 8, 128)
+    inter = wire_nbytes(s, 4, 128)
+    assert hook_wire_nbytes(N, 4, 2) == intra + (1 + 3) * inter
+    # 4 bits in groups of 128 send over 6x fewer bytes than a float32 ring all-reduce
+    n = 1 << 22
+    assert ring_allreduce_nbytes(n, 8) > 6 * hook_wire_nbytes(n, 8)
+
+
+@pytest.fixture
+def single_rank_group():
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"bits": 3}, "bits must be 2, 4 or 8"),
+        ({"intra_bits": 16}, "intra_bits must be 2, 4 or 8"),
+        ({"group": 100}, "power of two"),
+        ({"group": 0, "hadamard": False}, "group must be a positive"),
+        ({"ranks_per_node": 2}, "not divisible by ranks_per_node"),
+        ({"ranks_per_node": 0}, "ranks_per_node must be a positive"),
+        ({"seed": 2**31}, "seed must be in"),
+        ({"error_feedback": "yes"}, "error_feedback must be true or false"),
+    ],
+)
+def test_construction_errors(single_rank_group, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        QuantizedAllReduceState(**kwargs)
+
+
+def test_needs_an_initialized_process_group():
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="init_process_group"):
+        QuantizedAllReduceState()
+
+
+def test_single_rank_state_pickles_and_quantizes(single_rank_group):
+    st = QuantizedAllReduceState(bits=8, group=64, error_feedback=False, record_error_bound=True)
+    x = torch.randn(1000)
+    out = quantized_allreduce(st, x)
+    assert ((out - x).abs() <= st.last_error_bound + 1e-5).all()
+    assert st.bytes_sent == 0 == hook_wire_nbytes(1000, 1, bits=8, group=64)
+    assert quantized_allreduce(st, torch.empty(0, 3)).shape == (0, 3)
+    back = pickle.loads(pickle.dumps(st))
+    assert (back.bits, back.group, back.bytes_sent) == (8, 64, 0)
+    with pytest.raises(ValueError, match="float tensor"):
+        quantized_allreduce(st, torch.arange(10))
