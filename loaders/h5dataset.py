@@ -8,6 +8,12 @@ drops the handle. The file is opened with a chunk cache sized for the dataset
 ``read_direct`` so that a loader can read chunk-aligned slabs instead of many tiny
 reads. ``bytes_read`` / ``chunk_bytes_read`` count what this process asked for and
 what HDF5 had to fetch (whole chunks).
+
+Datasets compressed by tensorpress (``tensorpress compress in.h5 out.h5 --rel ...``)
+are read the same way: the process that reads opens the stream's lazy reader, a run of
+samples decodes only the stream chunks it touches (in that process: the loader's
+workers decompress), and the stream's chunks play the part of HDF5 chunks
+(``chunk_samples``); ``chunk_bytes_read`` then counts the compressed bytes fetched.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from typing import Any
 import h5py
 import numpy as np
 from torch.utils.data import Dataset
+
+from ..formats import ContainerReader
+from ..formats.hdf5 import DatasetSource, read_marker
 
 __all__ = ["H5Dataset"]
 
@@ -108,9 +117,7 @@ class H5Dataset(Dataset):
             raise OSError(f"cannot open {self.path} as HDF5: {exc}") from exc
         with f:
             x = _lookup(f, key, self.path, "key")
-            self._shape: tuple[int, ...] = tuple(x.shape)
-            self._dtype = np.dtype(x.dtype)
-            self._chunks: tuple[int, ...] | None = x.chunks
+            self._shape, self._dtype, self._chunks, self._packed = _layout(x)
             if self._shape[0] == 0:
                 raise ValueError(f"key {key!r} in {self.path} has no samples (shape {x.shape})")
             self._label_shape: tuple[int, ...] | None = None
@@ -118,13 +125,13 @@ class H5Dataset(Dataset):
             self._label_chunks: tuple[int, ...] | None = None
             if label_key is not None:
                 y = _lookup(f, label_key, self.path, "label_key")
-                if y.shape[0] != self._shape[0]:
+                layout = _layout(y)
+                if layout[0][0] != self._shape[0]:
                     raise ValueError(
                         f"{self.path}: {key!r} has {self._shape[0]} samples but label_key "
-                        f"{label_key!r} has {y.shape[0]}; they must match"
+                        f"{label_key!r} has {layout[0][0]}; they must match"
                     )
-                self._label_shape, self._label_dtype = tuple(y.shape), np.dtype(y.dtype)
-                self._label_chunks = y.chunks
+                self._label_shape, self._label_dtype, self._label_chunks, _ = layout
         chunk_bytes = [
             _chunk_nbytes(c, d)
             for c, d in ((self._chunks, self._dtype), (self._label_chunks, self._label_dtype))
@@ -137,8 +144,8 @@ class H5Dataset(Dataset):
         fits = self.cache_bytes // largest if largest else 0
         self.cache_slots = _next_prime(min(max(100 * fits, 521), _MAX_SLOTS))
         self._file: h5py.File | None = None
-        self._x: h5py.Dataset | None = None
-        self._y: h5py.Dataset | None = None
+        self._x: h5py.Dataset | ContainerReader | None = None
+        self._y: h5py.Dataset | ContainerReader | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._bytes_read = 0
@@ -166,8 +173,14 @@ class H5Dataset(Dataset):
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
-        """HDF5 chunk shape of the data, or None when it is not chunked."""
+        """HDF5 chunk shape of the data (of a compressed dataset: its stream's chunks),
+        or None when it is not chunked."""
         return self._chunks
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the data is a dataset compressed by tensorpress."""
+        return self._packed
 
     @property
     def chunk_samples(self) -> int:
@@ -191,7 +204,8 @@ class H5Dataset(Dataset):
     @property
     def chunk_bytes_read(self) -> int:
         """Bytes of the whole chunks this process's reads touched (per read: distinct
-        chunks x uncompressed chunk bytes); equal to ``bytes_read`` when unchunked."""
+        chunks x uncompressed chunk bytes; for a compressed dataset the compressed bytes
+        of the stream chunks touched); equal to ``bytes_read`` when unchunked."""
         self._sync_pid()
         return self._chunk_bytes_read
 
@@ -243,7 +257,9 @@ class H5Dataset(Dataset):
         try:
             self._open(where)
             ds = self._y if labels else self._x
-            if dtype.hasobject:  # variable-length data: read_direct cannot fill it
+            if isinstance(ds, ContainerReader):
+                out[...] = ds[start:stop]
+            elif dtype.hasobject:  # variable-length data: read_direct cannot fill it
                 out[...] = ds[start:stop]
             else:
                 ds.read_direct(out, np.s_[start:stop])
@@ -256,7 +272,10 @@ class H5Dataset(Dataset):
             raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
         requested = out.nbytes
         touched = requested
-        if chunks is not None:
+        if isinstance(ds, ContainerReader):
+            rows = ds.header.chunk_rows
+            touched = sum(ds.header.lengths[start // rows : (stop - 1) // rows + 1])
+        elif chunks is not None:
             rows = (stop - 1) // chunks[0] - start // chunks[0] + 1
             across = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
             touched = rows * across * _chunk_nbytes(chunks, dtype)
@@ -292,16 +311,14 @@ class H5Dataset(Dataset):
                     f"{self.path}: file not found while reading {where}"
                 ) from exc
             try:
-                x = self._open_dataset(f, self.key)
-                y = self._open_dataset(f, self.label_key) if self.label_key is not None else None
-                expected = (self._shape, self._dtype, self._label_shape, self._label_dtype)
-                found = (
-                    getattr(x, "shape", None),
-                    getattr(x, "dtype", None),
-                    getattr(y, "shape", None),
-                    getattr(y, "dtype", None),
+                x, x_layout = self._open_dataset(f, self.key)
+                y, y_layout = (
+                    self._open_dataset(f, self.label_key)
+                    if self.label_key is not None
+                    else (None, (None, None))
                 )
-                if x is None or found != expected:
+                expected = (self._shape, self._dtype, self._label_shape, self._label_dtype)
+                if x is None or (*x_layout, *y_layout) != expected:
                     raise OSError(
                         f"{self.key!r} (or its labels) changed since the dataset was created"
                     )
@@ -310,18 +327,22 @@ class H5Dataset(Dataset):
                 raise
             self._file, self._x, self._y = f, x, y
 
-    def _open_dataset(self, f: h5py.File, key: str) -> h5py.Dataset | None:
-        """``f[key]`` with this dataset's chunk cache, or None when it is no dataset.
+    def _open_dataset(self, f: h5py.File, key: str) -> tuple[Any, tuple]:
+        """``f[key]`` with this dataset's chunk cache (a compressed one: the lazy reader of
+        its stream, decoding in the calling thread) and its (shape, dtype) of samples, or
+        (None, (None, None)) when it is no dataset.
 
         The cache is set per dataset: a second ``h5py.File`` of a file already open in
         this process shares the first one's file-level cache settings. (A dataset open
         twice in one process shares one chunk cache, sized by whichever opened first.)
         """
         if not isinstance(f.get(key), h5py.Dataset):
-            return None
+            return None, (None, None)
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
         dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
-        return h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
+        ds = h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
+        shape, dtype, _, packed = _layout(ds)
+        return (ContainerReader(DatasetSource(ds), workers=1) if packed else ds), (shape, dtype)
 
     def close(self) -> None:
         """Close this process's handle (the next read reopens)."""
@@ -345,6 +366,19 @@ class H5Dataset(Dataset):
             f"H5Dataset({self.path!r}, {self.key!r}{labels}: {len(self)} samples of "
             f"{self.sample_shape} {self._dtype}, chunks {self._chunks})"
         )
+
+
+def _layout(ds: h5py.Dataset) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, bool]:
+    """(shape, dtype, chunk shape or None, compressed) of the samples ``ds`` holds: as
+    stored, or for a dataset compressed by tensorpress, its marker's and stream's."""
+    marker = read_marker(ds)
+    if marker is None:
+        return tuple(ds.shape), np.dtype(ds.dtype), ds.chunks, False
+    shape = tuple(marker["shape"])
+    if not shape:
+        raise ValueError(f"{ds.name} is a compressed 0-d array; need a sample axis first")
+    rows = ContainerReader(DatasetSource(ds), workers=1).header.chunk_rows
+    return shape, np.dtype(marker["dtype"]), (rows, *shape[1:]), True
 
 
 def _chunk_nbytes(chunks: tuple[int, ...], dtype: np.dtype) -> int:

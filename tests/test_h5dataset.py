@@ -11,6 +11,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from tensorpress.formats import compress_file
+from tensorpress.formats import open as open_compressed
 from tensorpress.loaders.h5dataset import DEFAULT_CACHE_BYTES, H5Dataset
 from torch.utils.data import DataLoader
 
@@ -340,3 +342,58 @@ def test_file_replaced_or_corrupt(tmp_path):
     with pytest.raises(OSError, match=r"r\.h5.*sample 2"):
         ds[2]
     assert ds._file is None
+
+
+# -- datasets compressed by tensorpress -------------------------------------------------
+
+
+@pytest.fixture
+def compressed(tmp_path):
+    """(plain path, compressed path): float32 samples compressed at rel 1e-3 in stream
+    chunks of 16 samples, int64 labels copied."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((100, 8, 9)).cumsum(axis=2).astype(np.float32)
+    plain = _make(tmp_path / "plain.h5", x, labels=np.arange(100, dtype=np.int64))
+    packed = str(tmp_path / "packed.h5")
+    compress_file(plain, packed, {"rel": 1e-3}, chunk_bytes=16 * 8 * 9 * 4, workers=1)
+    return plain, packed
+
+
+def test_compressed_dataset_reads_within_its_bound(compressed):
+    plain, packed = compressed
+    ref, ds = H5Dataset(plain, "x", label_key="y"), H5Dataset(packed, "x", label_key="y")
+    assert ds.compressed and not ref.compressed
+    assert (len(ds), ds.sample_shape, ds.dtype) == (len(ref), ref.sample_shape, ref.dtype)
+    assert ds.chunk_samples == 16 and ds.chunks == (16, 8, 9)
+    with open_compressed(packed) as f:
+        decoded, tol = f["x"].read(), f["x"].bound["tolerance"]
+    with h5py.File(plain, "r") as f:
+        original = f["x"][()]
+    assert np.abs(decoded.astype(np.float64) - original).max() <= tol
+    for i in (0, 15, 16, 99):
+        x, y = ds[i]
+        np.testing.assert_array_equal(x, decoded[i])
+        assert y == i
+    np.testing.assert_array_equal(ds.read_range(10, 40), decoded[10:40])
+    before_bytes, before_chunks = ds.bytes_read, ds.chunk_bytes_read
+    ds.read_range(16, 48)  # two whole stream chunks
+    with open_compressed(packed) as f:
+        lengths = f["x"].reader.header.lengths
+    assert ds.bytes_read - before_bytes == 32 * ds.sample_nbytes
+    assert ds.chunk_bytes_read - before_chunks == lengths[1] + lengths[2]
+
+
+def test_compressed_dataset_through_the_loader(compressed):
+    from tensorpress.loaders import DataLoader as PlannedLoader
+
+    plain, packed = compressed
+    with open_compressed(packed) as f:
+        decoded = f["x"].read()
+    ds = H5Dataset(packed, "x", label_key="y")
+    for workers in (0, 2):
+        loader = PlannedLoader(ds, 7, num_workers=workers, buffer_bytes=1 << 14, seed=2)
+        seen = []
+        for x, y in loader:
+            torch.testing.assert_close(x, torch.from_numpy(decoded[y.numpy()]), rtol=0, atol=0)
+            seen += y.tolist()
+        assert sorted(seen) == list(range(100))
