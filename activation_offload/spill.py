@@ -3,18 +3,15 @@
 A ``SpillDir`` owns a directory of slab files (``slab_<n>.bin``). Each record sits at an
 ``ALIGN``-aligned offset: one ``ALIGN``-byte header block, then the payload padded with
 zeros to a multiple of ``ALIGN``. The header holds a magic, a token unique to the
-``SpillDir``, the record id, the payload length and two CRC-32s (payload, header), so a
-record read back is checked against what was written. Writes and reads are one
-``pwritev``/``preadv`` each where the buffers allow; with ``O_DIRECT`` an unaligned
-buffer goes through aligned staging memory (at most ``STAGE_BYTES`` at a time).
+``SpillDir``, the record id, the payload length (bytes), the payload's XXH3-64 digest
+and the XXH3-64 digest of those fields (all little-endian u64 after the 8-byte magic and
+16-byte token), then zeros. A record read back is checked against what was written.
 
-Payloads of at least ``OVERLAP_BYTES`` have their CRC-32 computed in a small shared
-thread pool while the I/O runs (``zlib.crc32``, ``pwritev`` and ``preadv`` release the
-GIL), in ``READ_PIECE`` pieces checksummed independently (in parallel on the pool's
-workers) and joined with ``crc32_combine``: a write hands all the pieces of the caller's
-buffer to the pool, writes the payload blocks meanwhile, then writes the header block
-last; a read takes the header block first, then the payload in ``READ_PIECE`` pieces,
-each piece handed to the pool as soon as it has landed while the next one is read.
+A write digests the payload (one ``xxhash.xxh3_64_intdigest`` call), then writes the
+header block and the payload with one ``pwritev``; a read takes both with one
+``preadv``, checks the header, then digests the payload and compares. With ``O_DIRECT``
+an unaligned buffer goes through aligned staging memory, at most ``STAGE_BYTES`` at a
+time (the header block travels with the first piece).
 
 Methods are thread-safe: a write reserves its offset under a lock and does its I/O
 outside it, so several threads write (and read) at once.
@@ -27,10 +24,8 @@ created in the same parent.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import errno
-import functools
 import mmap
 import os
 import pathlib
@@ -41,21 +36,19 @@ import struct
 import tempfile
 import threading
 import weakref
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import xxhash
 
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
-OVERLAP_BYTES = 1 << 20  # bytes: payloads this large are checksummed alongside their I/O
-READ_PIECE = 4 << 20  # bytes (ALIGN multiple, <= STAGE_BYTES): read unit of such payloads
 PREFIX = "tensorpress-spill-"
-MAGIC = b"TPSPILL1"
+MAGIC = b"TPSPILL2"
 
-# magic, token, record id, payload bytes, payload crc32; then the crc32 of those fields
-_FIELDS = struct.Struct("<8s16sQQI")
-_HEADER = struct.Struct("<8s16sQQII")
+# magic, token, record id, payload bytes, payload XXH3-64; then the XXH3-64 of those
+_FIELDS = struct.Struct("<8s16sQQQ")
+_HEADER = struct.Struct("<8s16sQQQQ")
 _ZEROS = memoryview(bytes(ALIGN))
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _NO_DIRECT = {errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
@@ -68,7 +61,7 @@ class SpillError(OSError):
 
 
 class CorruptRecordError(ValueError):
-    """A record read back does not match what was written (checksum, header, length,
+    """A record read back does not match what was written (digest, header, length,
     owner); the message names the file, the offset and what mismatched."""
 
 
@@ -83,141 +76,13 @@ def aligned_buffer(nbytes: int) -> memoryview:
 @dataclass(frozen=True)
 class Location:
     """Where a record lives: slab file number, byte offset of its header block in that
-    file, payload length (bytes), record id and CRC-32 of the payload."""
+    file, payload length (bytes), record id and XXH3-64 digest of the payload (u64)."""
 
     slab: int
     offset: int
     nbytes: int
     record_id: int
-    crc: int
-
-
-_crc_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_crc_lock = threading.Lock()
-
-
-def _forget_crc_pool() -> None:
-    global _crc_executor
-    _crc_executor = None  # a forked child has none of the parent's threads
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_crc_pool)
-
-
-def _crc_async(buf, start: int = 0) -> concurrent.futures.Future:
-    """``zlib.crc32(buf, start)`` running in the shared checksum pool (created on first
-    use); computed here, as a finished future, once the interpreter is shutting down."""
-    global _crc_executor
-    with _crc_lock:
-        if _crc_executor is None:
-            _crc_executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=2, thread_name_prefix="tensorpress-crc"
-            )
-        executor = _crc_executor
-    try:
-        return executor.submit(zlib.crc32, buf, start)
-    except RuntimeError:  # cannot schedule new futures after interpreter shutdown
-        done = concurrent.futures.Future()
-        done.set_result(zlib.crc32(buf, start))
-        return done
-
-
-_CRC_POLY = 0xEDB88320  # the CRC-32 polynomial, bit-reflected as zlib uses it
-
-
-def _gf2_times(matrix: tuple, vec: int) -> int:
-    """``matrix`` (32 columns, column ``i`` the image of bit ``i``) applied to the 32-bit
-    ``vec``, over GF(2)."""
-    total, i = 0, 0
-    while vec:
-        if vec & 1:
-            total ^= matrix[i]
-        vec >>= 1
-        i += 1
-    return total
-
-
-def _gf2_then(first: tuple, second: tuple) -> tuple:
-    """The operator ``first`` followed by ``second``."""
-    return tuple(_gf2_times(second, column) for column in first)
-
-
-_pow2_zeros: list[tuple] = []  # [k]: the operator appending 2**k zero bytes to a crc
-_pow2_lock = threading.Lock()
-
-
-def _pow2_zeros_operator(k: int) -> tuple:
-    """The operator "append 2**k zero bytes" on a CRC-32 register: one zero byte is the
-    one-zero-bit operator squared three times, each further power of two one squaring."""
-    with _pow2_lock:
-        if not _pow2_zeros:
-            op = (_CRC_POLY, *(1 << i for i in range(31)))  # one zero bit
-            for _ in range(3):
-                op = _gf2_then(op, op)
-            _pow2_zeros.append(op)
-        while len(_pow2_zeros) <= k:
-            _pow2_zeros.append(_gf2_then(_pow2_zeros[-1], _pow2_zeros[-1]))
-        return _pow2_zeros[k]
-
-
-def _shift_one_bit(reg: int) -> int:
-    return (reg >> 1) ^ _CRC_POLY if reg & 1 else reg >> 1
-
-
-@functools.lru_cache(maxsize=256)
-def _zeros_operator(nbytes: int) -> tuple:
-    """The 32x32 GF(2) matrix appending ``nbytes`` (> 0) zero bytes to a CRC-32 register:
-    multiplication by x**(8*nbytes) mod the polynomial, reflected as zlib does.
-
-    The product q = x**(8*nbytes) mod P is the polynomial 1 (bit 31, reflected) sent
-    through the power-of-two operators of ``nbytes``'s set bits; column ``i`` is then
-    x**(31-i) * q mod P, one single-bit shift per column from column 31 (= q) down."""
-    q, k, n = 1 << 31, 0, nbytes
-    while n:
-        if n & 1:
-            q = _gf2_times(_pow2_zeros_operator(k), q)
-        n >>= 1
-        k += 1
-    columns = [q]
-    for _ in range(31):
-        columns.append(_shift_one_bit(columns[-1]))
-    return tuple(reversed(columns))
-
-
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 (``zlib.crc32``) of A + B from ``crc1`` = crc32(A), ``crc2`` = crc32(B)
-    and ``len2`` = len(B), as zlib's ``crc32_combine``: crc1 with ``len2`` zero bytes
-    appended (a cached 32x32 GF(2) operator per length), xor crc2 (so ``crc1 ^ crc2``
-    for ``len2`` 0, crc1 itself when crc2 is that of no bytes, 0)."""
-    if len2 < 0:
-        raise ValueError(f"len2 must be >= 0, got {len2}")
-    if len2 == 0:
-        return crc1 ^ crc2
-    return _gf2_times(_zeros_operator(len2), crc1) ^ crc2
-
-
-def _crc_pieces(buf) -> list:
-    """Pool tasks checksumming ``buf`` in ``READ_PIECE`` pieces, independently; the
-    tasks already submitted are waited for if a submission fails."""
-    tasks = []
-    try:
-        for start in range(0, len(buf), READ_PIECE):
-            tasks.append(_crc_async(buf[start : start + READ_PIECE]))
-    except BaseException:
-        concurrent.futures.wait(tasks)
-        raise
-    return tasks
-
-
-def _join_crcs(tasks: list, nbytes: int) -> int:
-    """The CRC-32 of ``nbytes`` bytes from the tasks checksumming its ``READ_PIECE``
-    pieces (in order), joined with ``crc32_combine``."""
-    crc = 0
-    for i, task in enumerate(tasks):
-        piece = min(READ_PIECE, nbytes - i * READ_PIECE)
-        crc = task.result() if i == 0 else crc32_combine(crc, task.result(), piece)
-    return crc
+    digest: int
 
 
 def round_up(n: int) -> int:
@@ -502,19 +367,9 @@ class SpillDir:
         ok = False
         try:
             tls = self._staging()
-            if nbytes < OVERLAP_BYTES:  # header and payload in one go
-                loc = Location(slab.n, offset, nbytes, record_id, zlib.crc32(mv))
-                self._pack_header(tls.header, loc)
-                self._write_payload(slab.fd, tls, [tls.header], mv, addr, offset)
-            else:  # the payload while its pieces' crcs are computed, then the header
-                tasks = _crc_pieces(mv)
-                try:
-                    self._write_payload(slab.fd, tls, [], mv, addr, offset + ALIGN)
-                finally:  # no task left reading the caller's buffer
-                    concurrent.futures.wait(tasks)
-                loc = Location(slab.n, offset, nbytes, record_id, _join_crcs(tasks, nbytes))
-                self._pack_header(tls.header, loc)
-                _pwrite_all(slab.fd, [tls.header], offset)
+            loc = Location(slab.n, offset, nbytes, record_id, xxhash.xxh3_64_intdigest(mv))
+            self._pack_header(tls.header, loc)
+            self._write_record(slab.fd, tls, mv, addr, offset)
             ok = True
         except OSError as e:
             raise SpillError(e.errno, e.strerror, str(slab.path)) from e
@@ -531,29 +386,26 @@ class SpillDir:
                 self._idle.notify_all()
         return loc
 
-    def _fields(self, loc: Location) -> tuple:
-        return (MAGIC, self._token, loc.record_id, loc.nbytes, loc.crc)
-
-    def _header_crc(self, loc: Location) -> int:
-        return zlib.crc32(_FIELDS.pack(*self._fields(loc)))
-
     def _pack_header(self, header: memoryview, loc: Location) -> None:
-        _HEADER.pack_into(header, 0, *self._fields(loc), self._header_crc(loc))
+        """The header block of ``loc``: its fields, their digest, then zeros."""
+        fields = (MAGIC, self._token, loc.record_id, loc.nbytes, loc.digest)
+        _FIELDS.pack_into(header, 0, *fields)
+        header_digest = xxhash.xxh3_64_intdigest(header[: _FIELDS.size])
+        _HEADER.pack_into(header, 0, *fields, header_digest)
         header[_HEADER.size :] = _ZEROS[_HEADER.size :]  # reads reuse this block
 
-    def _write_payload(
-        self, fd: int, tls, head: list, mv: memoryview, addr: int, offset: int
-    ) -> None:
-        """Write the blocks in ``head`` (the header block, or none) then ``mv`` padded
-        with zeros to an ``ALIGN`` multiple, from byte ``offset`` of ``fd``."""
-        nbytes = len(mv)
+    def _write_record(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
+        """Write this thread's header block then ``mv`` padded with zeros to an ``ALIGN``
+        multiple, from byte ``offset`` of ``fd``: one ``pwritev`` unless an unaligned
+        ``mv`` goes through staging under ``O_DIRECT`` (``STAGE_BYTES`` per call)."""
+        header, nbytes = tls.header, len(mv)
         if not self._direct:  # no alignment needed: the caller's buffer as it is
             pad = round_up(nbytes) - nbytes
-            _pwrite_all(fd, [*head, mv, _ZEROS[:pad]], offset)
+            _pwrite_all(fd, [header, mv, _ZEROS[:pad]], offset)
             return
         if addr % ALIGN == 0:  # zero copy for the aligned body, the tail via staging
             body = nbytes - nbytes % ALIGN
-            bufs = [*head, mv[:body]]
+            bufs = [header, mv[:body]]
             if body < nbytes:
                 tail = tls.tail
                 tail[: nbytes - body] = mv[body:]
@@ -562,7 +414,7 @@ class SpillDir:
             _pwrite_all(fd, bufs, offset)
             return
         piece = self._piece(tls)
-        done, bufs = 0, list(head)
+        done, bufs = 0, [header]
         while True:
             n = min(STAGE_BYTES, nbytes - done)
             padded = round_up(n)
@@ -595,23 +447,18 @@ class SpillDir:
         try:
             tls = self._staging()
             try:
-                if loc.nbytes < OVERLAP_BYTES:  # header and payload in one go
-                    self._read_payload(slab.fd, tls, mv, addr, loc.offset)
-                    self._verify_header(slab.path, loc, tls.header)
-                    crc = zlib.crc32(mv)
-                else:  # the header, then the payload while its crc is computed
-                    _pread_all(slab.fd, [tls.header], loc.offset)
-                    self._verify_header(slab.path, loc, tls.header)
-                    crc = self._read_checksummed(slab.fd, tls, mv, addr, loc.offset + ALIGN)
+                self._read_record(slab.fd, tls, mv, addr, loc.offset)
             except _Truncated as e:
                 raise CorruptRecordError(
                     f"{slab.path} offset {loc.offset}: file ends at byte {e.args[0]}, "
                     f"before the end of the record ({loc.offset + ALIGN + loc.nbytes})"
                 ) from None
-            if crc != loc.crc:
+            self._verify_header(slab.path, loc, tls.header)
+            digest = xxhash.xxh3_64_intdigest(mv)
+            if digest != loc.digest:
                 raise CorruptRecordError(
-                    f"{slab.path} offset {loc.offset}: payload checksum {crc:#010x}, "
-                    f"expected {loc.crc:#010x}"
+                    f"{slab.path} offset {loc.offset}: payload digest 0x{digest:016x}, "
+                    f"expected 0x{loc.digest:016x}"
                 )
         finally:
             with self._lock:
@@ -620,7 +467,10 @@ class SpillDir:
                 self._maybe_drop(slab)
                 self._idle.notify_all()
 
-    def _read_payload(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
+    def _read_record(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
+        """Fill this thread's header block then ``mv`` from byte ``offset`` of ``fd``: one
+        ``preadv`` unless an unaligned ``mv`` goes through staging under ``O_DIRECT``
+        (``STAGE_BYTES`` per call). ``_Truncated`` when the file ends first."""
         header, nbytes = tls.header, len(mv)
         if not self._direct:
             _pread_all(fd, [header, mv], offset)
@@ -648,50 +498,23 @@ class SpillDir:
             if done >= nbytes:
                 return
 
-    def _read_checksummed(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> int:
-        """Fill ``mv`` from byte ``offset`` of ``fd`` in ``READ_PIECE`` pieces and return
-        its CRC-32: each piece's crc is handed to the checksum pool as soon as the piece
-        has landed (the pieces independently, in parallel on the pool's workers, while
-        the next piece is read), and the crcs are joined in order at the end.
-        ``_Truncated`` when the file ends first."""
-        nbytes, tasks = len(mv), []
-        try:
-            for done in range(0, nbytes, READ_PIECE):
-                dst = mv[done : done + READ_PIECE]
-                n = len(dst)
-                if not self._direct:
-                    _pread_all(fd, [dst], offset + done)
-                elif addr % ALIGN == 0:  # zero copy, a partial last block via staging
-                    body = n - n % ALIGN
-                    tail = [tls.tail] if body < n else []
-                    _pread_all(fd, [dst[:body], *tail], offset + done)
-                    dst[body:] = tls.tail[: n - body]
-                else:
-                    piece = self._piece(tls)[: round_up(n)]
-                    _pread_all(fd, [piece], offset + done)
-                    dst[:] = piece[:n]
-                tasks.append(_crc_async(dst))
-        finally:  # no task left reading ``out`` after an error
-            concurrent.futures.wait(tasks)
-        return _join_crcs(tasks, nbytes)
-
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""
-        magic, token, record_id, nbytes, crc, header_crc = _HEADER.unpack_from(header)
+        magic, token, record_id, nbytes, digest, header_digest = _HEADER.unpack_from(header)
         where = f"{path} offset {loc.offset}"
         if magic != MAGIC:
             raise CorruptRecordError(f"{where}: bad magic {magic!r}, expected {MAGIC!r}")
-        actual = zlib.crc32(header[: _FIELDS.size])
-        if actual != header_crc:
+        actual = xxhash.xxh3_64_intdigest(header[: _FIELDS.size])
+        if actual != header_digest:
             raise CorruptRecordError(
-                f"{where}: header checksum {actual:#010x}, stored {header_crc:#010x}"
+                f"{where}: header digest 0x{actual:016x}, stored 0x{header_digest:016x}"
             )
         if token != self._token:
             raise CorruptRecordError(f"{where}: record written by another SpillDir")
         for name, found, expected in (
-            ("record id", record_id, loc.record_id),
-            ("payload length", nbytes, loc.nbytes),
-            ("payload checksum in header", crc, loc.crc),
+            ("record id", str(record_id), str(loc.record_id)),
+            ("payload length", str(nbytes), str(loc.nbytes)),
+            ("payload digest in header", f"0x{digest:016x}", f"0x{loc.digest:016x}"),
         ):
             if found != expected:
                 raise CorruptRecordError(f"{where}: {name} {found}, expected {expected}")

@@ -13,7 +13,7 @@ MiB, in the same run and on the same directory (``--nvme-dir``):
   SpillDir 1/2 threads   ``SpillDir.write`` of 16 MiB records from page-aligned buffers
                          (zero copy), from 1 or 2 threads, the slab files fsynced at the
                          end; ``SpillDir.read_into`` back from as many threads (each
-                         record's CRC-32 is computed on write and checked on read)
+                         record's XXH3-64 is computed on write and checked on read)
   TieredStore put / get  ``TieredStore(cpu_bytes=0, nvme_dir=...)``: put N float32
                          tensors of 16 MiB, wait for all, fsync (write); then ``get``
                          all in order from the calling thread (read)
@@ -323,7 +323,7 @@ def run_disk(args: argparse.Namespace, markdown: bool) -> None:
         rows["pre"].read.append(total / p / GB)
         print(f"  (disk repeat {rep + 1}/{REPEAT} done)", file=sys.stderr, flush=True)
     for key in ("sd1", "sd2"):
-        rows[key].note = f"sd.direct={direct}, CRC-32 on write and read"
+        rows[key].note = f"sd.direct={direct}, XXH3-64 on write and read"
 
     base = rows["raw"]
     bw, br = _median(base.write), _median(base.read)

@@ -19,27 +19,37 @@ import tempfile
 import textwrap
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import xxhash
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import (
     ALIGN,
-    OVERLAP_BYTES,
-    READ_PIECE,
     STAGE_BYTES,
     CorruptRecordError,
     Location,
     SpillDir,
     SpillError,
     aligned_buffer,
-    crc32_combine,
 )
 
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 9 * 2**20 + 3]
 O_DIRECT = getattr(os, "O_DIRECT", 0)
+# magic, token, record id, payload bytes, payload XXH3-64, XXH3-64 of the fields before it
+HEADER_FMT = "<8s16sQQQQ"
+HEADER_BYTES = struct.calcsize(HEADER_FMT)
+HEADER_FIELDS = {  # name: (offset, bytes) in the header block
+    "magic": (0, 8),
+    "token": (8, 16),
+    "record id": (24, 8),
+    "payload length": (32, 8),
+    "payload digest": (40, 8),
+    "header digest": (48, 8),
+}
+PAYLOAD_MISMATCH = r"payload digest 0x[0-9a-f]{16}, expected 0x[0-9a-f]{16}"
+HEADER_MISMATCH = r"header digest 0x[0-9a-f]{16}, stored 0x[0-9a-f]{16}"
 
 
 def _payload(n: int, seed: int = 0) -> np.ndarray:
@@ -110,114 +120,18 @@ def _slab_path(sd: SpillDir, loc: Location):
     return sd.path / f"slab_{loc.slab}.bin"
 
 
-def _count_crc_tasks(monkeypatch) -> list:
-    """Futures of the checksums handed to the pool from now on (the overlapped path);
-    each piece is checksummed on its own (from crc 0), never chained on another."""
-    futures = []
-    real = spill._crc_async
-
-    def spy(buf, start=0):
-        assert start == 0
-        futures.append(real(buf, start))
-        return futures[-1]
-
-    monkeypatch.setattr(spill, "_crc_async", spy)
-    return futures
-
-
-# -- crc32_combine --------------------------------------------------------------------
-
-COMBINE_LENGTHS = [
-    0,
-    1,
-    3,
-    7,
-    8,
-    4095,
-    4096,
-    4097,
-    65536 + 13,
-    READ_PIECE - 1,
-    READ_PIECE,
-    READ_PIECE + 7,
-    2 * READ_PIECE + 5 * ALIGN + 123,
-    *random.Random(7).sample(range(1, 3 * READ_PIECE), 12),
-]
-
-
-@pytest.mark.parametrize("len2", COMBINE_LENGTHS)
-def test_crc32_combine_matches_zlib_on_concatenations(len2):
-    rng = np.random.default_rng(len2)
-    b = rng.integers(0, 256, len2, dtype=np.uint8).tobytes()
-    crc_b = zlib.crc32(b)
-    for len1 in (0, 1, 4096, int(rng.integers(2, 100_000))):
-        a = rng.integers(0, 256, len1, dtype=np.uint8).tobytes()
-        crc_a = zlib.crc32(a)
-        assert crc32_combine(crc_a, crc_b, len2) == zlib.crc32(a + b) == zlib.crc32(b, crc_a)
-
-
-@pytest.mark.parametrize("len2", [0, 1, 3, 4095, 4096, READ_PIECE, READ_PIECE + 7, 5_000_001])
-def test_crc32_combine_any_crc_values(len2):
-    """For any 32-bit crc1 and crc2 (not only crcs of data at hand): crc1 shifted over
-    len2 zero bytes (zlib continuing from crc1, less zlib from 0), xor crc2."""
-    rng = random.Random(len2)
-    zeros = bytes(len2)
-    for crc1, crc2 in [(0, 0), (0xFFFFFFFF, 0xFFFFFFFF), (1, 0), (1 << 31, 0)] + [
-        (rng.getrandbits(32), rng.getrandbits(32)) for _ in range(20)
-    ]:
-        shifted = zlib.crc32(zeros, crc1) ^ zlib.crc32(zeros)
-        assert crc32_combine(crc1, crc2, len2) == shifted ^ crc2
-        assert 0 <= crc32_combine(crc1, crc2, len2) < 1 << 32
-
-
-def test_crc32_combine_joins_many_pieces_in_order():
-    """Pieces of random lengths (empty ones too) combined left to right give the crc of
-    the whole, as a spill read or write joins its READ_PIECE pieces."""
-    rng = np.random.default_rng(3)
-    data = rng.integers(0, 256, 3 * READ_PIECE + 12345, dtype=np.uint8).tobytes()
-    for _ in range(5):
-        cuts = sorted(rng.integers(0, len(data), int(rng.integers(1, 12))).tolist())
-        bounds = [0, *cuts, len(data)]
-        crc = 0
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
-            crc = crc32_combine(crc, zlib.crc32(data[lo:hi]), hi - lo)
-        assert crc == zlib.crc32(data)
-    pieces = [data[i : i + READ_PIECE] for i in range(0, len(data), READ_PIECE)]
-    tasks = [spill._crc_async(p) for p in pieces]
-    assert spill._join_crcs(tasks, len(data)) == zlib.crc32(data)
-
-
-def test_crc32_combine_large_lengths_and_errors():
-    """Lengths past anything in memory (operators by repeated squaring), against the
-    same identity in two halves; len2 0 (B empty, crc2 0) returns crc1; a negative len2
-    is refused."""
-    for len2 in (1 << 32, (1 << 40) + 3, (1 << 62) - 1):
-        half = len2 // 2
-        crc1, crc2 = 0x12345678, 0x9ABCDEF0
-        stepwise = crc32_combine(crc32_combine(crc1, 0, half), 0, len2 - half) ^ crc2
-        assert crc32_combine(crc1, crc2, len2) == stepwise
-    assert crc32_combine(0xDEADBEEF, zlib.crc32(b""), 0) == 0xDEADBEEF
-    with pytest.raises(ValueError):
-        crc32_combine(1, 2, -1)
-
-
-def test_crc32_combine_operators_cached_and_thread_safe(monkeypatch):
-    """From a cold start, many threads combining at once agree with zlib; the operator
-    of a length is built once and reused."""
-    monkeypatch.setattr(spill, "_pow2_zeros", [])
-    spill._zeros_operator.cache_clear()
-    lengths = [READ_PIECE, READ_PIECE + 7, 4096, 12_345]
-    expected = {n: zlib.crc32(bytes(n), 0xCAFEF00D) for n in lengths}
-
-    def check(i):
-        n = lengths[i % len(lengths)]
-        return crc32_combine(0xCAFEF00D, zlib.crc32(bytes(n)), n) == expected[n]
-
-    with ThreadPoolExecutor(8) as pool:
-        assert all(pool.map(check, range(64)))
-    info = spill._zeros_operator.cache_info()
-    assert info.currsize == len(lengths) and info.hits >= 64 - 8
-    spill._zeros_operator.cache_clear()
+def _check_header(raw: bytes, loc: Location) -> None:
+    """``raw`` starts with the header block written for ``loc``: its fields, their
+    XXH3-64, then zeros to the block end."""
+    magic, _, record_id, nbytes, digest, header_digest = struct.unpack_from(HEADER_FMT, raw)
+    assert (magic, record_id, nbytes, digest) == (
+        b"TPSPILL2",
+        loc.record_id,
+        loc.nbytes,
+        loc.digest,
+    )
+    assert header_digest == xxhash.xxh3_64_intdigest(raw[: HEADER_BYTES - 8])
+    assert raw[HEADER_BYTES:ALIGN] == bytes(ALIGN - HEADER_BYTES)
 
 
 # -- round trips ----------------------------------------------------------------------
@@ -244,57 +158,82 @@ def test_round_trip(tmp_path, direct, kind, n):
         assert sd.bytes_on_disk == 2 * ALIGN + -(-100 // ALIGN) * ALIGN + -(-n // ALIGN) * ALIGN
 
 
-# several read pieces plus a partial piece and a partial block; the smallest overlapped
-LARGE = [3 * READ_PIECE + 5 * ALIGN + 123, OVERLAP_BYTES]
+# two staged pieces (O_DIRECT, unaligned source) plus a partial block; exactly one piece
+LARGE = [STAGE_BYTES + 5 * ALIGN + 123, STAGE_BYTES]
 
 
 @pytest.mark.parametrize("direct", [None, False])
 @pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
 @pytest.mark.parametrize("n", LARGE)
-def test_large_round_trip(tmp_path, monkeypatch, direct, kind, n):
-    """Records of OVERLAP_BYTES and more: crc in the pool (one task per READ_PIECE
-    piece, joined with crc32_combine), header written last, read in pieces, each
-    checksummed while the next is read."""
+def test_large_round_trip(tmp_path, direct, kind, n):
+    """Records of STAGE_BYTES and more (staged in pieces under O_DIRECT when unaligned)
+    read back exactly, laid out as small ones: header fields, zeros, payload, zeros."""
     src = _payload(n, seed=n)
-    tasks = _count_crc_tasks(monkeypatch)
     with SpillDir(tmp_path, direct=direct) as sd:
         sd.write(b"x" * 100)
-        assert tasks == []  # small records are checksummed in place
         loc = sd.write(_buffer(kind, src))
-        assert len(tasks) == -(-n // READ_PIECE) and loc.crc == zlib.crc32(src)
-        pieces = [src[i : i + READ_PIECE] for i in range(0, n, READ_PIECE)]
-        assert [t.result() for t in tasks] == [zlib.crc32(p) for p in pieces]
-        assert loc.offset == 2 * ALIGN
+        assert loc.offset == 2 * ALIGN and loc.digest == xxhash.xxh3_64_intdigest(src)
         for out_kind in ("aligned", "numpy+1", "bytearray"):
-            del tasks[:]
             out = _buffer(out_kind, np.full(n + 7, 0xEE, np.uint8))
             sd.read_into(loc, out)
-            assert len(tasks) == -(-n // READ_PIECE)  # one per piece
             got = np.frombuffer(out, np.uint8)
             np.testing.assert_array_equal(got[:n], src)
             assert (got[n:] == 0xEE).all()
         raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
-    # the same layout as small records: header fields, zeros, payload, zero padding
     assert len(raw) == ALIGN + -(-n // ALIGN) * ALIGN
-    magic, token, record_id, nbytes, crc, header_crc = struct.unpack_from("<8s16sQQII", raw)
-    assert (magic, record_id, nbytes, crc) == (b"TPSPILL1", loc.record_id, n, loc.crc)
-    assert header_crc == zlib.crc32(raw[:44])
-    assert raw[48:ALIGN] == bytes(ALIGN - 48)
+    _check_header(raw, loc)
     assert raw[ALIGN : ALIGN + n] == src.tobytes()
     assert raw[ALIGN + n :] == bytes(len(raw) - ALIGN - n)
 
 
-def test_large_round_trip_without_pool(tmp_path, monkeypatch):
-    """Once the pool takes no more work (interpreter shutdown), checksums run in place."""
-    dead = ThreadPoolExecutor(1)
-    dead.shutdown()
-    monkeypatch.setattr(spill, "_crc_executor", dead)
-    src = _payload(2 * READ_PIECE + 1)
+@pytest.mark.parametrize("direct", [None, False])
+@pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
+def test_one_call_per_record(tmp_path, monkeypatch, direct, kind):
+    """Header block and payload go in one pwritev and come back in one preadv, except
+    an unaligned buffer under O_DIRECT: one call per STAGE_BYTES piece, the header block
+    first in the first call."""
+    n = 2 * STAGE_BYTES + ALIGN + 3
+    src = _payload(n)
+    calls = []
+    real_w, real_r = os.pwritev, os.preadv
+
+    def spy(real):
+        def call(fd, bufs, offset):
+            calls.append((offset, len(bufs[0])))
+            return real(fd, bufs, offset)
+
+        return call
+
+    def expected_calls(sd: SpillDir, buf) -> int:
+        aligned = np.frombuffer(buf, np.uint8).__array_interface__["data"][0] % ALIGN == 0
+        return 1 if aligned or not sd.direct else -(-n // STAGE_BYTES)
+
+    with SpillDir(tmp_path, direct=direct) as sd:
+        buf = _buffer(kind, src)
+        monkeypatch.setattr(spill.os, "pwritev", spy(real_w))
+        loc = sd.write(buf)
+        assert calls[0] == (loc.offset, ALIGN) and len(calls) == expected_calls(sd, buf)
+        del calls[:]
+        out = _buffer(kind, np.zeros(n, np.uint8))
+        monkeypatch.setattr(spill.os, "preadv", spy(real_r))
+        sd.read_into(loc, out)
+        assert calls[0] == (loc.offset, ALIGN) and len(calls) == expected_calls(sd, out)
+        assert bytes(out) == src.tobytes()
+        if sd.direct and kind == "numpy+1":
+            assert len(calls) == 3  # the staged path was taken
+
+
+def test_no_helper_threads(tmp_path):
+    """Digests are computed in the calling thread: large writes and reads start no
+    threads (nothing to rebuild in a forked child)."""
+    before = set(threading.enumerate())
+    src = _payload(STAGE_BYTES + 1)
     with SpillDir(tmp_path) as sd:
         loc = sd.write(src)
         out = np.empty_like(src)
         sd.read_into(loc, out)
         np.testing.assert_array_equal(out, src)
+        assert set(threading.enumerate()) == before
 
 
 def test_read_only_and_multidimensional_inputs(tmp_path):
@@ -445,7 +384,8 @@ def test_many_threads(tmp_path, direct):
 
 @pytest.mark.parametrize("direct", [None, False])
 def test_many_threads_large_records(tmp_path, direct):
-    """Several threads share the two checksum workers; every record reads back intact."""
+    """Several threads write and read large records at once, each with its own staging
+    memory; every record reads back intact."""
     sd = SpillDir(tmp_path, direct=direct, slab_bytes=16 << 20)
     start = threading.Barrier(4)
 
@@ -454,7 +394,7 @@ def test_many_threads_large_records(tmp_path, direct):
         kept = []
         start.wait()
         for i in range(3):
-            n = rng.choice([OVERLAP_BYTES, rng.randrange(OVERLAP_BYTES, 2 * READ_PIECE + ALIGN)])
+            n = rng.choice([STAGE_BYTES + 5, rng.randrange(1 << 20, 3 << 20)])
             src = _payload(n, seed=seed * 1000 + i)
             kept.append((sd.write(_buffer(rng.choice(["aligned", "numpy+1"]), src)), src))
             loc, src = kept[rng.randrange(len(kept))]
@@ -504,7 +444,7 @@ def test_enospc_leaves_store_usable(tmp_path, monkeypatch, direct):
         sd.read_into(old, out)
         assert out == src.tobytes()
     # the failed record had the id before this one and is not readable
-    ghost = Location(loc.slab, loc.offset - 3 * ALIGN, 5000, loc.record_id - 1, loc.crc)
+    ghost = Location(loc.slab, loc.offset - 3 * ALIGN, 5000, loc.record_id - 1, loc.digest)
     with pytest.raises(KeyError):
         sd.read_into(ghost, bytearray(5000))
     sd.close()
@@ -539,35 +479,26 @@ def test_failure_after_partial_write_is_not_readable(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("direct", "fail"),
     [
-        (None, "payload"),
-        (None, "later payload"),  # O_DIRECT stages an unaligned buffer in pieces
-        (None, "header"),
-        (False, "payload"),  # buffered: the caller's buffer in one pwritev
-        (False, "header"),
+        (None, "first"),  # the header block with the payload (or its first staged piece)
+        (None, "later"),  # O_DIRECT stages an unaligned buffer in pieces
+        (False, "first"),  # buffered: header and payload in one pwritev
     ],
 )
-def test_large_write_fails_after_crc_submitted(tmp_path, monkeypatch, direct, fail):
-    """The payload (first or a later staged piece) or the header written after it fails:
-    SpillError, the crc task is finished, nothing is readable, the store stays usable."""
+def test_large_write_fails(tmp_path, monkeypatch, direct, fail):
+    """The first pwritev (header block, then payload) or a later staged piece fails:
+    SpillError, the record is not readable even with its header on disk, its space is
+    given back and the store stays usable."""
     sd = SpillDir(tmp_path, direct=direct)
     earlier = sd.write(_payload(100))
     used = sd.bytes_on_disk
     n = STAGE_BYTES + 5 * ALIGN + 7  # two staged pieces from an unaligned buffer
-    assert sd.direct or fail != "later payload", "this case needs O_DIRECT on tmp_path"
-    pieces = -(-n // READ_PIECE)
-    tasks = _count_crc_tasks(monkeypatch)
+    assert sd.direct or fail != "later", "this case needs O_DIRECT on tmp_path"
     real = os.pwritev
-    offsets = []
+    calls = []
 
     def failing(fd, bufs, offset):
-        first = not offsets
-        offsets.append(offset)
-        if (
-            (fail == "payload" and first)
-            or (fail == "later payload" and not first)
-            or (fail == "header" and offset < offsets[0])
-        ):
-            assert len(tasks) == pieces  # the crcs were handed to the pool first
+        calls.append((offset, len(bufs[0])))
+        if len(calls) == (1 if fail == "first" else 2):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real(fd, bufs, offset)
 
@@ -576,15 +507,17 @@ def test_large_write_fails_after_crc_submitted(tmp_path, monkeypatch, direct, fa
         sd.write(_buffer("numpy+1", _payload(n)))
     assert info.value.errno == errno.EIO
     assert isinstance(info.value.__cause__, OSError)
-    assert len(tasks) == pieces and all(t.done() for t in tasks)
-    assert offsets[0] == used + ALIGN  # the payload went first, after the header block
+    assert calls[0] == (used, ALIGN)  # the header block leads the first call
     monkeypatch.undo()
     assert sd.bytes_on_disk == used
-    # the abandoned record has no header on disk, and its Location is not live
+    ghost = Location(0, used, n, earlier.record_id + 1, xxhash.xxh3_64_intdigest(_payload(n)))
     with open(_slab_path(sd, earlier), "rb") as f:
         f.seek(used)
-        assert f.read(ALIGN) in (b"", bytes(ALIGN))
-    ghost = Location(0, used, n, earlier.record_id + 1, zlib.crc32(_payload(n)))
+        header = f.read(ALIGN)
+    if fail == "first":
+        assert header in (b"", bytes(ALIGN))
+    else:  # the header reached the disk, the rest of the payload did not
+        _check_header(header, ghost)
     with pytest.raises(KeyError):
         sd.read_into(ghost, bytearray(n))
 
@@ -610,7 +543,7 @@ def test_short_reads_and_writes(tmp_path, monkeypatch, direct):
     monkeypatch.setattr(spill.os, "pwritev", lambda fd, b, o: real_w(fd, one_block(b), o))
     monkeypatch.setattr(spill.os, "preadv", lambda fd, b, o: real_r(fd, one_block(b), o))
     with SpillDir(tmp_path, direct=direct) as sd:
-        for kind, n in [(k, n) for k in ("aligned", "numpy+1") for n in (5, OVERLAP_BYTES)]:
+        for kind, n in [(k, n) for k in ("aligned", "numpy+1") for n in (5, STAGE_BYTES)]:
             src = _payload(n * ALIGN + 17 if n == 5 else n + 17)
             loc = sd.write(_buffer(kind, src))
             out = _buffer(kind, np.zeros(len(src), np.uint8))
@@ -623,40 +556,108 @@ def test_short_reads_and_writes(tmp_path, monkeypatch, direct):
 
 @pytest.mark.parametrize("direct", [None, False])
 def test_flipped_payload_byte(tmp_path, direct):
+    """A flipped byte anywhere in the payload is caught, the message naming the file,
+    the offset and both digests; the record reads back once the byte is restored."""
+    src = _payload(10000)
     with SpillDir(tmp_path, direct=direct) as sd:
         sd.write(b"first")
-        loc = sd.write(_payload(10000))
-        _flip(_slab_path(sd, loc), loc.offset + ALIGN + 9999)
-        with pytest.raises(CorruptRecordError, match="payload checksum") as info:
-            sd.read_into(loc, bytearray(10000))
-        assert str(_slab_path(sd, loc)) in str(info.value)
-        assert f"offset {loc.offset}" in str(info.value)
+        loc = sd.write(src)
+        path = _slab_path(sd, loc)
+        spots = [0, 1, 4095, 4096, 9999, *random.Random(1).sample(range(10000), 10)]
+        for at in spots:
+            _flip(path, loc.offset + ALIGN + at)
+            with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH) as info:
+                sd.read_into(loc, bytearray(10000))
+            assert str(path) in str(info.value)
+            assert f"offset {loc.offset}" in str(info.value)
+            assert f"expected 0x{loc.digest:016x}" in str(info.value)
+            _flip(path, loc.offset + ALIGN + at)
+        out = bytearray(10000)
+        sd.read_into(loc, out)
+        assert out == src.tobytes()
 
 
 @pytest.mark.parametrize("direct", [None, False])
-@pytest.mark.parametrize("where", ["first piece", "last piece", "last byte"])
+@pytest.mark.parametrize("where", ["first byte", "first piece", "second piece", "last byte"])
 def test_flipped_payload_byte_large(tmp_path, direct, where):
-    n = 2 * READ_PIECE + 3 * ALIGN + 5
-    at = {"first piece": 10, "last piece": 2 * READ_PIECE + 100, "last byte": n - 1}[where]
+    """A record larger than STAGE_BYTES written from an unaligned buffer (staged in two
+    pieces under O_DIRECT): a flipped byte in either piece is caught, whatever the
+    output buffer."""
+    n = STAGE_BYTES + 3 * ALIGN + 5
+    at = {"first byte": 0, "first piece": 10, "second piece": STAGE_BYTES + 100, "last byte": n - 1}
+    src = _payload(n)
     with SpillDir(tmp_path, direct=direct) as sd:
         sd.write(b"first")
-        loc = sd.write(_payload(n))
-        _flip(_slab_path(sd, loc), loc.offset + ALIGN + at)
+        loc = sd.write(_buffer("numpy+1", src))
+        path = _slab_path(sd, loc)
+        _flip(path, loc.offset + ALIGN + at[where])
         for kind in ("aligned", "numpy+1"):
             out = _buffer(kind, np.zeros(n, np.uint8))
-            with pytest.raises(CorruptRecordError, match="payload checksum") as info:
+            with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH) as info:
                 sd.read_into(loc, out)
-            assert str(_slab_path(sd, loc)) in str(info.value)
+            assert str(path) in str(info.value)
             assert f"offset {loc.offset}" in str(info.value)
+        _flip(path, loc.offset + ALIGN + at[where])
+        out = _buffer("numpy+1", np.zeros(n, np.uint8))
+        sd.read_into(loc, out)
+        assert bytes(out) == src.tobytes()
 
 
-@pytest.mark.parametrize("where", [0, 8, 30, 40, 44])  # magic, token, id, length, crc
-def test_flipped_header_byte_large(tmp_path, where):
+def test_header_digest_covers_every_byte(tmp_path):
+    """One flipped byte anywhere in the header fields is caught: the magic by its own
+    check, every other field (and the stored digest itself) by the header digest."""
     with SpillDir(tmp_path) as sd:
-        loc = sd.write(_payload(OVERLAP_BYTES))
-        _flip(_slab_path(sd, loc), loc.offset + where)
-        with pytest.raises(CorruptRecordError):
-            sd.read_into(loc, bytearray(OVERLAP_BYTES))
+        loc = sd.write(_payload(100))
+        path = _slab_path(sd, loc)
+        for at in range(HEADER_BYTES):
+            _flip(path, loc.offset + at)
+            expected = "bad magic" if at < 8 else HEADER_MISMATCH
+            with pytest.raises(CorruptRecordError, match=expected):
+                sd.read_into(loc, bytearray(100))
+            _flip(path, loc.offset + at)
+        out = bytearray(100)
+        sd.read_into(loc, out)
+        assert out == _payload(100).tobytes()
+
+
+@pytest.mark.parametrize(("start", "size"), HEADER_FIELDS.values(), ids=list(HEADER_FIELDS))
+def test_flipped_header_field_large(tmp_path, start, size):
+    """Each header field of a large staged record: its last byte flipped is caught."""
+    n = STAGE_BYTES + 3 * ALIGN + 5
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(_buffer("numpy+1", _payload(n)))
+        _flip(_slab_path(sd, loc), loc.offset + start + size - 1)
+        expected = "bad magic" if start == 0 else HEADER_MISMATCH
+        with pytest.raises(CorruptRecordError, match=expected):
+            sd.read_into(loc, _buffer("numpy+1", np.zeros(n, np.uint8)))
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ("record id", "record id"),
+        ("payload length", "payload length"),
+        ("payload digest", r"payload digest in header 0x[0-9a-f]{16}, expected 0x[0-9a-f]{16}"),
+    ],
+)
+def test_forged_header_fields_checked(tmp_path, field, message):
+    """A header with a valid digest (XXH3-64 of its first 48 bytes, computed here) but
+    one field unlike the Location's is refused by that field's check."""
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(_payload(100))
+        path = _slab_path(sd, loc)
+        with open(path, "r+b") as f:
+            f.seek(loc.offset)
+            magic, token, record_id, nbytes, digest, _ = struct.unpack(
+                HEADER_FMT, f.read(HEADER_BYTES)
+            )
+            values = {"record id": record_id, "payload length": nbytes, "payload digest": digest}
+            values[field] ^= 1
+            fields = struct.pack("<8s16sQQQ", magic, token, *values.values())
+            f.seek(loc.offset)
+            f.write(fields + struct.pack("<Q", xxhash.xxh3_64_intdigest(fields)))
+        with pytest.raises(CorruptRecordError, match=message):
+            sd.read_into(loc, bytearray(100))
 
 
 def test_on_disk_layout(tmp_path):
@@ -664,25 +665,15 @@ def test_on_disk_layout(tmp_path):
     after a read has passed a header with junk in its padding."""
     with SpillDir(tmp_path) as sd:
         first = sd.write(b"a")
-        _flip(_slab_path(sd, first), first.offset + 100)  # padding is not checksummed
+        _flip(_slab_path(sd, first), first.offset + 100)  # padding is not digested
         sd.read_into(first, bytearray(1))
         loc = sd.write(_buffer("numpy+1", _payload(5000)))
         raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
     assert len(raw) == 3 * ALIGN
-    magic, token, record_id, nbytes, crc, _ = struct.unpack_from("<8s16sQQII", raw)
-    assert (magic, record_id, nbytes, crc) == (b"TPSPILL1", loc.record_id, 5000, loc.crc)
-    assert raw[48:ALIGN] == bytes(ALIGN - 48)
+    _check_header(raw, loc)
+    assert loc.digest == xxhash.xxh3_64_intdigest(_payload(5000))
     assert raw[ALIGN : ALIGN + 5000] == _payload(5000).tobytes()
     assert raw[ALIGN + 5000 :] == bytes(2 * ALIGN - 5000)
-
-
-@pytest.mark.parametrize("where", [0, 8, 30, 40, 44])  # magic, token, id, length, crc
-def test_flipped_header_byte(tmp_path, where):
-    with SpillDir(tmp_path) as sd:
-        loc = sd.write(_payload(100))
-        _flip(_slab_path(sd, loc), loc.offset + where)
-        with pytest.raises(CorruptRecordError):
-            sd.read_into(loc, bytearray(100))
 
 
 def test_header_from_another_spill_dir(tmp_path):
@@ -705,9 +696,9 @@ def test_truncated_slab(tmp_path, keep):
 
 
 @pytest.mark.parametrize("direct", [None, False])
-@pytest.mark.parametrize("keep", [0, ALIGN // 2, ALIGN + 100, ALIGN + READ_PIECE + ALIGN])
+@pytest.mark.parametrize("keep", [0, ALIGN // 2, ALIGN + 100, ALIGN + STAGE_BYTES])
 def test_truncated_slab_large(tmp_path, direct, keep):
-    n = 2 * READ_PIECE + 5
+    n = STAGE_BYTES + 5  # the file may end after the first staged piece
     with SpillDir(tmp_path, direct=direct) as sd:
         sd.write(b"first")
         loc = sd.write(_payload(n))
@@ -720,7 +711,12 @@ def test_truncated_slab_large(tmp_path, direct, keep):
 def test_location_from_another_spill_dir(tmp_path):
     with SpillDir(tmp_path) as a, SpillDir(tmp_path) as b:
         la, lb = a.write(b"payload"), b.write(b"payload")
-        assert (la.slab, la.offset, la.nbytes, la.crc) == (lb.slab, lb.offset, lb.nbytes, lb.crc)
+        assert (la.slab, la.offset, la.nbytes, la.digest) == (
+            lb.slab,
+            lb.offset,
+            lb.nbytes,
+            lb.digest,
+        )
         with pytest.raises(KeyError, match="not a live record"):
             b.read_into(la, bytearray(7))
         with pytest.raises(KeyError):
@@ -838,30 +834,36 @@ def test_removed_at_interpreter_exit(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_forked_child_gets_its_own_checksum_pool(tmp_path):
-    """The parent's pool threads do not exist in a forked child: a large record written
-    there must not wait for them."""
+def test_forked_child(tmp_path):
+    """A forked child reads the parent's record through the inherited SpillDir, writes
+    and reads a large record in its own, and on a normal exit (finalizers run) leaves
+    the parent's directory in place."""
     script = _LOAD + textwrap.dedent("""
         import os
-        big = bytes(range(256)) * (spill.OVERLAP_BYTES // 128)
+        big = bytes(range(256)) * (spill.STAGE_BYTES // 256 + 17) + b"tail"
         sd = spill.SpillDir(sys.argv[1])
-        sd.write(big)  # the pool exists now
+        loc = sd.write(big)
         pid = os.fork()
         if pid == 0:
-            sd2 = spill.SpillDir(sys.argv[1])
             out = bytearray(len(big))
-            sd2.read_into(sd2.write(big), out)
+            sd.read_into(loc, out)
+            sd2 = spill.SpillDir(sys.argv[1])
+            out2 = bytearray(len(big))
+            sd2.read_into(sd2.write(big), out2)
             sd2.close()
-            os._exit(0 if out == big else 3)
+            sys.exit(0 if out == big == out2 else 3)
         _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status))
+        out = bytearray(len(big))
+        sd.read_into(loc, out)
+        print(os.waitstatus_to_exitcode(status), sd.path.is_dir(), out == big)
         sd.close()
     """)
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "0"
+    assert done.stdout.split() == ["0", "True", "True"]
+    assert os.listdir(tmp_path) == []
 
 
 def _dead_pid() -> int:
