@@ -50,9 +50,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .group_quant import dequantize_rows, quantize_rows, row_scales, wire_nbytes
-
-_BITS = (2, 4, 8)
+from .group_quant import BITS, check_args, dequantize_rows, quantize_rows, row_scales, wire_nbytes
 
 
 def _check_int(name: str, v) -> int:
@@ -62,7 +60,7 @@ def _check_int(name: str, v) -> int:
 
 
 def _check_bits(name: str, v) -> int:
-    if _check_int(name, v) not in _BITS:
+    if _check_int(name, v) not in BITS:
         raise ValueError(f"{name} must be 2, 4 or 8, got {v!r}")
     return v
 
@@ -158,14 +156,7 @@ class QuantizedAllReduceState:
         for name in ("hadamard", "error_feedback", "stochastic", "record_error_bound"):
             if not isinstance(self._config[name], bool):
                 raise ValueError(f"{name} must be true or false, got {self._config[name]!r}")
-        if _check_int("group", group) < 1:
-            raise ValueError(f"group must be a positive number of values, got {group!r}")
-        if hadamard and group & (group - 1):
-            raise ValueError(
-                f"group must be a power of two with hadamard=True (e.g. 128), got {group!r}"
-            )
-        if not 0 <= _check_int("seed", seed) < 2**31:
-            raise ValueError(f"seed must be in [0, 2**31), got {seed!r}")
+        check_args(bits, group, hadamard, seed)
         if not dist.is_initialized():
             raise ValueError("call torch.distributed.init_process_group before creating the state")
         self.__dict__.update(self._config)
