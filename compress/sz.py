@@ -145,6 +145,8 @@ class SZCodec(Codec):
         self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0
     ) -> bytes:
         flat = np.ascontiguousarray(chunk).reshape(-1)
+        if not flat.flags.writeable:  # numba types read-only arrays apart: one kernel type
+            flat = flat.copy()
         tol = bound.tolerance
         log_domain = bound.resolved_mode == "pw_rel"
         eb = log_bound(tol) if log_domain else float(tol)

@@ -502,3 +502,16 @@ def test_sz_never_stores_a_chunk_larger_than_its_lossless_form(dtype):
         y = tp.decompress(blob)
         if len(blob) > x.nbytes:  # only the lossless form may exceed the data
             np.testing.assert_array_equal(y, x)
+
+
+@pytest.mark.parametrize(
+    ("codec", "kw"),
+    [("sz", {"rel": 1e-3}), ("sz", {"pw_rel": 1e-3}), ("block", {"abs": 1e-3}), ("zstd", {})],
+)
+def test_read_only_input_such_as_a_memory_map(tmp_path, codec, kw):
+    x = _field((30, 41)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert not mapped.flags.writeable
+    blob = tp.compress_array(mapped, codec=codec, workers=1, **kw)
+    assert blob == tp.compress_array(x, codec=codec, workers=1, **kw)
