@@ -335,7 +335,7 @@ def test_verify_streams_in_blocks(capsys, tmp_path, monkeypatch):
     src, comp = tmp_path / "x.npy", tmp_path / "x.tp"
     np.save(src, x)
     _json(capsys, "compress", src, comp, "--rel", "1e-3", "--chunk", "4K")
-    monkeypatch.setattr(cli, "VERIFY_BLOCK_BYTES", 1000)  # many slabs, each a few chunks
+    monkeypatch.setattr(cli.verify, "VERIFY_BLOCK_BYTES", 1000)  # many slabs, each a few chunks
     (d,) = _json(capsys, "verify", src, comp)["datasets"]
     y = tp.decompress(comp.read_bytes()).astype(np.float64)
     x64 = x.astype(np.float64)

@@ -1,0 +1,269 @@
+"""The ``bench`` command: tensorpress codecs and installed peers side by side, and its plot."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .errors import EXIT_OK, EXIT_VIOLATION, UserError, require_input
+from .output import emit_json, fmt, json_safe, print_table
+from .verify import ErrorCheck
+
+DEFAULT_RELS = (1e-2, 1e-3, 1e-4)
+BENCH_PLOT_HINT = 'pip install "tensorpress[bench]"'
+
+
+class _TpCodec:
+    """A tensorpress codec with the peers' interface (absolute bound)."""
+
+    lossy = True
+
+    def __init__(self, codec: str, workers: int | None):
+        self.name, self.codec, self.workers = f"tp {codec}", codec, workers
+
+    def compress(self, x, abs_bound):
+        from .. import compress
+
+        return compress(x, abs=abs_bound, codec=self.codec, workers=self.workers)
+
+    def decompress(self, blob, like):
+        from .. import decompress
+
+        return decompress(blob, workers=self.workers)
+
+
+def bench_codecs(workers: int | None) -> list:
+    """tensorpress's sz and block codecs, then the installed peers."""
+    from ..compress.peers import available_peers
+
+    return [_TpCodec("sz", workers), _TpCodec("block", workers), *available_peers()]
+
+
+def _leading(ds, max_bytes: int) -> np.ndarray:
+    """The first rows of ``ds`` that fit in ``max_bytes`` (at least one row)."""
+    shape = tuple(ds.shape)
+    if not shape:
+        return np.asarray(ds[()])
+    row_bytes = max(1, math.prod(shape[1:]) * np.dtype(ds.dtype).itemsize)
+    rows = max(1, min(shape[0], max_bytes // row_bytes))
+    return np.array(ds[:rows], order="C")  # a writable copy, not a view of a memory map
+
+
+def bench_one(codec, x: np.ndarray, rel: float, span: float, repeat: int) -> dict:
+    """Compress and decompress ``x`` ``repeat`` times; errors against rel * span (float64)."""
+    eb = rel * span
+    row = {"codec": codec.name, "rel": rel, "abs_bound": eb}
+    try:
+        warm = x[: max(1, min(len(x), 8))] if x.ndim else x
+        codec.decompress(codec.compress(warm, eb), warm)  # jit, lazy imports: untimed
+        t_c, t_d = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            blob = codec.compress(x, eb)
+            t1 = time.perf_counter()
+            y = codec.decompress(blob, x)
+            t2 = time.perf_counter()
+            t_c.append(t1 - t0)
+            t_d.append(t2 - t1)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        return {**row, "error": " ".join(str(exc).split())}
+    check = ErrorCheck({"mode": "abs", "value": eb, "tolerance": eb} if codec.lossy else None)
+    check.update(x, y)
+    res = check.result()
+    nbytes = len(blob)
+    tc, td = statistics.median(t_c), statistics.median(t_d)
+    return {
+        **row,
+        "ratio": x.nbytes / nbytes,
+        "bits_per_value": 8 * nbytes / x.size,
+        "psnr_db": res["psnr_db"],
+        "max_error": res["max_abs_error"] if not res["nonfinite_changed"] else math.inf,
+        "max_error_over_bound": _over(res["max_abs_error"], eb, res["nonfinite_changed"]),
+        "violations": res["violations"] if codec.lossy else 0,
+        "nonfinite_changed": res["nonfinite_changed"],
+        "compress_mb_s": x.nbytes / 1e6 / tc if tc > 0 else None,
+        "decompress_mb_s": x.nbytes / 1e6 / td if td > 0 else None,
+    }
+
+
+def _over(error: float, bound: float, nonfinite_changed: int) -> float:
+    """error / bound; inf when a NaN/Inf changed or a zero bound was exceeded."""
+    if nonfinite_changed:
+        return math.inf
+    if bound > 0:
+        return error / bound
+    return 0.0 if error == 0 else math.inf
+
+
+def run_bench(args) -> int:
+    """``tensorpress bench``: exit 1 if a tensorpress codec broke its bound."""
+    from ..formats import open_source
+
+    require_input(args.file)
+    if args.plot:
+        _require_matplotlib()
+    rels = args.rel or list(DEFAULT_RELS)
+    codecs = bench_codecs(args.workers)
+    rows, datasets = [], []
+    with open_source(args.file, dtype=args.dtype, shape=args.shape) as source:
+        names = [
+            n
+            for n in source
+            if np.dtype(source[n].dtype).kind == "f" and source[n].shape and source[n].size
+        ]
+        if not names:
+            raise UserError(f"{args.file} has no floating-point dataset with elements to benchmark")
+        total = len(names) * len(rels) * len(codecs)
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=total,
+            desc="bench",
+            unit="run",
+            file=sys.stderr,
+            disable=True if args.quiet else None,
+            leave=False,
+        )
+        with bar:
+            for name in names:
+                x = _leading(source[name], args.max_bytes)
+                finite = x[np.isfinite(x)]
+                span = float(finite.astype(np.float64).max() - finite.min()) if finite.size else 0
+                datasets.append(
+                    {"name": name, "shape": list(x.shape), "dtype": str(x.dtype), "bytes": x.nbytes}
+                )
+                for rel in rels:
+                    for codec in codecs:
+                        bar.set_postfix_str(f"{name} {codec.name} rel {rel:g}")
+                        rows.append(
+                            {"dataset": name, **bench_one(codec, x, rel, span, args.repeat)}
+                        )
+                        bar.update()
+    bad = [r for r in rows if r["codec"].startswith("tp ") and r.get("violations")]
+    doc = {
+        "file": args.file,
+        "rels": rels,
+        "max_bytes": args.max_bytes,
+        "repeat": args.repeat,
+        "workers": args.workers or os.cpu_count(),
+        "codecs": [c.name for c in codecs],
+        "datasets": datasets,
+        "rows": rows,
+        "ok": not bad,
+    }
+    if args.plot:
+        plot_rate_distortion(rows, args.plot, title=os.path.basename(args.file))
+        doc["plot"] = args.plot
+    if args.json:
+        emit_json(json_safe(doc))
+    elif not args.quiet:
+        _print_bench(doc)
+    return EXIT_VIOLATION if bad else EXIT_OK
+
+
+def _print_bench(doc: dict) -> None:
+    shapes = "; ".join(
+        f"{d['name']} {'x'.join(map(str, d['shape'])) or 'scalar'} {d['dtype']}"
+        for d in doc["datasets"]
+    )
+    print(
+        f"{doc['file']}: {shapes} (first {doc['max_bytes'] / 2**20:.0f} MiB of each at most); "
+        f"tensorpress with {doc['workers']} worker(s), peers single-threaded; "
+        f"median of {doc['repeat']} run(s); MB = 1e6 bytes"
+    )
+    rows = []
+    for r in doc["rows"]:
+        if "error" in r:
+            rows.append([r["dataset"], f"{r['rel']:g}", r["codec"], "-", "-", "-", "-", "-"])
+            rows[-1].append(f"skipped: {r['error']}")
+            continue
+        flag = "!" if r["max_error_over_bound"] > 1 else ""
+        rows.append(
+            [
+                r["dataset"],
+                f"{r['rel']:g}",
+                r["codec"],
+                fmt(r["ratio"], ".2f"),
+                fmt(r["psnr_db"], ".1f"),
+                fmt(r["max_error_over_bound"], ".3f") + flag,
+                fmt(r["compress_mb_s"], ".1f" if r["compress_mb_s"] < 10 else ".0f"),
+                fmt(r["decompress_mb_s"], ".1f" if r["decompress_mb_s"] < 10 else ".0f"),
+                "NaN/Inf changed" if r["nonfinite_changed"] else "bound exceeded" if flag else "",
+            ]
+        )
+    print_table(
+        [
+            "dataset",
+            "rel",
+            "codec",
+            "ratio",
+            "PSNR dB",
+            "max err/bound",
+            "comp MB/s",
+            "dec MB/s",
+            "note",
+        ],
+        rows,
+    )
+    if "plot" in doc:
+        print(f"rate-distortion plot: {doc['plot']}")
+    if not doc["ok"]:
+        print("BOUND VIOLATED by a tensorpress codec")
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UserError(f"--plot needs matplotlib: {BENCH_PLOT_HINT}") from None
+
+
+def plot_rate_distortion(rows: list[dict], path: str, title: str = "") -> None:
+    """Bits per value against PSNR, one line per codec, one panel per dataset (PNG)."""
+    _require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["dataset"] for r in rows))
+    cols = min(3, len(names))
+    nrows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for codec in dict.fromkeys(r["codec"] for r in rows):
+            pts = sorted(
+                (r["bits_per_value"], r["psnr_db"])
+                for r in rows
+                if r["dataset"] == name
+                and r["codec"] == codec
+                and "error" not in r
+                and r["psnr_db"] is not None
+                and math.isfinite(r["psnr_db"])
+            )
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=codec)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("bits per value")
+        ax.set_ylabel("PSNR (dB)")
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(f"rate-distortion: {title}")
+    fig.tight_layout()
+    tmp = f"{path}.tmp-{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)

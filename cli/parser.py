@@ -1,0 +1,245 @@
+"""The command line: argument types (sizes in bytes, shapes, dtypes, bounds) and the parser."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+import numpy as np
+
+from .errors import EXIT_ERROR
+
+MODES = {"abs": "abs", "rel": "rel", "pw_rel": "pw_rel", "pw-rel": "pw_rel"}
+UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line: ``tensorpress: error: ...``."""
+
+    def error(self, message: str):
+        print(
+            f"tensorpress: error: {message} (see: {self.prog} --help)", file=sys.stderr, flush=True
+        )
+        raise SystemExit(EXIT_ERROR)
+
+
+# -- argument types ------------------------------------------------------------------
+
+
+def parse_bytes(text: str) -> int:
+    """``"4M"`` -> 4194304: a byte count with an optional K/M/G/T suffix (powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", text)
+    if not m or float(m.group(1)) * UNITS[m.group(2).lower()] < 1:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: give bytes, e.g. 4194304, 4M, 512K or 1G"
+        )
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"100,500,500"`` (or ``100x500x500``) -> (100, 500, 500)."""
+    parts = re.split(r"[,x\s]+", text.strip().strip("()[]").strip())
+    try:
+        shape = tuple(int(p) for p in parts if p != "")
+    except ValueError:
+        shape = ()
+    if not shape or any(n < 0 for n in shape):
+        raise argparse.ArgumentTypeError(
+            f"invalid shape {text!r}: give sizes separated by commas, e.g. 100,500,500"
+        )
+    return shape
+
+
+def parse_float_dtype(text: str) -> str:
+    """``float32``/``float64`` (also ``f4``, ``<f8``, ``double``) for raw inputs."""
+    try:
+        dtype = np.dtype(text)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind != "f" or dtype.itemsize not in (4, 8):
+        raise argparse.ArgumentTypeError(
+            f"raw input type {text!r} is not supported: give float32 or float64 "
+            "(integer data takes no error bound)"
+        )
+    return f"float{dtype.itemsize * 8}"
+
+
+def parse_workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"invalid worker count {text!r}: give an integer >= 1")
+    return n
+
+
+def parse_bound_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"invalid bound {text!r}: give a finite number >= 0")
+    return value
+
+
+def parse_positive_rel(text: str) -> float:
+    value = parse_bound_value(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("invalid bound 0: bench needs bounds > 0")
+    return value
+
+
+def parse_override(text: str) -> tuple[str, dict]:
+    """``"temperature:abs=0.01"`` -> ("temperature", {"abs": 0.01})."""
+    name, _, spec = text.rpartition(":")
+    mode, _, value = spec.partition("=")
+    mode = MODES.get(mode.strip().lower())
+    if not name or mode is None or not value:
+        raise argparse.ArgumentTypeError(
+            f"invalid --set {text!r}: give NAME:MODE=VALUE with MODE abs, rel or pw_rel, "
+            "e.g. temperature:abs=0.01"
+        )
+    return name.strip("/"), {mode: parse_bound_value(value)}
+
+
+# -- the parser ----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tensorpress`` parser with its six subcommands."""
+    from .. import __version__
+
+    parser = _Parser(
+        prog="tensorpress",
+        description="Error-bounded compression of arrays and tensors.",
+        epilog="Exit status: 0 success; 1 verify (or bench, demo) found an element outside "
+        "its bound; 2 an error; 130 interrupted. 'tensorpress COMMAND --help' for a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"tensorpress {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p, *, writes: bool = False, workers: bool = False):
+        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no table")
+        if writes:
+            p.add_argument("-f", "--force", action="store_true", help="overwrite OUTPUT")
+        if workers:
+            p.add_argument(
+                "--workers",
+                type=parse_workers,
+                default=None,
+                metavar="N",
+                help="worker threads (default: all cores); the output does not depend on it",
+            )
+
+    def raw_options(p):
+        p.add_argument(
+            "--dtype", type=parse_float_dtype, help="raw input: float32 or float64 (little-endian)"
+        )
+        p.add_argument(
+            "--shape", type=parse_shape, help="raw input: sizes in C order, e.g. 100,500,500"
+        )
+
+    p = sub.add_parser(
+        "compress",
+        help="compress an HDF5, .npy or raw file",
+        description="Compress every floating-point dataset of INPUT (HDF5, .npy or raw binary) "
+        "under an error bound into OUTPUT (.h5 for HDF5, otherwise a .tp container).",
+    )
+    p.add_argument("input", metavar="INPUT")
+    p.add_argument("output", metavar="OUTPUT")
+    bound = p.add_mutually_exclusive_group(required=True)
+    bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
+    bound.add_argument(
+        "--rel", type=parse_bound_value, metavar="E", help="|x - y| <= E * (max - min)"
+    )
+    bound.add_argument(
+        "--pw-rel",
+        dest="pw_rel",
+        type=parse_bound_value,
+        metavar="E",
+        help="|x - y| <= E * |x|, signs kept",
+    )
+    p.add_argument("--codec", default="sz", help="error-bounded codec (default: sz)")
+    p.add_argument(
+        "--chunk",
+        type=parse_bytes,
+        default=None,
+        metavar="BYTES",
+        help="input bytes per chunk, e.g. 4M (default: the format's)",
+    )
+    p.add_argument(
+        "--set",
+        type=parse_override,
+        action="append",
+        default=[],
+        metavar="NAME:MODE=E",
+        help="another bound for one dataset, e.g. temperature:abs=0.01 (repeatable)",
+    )
+    raw_options(p)
+    common(p, writes=True, workers=True)
+
+    p = sub.add_parser("decompress", help="restore a compressed file")
+    p.add_argument("input", metavar="INPUT")
+    p.add_argument(
+        "output", metavar="OUTPUT", help=".h5 for HDF5 input; .npy or raw (.f32, .f64, ...)"
+    )
+    common(p, writes=True, workers=True)
+
+    p = sub.add_parser("info", help="describe a compressed file")
+    p.add_argument("file", metavar="FILE", help="a file written by tensorpress")
+    common(p)
+
+    p = sub.add_parser(
+        "verify",
+        help="check a compressed file against its original",
+        description="Compare every dataset chunk by chunk; exit 1 if an element violates "
+        "its stored bound or a NaN/Inf changed.",
+    )
+    p.add_argument("original", metavar="ORIGINAL")
+    p.add_argument("compressed", metavar="COMPRESSED")
+    raw_options(p)
+    common(p)
+
+    p = sub.add_parser(
+        "bench",
+        help="compare codecs on a file's float datasets",
+        description="tensorpress's sz and block codecs and the installed peers (SZ3 via pysz, "
+        "ZFP via zfpy, zstd) on the same data: ratio, PSNR, max error / bound, MB/s.",
+    )
+    p.add_argument("file", metavar="FILE")
+    p.add_argument(
+        "--rel",
+        type=parse_positive_rel,
+        action="append",
+        metavar="E",
+        help="value-range relative bound (repeatable; default 1e-2, 1e-3, 1e-4)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=parse_bytes,
+        default=parse_bytes("64M"),
+        metavar="BYTES",
+        help="use at most this many leading bytes of each dataset (default 64M)",
+    )
+    p.add_argument(
+        "--repeat", type=parse_workers, default=3, metavar="N", help="timed runs (median)"
+    )
+    p.add_argument("--plot", metavar="PNG", help="write a rate-distortion plot (matplotlib)")
+    raw_options(p)
+    common(p, workers=True)
+
+    p = sub.add_parser(
+        "demo", help="compress a built-in scientific field and activation tensor, verify, report"
+    )
+    p.add_argument(
+        "--rel",
+        type=float,
+        action="append",
+        help="value-range relative bound (repeatable; default 1e-2, 1e-3, 1e-4)",
+    )
+    return parser
