@@ -293,32 +293,51 @@ class _H5Batches(_Batches):
 
     def _read_misses(self, need: dict[int, int], after: int | None, never: int) -> dict:
         """Read the chunk-aligned runs covering ``need``; offer every sample of a run to
-        the buffer with its next use; return the needed samples' raw values."""
+        the buffer with its next use; return the needed samples' raw values.
+
+        Where the dataset reads parts of chunks (``partial_reads``) and the buffer is full,
+        only the needed samples are read (in runs of consecutive ones): a chunk-mate read
+        now could only displace a held sample, saving at best the one read it costs. While
+        the buffer has room, whole chunks are read and their mates kept."""
         ds, buf = self.dataset, self.buffer
-        labels = ds.has_labels
-        got: dict[int, Any] = {}
         missed = np.fromiter(need, dtype=np.int64, count=len(need))
+        got: dict[int, Any] = {}
+        whole = not ds.partial_reads or buf.fits(ds.chunk_samples * ds.sample_nbytes)
         for start, stop in coalesce(missed, ds.chunk_samples, len(ds)):
-            x = ds.read_range(start, stop)
-            y = ds.labels_range(start, stop) if labels else None
             ids = np.arange(start, stop, dtype=np.int64)
             if after is None:
                 future = np.full(ids.size, never, dtype=np.int64)
             else:
                 future = self._use_from(ids, after)
-            for k, s in enumerate(ids.tolist()):
-                nu = need.get(s)
-                if nu is None:
-                    nu = int(future[k])
-                    if nu >= never or s in buf:
-                        continue  # not needed in the window, or already held
-                xk = x[k, ...].copy()
-                value = xk if y is None else (xk, y[k, ...].copy())
-                nbytes = xk.nbytes + (0 if y is None else value[1].nbytes)
-                buf.offer(s, value, nbytes, nu)
-                if s in need:
-                    got[s] = value
+            if whole:
+                self._read_span(ids, future, need, never, got, whole_chunks=True)
+                continue
+            wanted = np.isin(ids, missed)
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], wanted.astype(np.int8), [0]))))
+            for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+                self._read_span(ids[lo:hi], future[lo:hi], need, never, got, whole_chunks=False)
         return got
+
+    def _read_span(self, ids, future, need, never, got, whole_chunks: bool) -> None:
+        """Read samples ``ids`` (consecutive), offer them to the buffer (needed ones at
+        their next use, others if needed in the window and not held) and put the needed
+        ones' raw values in ``got``."""
+        ds, buf = self.dataset, self.buffer
+        start, stop = int(ids[0]), int(ids[-1]) + 1
+        x = ds.read_range(start, stop, whole_chunks=whole_chunks)
+        y = ds.labels_range(start, stop) if ds.has_labels else None
+        for k, s in enumerate(ids.tolist()):
+            nu = need.get(s)
+            if nu is None:
+                nu = int(future[k])
+                if nu >= never or s in buf:
+                    continue  # not needed in the window, or already held
+            xk = x[k, ...].copy()
+            value = xk if y is None else (xk, y[k, ...].copy())
+            nbytes = xk.nbytes + (0 if y is None else value[1].nbytes)
+            buf.offer(s, value, nbytes, nu)
+            if s in need:
+                got[s] = value
 
     def _item(self, value: Any) -> Any:
         """What ``dataset[i]`` returns, from a raw value (copied: the buffer keeps its own)."""

@@ -118,6 +118,14 @@ class H5Dataset(Dataset):
         with f:
             x = _lookup(f, key, self.path, "key")
             self._shape, self._dtype, self._chunks, self._packed = _layout(x)
+            #: an unfiltered chunked dataset: reading part of a chunk past the chunk cache
+            #: reads only that part from the file
+            self._partial = (
+                not self._packed
+                and self._chunks is not None
+                and not self._dtype.hasobject
+                and x.id.get_create_plist().get_nfilters() == 0
+            )
             if self._shape[0] == 0:
                 raise ValueError(f"key {key!r} in {self.path} has no samples (shape {x.shape})")
             self._label_shape: tuple[int, ...] | None = None
@@ -146,6 +154,7 @@ class H5Dataset(Dataset):
         self._file: h5py.File | None = None
         self._x: h5py.Dataset | ContainerReader | None = None
         self._y: h5py.Dataset | ContainerReader | None = None
+        self._x_direct: h5py.Dataset | None = None  # the data without a chunk cache
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._bytes_read = 0
@@ -176,6 +185,12 @@ class H5Dataset(Dataset):
         """HDF5 chunk shape of the data (of a compressed dataset: its stream's chunks),
         or None when it is not chunked."""
         return self._chunks
+
+    @property
+    def partial_reads(self) -> bool:
+        """Whether ``read_range(..., whole_chunks=False)`` reads only the samples asked
+        (an unfiltered chunked dataset); else every read costs whole chunks."""
+        return self._partial
 
     @property
     def compressed(self) -> bool:
@@ -227,10 +242,15 @@ class H5Dataset(Dataset):
             return x
         return x, self._read(True, i, i + 1, where)[0, ...]
 
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        """Samples ``start .. stop-1`` as one array, read in one coalesced ``read_direct``."""
+    def read_range(self, start: int, stop: int, *, whole_chunks: bool = True) -> np.ndarray:
+        """Samples ``start .. stop-1`` as one array, read in one coalesced ``read_direct``.
+
+        ``whole_chunks=False`` (for ``partial_reads`` datasets) reads past the chunk
+        cache, so only these samples' bytes come from the file, not their whole chunks
+        (worth it when the chunk-mates would not be kept)."""
         self._check_range(start, stop)
-        return self._read(False, int(start), int(stop), f"samples {start}..{stop - 1}")
+        direct = self._partial and not whole_chunks
+        return self._read(False, int(start), int(stop), f"samples {start}..{stop - 1}", direct)
 
     def labels_range(self, start: int, stop: int) -> np.ndarray:
         """Labels of samples ``start .. stop-1`` in one read (ValueError without labels)."""
@@ -246,7 +266,9 @@ class H5Dataset(Dataset):
         if stop < start:
             raise ValueError(f"range stop {stop} < start {start}")
 
-    def _read(self, labels: bool, start: int, stop: int, where: str) -> np.ndarray:
+    def _read(
+        self, labels: bool, start: int, stop: int, where: str, direct: bool = False
+    ) -> np.ndarray:
         if labels:
             shape, dtype, chunks = self._label_shape, self._label_dtype, self._label_chunks
         else:
@@ -256,7 +278,7 @@ class H5Dataset(Dataset):
             return out
         try:
             self._open(where)
-            ds = self._y if labels else self._x
+            ds = self._y if labels else self._x_direct if direct else self._x
             if isinstance(ds, ContainerReader):
                 out[...] = ds[start:stop]
             elif dtype.hasobject:  # variable-length data: read_direct cannot fill it
@@ -275,7 +297,7 @@ class H5Dataset(Dataset):
         if isinstance(ds, ContainerReader):
             rows = ds.header.chunk_rows
             touched = sum(ds.header.lengths[start // rows : (stop - 1) // rows + 1])
-        elif chunks is not None:
+        elif chunks is not None and not direct:
             rows = (stop - 1) // chunks[0] - start // chunks[0] + 1
             across = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
             touched = rows * across * _chunk_nbytes(chunks, dtype)
@@ -291,7 +313,7 @@ class H5Dataset(Dataset):
         pid = os.getpid()
         if self._pid != pid:
             self._lock = threading.Lock()  # a lock held at fork time stays held
-            self._file = self._x = self._y = None  # the parent's handle: never used here
+            self._file = self._x = self._y = self._x_direct = None  # the parent's: never used
             self._bytes_read = self._chunk_bytes_read = 0
             self._pid = pid
 
@@ -311,9 +333,9 @@ class H5Dataset(Dataset):
                     f"{self.path}: file not found while reading {where}"
                 ) from exc
             try:
-                x, x_layout = self._open_dataset(f, self.key)
+                x, x_layout = self._open_dataset(f, self.key, self.cache_bytes)
                 y, y_layout = (
-                    self._open_dataset(f, self.label_key)
+                    self._open_dataset(f, self.label_key, self.cache_bytes)
                     if self.label_key is not None
                     else (None, (None, None))
                 )
@@ -325,9 +347,10 @@ class H5Dataset(Dataset):
             except BaseException:
                 f.close()
                 raise
-            self._file, self._x, self._y = f, x, y
+            direct = self._open_dataset(f, self.key, 0)[0] if self._partial else None
+            self._file, self._x, self._y, self._x_direct = f, x, y, direct
 
-    def _open_dataset(self, f: h5py.File, key: str) -> tuple[Any, tuple]:
+    def _open_dataset(self, f: h5py.File, key: str, cache_bytes: int) -> tuple[Any, tuple]:
         """``f[key]`` with this dataset's chunk cache (a compressed one: the lazy reader of
         its stream, decoding in the calling thread) and its (shape, dtype) of samples, or
         (None, (None, None)) when it is no dataset.
@@ -339,7 +362,7 @@ class H5Dataset(Dataset):
         if not isinstance(f.get(key), h5py.Dataset):
             return None, (None, None)
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-        dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
+        dapl.set_chunk_cache(self.cache_slots, cache_bytes, CACHE_W0)
         ds = h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
         shape, dtype, _, packed = _layout(ds)
         return (ContainerReader(DatasetSource(ds), workers=1) if packed else ds), (shape, dtype)
@@ -348,11 +371,12 @@ class H5Dataset(Dataset):
         """Close this process's handle (the next read reopens)."""
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
-        self._file = self._x = self._y = None
+        self._file = self._x = self._y = self._x_direct = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_file=None, _x=None, _y=None, _pid=None, _bytes_read=0, _chunk_bytes_read=0)
+        state.update(_file=None, _x=None, _y=None, _x_direct=None, _pid=None)
+        state.update(_bytes_read=0, _chunk_bytes_read=0)
         del state["_lock"]
         return state
 

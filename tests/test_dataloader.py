@@ -406,3 +406,22 @@ def test_fixed_shards_hit_every_access_after_the_first_epoch(tmp_path):
     _rate(fresh, 1)
     rate, chunk_bytes = _rate(fresh, 1)  # DistributedSampler's split changes every epoch
     assert rate < 1.0 and chunk_bytes > 0
+
+
+def test_partial_reads_skip_chunk_mates_the_buffer_would_not_keep(tmp_path, monkeypatch):
+    n = 800
+    path = _make(tmp_path / "p.h5", n, chunk=16, features=32)
+
+    def run(partial: bool):
+        ds = H5Dataset(path, "x", label_key="y")
+        monkeypatch.setattr(ds, "_partial", partial)
+        loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes // 8, seed=3)
+        batches = [[(x.numpy(), y.tolist()) for x, y in loader] for _ in range(2)]
+        return batches, loader.stats
+
+    (partial_batches, partial), (whole_batches, whole) = run(True), run(False)
+    for a, b in zip(partial_batches, whole_batches, strict=True):  # the same batches
+        for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+            assert ya == yb and np.array_equal(xa, xb)
+    assert partial["chunk_bytes_read"] < 0.5 * whole["chunk_bytes_read"]
+    assert partial["hit_rate"] >= 0.8 / 8  # Belady's on samples: about the buffer's share

@@ -397,3 +397,19 @@ def test_compressed_dataset_through_the_loader(compressed):
             torch.testing.assert_close(x, torch.from_numpy(decoded[y.numpy()]), rtol=0, atol=0)
             seen += y.tolist()
         assert sorted(seen) == list(range(100))
+
+
+def test_partial_reads_read_only_the_samples_asked(tmp_path):
+    x = _data(np.float32)
+    plain = H5Dataset(_make(tmp_path / "c.h5", x, chunks=(4, *x.shape[1:])), "x")
+    gzip = H5Dataset(_make(tmp_path / "g.h5", x, chunks=(4, *x.shape[1:]), compression="gzip"), "x")
+    contiguous = H5Dataset(_make(tmp_path / "n.h5", x), "x")
+    assert plain.partial_reads and not gzip.partial_reads and not contiguous.partial_reads
+    for ds in (plain, gzip, contiguous):
+        np.testing.assert_array_equal(ds.read_range(5, 7, whole_chunks=False), x[5:7])
+    before = plain.chunk_bytes_read
+    plain.read_range(5, 7, whole_chunks=False)  # two samples of one chunk
+    assert plain.chunk_bytes_read - before == 2 * plain.sample_nbytes
+    before = plain.chunk_bytes_read
+    plain.read_range(5, 7)  # through the chunk cache: the whole chunk
+    assert plain.chunk_bytes_read - before == 4 * plain.sample_nbytes
