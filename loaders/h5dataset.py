@@ -118,11 +118,12 @@ class H5Dataset(Dataset):
         with f:
             x = _lookup(f, key, self.path, "key")
             self._shape, self._dtype, self._chunks, self._packed = _layout(x)
-            #: an unfiltered chunked dataset: reading part of a chunk past the chunk cache
-            #: reads only that part from the file
+            #: unfiltered chunks spanning whole samples: a sample's bytes lie contiguous in
+            #: the file, so a run of samples of one chunk is one positioned read
             self._partial = (
                 not self._packed
                 and self._chunks is not None
+                and tuple(self._chunks[1:]) == self._shape[1:]
                 and not self._dtype.hasobject
                 and x.id.get_create_plist().get_nfilters() == 0
             )
@@ -154,7 +155,7 @@ class H5Dataset(Dataset):
         self._file: h5py.File | None = None
         self._x: h5py.Dataset | ContainerReader | None = None
         self._y: h5py.Dataset | ContainerReader | None = None
-        self._x_direct: h5py.Dataset | None = None  # the data without a chunk cache
+        self._x_direct: _RowReader | None = None  # the data's rows read from the file
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._bytes_read = 0
@@ -189,7 +190,7 @@ class H5Dataset(Dataset):
     @property
     def partial_reads(self) -> bool:
         """Whether ``read_range(..., whole_chunks=False)`` reads only the samples asked
-        (an unfiltered chunked dataset); else every read costs whole chunks."""
+        (unfiltered chunks of whole samples); else every read costs whole chunks."""
         return self._partial
 
     @property
@@ -245,9 +246,9 @@ class H5Dataset(Dataset):
     def read_range(self, start: int, stop: int, *, whole_chunks: bool = True) -> np.ndarray:
         """Samples ``start .. stop-1`` as one array, read in one coalesced ``read_direct``.
 
-        ``whole_chunks=False`` (for ``partial_reads`` datasets) reads past the chunk
-        cache, so only these samples' bytes come from the file, not their whole chunks
-        (worth it when the chunk-mates would not be kept)."""
+        ``whole_chunks=False`` (for ``partial_reads`` datasets) reads these samples'
+        bytes from the file with positioned reads (one per chunk touched), not their
+        whole chunks through HDF5 (worth it when the chunk-mates would not be kept)."""
         self._check_range(start, stop)
         direct = self._partial and not whole_chunks
         return self._read(False, int(start), int(stop), f"samples {start}..{stop - 1}", direct)
@@ -279,7 +280,7 @@ class H5Dataset(Dataset):
         try:
             self._open(where)
             ds = self._y if labels else self._x_direct if direct else self._x
-            if isinstance(ds, ContainerReader):
+            if isinstance(ds, (ContainerReader, _RowReader)):
                 out[...] = ds[start:stop]
             elif dtype.hasobject:  # variable-length data: read_direct cannot fill it
                 out[...] = ds[start:stop]
@@ -333,9 +334,9 @@ class H5Dataset(Dataset):
                     f"{self.path}: file not found while reading {where}"
                 ) from exc
             try:
-                x, x_layout = self._open_dataset(f, self.key, self.cache_bytes)
+                x, x_layout = self._open_dataset(f, self.key)
                 y, y_layout = (
-                    self._open_dataset(f, self.label_key, self.cache_bytes)
+                    self._open_dataset(f, self.label_key)
                     if self.label_key is not None
                     else (None, (None, None))
                 )
@@ -347,10 +348,10 @@ class H5Dataset(Dataset):
             except BaseException:
                 f.close()
                 raise
-            direct = self._open_dataset(f, self.key, 0)[0] if self._partial else None
+            direct = _RowReader(self.path, x, self._chunks[0]) if self._partial else None
             self._file, self._x, self._y, self._x_direct = f, x, y, direct
 
-    def _open_dataset(self, f: h5py.File, key: str, cache_bytes: int) -> tuple[Any, tuple]:
+    def _open_dataset(self, f: h5py.File, key: str) -> tuple[Any, tuple]:
         """``f[key]`` with this dataset's chunk cache (a compressed one: the lazy reader of
         its stream, decoding in the calling thread) and its (shape, dtype) of samples, or
         (None, (None, None)) when it is no dataset.
@@ -362,7 +363,7 @@ class H5Dataset(Dataset):
         if not isinstance(f.get(key), h5py.Dataset):
             return None, (None, None)
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-        dapl.set_chunk_cache(self.cache_slots, cache_bytes, CACHE_W0)
+        dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
         ds = h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
         shape, dtype, _, packed = _layout(ds)
         return (ContainerReader(DatasetSource(ds), workers=1) if packed else ds), (shape, dtype)
@@ -371,6 +372,8 @@ class H5Dataset(Dataset):
         """Close this process's handle (the next read reopens)."""
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
+            if self._x_direct is not None:
+                self._x_direct.close()
         self._file = self._x = self._y = self._x_direct = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -390,6 +393,50 @@ class H5Dataset(Dataset):
             f"H5Dataset({self.path!r}, {self.key!r}{labels}: {len(self)} samples of "
             f"{self.sample_shape} {self._dtype}, chunks {self._chunks})"
         )
+
+
+class _RowReader:
+    """Rows (samples) of an unfiltered chunked dataset whose chunks span whole samples,
+    read with ``os.preadv`` straight from the file: a run of rows within one chunk is
+    contiguous there. Chunk addresses come from HDF5 (``get_chunk_info_by_coord``) once
+    each; rows of a chunk never written are read through ``ds`` (its fill value)."""
+
+    def __init__(self, path: str, ds: h5py.Dataset, chunk_rows: int):
+        self._fd = os.open(path, os.O_RDONLY)
+        self._ds, self._rows = ds, chunk_rows
+        self._row_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
+        self._where: dict[int, int | None] = {}  # chunk -> byte offset in the file
+
+    def _address(self, chunk: int) -> int | None:
+        if chunk not in self._where:
+            coord = (chunk * self._rows,) + (0,) * (self._ds.ndim - 1)
+            self._where[chunk] = self._ds.id.get_chunk_info_by_coord(coord).byte_offset
+        return self._where[chunk]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop = rows.start, rows.stop
+        out = np.empty((stop - start, *self._ds.shape[1:]), dtype=self._ds.dtype)
+        flat = out.reshape(stop - start, -1).view(np.uint8)
+        at = start
+        while at < stop:
+            chunk = at // self._rows
+            end = min(stop, (chunk + 1) * self._rows)
+            base = self._address(chunk)
+            if base is None:
+                out[at - start : end - start] = self._ds[at:end]
+            else:
+                dst = memoryview(flat[at - start : end - start].reshape(-1))
+                offset = base + (at - chunk * self._rows) * self._row_bytes
+                while len(dst):
+                    got = os.preadv(self._fd, [dst], offset)
+                    if got <= 0:
+                        raise OSError(f"file ends inside chunk {chunk} (offset {offset})")
+                    dst, offset = dst[got:], offset + got
+            at = end
+        return out
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 def _layout(ds: h5py.Dataset) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, bool]:

@@ -413,3 +413,18 @@ def test_partial_reads_read_only_the_samples_asked(tmp_path):
     before = plain.chunk_bytes_read
     plain.read_range(5, 7)  # through the chunk cache: the whole chunk
     assert plain.chunk_bytes_read - before == 4 * plain.sample_nbytes
+
+
+def test_partial_reads_of_unwritten_chunks_and_big_endian_data(tmp_path):
+    x = _data(np.float32)
+    path = tmp_path / "u.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=x.shape, dtype=">f4", chunks=(4, 3, 4), fillvalue=7.0)
+        d[8:16] = x[8:16]  # chunks 2 and 3 written, the others never
+        expected = d[()]
+    ds = H5Dataset(path, "x")
+    assert ds.partial_reads
+    for start, stop in ((0, 3), (5, 14), (9, 10), (14, 21), (0, len(x))):
+        np.testing.assert_array_equal(
+            ds.read_range(start, stop, whole_chunks=False), expected[start:stop]
+        )
