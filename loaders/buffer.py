@@ -152,10 +152,6 @@ class BeladyBuffer:
         self._push(sample, entry, nu)
         return True
 
-    def fits(self, nbytes: int) -> bool:
-        """Whether ``nbytes`` more bytes fit in the free space (no eviction needed)."""
-        return self.bytes_held + int(nbytes) <= self.capacity_bytes
-
     def _clamp(self, next_use: int) -> int:
         nu = int(next_use)
         return nu if self.horizon is None else min(nu, self.horizon)

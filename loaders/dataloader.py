@@ -295,14 +295,13 @@ class _H5Batches(_Batches):
         """Read the chunk-aligned runs covering ``need``; offer every sample of a run to
         the buffer with its next use; return the needed samples' raw values.
 
-        Where the dataset reads parts of chunks (``partial_reads``) and the buffer is full,
-        only the needed samples are read (in runs of consecutive ones): a chunk-mate read
-        now could only displace a held sample, saving at best the one read it costs. While
-        the buffer has room, whole chunks are read and their mates kept."""
-        ds, buf = self.dataset, self.buffer
+        Where the dataset reads parts of chunks (``partial_reads``), only the needed
+        samples are read (in runs of consecutive ones): a chunk-mate read ahead costs the
+        read it would save later, and takes buffer space from a sample already read."""
+        ds = self.dataset
         missed = np.fromiter(need, dtype=np.int64, count=len(need))
         got: dict[int, Any] = {}
-        whole = not ds.partial_reads or buf.fits(ds.chunk_samples * ds.sample_nbytes)
+        whole = not ds.partial_reads
         for start, stop in coalesce(missed, ds.chunk_samples, len(ds)):
             ids = np.arange(start, stop, dtype=np.int64)
             if after is None:

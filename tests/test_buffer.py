@@ -258,12 +258,3 @@ def test_coalesce_covers_exactly_the_touched_chunks():
         touched[c * chunk : (c + 1) * chunk] = True
     assert np.array_equal(covered, touched)
     assert all(a[1] < b[0] for a, b in zip(runs[:-1], runs[1:], strict=True))  # sorted, gapped
-
-
-def test_fits_says_whether_an_offer_needs_no_eviction():
-    buf = BeladyBuffer(300)
-    assert buf.fits(300) and not buf.fits(301)
-    assert buf.offer("a", "a", 100, 10) and buf.offer("b", "b", 100, 50)
-    assert buf.fits(100) and not buf.fits(101)
-    assert buf.offer("c", "c", 100, 30) and not buf.fits(1)
-    assert BeladyBuffer(0).fits(0) and not BeladyBuffer(0).fits(1)
