@@ -18,7 +18,9 @@ Batches go to workers round-robin in order (torch's ``in_order`` dispatch), so a
 knows the samples it will read in this epoch and the next, hence each sample's next use.
 Hits come from the buffer; misses are grouped into chunk-aligned runs (``coalesce``), each
 read with one ``read_range``, and every sample of a run is offered to the buffer with its
-next use, so samples needed soon stay. A wrong guess about the future only lowers the hit
+next use, so samples needed soon stay. Where reading part of a chunk reads only that part
+(``H5Dataset.partial_reads``: unfiltered chunks of whole samples) only the missed samples
+are read, in runs of consecutive ones. A wrong guess about the future only lowers the hit
 rate; the data returned is always what ``dataset[i]`` returns.
 
 Semantics worth knowing:
