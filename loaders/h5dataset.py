@@ -403,6 +403,8 @@ class _RowReader:
 
     def __init__(self, path: str, ds: h5py.Dataset, chunk_rows: int):
         self._fd = os.open(path, os.O_RDONLY)
+        if hasattr(os, "posix_fadvise"):  # rows are read in no order: no read-ahead
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         self._ds, self._rows = ds, chunk_rows
         self._row_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
         self._where: dict[int, int | None] = {}  # chunk -> byte offset in the file
