@@ -691,8 +691,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{last['buffer_bytes_held'] / MIB:.0f} MiB"
         )
     print(
-        "  (simulate is sample-level; the loader also offers a miss's chunk-mates to the "
-        "buffer,\n   so its within-epoch hits come from chunk reads the simulation does not make)"
+        "  (simulate is sample-level; where the loader reads whole chunks it also offers a "
+        "miss's\n   chunk-mates to the buffer: within-epoch hits the simulation does not make)"
     )
 
     # plan and ranks
