@@ -29,13 +29,12 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.distributed as dist
 
-from .group_quant import dequantize_rows, quantize_rows
+from .group_quant import BITS, dequantize_rows, quantize_rows
 from .weight_diff import FP32_BYTES, WeightDiffQuantizer, shard_numel, world_and_rank
 
 __all__ = ["GRAD_GROUP", "ShardedOptimizer"]
 
 GRAD_GROUP = 128  # values per quantization group of a gradient piece
-_GRAD_BITS = (2, 4, 8)
 
 
 class ShardedOptimizer:
@@ -68,8 +67,8 @@ class ShardedOptimizer:
         bad = [tuple(p.shape) for p in self.params if p.dtype != torch.float32]
         if bad:
             raise ValueError(f"all parameters must be float32; got other dtypes for shapes {bad}")
-        if grad_bits is not None and grad_bits not in _GRAD_BITS:
-            raise ValueError(f"grad_bits must be None or one of {_GRAD_BITS}, got {grad_bits!r}")
+        if grad_bits is not None and grad_bits not in BITS:
+            raise ValueError(f"grad_bits must be None or one of {BITS}, got {grad_bits!r}")
         if not isinstance(weight_quantizer, bool | dict):
             raise TypeError(
                 "weight_quantizer must be False, True or a dict of WeightDiffQuantizer "

@@ -26,13 +26,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .group_quant import GroupQuantized, dequantize_groups, quantize_groups, wire_nbytes
+from .group_quant import BITS, GroupQuantized, dequantize_groups, quantize_groups, wire_nbytes
 
 __all__ = ["WeightDiffQuantizer", "shard_numel", "world_and_rank"]
 
 FP32_BYTES = 4
 DEFAULT_REFRESH_EVERY = 100
-_BITS = (2, 4, 8)
 
 
 def shard_numel(numel: int, world: int) -> int:
@@ -79,8 +78,8 @@ class WeightDiffQuantizer:
         stochastic: bool = False,
     ):
         _check_int("numel", numel, 1)
-        if bits not in _BITS:
-            raise ValueError(f"bits must be one of {_BITS}, got {bits!r}")
+        if bits not in BITS:
+            raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
         _check_int("group", group, 1)
         if refresh_every is not None:
             _check_int("refresh_every (or None for never after step 0)", refresh_every, 1)

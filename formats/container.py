@@ -125,22 +125,7 @@ def encode_array(
     x = np.ascontiguousarray(x) if x.ndim else x.reshape(())
     shape = tuple(int(d) for d in x.shape)
     rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
-    if x.size == 0:
-        chunks = []
-    elif not shape:
-        chunks = [x]
-    else:
-        chunks = [x[s : s + rows] for s in range(0, shape[0], rows)]
-    workers = resolve_workers(workers)
-    # threads left over when there are fewer chunks than workers go inside the chunks
-    inner = max(1, workers // max(len(chunks), 1))
-    row_size = math.prod(shape[1:])
-    payloads = _map(
-        lambda i: codec.encode(chunks[i], bound, threads=inner, offset=i * rows * row_size),
-        range(len(chunks)),
-        workers,
-    )
-
+    payloads = list(encode_chunks(x, codec, bound, rows, workers=workers))
     return write_stream(
         x.dtype.newbyteorder("<").str,
         shape,
@@ -279,6 +264,7 @@ def encode_chunks(
     shape = tuple(int(d) for d in source.shape)
     n = nchunks_for(shape, chunk_rows)
     workers = resolve_workers(workers)
+    # threads left over when there are fewer chunks than workers go inside the chunks
     inner = max(1, workers // max(n, 1))
     row_size = math.prod(shape[1:])
 

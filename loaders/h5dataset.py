@@ -117,7 +117,8 @@ class H5Dataset(Dataset):
             raise OSError(f"cannot open {self.path} as HDF5: {exc}") from exc
         with f:
             x = _lookup(f, key, self.path, "key")
-            self._shape, self._dtype, self._chunks, self._packed = _layout(x)
+            source, self._shape, self._dtype, self._chunks = _samples(x)
+            self._packed = isinstance(source, ContainerReader)
             #: unfiltered chunks spanning whole samples: a sample's bytes lie contiguous in
             #: the file, so a run of samples of one chunk is one positioned read
             self._partial = (
@@ -134,13 +135,17 @@ class H5Dataset(Dataset):
             self._label_chunks: tuple[int, ...] | None = None
             if label_key is not None:
                 y = _lookup(f, label_key, self.path, "label_key")
-                layout = _layout(y)
-                if layout[0][0] != self._shape[0]:
+                _, y_shape, y_dtype, y_chunks = _samples(y)
+                if y_shape[0] != self._shape[0]:
                     raise ValueError(
                         f"{self.path}: {key!r} has {self._shape[0]} samples but label_key "
-                        f"{label_key!r} has {layout[0][0]}; they must match"
+                        f"{label_key!r} has {y_shape[0]}; they must match"
                     )
-                self._label_shape, self._label_dtype, self._label_chunks, _ = layout
+                self._label_shape, self._label_dtype, self._label_chunks = (
+                    y_shape,
+                    y_dtype,
+                    y_chunks,
+                )
         chunk_bytes = [
             _chunk_nbytes(c, d)
             for c, d in ((self._chunks, self._dtype), (self._label_chunks, self._label_dtype))
@@ -365,8 +370,8 @@ class H5Dataset(Dataset):
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
         dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
         ds = h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
-        shape, dtype, _, packed = _layout(ds)
-        return (ContainerReader(DatasetSource(ds), workers=1) if packed else ds), (shape, dtype)
+        source, shape, dtype, _ = _samples(ds)
+        return source, (shape, dtype)
 
     def close(self) -> None:
         """Close this process's handle (the next read reopens)."""
@@ -441,17 +446,19 @@ class _RowReader:
         os.close(self._fd)
 
 
-def _layout(ds: h5py.Dataset) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, bool]:
-    """(shape, dtype, chunk shape or None, compressed) of the samples ``ds`` holds: as
-    stored, or for a dataset compressed by tensorpress, its marker's and stream's."""
+def _samples(ds: h5py.Dataset) -> tuple[Any, tuple[int, ...], np.dtype, tuple | None]:
+    """(what to read rows from, shape, dtype, chunk shape or None) of the samples ``ds``
+    holds: ``ds`` itself as stored, or for a dataset compressed by tensorpress the lazy
+    reader of its stream (decoding in the calling thread), its marker's shape and dtype
+    and the stream's chunks."""
     marker = read_marker(ds)
     if marker is None:
-        return tuple(ds.shape), np.dtype(ds.dtype), ds.chunks, False
+        return ds, tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
     shape = tuple(marker["shape"])
     if not shape:
         raise ValueError(f"{ds.name} is a compressed 0-d array; need a sample axis first")
-    rows = ContainerReader(DatasetSource(ds), workers=1).header.chunk_rows
-    return shape, np.dtype(marker["dtype"]), (rows, *shape[1:]), True
+    reader = ContainerReader(DatasetSource(ds), workers=1)
+    return reader, shape, np.dtype(marker["dtype"]), (reader.header.chunk_rows, *shape[1:])
 
 
 def _chunk_nbytes(chunks: tuple[int, ...], dtype: np.dtype) -> int:
