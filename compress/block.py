@@ -76,7 +76,7 @@ class BlockCodec(Codec):
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
         return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype.name], bound)
 
-    def decode(self, payload, shape, dtype, bound, out=None):
+    def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)
         n = math.prod(shape)
         step, _ = steps_for(bound.tolerance)

@@ -53,7 +53,14 @@ import numpy as np
 
 from .kernels import huffman as _k
 
-__all__ = ["MAX_CODE_LEN", "LUT_BITS", "code_lengths", "huffman_encode", "huffman_decode"]
+__all__ = [
+    "MAX_CODE_LEN",
+    "LUT_BITS",
+    "HuffmanDecoder",
+    "code_lengths",
+    "huffman_encode",
+    "huffman_decode",
+]
 
 #: longest code length in bits the format allows
 MAX_CODE_LEN = 24
@@ -201,90 +208,123 @@ def huffman_decode(buf, count: int) -> np.ndarray:
     buf: bytes, memoryview or 1-d uint8 array holding exactly one stream.  Raises
     ValueError if the stream is truncated, corrupted or inconsistent with ``count``.
     """
-    data = _as_u8(buf)
-    count = operator.index(count)
-    if count < 0:
-        raise ValueError(f"huffman: negative symbol count {count}")
-    size = data.shape[0]
-    if size < _HEADER_SIZE:
-        raise ValueError(f"huffman: truncated header ({size} of {_HEADER_SIZE} bytes)")
-    n, nbits = _HEADER.unpack(data[:_HEADER_SIZE].tobytes())
-    if n > _ALPHABET:
-        raise ValueError(f"huffman: {n} distinct symbols exceeds the alphabet of {_ALPHABET}")
-    table_end = _HEADER_SIZE + 3 * n
-    if size < table_end:
-        raise ValueError(f"huffman: truncated code table ({size} of {table_end} bytes)")
-    nbytes = (nbits + 7) // 8
-    if size != table_end + nbytes:
-        raise ValueError(
-            f"huffman: stream is {size} bytes, header implies {table_end + nbytes} "
-            f"({nbits} bitstream bits)"
+    return HuffmanDecoder(buf, count).finish()
+
+
+class HuffmanDecoder:
+    """Decodes one stream of ``huffman_encode`` in pieces, front to back.
+
+    ``HuffmanDecoder(buf, count)`` validates the header and builds the tables;
+    ``decode_to(stop)`` fills ``symbols[:stop]`` (so a consumer may start on the
+    first symbols while the rest are decoded); ``finish()`` decodes the rest,
+    checks that the bitstream is used up exactly and returns ``symbols``.  Every
+    step raises ValueError on a damaged stream, as ``huffman_decode`` does.
+    """
+
+    def __init__(self, buf, count: int):
+        data = _as_u8(buf)
+        count = operator.index(count)
+        if count < 0:
+            raise ValueError(f"huffman: negative symbol count {count}")
+        size = data.shape[0]
+        if size < _HEADER_SIZE:
+            raise ValueError(f"huffman: truncated header ({size} of {_HEADER_SIZE} bytes)")
+        n, nbits = _HEADER.unpack(data[:_HEADER_SIZE].tobytes())
+        if n > _ALPHABET:
+            raise ValueError(f"huffman: {n} distinct symbols exceeds the alphabet of {_ALPHABET}")
+        table_end = _HEADER_SIZE + 3 * n
+        if size < table_end:
+            raise ValueError(f"huffman: truncated code table ({size} of {table_end} bytes)")
+        nbytes = (nbits + 7) // 8
+        if size != table_end + nbytes:
+            raise ValueError(
+                f"huffman: stream is {size} bytes, header implies {table_end + nbytes} "
+                f"({nbits} bitstream bits)"
+            )
+        syms = (
+            np.cumsum(data[_HEADER_SIZE : _HEADER_SIZE + 2 * n].view("<u2").astype(np.int64) + 1)
+            - 1
         )
-    syms = np.cumsum(data[_HEADER_SIZE : _HEADER_SIZE + 2 * n].view("<u2").astype(np.int64) + 1) - 1
-    lengths = data[_HEADER_SIZE + 2 * n : table_end].astype(np.int64)
-    if n and syms[-1] >= _ALPHABET:
-        raise ValueError(f"huffman: symbol table runs past {_ALPHABET - 1}")
-    if (n == 0) != (count == 0):
-        raise ValueError(f"huffman: {n} distinct symbols but count {count}")
+        lengths = data[_HEADER_SIZE + 2 * n : table_end].astype(np.int64)
+        if n and syms[-1] >= _ALPHABET:
+            raise ValueError(f"huffman: symbol table runs past {_ALPHABET - 1}")
+        if (n == 0) != (count == 0):
+            raise ValueError(f"huffman: {n} distinct symbols but count {count}")
+        self.done = count  # symbols decoded so far
+        self._state = None  # decoder position (streams of two or more symbols)
+        if n == 0:
+            if nbits:
+                raise ValueError("huffman: empty stream with a nonempty bitstream")
+            self.symbols = np.empty(0, dtype=np.uint16)
+            return
+        if n == 1:
+            if lengths[0] != 0 or nbits != 0:
+                raise ValueError("huffman: single-symbol stream must have length 0 and no bits")
+            self.symbols = np.full(count, syms[0], dtype=np.uint16)
+            return
 
-    if n == 0:
-        if nbits:
-            raise ValueError("huffman: empty stream with a nonempty bitstream")
-        return np.empty(0, dtype=np.uint16)
-    if n == 1:
-        if lengths[0] != 0 or nbits != 0:
-            raise ValueError("huffman: single-symbol stream must have length 0 and no bits")
-        return np.full(count, syms[0], dtype=np.uint16)
+        if count < n:
+            raise ValueError(f"huffman: count {count} below the {n} distinct symbols listed")
+        lmin, lmax = int(lengths.min()), int(lengths.max())
+        if lmin < 1 or lmax > MAX_CODE_LEN:
+            raise ValueError(f"huffman: code lengths {lmin}..{lmax} outside 1..{MAX_CODE_LEN} bits")
+        kraft = int(np.sum(np.left_shift(1, MAX_CODE_LEN - lengths)))
+        if kraft != 1 << MAX_CODE_LEN:
+            raise ValueError(
+                f"huffman: code lengths do not form a complete prefix code "
+                f"(Kraft sum {kraft / (1 << MAX_CODE_LEN)!r})"
+            )
+        if not count * lmin <= nbits <= count * lmax:
+            raise ValueError(
+                f"huffman: {nbits} bits cannot hold {count} codes of {lmin}..{lmax} bits"
+            )
+        if nbits % 8 and data[-1] >> (nbits % 8):
+            raise ValueError("huffman: nonzero padding bits after the bitstream")
 
-    if count < n:
-        raise ValueError(f"huffman: count {count} below the {n} distinct symbols listed")
-    lmin, lmax = int(lengths.min()), int(lengths.max())
-    if lmin < 1 or lmax > MAX_CODE_LEN:
-        raise ValueError(f"huffman: code lengths {lmin}..{lmax} outside 1..{MAX_CODE_LEN} bits")
-    kraft = int(np.sum(np.left_shift(1, MAX_CODE_LEN - lengths)))
-    if kraft != 1 << MAX_CODE_LEN:
-        raise ValueError(
-            f"huffman: code lengths do not form a complete prefix code "
-            f"(Kraft sum {kraft / (1 << MAX_CODE_LEN)!r})"
+        codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
+        tb = min(LUT_BITS, lmax)
+        lut = np.zeros(1 << tb, dtype=np.int32)
+        rev = _reverse_bits(codes, lengths)
+        for ln in range(1, tb + 1):
+            sel = lengths == ln
+            if not sel.any():
+                continue
+            idx = rev[sel][:, None] + (np.arange(1 << (tb - ln), dtype=np.int64) << ln)[None, :]
+            val = (syms[sel] << 8) | ln
+            lut[idx.ravel()] = np.repeat(val, 1 << (tb - ln))
+        long_prefix = np.flatnonzero(lut == 0)  # prefixes of codes longer than tb bits
+        lut[long_prefix] = _reverse_bits(long_prefix, tb) << 8
+
+        words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
+        words.view(np.uint8)[:nbytes] = data[table_end:]
+        self._tables = (words.view(np.uint32), np.int64(nbits), lut, tb, first_code, cnt, offset)
+        self._sorted = syms[rank].astype(np.uint16)
+        self._lmax = lmax
+        self._state = np.zeros(3, np.uint64)
+        self.symbols = np.empty(count, dtype=np.uint16)
+        self.done = 0
+
+    def decode_to(self, stop: int) -> None:
+        """Decode ``symbols[done:stop]`` (``stop`` at most ``count``)."""
+        stop = min(stop, self.symbols.shape[0])
+        if stop <= self.done:
+            return
+        status = _k.decode_bits(
+            *self._tables, self._sorted, self._lmax, self.symbols[:stop], self.done, self._state
         )
-    if not count * lmin <= nbits <= count * lmax:
-        raise ValueError(f"huffman: {nbits} bits cannot hold {count} codes of {lmin}..{lmax} bits")
-    if nbits % 8 and data[-1] >> (nbits % 8):
-        raise ValueError("huffman: nonzero padding bits after the bitstream")
+        if status == _k.DECODE_OVERRUN:
+            raise ValueError("huffman: bitstream ends in the middle of a code (truncated/corrupt)")
+        if status == _k.DECODE_BAD_CODE:
+            raise ValueError("huffman: bitstream holds a bit pattern that is no code")
+        self.done = stop
 
-    codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
-    tb = min(LUT_BITS, lmax)
-    lut = np.zeros(1 << tb, dtype=np.int32)
-    rev = _reverse_bits(codes, lengths)
-    for ln in range(1, tb + 1):
-        sel = lengths == ln
-        if not sel.any():
-            continue
-        idx = rev[sel][:, None] + (np.arange(1 << (tb - ln), dtype=np.int64) << ln)[None, :]
-        val = (syms[sel] << 8) | ln
-        lut[idx.ravel()] = np.repeat(val, 1 << (tb - ln))
-    long_prefix = np.flatnonzero(lut == 0)  # prefixes of codes longer than tb bits
-    lut[long_prefix] = _reverse_bits(long_prefix, tb) << 8
-
-    words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
-    words.view(np.uint8)[:nbytes] = data[table_end:]
-    out = np.empty(count, dtype=np.uint16)
-    status = _k.decode_bits(
-        words.view(np.uint32),
-        np.int64(nbits),
-        lut,
-        tb,
-        first_code,
-        cnt,
-        offset,
-        syms[rank].astype(np.uint16),
-        lmax,
-        out,
-    )
-    if status == _k.DECODE_OVERRUN:
-        raise ValueError("huffman: bitstream ends in the middle of a code (truncated/corrupt)")
-    if status == _k.DECODE_BAD_CODE:
-        raise ValueError("huffman: bitstream holds a bit pattern that is no code")
-    if status == _k.DECODE_TRAILING:
-        raise ValueError(f"huffman: bits left over after decoding {count} symbols")
-    return out
+    def finish(self) -> np.ndarray:
+        """Decode the rest, check no bits are left over; the ``count`` symbols."""
+        self.decode_to(self.symbols.shape[0])
+        if self._state is not None:
+            used = 32 * int(self._state[2]) - int(self._state[1])
+            if used != self._tables[1]:
+                raise ValueError(
+                    f"huffman: bits left over after decoding {self.symbols.shape[0]} symbols"
+                )
+        return self.symbols

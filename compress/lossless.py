@@ -78,7 +78,7 @@ class ZstdCodec(Codec):
         raw = byte_shuffle(chunk) if self.shuffle else np.ascontiguousarray(chunk).tobytes()
         return zstd_compress(raw, self.level)
 
-    def decode(self, payload, shape, dtype, bound=None, out=None) -> np.ndarray:
+    def decode(self, payload, shape, dtype, bound=None, out=None, threads=1) -> np.ndarray:
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         raw = zstd_decompress(payload, count * dtype.itemsize)

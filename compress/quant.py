@@ -201,7 +201,7 @@ class QuantCodec(Codec):
         w.array(packed)
         return w.getvalue()
 
-    def decode(self, payload, shape, dtype, bound=None, out=None) -> np.ndarray:
+    def decode(self, payload, shape, dtype, bound=None, out=None, threads=1) -> np.ndarray:
         """Rebuild a chunk; ``bound`` is unused."""
         dtype = self._check_dtype(dtype)
         shape = tuple(int(d) for d in shape)

@@ -64,12 +64,19 @@ class Codec:
         raise NotImplementedError
 
     def decode(
-        self, payload: bytes, shape: tuple, dtype: np.dtype, bound, out: np.ndarray | None = None
+        self,
+        payload: bytes,
+        shape: tuple,
+        dtype: np.dtype,
+        bound,
+        out: np.ndarray | None = None,
+        threads: int = 1,
     ) -> np.ndarray:
         """Rebuild the chunk of ``shape`` and ``dtype`` from ``payload``.
 
         With ``out`` (a C-contiguous array of that shape and dtype) the chunk is
-        written there and ``out`` is returned.
+        written there and ``out`` is returned. ``threads``: how many threads the
+        codec may use inside the chunk.
         """
         raise NotImplementedError
 

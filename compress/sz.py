@@ -35,14 +35,22 @@ u64 n + n bytes of the byte-shuffled chunk.
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .bounds import ErrorBound
 from .byteio import ByteReader, ByteWriter
-from .huffman import huffman_decode, huffman_encode
-from .kernels.interpolation import interp_decode, interp_encode, interp_num_levels
+from .huffman import HuffmanDecoder, huffman_encode
+from .kernels.interpolation import (
+    ALL,
+    interp_code,
+    interp_decode,
+    interp_encode,
+    interp_num_levels,
+    interp_pass_sizes,
+)
 from .kernels.lorenzo import lorenzo_decode, lorenzo_encode
 from .kernels.rounding import PREC_FLOAT64, prec_of
 from .lossless import (
@@ -87,8 +95,10 @@ _SAMPLE_BLOCKS = 4
 _SAMPLE_FRACTION = 8
 _SAMPLE_ELEMENTS = 32768
 _SAMPLE_MIN_ELEMENTS = 2048
-#: below this many elements a chunk's candidates are not worth a thread pool
+#: below this many elements a chunk is not worth a thread pool
 _PARALLEL_MIN_ELEMENTS = 1 << 19
+#: interpolation passes of at least this many points are split over the threads
+_SPLIT_MIN_POINTS = 1 << 16
 
 
 @register_codec
@@ -162,8 +172,9 @@ class SZCodec(Codec):
             prec = prec_of(flat.dtype)
 
         shape = _squeezed(chunk.shape)
-        choice = self._choose(values, shape, eb, prec, threads)
-        codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius)
+        with _pool(threads, values.size) as pool:
+            choice = self._choose(values, shape, eb, prec, pool)
+            codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius, pool)
 
         if log_domain:
             logs = _decode_with(choice, codes, outliers, shape, eb, prec, self.radius, np.float64)
@@ -200,7 +211,7 @@ class SZCodec(Codec):
         w.blob(byte_shuffle(flat))
         return zstd_compress(w.getvalue(), self.level)
 
-    def _choose(self, values, shape, eb, prec, threads) -> tuple[int, float, float]:
+    def _choose(self, values, shape, eb, prec, pool) -> tuple[int, float, float]:
         """(predictor id, alpha, beta): the candidate whose sampled codes cost least."""
         candidates = []
         for pred in _PREDICTOR_IDS[self.predictor]:
@@ -219,16 +230,12 @@ class SZCodec(Codec):
             codes = np.concatenate([c for c, _ in coded])
             return _code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
 
-        if threads > 1 and values.size >= _PARALLEL_MIN_ELEMENTS:
-            with ThreadPoolExecutor(min(threads, len(candidates))) as pool:
-                costs = list(pool.map(cost, candidates))
-        else:
-            costs = [cost(c) for c in candidates]
+        costs = list(pool.map(cost, candidates)) if pool else [cost(c) for c in candidates]
         return candidates[int(np.argmin(costs))]
 
     # -- decoding -------------------------------------------------------------
 
-    def decode(self, payload, shape, dtype, bound=None, out=None) -> np.ndarray:
+    def decode(self, payload, shape, dtype, bound=None, out=None, threads=1) -> np.ndarray:
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64))
         # worst case: raw bytes or outliers in float64 plus patches and codes
@@ -252,39 +259,43 @@ class SZCodec(Codec):
         )
         if not valid:
             raise ValueError("sz payload has an invalid quantizer header")
-        codes = huffman_decode(r.blob(), size)
+        decoder = HuffmanDecoder(r.blob(), size)
         work_dtype = _kernel_dtype(dtype, log_domain)
         n_out = r.u64()
         if n_out > size:
             raise ValueError("sz payload claims more outliers than elements")
         outliers = r.array(work_dtype, n_out)
-        if int(np.count_nonzero(codes == 0)) != n_out:
-            raise ValueError("sz payload: outlier count does not match the codes")
-        if int(codes.max(initial=0)) >= 2 * radius:
-            raise ValueError("sz payload: quantization code out of range")
         patch_idx, patch_vals = read_patches(r, dtype, size)
-        prec = PREC_FLOAT64 if log_domain else prec_of(dtype)
-        # decode straight into the caller's buffer when the kernel dtype allows
-        direct = out is not None and not log_domain and work_dtype == dtype
-        recon = _decode_with(
-            (pred, alpha, beta),
-            codes,
-            outliers,
-            _squeezed(shape),
-            eb,
-            prec,
-            radius,
-            work_dtype,
-            out.reshape(-1) if direct else None,
-        )
         if log_domain:
             signs = np.frombuffer(r.blob(), np.uint8)
             if signs.size != (size + 7) // 8:
                 raise ValueError("sz payload: sign bits have the wrong length")
+        r.done()
+        prec = PREC_FLOAT64 if log_domain else prec_of(dtype)
+        # decode straight into the caller's buffer when the kernel dtype allows
+        direct = out is not None and not log_domain and work_dtype == dtype
+        dest = out.reshape(-1) if direct else np.empty(size, work_dtype)
+        choice, shape1 = (pred, alpha, beta), _squeezed(shape)
+        if pred != LORENZO and threads > 1 and size >= _PARALLEL_MIN_ELEMENTS:
+            with _Pool(1) as pool:
+                recon = _decode_overlapped(
+                    pool, choice, decoder, outliers, shape1, eb, prec, radius, dest
+                )
+            codes = decoder.symbols
+        else:
+            codes = decoder.finish()
+            recon = _decode_with(
+                choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest
+            )
+        # the kernels never go out of bounds on damaged codes; these catch the rest
+        if int(np.count_nonzero(codes == 0)) != n_out:
+            raise ValueError("sz payload: outlier count does not match the codes")
+        if int(codes.max(initial=0)) >= 2 * radius:
+            raise ValueError("sz payload: quantization code out of range")
+        if log_domain:
             flat = from_log_domain(recon, signs, dtype)
         else:
             flat = recon.astype(dtype, copy=False)
-        r.done()
         flat[patch_idx] = patch_vals
         return out if direct else deliver(flat, shape, out)
 
@@ -311,7 +322,30 @@ def _fold(shape: tuple, ndim: int) -> tuple:
     return (1,) * (ndim - len(shape)) + tuple(shape)
 
 
-def _encode_with(choice, values, shape, eb, prec, radius):
+class _NoPool:
+    """Stands in for a thread pool where one thread does the work."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Pool(ThreadPoolExecutor):
+    """A thread pool that knows its size (``threads``)."""
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        self.threads = threads
+
+
+def _pool(threads: int, size: int):
+    """A pool of ``threads`` threads for a chunk of ``size`` elements, if worth one."""
+    return _Pool(threads) if threads > 1 and size >= _PARALLEL_MIN_ELEMENTS else _NoPool()
+
+
+def _encode_with(choice, values, shape, eb, prec, radius, pool=None):
     pred, alpha, beta = choice
     n = values.size
     codes = np.empty(n, np.uint16)
@@ -322,7 +356,11 @@ def _encode_with(choice, values, shape, eb, prec, radius):
     else:
         data = values.reshape(_fold(shape, 3))
         levels = _eb_levels(data.shape, eb, alpha, beta)
-        k = interp_encode(data, levels, radius, prec, pred == CUBIC, codes, outliers)
+        if pool is None:
+            k = interp_encode(data, levels, radius, prec, pred == CUBIC, codes, outliers)
+        else:
+            rec = np.empty_like(data)
+            k = _interp_threaded(pool, data, rec, codes, outliers, levels, radius, prec, pred)
     return codes, outliers[:k].copy()
 
 
@@ -339,6 +377,107 @@ def _decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, d
         levels = _eb_levels(out.shape, eb, alpha, beta)
         interp_decode(codes, outliers, levels, radius, prec, pred == CUBIC, out)
     return out.reshape(-1)
+
+
+def _decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius, dest):
+    """Interpolation decoding while ``pool``'s thread Huffman-decodes the codes ahead.
+
+    The codes are decoded in pieces (whole small passes, large passes in runs of
+    lines, about 1/8 of the chunk each); each piece is reconstructed as soon as its
+    codes are there. Returns ``dest`` (flat), as ``_decode_with`` does.
+    """
+    pred, alpha, beta = choice
+    out = dest.reshape(_fold(shape, 3))
+    levels = _eb_levels(out.shape, eb, alpha, beta)
+    pieces = _pieces(interp_pass_sizes(*out.shape), max(_SPLIT_MIN_POINTS, out.size // 8))
+    ready = [threading.Event() for _ in pieces]
+
+    def huffman():
+        try:
+            for piece, event in zip(pieces, ready, strict=True):
+                decoder.decode_to(piece[-1])
+                event.set()
+        finally:
+            for event in ready:  # a damaged stream stops the reconstruction too
+                event.set()
+
+    job = pool.submit(huffman)
+    oi = 0
+    try:
+        for (q_lo, q_hi, ln_lo, ln_hi, end), event in zip(pieces, ready, strict=True):
+            event.wait()
+            if decoder.done < end:
+                break
+            oi = interp_code(
+                out, out, decoder.symbols, outliers, levels, radius, prec, pred == CUBIC, True,
+                q_lo, q_hi, ln_lo, ln_hi, oi,
+            )  # fmt: skip
+    finally:
+        job.result()  # the decoder's error first, if any
+    decoder.finish()
+    return dest
+
+
+def _pieces(sizes: np.ndarray, target: int) -> list[tuple]:
+    """Split interpolation passes (``interp_pass_sizes``) into pieces of about ``target``
+    codes: ``(q_lo, q_hi, ln_lo, ln_hi, end)``, passes ``q_lo..q_hi - 1`` (lines
+    ``ln_lo..ln_hi - 1`` of a large one), codes up to ``end``; in coding order."""
+    pieces, q_lo, end = [], 0, 0
+    for q, (lines, per_line) in enumerate(sizes.tolist()):
+        points = lines * per_line
+        if points < target:
+            end += points
+            if q + 1 < len(sizes) and end - (pieces[-1][-1] if pieces else 0) < target:
+                continue
+            pieces.append((q_lo, q + 1, 0, ALL, end))
+        else:
+            if q > q_lo:
+                pieces.append((q_lo, q, 0, ALL, end))
+            parts = min(lines, -(-points // target))
+            for p in range(parts):
+                a, b = lines * p // parts, lines * (p + 1) // parts
+                pieces.append((q, q + 1, a, b, end + b * per_line))
+            end += points
+        q_lo = q + 1
+    return pieces
+
+
+def _interp_threaded(pool, src, rec, codes, outliers, levels, radius, prec, pred):
+    """Interpolation encoding with the large passes split by lines over ``pool``'s threads.
+
+    Codes, outliers and reconstructions are those of ``interp_encode``: each part
+    of a pass writes its own codes and puts its outliers at its first code's index
+    (free: outliers never outnumber codes); they are moved up behind the earlier
+    parts' afterwards. Returns the number of outliers.
+    """
+    parts = pool.threads
+    sizes = interp_pass_sizes(*rec.shape)
+    points = sizes[:, 0] * sizes[:, 1]
+    starts = np.concatenate(([0], np.cumsum(points)))
+    cubic = pred == CUBIC
+
+    def run(q_lo, q_hi, ln_lo, ln_hi, oi, out=outliers):
+        return interp_code(
+            src, rec, codes, out, levels, radius, prec, cubic, False, q_lo, q_hi, ln_lo, ln_hi, oi
+        )
+
+    oi, done = 0, 0  # outliers so far, passes done
+    for q in np.flatnonzero((points >= _SPLIT_MIN_POINTS) & (sizes[:, 0] >= parts)):
+        oi = run(done, q, 0, ALL, oi) if q > done else oi
+        lines = [sizes[q, 0] * p // parts for p in range(parts + 1)]
+        firsts = [int(starts[q] + ln * sizes[q, 1]) for ln in lines]  # first code per part
+        jobs = [pool.submit(run, q, q + 1, lines[0], lines[1], oi)]
+        jobs += [
+            pool.submit(run, q, q + 1, lines[p], lines[p + 1], 0, outliers[firsts[p] :])
+            for p in range(1, parts)
+        ]
+        counts = [j.result() for j in jobs]
+        oi = counts[0]
+        for p in range(1, parts):
+            outliers[oi : oi + counts[p]] = outliers[firsts[p] : firsts[p] + counts[p]]
+            oi += counts[p]
+        done = q + 1
+    return run(done, ALL, 0, ALL, oi) if done < len(sizes) else oi
 
 
 def _eb_levels(shape3, eb, alpha, beta) -> np.ndarray:

@@ -482,12 +482,15 @@ class ContainerReader:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
         return payload
 
-    def chunk(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Decode chunk ``i`` (checksum verified first), into ``out`` if given."""
+    def chunk(self, i: int, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
+        """Decode chunk ``i`` (checksum verified first), into ``out`` if given, with up to
+        ``threads`` threads inside the chunk."""
         h = self.header
         payload = self.payload(i)
         try:
-            chunk = self.codec.decode(payload, h.chunk_shape(i), h.dtype, h.bound, out=out)
+            chunk = self.codec.decode(
+                payload, h.chunk_shape(i), h.dtype, h.bound, out=out, threads=threads
+            )
         except FormatError:
             raise
         except ValueError as exc:
@@ -504,14 +507,15 @@ class ContainerReader:
         """
         workers = self.workers if workers is None else resolve_workers(workers)
         h = self.header
-        calls = (functools.partial(self.chunk, i) for i in range(h.nchunks))
+        inner = max(1, workers // max(h.nchunks, 1))
+        calls = (functools.partial(self.chunk, i, threads=inner) for i in range(h.nchunks))
         for i, chunk in enumerate(ordered_window(calls, workers)):
             yield h.chunk_span(i)[0], chunk
 
     def read(self) -> np.ndarray:
         """The whole array, in the layout (C or F) it was compressed from."""
         h = self.header
-        out = self._rows(0, h.shape[0]) if h.shape else self.chunk(0)
+        out = self._rows(0, h.shape[0]) if h.shape else self.chunk(0, threads=self.workers)
         return np.asfortranarray(out) if h.order == "F" else out
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
@@ -521,14 +525,16 @@ class ContainerReader:
             return out
         first, last = start // h.chunk_rows, (stop - 1) // h.chunk_rows
         ids = list(range(first, last + 1))
+        # threads left over when there are fewer chunks than workers go inside the chunks
+        inner = max(1, self.workers // len(ids))
 
         def fill(i):
             c0, c1 = h.chunk_span(i)
             a, b = max(c0, start), min(c1, stop)
             if (a, b) == (c0, c1):  # whole chunk: decode in place
-                self.chunk(i, out=out[a - start : b - start])
+                self.chunk(i, out=out[a - start : b - start], threads=inner)
             else:
-                out[a - start : b - start] = self.chunk(i)[a - c0 : b - c0]
+                out[a - start : b - start] = self.chunk(i, threads=inner)[a - c0 : b - c0]
 
         _map(fill, ids, self.workers)
         return out

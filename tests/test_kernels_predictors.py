@@ -314,7 +314,7 @@ def test_interp_exact_on_linear_1d_including_extrapolation(n, cubic):
 def test_interp_encoder_reconstruction_is_bit_identical_to_decoder():
     """Signed zeros included: p = -0.0 with q = -0.0 must not give a -0.0 the decoder
     cannot reproduce."""
-    from tensorpress.compress.kernels.interpolation import _EXTRAPOLATE, _interp_run
+    from tensorpress.compress.kernels.interpolation import ALL, interp_code
 
     rng = np.random.default_rng(5)
     x = np.where(rng.random((9, 17, 33)) < 0.5, -0.0, -1e-9 * rng.random((9, 17, 33)))
@@ -324,7 +324,7 @@ def test_interp_encoder_reconstruction_is_bit_identical_to_decoder():
             codes = np.empty(data.size, np.uint16)
             outl = np.empty(data.size)
             rec = np.empty_like(data)
-            n = _interp_run(data, rec, codes, outl, ebl, RADIUS, 0, cubic, _EXTRAPOLATE, False)
+            n = interp_code(data, rec, codes, outl, ebl, RADIUS, 0, cubic, False, 0, ALL, 0, ALL, 0)
             out = np.empty_like(data)
             interp_decode(codes, outl[:n].copy(), ebl, RADIUS, 0, cubic, out)
             assert np.array_equal(rec.view(np.uint64), out.view(np.uint64))

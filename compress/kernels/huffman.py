@@ -15,7 +15,6 @@ from numba import njit
 DECODE_OK = 0
 DECODE_OVERRUN = 1  # a code ran past the end of the bitstream
 DECODE_BAD_CODE = 2  # bits that are no code of the table
-DECODE_TRAILING = 3  # bits left over after the last symbol
 
 _U64_64 = np.uint64(64)
 
@@ -108,12 +107,19 @@ def encode_bits(symbols, table, out):
 
 
 @njit(cache=True, nogil=True)
-def decode_bits(stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out):
-    """Decode ``out.shape[0]`` symbols from ``stream``; returns a DECODE_* status.
+def decode_bits(
+    stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
+):
+    """Decode symbols ``out[start:]`` from ``stream``; returns a DECODE_* status.
 
+    Decoding may go on in pieces (``out`` a prefix view of the whole output):
+    ``state`` (uint64[3]: pending bits, their count, next word to load; zeros
+    before the first piece) carries the position from one call to the next.
+    Bits left over after the last piece are the caller's to check: ``32 * state[2]
+    - state[1]`` bits are used.
     stream: the bitstream as uint32 words (LSB-first), zero-padded to at least
         ceil(nbits / 32) + 2 words.  Reads never go past the array; the number of
-        bits consumed must come out as exactly ``nbits``.
+        bits consumed must come out as exactly ``nbits`` once ``out`` is full.
     lut: int32[2**tb]; indexed by the next ``tb`` stream bits (LSB-first): for a code
         of length <= tb, ``symbol << 8 | length``; otherwise ``prefix << 8`` with
         length 0, ``prefix`` being the first tb bits read MSB-first as a code value.
@@ -124,10 +130,10 @@ def decode_bits(stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, ma
     nwords = stream.shape[0]
     mask = np.uint64((1 << tb) - 1)
     one = np.uint64(1)
-    buf = np.uint64(0)  # the next `avail` stream bits, first bit in bit 0
-    avail = 0
-    k = 0  # next word of stream to load
-    for i in range(out.shape[0]):
+    buf = state[0]  # the next `avail` stream bits, first bit in bit 0
+    avail = np.int64(state[1])
+    k = np.int64(state[2])  # next word of stream to load
+    for i in range(start, out.shape[0]):
         if avail < max_len:  # refill: avail + 32 <= 55 bits, enough for any code
             if k >= nwords:
                 return DECODE_OVERRUN
@@ -154,9 +160,7 @@ def decode_bits(stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, ma
                 return DECODE_BAD_CODE
         buf >>= np.uint64(ln)
         avail -= ln
-    used = 32 * k - avail
-    if used > nbits:
+    state[0], state[1], state[2] = buf, np.uint64(avail), np.uint64(k)
+    if 32 * k - avail > nbits:  # the last code took bits of the zero padding
         return DECODE_OVERRUN
-    if used < nbits:
-        return DECODE_TRAILING
     return DECODE_OK

@@ -47,6 +47,8 @@ _EXTRAPOLATE = True
 _CHUNK = 1024
 #: lines of at least this many points are coded one by one
 _SHORT = 16
+#: "to the end" for pass and line ranges
+ALL = 1 << 62
 
 # prediction modes along a pass line
 _CUBIC = 0
@@ -134,12 +136,53 @@ def _dequantize_sel(c, p, two_eb, radius, prec):
     return v
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _geometry(n0, n1, n2, d, s):
+    """Lines of the pass along ``d`` with stride ``s``: ``(i_lo, i_st, j_lo, j_st, st,
+    k0, cl, nj, nlines)`` -- first i/j and their steps, the flat offset of +-s along
+    ``d``, the first k, points per line, lines per i and the number of lines."""
+    s2 = 2 * s
+    if d == 0:
+        i_lo, i_st, j_lo, j_st, st = s, s2, 0, s2, s * n1 * n2
+    elif d == 1:
+        i_lo, i_st, j_lo, j_st, st = 0, s, s, s2, s * n2
+    else:
+        i_lo, i_st, j_lo, j_st, st = 0, s, 0, s, s
+    k0 = s if d == 2 else 0
+    cl = (n2 - k0 + s2 - 1) // s2 if n2 > k0 else 0
+    ni = (n0 - i_lo + i_st - 1) // i_st if n0 > i_lo else 0
+    nj = (n1 - j_lo + j_st - 1) // j_st if n1 > j_lo else 0
+    return i_lo, i_st, j_lo, j_st, st, k0, cl, nj, ni * nj
+
+
+@njit(cache=True, nogil=True)
+def interp_pass_sizes(n0, n1, n2):
+    """``(lines, points per line)`` of every pass in coding order, int64[P, 2].
+
+    Pass 0 is the anchor (one point); pass ``q >= 1`` is level
+    ``L - (q - 1) // 3`` along dimension ``(q - 1) % 3``.  Codes are written pass
+    after pass, line after line, so line ``t`` of pass ``q`` starts at code
+    ``sum(lines * points over passes < q) + t * points``.
+    """
+    L = _num_levels3(n0, n1, n2)
+    sizes = np.zeros((3 * L + 1, 2), np.int64)
+    if n0 * n1 * n2 == 0:
+        return sizes
+    sizes[0, 0], sizes[0, 1] = 1, 1
+    for q in range(1, 3 * L + 1):
+        s = 1 << (L - (q - 1) // 3 - 1)
+        g = _geometry(n0, n1, n2, (q - 1) % 3, s)
+        sizes[q, 0], sizes[q, 1] = g[8] if g[6] > 0 else 0, g[6]
+    return sizes
+
+
 @njit(cache=True, nogil=True)
 def _pass(
     sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
-    n0, n1, n2, d, s, cubic, extrap, eb, radius, prec, decode, fine,
+    n0, n1, n2, d, s, cubic, extrap, eb, radius, prec, decode, fine, ln_lo, ln_hi,
 ):  # fmt: skip
-    """Code one pass (level with stride ``s``, dimension ``d``); return ``(ci, oi)``.
+    """Code lines ``ln_lo .. ln_hi - 1`` of one pass (level with stride ``s``,
+    dimension ``d``), codes from ``ci`` and outliers from ``oi``; return ``(ci, oi)``.
 
     No point of a pass is a neighbour of another, so the pass is handled in chunks
     of consecutive lines (traversal order), each in phases: predict all of it into
@@ -155,30 +198,20 @@ def _pass(
     two_eb, inv, lim = _qparams(eb, radius)
     fast = inv > 0.0 and radius < 2**30 and (prec == PREC_FLOAT64 or prec == PREC_FLOAT32)
     # i, j start/step and the flat offset of +-s along the pass dim; k steps by 2s
-    if d == 0:
-        i_lo, i_st, j_lo, j_st, st = s, s2, 0, s2, s * n1 * n2
-    elif d == 1:
-        i_lo, i_st, j_lo, j_st, st = 0, s, s, s2, s * n2
-    else:
-        i_lo, i_st, j_lo, j_st, st = 0, s, 0, s, s
+    i_lo, i_st, j_lo, j_st, st, k0, cl, nj, nlines = _geometry(n0, n1, n2, d, s)
+    ln_hi = min(ln_hi, nlines)
+    if cl <= 0 or ln_hi <= ln_lo:
+        return ci, oi
     if d == 2:  # modes vary along k: split the line into constant-mode runs
         nseg = _segments(s, n2, cubic, extrap, seg_lo, seg_hi, seg_mode)
-        k0 = s
     else:  # k = 0, 2s, 4s, ..; the mode depends on i or j only
         nseg = 1
         seg_lo[0], seg_hi[0] = 0, n2
-        k0 = 0
-    cl = (n2 - k0 + s2 - 1) // s2  # points per line
-    ni = (n0 - i_lo + i_st - 1) // i_st if n0 > i_lo else 0
-    nj = (n1 - j_lo + j_st - 1) // j_st if n1 > j_lo else 0
-    nlines = ni * nj
-    if cl <= 0 or nlines == 0:
-        return ci, oi
     lpc = max(1, pbuf.size // cl) if cl < _SHORT else 1  # lines per chunk
     nl = 0  # lines in the current chunk
     mode0 = _LINEAR
-    i, j = i_lo, j_lo - j_st
-    for ln in range(nlines):
+    i, j = i_lo + (ln_lo // nj) * i_st, j_lo + (ln_lo % nj - 1) * j_st
+    for ln in range(ln_lo, ln_hi):
         j += j_st
         if j >= n1:
             i += i_st
@@ -227,7 +260,7 @@ def _pass(
             for t in range(cl):
                 vbuf[p0 + t] = sr[fb + t * fst]
         nl += 1
-        if nl < lpc and ln + 1 < nlines:
+        if nl < lpc and ln + 1 < ln_hi:
             continue
         # (de)quantize the chunk into vbuf
         m = nl * cl
@@ -289,9 +322,11 @@ def _pass(
                 for t in range(cl):
                     if codes[ci + p0 + t] == 0:
                         f = fb + t * fst
-                        if decode:
-                            if oi >= outliers.size:
+                        if oi >= outliers.size:
+                            if decode:
                                 raise ValueError("corrupt stream: more outlier codes than outliers")
+                            raise ValueError("outliers capacity too small")
+                        if decode:
                             r[f] = outliers[oi]
                         else:
                             outliers[oi] = sr[f]
@@ -302,48 +337,63 @@ def _pass(
 
 
 @njit(cache=True, nogil=True)
-def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extrap, decode):
-    """Shared encoder (decode=False: src -> codes/outliers, rec = work buffer) and
-    decoder (decode=True: codes/outliers -> rec; src unused).  Returns #outliers."""
+def interp_code(
+    src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode, q_lo, q_hi, ln_lo, ln_hi, oi
+):  # fmt: skip
+    """Encode (``decode=False``: ``src`` -> codes/outliers, ``rec`` the work buffer of
+    reconstructions) or decode (``codes``/``outliers`` -> ``rec``; ``src`` unused)
+    lines ``ln_lo .. ln_hi - 1`` of passes ``q_lo .. q_hi - 1`` (numbered as in
+    :func:`interp_pass_sizes`), with outliers from index ``oi``; return the next ``oi``.
+
+    The passes before ``q_lo`` must be done in ``rec``.  The lines of one pass are
+    independent, so disjoint line ranges of a pass may run in parallel threads, each
+    with its own outlier index (encoding: its own outlier buffer).
+    """
     n0, n1, n2 = rec.shape
     L = _num_levels3(n0, n1, n2)
     if eb_levels.size < L + 1:
         raise ValueError("eb_levels must have interp_num_levels(shape) + 1 entries")
     if codes.size < rec.size:
         raise ValueError("codes too short for data")
-    if not decode and outliers.size < rec.size:
-        raise ValueError("outliers capacity must be >= data.size")
     if prec == PREC_FLOAT64 and rec.itemsize < 8:
         raise ValueError("prec=0 (float64) needs float64 data")
     for lv in range(1, L + 1):
         if not (eb_levels[lv] > 0.0):
             raise ValueError("eb_levels[1:] must be > 0")
     if rec.size == 0:
-        return 0
+        return oi
     r = rec.reshape(-1)
     sr = src.reshape(-1)
-    oi = 0
+    sizes = interp_pass_sizes(n0, n1, n2)
+    q_hi = min(q_hi, sizes.shape[0])
+    ci = np.int64(0)  # first code of the current pass
+    for q in range(q_lo):
+        ci += sizes[q, 0] * sizes[q, 1]
 
-    # anchor (0, 0, 0): prediction 0, bound eb_levels[L]
-    eb = eb_levels[L]
-    two_eb, inv, lim = _qparams(eb, radius)
-    if decode:
-        c = codes[0]
-        if c == 0:
-            if outliers.size < 1:
-                raise ValueError("corrupt stream: more outlier codes than outliers")
-            v = float(outliers[0])
-            oi = 1
+    if q_lo == 0 and ln_lo == 0 and ln_hi > 0 and q_hi > 0:
+        # anchor (0, 0, 0): prediction 0, bound eb_levels[L]
+        eb = eb_levels[L]
+        two_eb, inv, lim = _qparams(eb, radius)
+        if decode:
+            c = codes[0]
+            if c == 0:
+                if oi >= outliers.size:
+                    raise ValueError("corrupt stream: more outlier codes than outliers")
+                v = float(outliers[oi])
+                oi += 1
+            else:
+                v = _dequantize(c, 0.0, two_eb, radius, prec)
         else:
-            v = _dequantize(c, 0.0, two_eb, radius, prec)
-    else:
-        c, v = _quantize(float(sr[0]), 0.0, eb, two_eb, inv, lim, radius, prec)
-        codes[0] = c
-        if c == 0:
-            outliers[0] = sr[0]
-            oi = 1
-    r[0] = v  # v is x itself for an outlier
-    ci = np.int64(1)  # not a literal: keeps _pass to one signature per flag pair
+            c, v = _quantize(float(sr[0]), 0.0, eb, two_eb, inv, lim, radius, prec)
+            codes[0] = c
+            if c == 0:
+                if oi >= outliers.size:
+                    raise ValueError("outliers capacity too small")
+                outliers[oi] = sr[0]
+                oi += 1
+        r[0] = v  # v is x itself for an outlier
+    if q_lo == 0:
+        ci += sizes[0, 0] * sizes[0, 1]
     nbuf = max(_CHUNK, n2 // 2 + 1)  # at least one line
     pbuf = np.empty(nbuf)  # a chunk's predictions
     vbuf = np.empty(nbuf)  # a chunk's inputs, then reconstructions
@@ -352,19 +402,24 @@ def _interp_run(src, rec, codes, outliers, eb_levels, radius, prec, cubic, extra
     seg_hi = np.zeros(8, np.int64)
     seg_mode = np.zeros(8, np.int64)
 
-    for lv in range(L, 0, -1):
+    for q in range(max(q_lo, 1), q_hi):
+        lv = L - (q - 1) // 3
         s = 1 << (lv - 1)
-        for d in range(3):
-            if s == 1:
-                ci, oi = _pass(
-                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
-                    n0, n1, n2, d, s, cubic, extrap, eb_levels[lv], radius, prec, decode, True,
-                )  # fmt: skip
-            else:
-                ci, oi = _pass(
-                    sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
-                    n0, n1, n2, d, s, cubic, extrap, eb_levels[lv], radius, prec, decode, False,
-                )  # fmt: skip
+        d = (q - 1) % 3
+        start = ci + min(ln_lo, sizes[q, 0]) * sizes[q, 1]
+        if s == 1:
+            _, oi = _pass(
+                sr, r, codes, outliers, start, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
+                n0, n1, n2, d, s, cubic, _EXTRAPOLATE, eb_levels[lv], radius, prec, decode, True,
+                ln_lo, ln_hi,
+            )  # fmt: skip
+        else:
+            _, oi = _pass(
+                sr, r, codes, outliers, start, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
+                n0, n1, n2, d, s, cubic, _EXTRAPOLATE, eb_levels[lv], radius, prec, decode, False,
+                ln_lo, ln_hi,
+            )  # fmt: skip
+        ci += sizes[q, 0] * sizes[q, 1]
     return oi
 
 
@@ -382,8 +437,8 @@ def interp_encode(data, eb_levels, radius, prec, cubic, codes, outliers):
     outliers: 1-D, data.dtype, capacity >= data.size; first n entries used.
     """
     rec = np.empty_like(data)
-    return _interp_run(
-        data, rec, codes, outliers, eb_levels, radius, prec, cubic, _EXTRAPOLATE, False
+    return interp_code(
+        data, rec, codes, outliers, eb_levels, radius, prec, cubic, False, 0, ALL, 0, ALL, 0
     )
 
 
@@ -393,4 +448,4 @@ def interp_decode(codes, outliers, eb_levels, radius, prec, cubic, out):
 
     eb_levels, radius, prec and cubic must be those given to the encoder.
     """
-    _interp_run(out, out, codes, outliers, eb_levels, radius, prec, cubic, _EXTRAPOLATE, True)
+    interp_code(out, out, codes, outliers, eb_levels, radius, prec, cubic, True, 0, ALL, 0, ALL, 0)
