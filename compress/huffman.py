@@ -161,15 +161,24 @@ def _reverse_bits(values: np.ndarray, widths) -> np.ndarray:
     return rev24 >> (24 - np.asarray(widths, dtype=np.int64))
 
 
-def huffman_encode(symbols: np.ndarray) -> bytes:
-    """Huffman-code a 1-d uint16 array; returns the self-contained stream (bytes)."""
+def huffman_encode(symbols: np.ndarray, pool=None) -> bytes:
+    """Huffman-code a 1-d uint16 array; returns the self-contained stream (bytes).
+
+    ``pool``: an executor whose two threads count and pack the two halves of the
+    symbols (the stream is the same).
+    """
     symbols = np.asarray(symbols)
     if symbols.dtype != np.uint16 or symbols.ndim != 1:
         raise TypeError(
             f"symbols must be a 1-d uint16 array, got {symbols.dtype} ndim={symbols.ndim}"
         )
     symbols = np.ascontiguousarray(symbols)
-    hist = _k.histogram_u16(symbols)
+    halves = (symbols[: symbols.size // 2], symbols[symbols.size // 2 :])
+    if pool is None:
+        hists = [_k.histogram_u16(symbols)]
+    else:
+        hists = list(pool.map(_k.histogram_u16, halves))
+    hist = hists[0] if len(hists) == 1 else hists[0] + hists[1]
     syms = np.flatnonzero(hist)
     n = syms.shape[0]
     gaps = np.empty(n, dtype="<u2")
@@ -187,7 +196,20 @@ def huffman_encode(symbols: np.ndarray) -> bytes:
     table[syms] = (_reverse_bits(codes, ln) | (ln << 24)).astype(np.uint32)
     nbits = int(np.dot(freqs, ln))
     words = np.empty((nbits + 63) // 64, dtype=np.uint64)
-    written = _k.encode_bits(symbols, table, words)
+    if pool is None:
+        written = _k.encode_bits(symbols, table, words, 0)
+    else:  # the second half goes to its own words from bit `first % 64` on, then is merged
+        first = int(np.dot(hists[0][syms], ln))
+        tail = np.empty((first % 64 + nbits - first + 63) // 64, dtype=np.uint64)
+        jobs = [
+            pool.submit(_k.encode_bits, halves[0], table, words, 0),
+            pool.submit(_k.encode_bits, halves[1], table, tail, first % 64),
+        ]
+        written = jobs[0].result() + jobs[1].result() - first % 64
+        if tail.size:
+            w = first // 64
+            words[w] = (words[w] if first % 64 else 0) | tail[0]
+            words[w + 1 :] = tail[1:]
     if written != nbits:  # pragma: no cover - histogram and table disagree
         raise RuntimeError(f"huffman encoder wrote {written} bits, expected {nbits}")
     bitstream = words.view(np.uint8)[: (nbits + 7) // 8]

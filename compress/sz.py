@@ -51,7 +51,7 @@ from .kernels.interpolation import (
     interp_num_levels,
     interp_pass_sizes,
 )
-from .kernels.lorenzo import lorenzo_decode, lorenzo_encode
+from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
 from .kernels.rounding import PREC_FLOAT64, prec_of
 from .lossless import (
     byte_shuffle,
@@ -175,6 +175,7 @@ class SZCodec(Codec):
         with _pool(threads, values.size) as pool:
             choice = self._choose(values, shape, eb, prec, pool)
             codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius, pool)
+            stream = huffman_encode(codes, pool)
 
         if log_domain:
             logs = _decode_with(choice, codes, outliers, shape, eb, prec, self.radius, np.float64)
@@ -190,7 +191,7 @@ class SZCodec(Codec):
         w.f64(alpha)
         w.f64(beta)
         w.u32(self.radius)
-        w.blob(huffman_encode(codes))
+        w.blob(stream)
         w.u64(outliers.size)
         w.array(outliers)
         write_patches(w, patch_idx, flat[patch_idx])
@@ -278,24 +279,22 @@ class SZCodec(Codec):
         choice, shape1 = (pred, alpha, beta), _squeezed(shape)
         if pred != LORENZO and threads > 1 and size >= _PARALLEL_MIN_ELEMENTS:
             with _Pool(1) as pool:
-                recon = _decode_overlapped(
+                zeros, top = _decode_overlapped(
                     pool, choice, decoder, outliers, shape1, eb, prec, radius, dest
                 )
-            codes = decoder.symbols
         else:
             codes = decoder.finish()
-            recon = _decode_with(
-                choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest
-            )
+            zeros, top = code_summary(codes)
+            _decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest)
         # the kernels never go out of bounds on damaged codes; these catch the rest
-        if int(np.count_nonzero(codes == 0)) != n_out:
+        if zeros != n_out:
             raise ValueError("sz payload: outlier count does not match the codes")
-        if int(codes.max(initial=0)) >= 2 * radius:
+        if top >= 2 * radius:
             raise ValueError("sz payload: quantization code out of range")
         if log_domain:
-            flat = from_log_domain(recon, signs, dtype)
+            flat = from_log_domain(dest, signs, dtype)
         else:
-            flat = recon.astype(dtype, copy=False)
+            flat = dest.astype(dtype, copy=False)
         flat[patch_idx] = patch_vals
         return out if direct else deliver(flat, shape, out)
 
@@ -384,7 +383,8 @@ def _decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius,
 
     The codes are decoded in pieces (whole small passes, large passes in runs of
     lines, about 1/8 of the chunk each); each piece is reconstructed as soon as its
-    codes are there. Returns ``dest`` (flat), as ``_decode_with`` does.
+    codes are there. Returns ``code_summary`` of the codes (counted by the decoding
+    thread, piece by piece).
     """
     pred, alpha, beta = choice
     out = dest.reshape(_fold(shape, 3))
@@ -393,10 +393,14 @@ def _decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius,
     ready = [threading.Event() for _ in pieces]
 
     def huffman():
+        zeros, top, start = 0, 0, 0
         try:
             for piece, event in zip(pieces, ready, strict=True):
                 decoder.decode_to(piece[-1])
                 event.set()
+                z, t = code_summary(decoder.symbols[start : piece[-1]])
+                zeros, top, start = zeros + z, max(top, t), piece[-1]
+            return zeros, top
         finally:
             for event in ready:  # a damaged stream stops the reconstruction too
                 event.set()
@@ -413,9 +417,9 @@ def _decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius,
                 q_lo, q_hi, ln_lo, ln_hi, oi,
             )  # fmt: skip
     finally:
-        job.result()  # the decoder's error first, if any
+        summary = job.result()  # the decoder's error first, if any
     decoder.finish()
-    return dest
+    return summary
 
 
 def _pieces(sizes: np.ndarray, target: int) -> list[tuple]:

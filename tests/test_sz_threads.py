@@ -6,6 +6,8 @@ the codes ahead. The thresholds are lowered here so that small arrays are cut
 into many parts and pieces.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import tensorpress as tp
@@ -122,6 +124,19 @@ def test_huffman_decoder_in_pieces_equals_one_call():
     assert np.array_equal(dec.finish(), symbols)
     for short in (np.full(10, 5, np.uint16), np.empty(0, np.uint16)):
         assert np.array_equal(HuffmanDecoder(huffman_encode(short), short.size).finish(), short)
+
+
+@pytest.mark.parametrize("size", [2, 3, 127, 128, 129, 1000, 4097, 100_000])
+def test_huffman_encode_in_two_halves_writes_the_same_stream(size):
+    rng = np.random.default_rng(size)
+    laplace = np.clip(32768 + np.round(rng.laplace(0, 30, size)), 0, 65535).astype(np.uint16)
+    two = (rng.random(size) < 0.5).astype(np.uint16)  # 1-bit codes: halves end on word edges
+    skewed = np.where(rng.random(size) < 0.999, 7, rng.integers(0, 65536, size)).astype(np.uint16)
+    with ThreadPoolExecutor(2) as pool:
+        for symbols in (laplace, two, skewed):
+            stream = huffman_encode(symbols)
+            assert huffman_encode(symbols, pool) == stream
+            assert np.array_equal(huffman_decode(stream, size), symbols)
 
 
 def test_huffman_decoder_in_pieces_still_catches_damage():

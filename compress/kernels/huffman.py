@@ -74,17 +74,19 @@ def histogram_u16(symbols):
 
 
 @njit(cache=True, nogil=True)
-def encode_bits(symbols, table, out):
-    """Pack the codes of ``symbols`` into ``out`` (uint64 words, LSB-first).
+def encode_bits(symbols, table, out, skip):
+    """Pack the codes of ``symbols`` into ``out`` (uint64 words, LSB-first), the first
+    code starting at bit ``skip`` (0..63; the bits below it are left 0).
 
     ``table[s]`` is ``reversed_code | length << 24`` (uint32; length 1..24 bits, the
     code bit-reversed so its first bit lands in the lowest free bit).  ``out`` must
-    hold ceil(total_bits / 64) words.  Returns the number of bits written, or -1 if
-    ``out`` is too small (the caller sized it from the histogram, so never).
+    hold ceil((skip + total_bits) / 64) words.  Returns the number of bits written
+    (``skip`` included), or -1 if ``out`` is too small (the caller sized it from
+    the histogram, so never).
     """
     nwords = out.shape[0]
     acc = np.uint64(0)
-    nacc = np.uint64(0)  # bits pending in acc, 0..63
+    nacc = np.uint64(skip)  # bits pending in acc, 0..63
     w = 0
     for i in range(symbols.shape[0]):
         e = table[symbols[i]]

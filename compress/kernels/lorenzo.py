@@ -293,3 +293,14 @@ def lorenzo_decode(codes, outliers, eb, radius, prec, out):
     is within eb of the original (compared in float64).
     """
     _dispatch(out, out, codes, outliers, eb, radius, prec, True)
+
+
+@njit(cache=True, nogil=True)
+def code_summary(codes):
+    """``(outlier codes, largest code)`` of a uint16 code array, in one pass."""
+    zeros = 0
+    top = 0
+    for c in codes:
+        zeros += c == 0
+        top = max(top, c)
+    return zeros, top
