@@ -305,17 +305,7 @@ class HuffmanDecoder:
 
         codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
         tb = min(LUT_BITS, lmax)
-        lut = np.zeros(1 << tb, dtype=np.int32)
-        rev = _reverse_bits(codes, lengths)
-        for ln in range(1, tb + 1):
-            sel = lengths == ln
-            if not sel.any():
-                continue
-            idx = rev[sel][:, None] + (np.arange(1 << (tb - ln), dtype=np.int64) << ln)[None, :]
-            val = (syms[sel] << 8) | ln
-            lut[idx.ravel()] = np.repeat(val, 1 << (tb - ln))
-        long_prefix = np.flatnonzero(lut == 0)  # prefixes of codes longer than tb bits
-        lut[long_prefix] = _reverse_bits(long_prefix, tb) << 8
+        lut = _k.decode_table(_reverse_bits(codes, lengths), lengths, syms, tb)
 
         words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
         words.view(np.uint8)[:nbytes] = data[table_end:]

@@ -109,6 +109,28 @@ def encode_bits(symbols, table, out, skip):
 
 
 @njit(cache=True, nogil=True)
+def decode_table(rev, lengths, syms, tb):
+    """The first-level lookup table ``lut`` of :func:`decode_bits` (int32[2**tb]).
+
+    rev, lengths, syms (int64): each symbol's code bit-reversed, its length, its value.
+    """
+    lut = np.zeros(1 << tb, dtype=np.int32)
+    for i in range(rev.shape[0]):
+        ln = lengths[i]
+        if ln <= tb:
+            for hi in range(1 << (tb - ln)):
+                lut[rev[i] + (hi << ln)] = (syms[i] << 8) | ln
+    for idx in range(1 << tb):
+        if lut[idx] == 0:  # the first tb bits of a longer code: prefix MSB-first
+            v, r = idx, 0
+            for _ in range(tb):
+                r = (r << 1) | (v & 1)
+                v >>= 1
+            lut[idx] = r << 8
+    return lut
+
+
+@njit(cache=True, nogil=True)
 def decode_bits(
     stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
 ):
