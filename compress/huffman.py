@@ -38,8 +38,9 @@ starting with its most significant bit.  Padding bits of the last byte are zero.
 
 Decoding (little-endian hosts): a 64-bit bit buffer, refilled with 32-bit words
 whenever it holds fewer bits than the longest code; the next ``min(12, max_length)``
-bits index a table of (symbol, length); codes longer than that are decoded length by
-length from the canonical first code per length.  Every header field is validated
+bits index a table of (symbol, length) -- of two symbols when the second code fits
+too, for streams of at most 6 bits a code on average; codes longer than that are
+decoded length by length from the canonical first code per length.  Every header field is validated
 before decoding and the kernel never reads past the (zero-padded) bitstream, so a
 damaged or truncated stream raises ``ValueError``.
 """
@@ -66,6 +67,8 @@ __all__ = [
 MAX_CODE_LEN = 24
 #: index width in bits of the decoder's first-level lookup table
 LUT_BITS = 12
+#: mean code length (bits) up to which the decoder's table holds pairs of codes
+_PAIR_BITS = 6
 
 _HEADER = struct.Struct("<IQ")  # n, nbits
 _HEADER_SIZE = _HEADER.size  # 12 bytes
@@ -306,6 +309,10 @@ class HuffmanDecoder:
         codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
         tb = min(LUT_BITS, lmax)
         lut = _k.decode_table(_reverse_bits(codes, lengths), lengths, syms, tb)
+        # two codes a lookup pay off for short codes; the larger table slows long ones
+        self._kernel = _k.decode_bits
+        if nbits <= _PAIR_BITS * count:
+            lut, self._kernel = _k.pair_table(lut), _k.decode_pairs
 
         words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
         words.view(np.uint8)[:nbytes] = data[table_end:]
@@ -321,7 +328,7 @@ class HuffmanDecoder:
         stop = min(stop, self.symbols.shape[0])
         if stop <= self.done:
             return
-        status = _k.decode_bits(
+        status = self._kernel(
             *self._tables, self._sorted, self._lmax, self.symbols[:stop], self.done, self._state
         )
         if status == _k.DECODE_OVERRUN:

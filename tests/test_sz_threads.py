@@ -6,6 +6,7 @@ the codes ahead. The thresholds are lowered here so that small arrays are cut
 into many parts and pieces.
 """
 
+import struct
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -112,16 +113,24 @@ def test_encoding_more_outliers_than_room_raises_instead_of_writing_past():
         )
 
 
-def test_huffman_decoder_in_pieces_equals_one_call():
+@pytest.mark.parametrize("scale", [0.3, 2, 40, 3000])  # two codes a lookup up to ~6 bits
+def test_huffman_decoder_in_pieces_equals_one_call(scale):
     rng = np.random.default_rng(3)
-    symbols = np.clip(32768 + np.round(rng.laplace(0, 40, 50_000)), 0, 65535).astype(np.uint16)
+    symbols = np.clip(32768 + np.round(rng.laplace(0, scale, 50_000)), 0, 65535)
+    symbols = symbols.astype(np.uint16)
     stream = huffman_encode(symbols)
+    assert np.array_equal(huffman_decode(stream, symbols.size), symbols)
     dec = HuffmanDecoder(stream, symbols.size)
-    for stop in sorted(rng.integers(0, symbols.size, 20)):
-        dec.decode_to(int(stop))
-        assert dec.done == stop or dec.done > stop
-        assert np.array_equal(dec.symbols[: dec.done], symbols[: dec.done])
+    for stop in sorted(set(rng.integers(0, symbols.size, 40).tolist())):
+        dec.decode_to(stop)
+        assert dec.done == stop
+        assert np.array_equal(dec.symbols[:stop], symbols[:stop])
     assert np.array_equal(dec.finish(), symbols)
+    with pytest.raises(ValueError):  # the bitstream cut short
+        n = struct.unpack_from("<I", stream)[0]
+        cut = stream[: 12 + 3 * n + (len(stream) - 12 - 3 * n) // 2]
+        cut = cut[:4] + struct.pack("<Q", 8 * (len(cut) - 12 - 3 * n)) + cut[12:]
+        huffman_decode(cut, symbols.size)
     for short in (np.full(10, 5, np.uint16), np.empty(0, np.uint16)):
         assert np.array_equal(HuffmanDecoder(huffman_encode(short), short.size).finish(), short)
 

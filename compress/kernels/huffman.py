@@ -110,9 +110,13 @@ def encode_bits(symbols, table, out, skip):
 
 @njit(cache=True, nogil=True)
 def decode_table(rev, lengths, syms, tb):
-    """The first-level lookup table ``lut`` of :func:`decode_bits` (int32[2**tb]).
+    """The lookup table of :func:`decode_bits`: int32[2**tb], indexed by the next
+    ``tb`` stream bits (LSB-first).
 
     rev, lengths, syms (int64): each symbol's code bit-reversed, its length, its value.
+    For a code of length <= tb the entry is ``symbol << 8 | length``; otherwise
+    ``prefix << 8`` with length 0, ``prefix`` being the first tb bits read MSB-first
+    as a code value.
     """
     lut = np.zeros(1 << tb, dtype=np.int32)
     for i in range(rev.shape[0]):
@@ -121,7 +125,7 @@ def decode_table(rev, lengths, syms, tb):
             for hi in range(1 << (tb - ln)):
                 lut[rev[i] + (hi << ln)] = (syms[i] << 8) | ln
     for idx in range(1 << tb):
-        if lut[idx] == 0:  # the first tb bits of a longer code: prefix MSB-first
+        if lut[idx] == 0:
             v, r = idx, 0
             for _ in range(tb):
                 r = (r << 1) | (v & 1)
@@ -131,10 +135,51 @@ def decode_table(rev, lengths, syms, tb):
 
 
 @njit(cache=True, nogil=True)
-def decode_bits(
-    stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
-):
-    """Decode symbols ``out[start:]`` from ``stream``; returns a DECODE_* status.
+def pair_table(lut):
+    """The lookup table of :func:`decode_pairs` from :func:`decode_table`'s: int64.
+
+    An entry holds ``count`` (bits 40-41) whole codes that start the index: 2 when a
+    second code fits in the bits the first leaves, else 1; bits 0-15 and 16-31 are
+    the symbols, bits 32-39 the length of the ``count`` codes, bits 48-55 the length
+    of the first.  ``count`` 0 marks a code longer than tb: bits 0-31 hold the
+    prefix as in ``lut``.
+    """
+    size = lut.shape[0]
+    tb = 0
+    while (1 << tb) < size:
+        tb += 1
+    pairs = np.empty(size, dtype=np.int64)
+    for idx in range(size):
+        e = np.int64(lut[idx])
+        l1 = e & 0xFF
+        if l1 == 0:
+            pairs[idx] = e >> 8
+            continue
+        e2 = np.int64(lut[idx >> l1])
+        l2 = e2 & 0xFF
+        if l2 != 0 and l1 + l2 <= tb:
+            pairs[idx] = (e >> 8) | (e2 >> 8) << 16 | (l1 + l2) << 32 | 2 << 40 | l1 << 48
+        else:
+            pairs[idx] = (e >> 8) | l1 << 32 | 1 << 40 | l1 << 48
+    return pairs
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _long_code(buf, prefix, tb, first_code, cnt, offset, sorted_syms, max_len):
+    """``(symbol, length)`` of the code longer than ``tb`` bits at the start of
+    ``buf`` whose first tb bits read MSB-first are ``prefix``; length 0 if none."""
+    code = prefix
+    rest = buf >> np.uint64(tb)
+    for ln in range(tb + 1, max_len + 1):
+        code = (code << 1) | np.int64(rest & np.uint64(1))
+        rest >>= np.uint64(1)
+        j = code - first_code[ln]
+        if j >= 0 and j < cnt[ln]:
+            return sorted_syms[offset[ln] + j], ln
+    return sorted_syms[0], 0
+
+
+_DECODE_DOC = """Decode symbols ``out[start:]`` from ``stream``; returns a DECODE_* status.
 
     Decoding may go on in pieces (``out`` a prefix view of the whole output):
     ``state`` (uint64[3]: pending bits, their count, next word to load; zeros
@@ -144,16 +189,19 @@ def decode_bits(
     stream: the bitstream as uint32 words (LSB-first), zero-padded to at least
         ceil(nbits / 32) + 2 words.  Reads never go past the array; the number of
         bits consumed must come out as exactly ``nbits`` once ``out`` is full.
-    lut: int32[2**tb]; indexed by the next ``tb`` stream bits (LSB-first): for a code
-        of length <= tb, ``symbol << 8 | length``; otherwise ``prefix << 8`` with
-        length 0, ``prefix`` being the first tb bits read MSB-first as a code value.
+    lut: %s
     first_code, cnt, offset (int64[max_len + 1]): canonical code per length: the
         codes of length l are first_code[l] .. first_code[l] + cnt[l] - 1, mapping
         to sorted_syms[offset[l] + code - first_code[l]].
     """
+
+
+@njit(cache=True, nogil=True)
+def decode_bits(
+    stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
+):  # fmt: skip
     nwords = stream.shape[0]
     mask = np.uint64((1 << tb) - 1)
-    one = np.uint64(1)
     buf = state[0]  # the next `avail` stream bits, first bit in bit 0
     avail = np.int64(state[1])
     k = np.int64(state[2])  # next word of stream to load
@@ -169,17 +217,9 @@ def decode_bits(
         if ln != 0:
             out[i] = e >> 8
         else:
-            code = np.int64(e >> 8)
-            rest = buf >> np.uint64(tb)
-            ln = 0
-            for ln2 in range(tb + 1, max_len + 1):
-                code = (code << 1) | np.int64(rest & one)
-                rest >>= one
-                j = code - first_code[ln2]
-                if j >= 0 and j < cnt[ln2]:
-                    out[i] = sorted_syms[offset[ln2] + j]
-                    ln = ln2
-                    break
+            out[i], ln = _long_code(
+                buf, np.int64(e >> 8), tb, first_code, cnt, offset, sorted_syms, max_len
+            )
             if ln == 0:
                 return DECODE_BAD_CODE
         buf >>= np.uint64(ln)
@@ -188,3 +228,51 @@ def decode_bits(
     if 32 * k - avail > nbits:  # the last code took bits of the zero padding
         return DECODE_OVERRUN
     return DECODE_OK
+
+
+@njit(cache=True, nogil=True)
+def decode_pairs(
+    stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
+):  # fmt: skip
+    nwords = stream.shape[0]
+    n = out.shape[0]
+    mask = np.uint64((1 << tb) - 1)
+    buf = state[0]
+    avail = np.int64(state[1])
+    k = np.int64(state[2])
+    i = start
+    while i < n:
+        if avail < max_len:
+            if k >= nwords:
+                return DECODE_OVERRUN
+            buf |= np.uint64(stream[k]) << np.uint64(avail)
+            k += 1
+            avail += 32
+        e = lut[np.intp(buf & mask)]
+        count = (e >> 40) & 3
+        if count != 0 and i + 1 < n:  # no branch on one code or two
+            out[i] = e & 0xFFFF
+            out[i + 1] = (e >> 16) & 0xFFFF  # overwritten next when count is 1
+            ln = (e >> 32) & 0xFF
+            i += count
+        elif count != 0:  # the last symbol
+            out[i] = e & 0xFFFF
+            ln = (e >> 48) & 0xFF
+            i += 1
+        else:
+            out[i], ln = _long_code(
+                buf, e & 0xFFFFFFFF, tb, first_code, cnt, offset, sorted_syms, max_len
+            )
+            if ln == 0:
+                return DECODE_BAD_CODE
+            i += 1
+        buf >>= np.uint64(ln)
+        avail -= ln
+    state[0], state[1], state[2] = buf, np.uint64(avail), np.uint64(k)
+    if 32 * k - avail > nbits:
+        return DECODE_OVERRUN
+    return DECODE_OK
+
+
+decode_bits.__doc__ = _DECODE_DOC % "the int32 table of :func:`decode_table`."
+decode_pairs.__doc__ = _DECODE_DOC % "the int64 table of :func:`pair_table` (two codes a lookup)."
