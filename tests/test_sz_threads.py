@@ -240,3 +240,37 @@ def test_codes_out_of_range_raise_with_and_without_threads(many_parts, threads):
         codec.decode(payload, x.shape, x.dtype, threads=threads),
         tp.decompress(tp.compress(x, abs=1e-3, codec="sz", predictor="cubic")),
     )
+
+
+# -- 1-d layout for chunks with small dimensions ------------------------------------
+
+
+def _flags(payload) -> int:
+    return zstd_decompress(payload, 1 << 26)[1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_trailing_dims_may_be_coded_as_1d(dtype):
+    """A (64, 32, 3, 3) gradient-like array is coded as 1-d (flag bit 1) and decodes
+    within the bound; without a dimension below 8 the flag is never set."""
+    rng = np.random.default_rng(0)
+    grad = rng.standard_normal((64, 32, 3, 3)).astype(dtype)
+    grad += np.linspace(0, 1, 9, dtype=dtype).reshape(3, 3)  # kernels alike
+    codec = sz.SZCodec()
+    for x, as_1d in ((grad, True), (grad.reshape(64, 32, 9)[:, :, :8].copy(), False)):
+        bound = ErrorBound("rel", 1e-3).resolve(x)
+        payload = codec.encode(x, bound)
+        assert bool(_flags(payload) & sz.FLAG_FLAT) == as_1d
+        y = codec.decode(payload, x.shape, x.dtype)
+        assert np.all(np.abs(y.astype(np.float64) - x) <= bound.tolerance)
+        with_threads = codec.decode(payload, x.shape, x.dtype, threads=2)
+        assert np.array_equal(y, with_threads)
+
+
+def test_unknown_flag_bits_are_refused():
+    x = _field((64, 32), np.float32)
+    codec, payload = _payload(x)
+    raw = bytearray(zstd_decompress(payload, 1 << 26))
+    raw[1] |= 4
+    with pytest.raises(ValueError, match="flags"):
+        codec.decode(zstd_compress(bytes(raw), 3), x.shape, x.dtype)

@@ -3,8 +3,8 @@
     python tests/data/make_golden.py          # container streams
     python tests/data/make_golden.py hdf5     # the compressed HDF5 file
 
-Each stream is written to tests/data/v<version>/NAME.tp, and manifest.json
-records the dtype, shape and SHA-256 of the decoded array. The compressed
+Each new stream is written to tests/data/v<version>/NAME.tp (existing ones are
+kept), and manifest.json records the dtype, shape and SHA-256 of the decoded array. The compressed
 HDF5 file is tests/data/v<version>/hdf5_mixed.h5, described per dataset in
 manifest_hdf5.json. Files of a released version are never regenerated: the
 tests decode them forever.
@@ -54,6 +54,9 @@ def cases():
     yield "sz_f64_scalar", np.array(3.14159), {"abs": 1e-3}
     yield "zstd_i32", np.arange(-500, 500, dtype=np.int32).reshape(10, 100), {"codec": "zstd"}
     yield "zstd_f32_fortran", np.asfortranarray(_smooth((7, 9), np.float32, 7)), {"codec": "zstd"}
+    kernels = np.random.default_rng(8).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    kernels += np.linspace(0, 1, 9, dtype=np.float32).reshape(3, 3)
+    yield "sz_f32_kernels_as_1d", kernels, {"rel": 1e-3}  # sz flag bit 1
 
 
 def digest(a: np.ndarray) -> str:
@@ -63,8 +66,11 @@ def digest(a: np.ndarray) -> str:
 def main():
     out = pathlib.Path(__file__).parent / f"v{FORMAT_VERSION}"
     out.mkdir(exist_ok=True)
-    manifest = {}
+    listed = out / "manifest.json"
+    manifest = json.loads(listed.read_text()) if listed.exists() else {}
     for name, x, kw in cases():
+        if (out / f"{name}.tp").exists():  # written once, decoded forever
+            continue
         blob = tp.compress(x, **kw)
         (out / f"{name}.tp").write_bytes(blob)
         y = tp.decompress(blob)
@@ -74,8 +80,8 @@ def main():
             "order": "F" if y.flags.f_contiguous and not y.flags.c_contiguous else "C",
             "sha256": digest(y),
         }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(manifest)} streams to {out}")
+    listed.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    print(f"{len(manifest)} streams listed in {listed}")
 
 
 def write_hdf5_source(path):
