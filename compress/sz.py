@@ -81,9 +81,9 @@ _PREDICTOR_IDS = {
 }
 FLAG_LOG = 1
 FLAG_FLAT = 2
-#: a chunk with a dimension below this many elements may also be coded as 1-d
-#: (e.g. 3x3 convolution kernels); the 1-d layout runs about 2x faster (long
-#: lines), so it is chosen unless the shaped one samples more than 2% fewer bits
+#: a chunk whose last dimension is below this many elements may also be coded as
+#: 1-d (e.g. 3x3 convolution kernels); the 1-d layout runs about 2x faster there
+#: (long lines), so it is chosen unless the shaped one samples 2% fewer bits
 _FLAT_BELOW = 8
 _FLAT_SLACK = 1.02
 #: bounds below this (about 1e-301) are stored losslessly: nothing could be
@@ -231,7 +231,7 @@ class SZCodec(Codec):
             else:
                 candidates.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
         layouts = [shape]
-        if len(shape) > 1 and min(shape) < _FLAT_BELOW:
+        if len(shape) > 1 and shape[-1] < _FLAT_BELOW:
             layouts.append((values.size,))
         candidates = [(c, layout) for layout in layouts for c in candidates]
         if len(candidates) == 1:
