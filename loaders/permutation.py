@@ -22,8 +22,9 @@ from numba import njit
 
 from ..compress.kernels.hashing import hash32
 
-ROUNDS = 4
+ROUNDS = 4  # fill_permuted spells the four rounds out
 SMALL = 1 << 20  # elements: up to here, a Fisher-Yates shuffle
+_BLOCK = 512  # positions whose rounds run together in fill_permuted
 #: odd 64-bit multipliers (the splitmix64 and murmur3 finalizer constants)
 _ODD = np.array(
     [0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93]
@@ -92,9 +93,27 @@ def fill_permuted(out, positions_start, positions_step, n, key):
             out[k] = perm[_wrap(positions_start + k * positions_step, n)]
         return
     mask, shift, mul, add = _rounds(n, key)
-    for k in range(out.shape[0]):
-        p = _wrap(positions_start + k * positions_step, n)
-        out[k] = _walk(p, n, mask, shift, mul, add)
+    # in blocks: first the rounds of every position, a loop free of data-dependent
+    # branches (independent chains overlap in the CPU), then the cycle walks
+    walked = np.empty(_BLOCK, np.int64)
+    m0, m1, m2, m3 = mul[0], mul[1], mul[2], mul[3]  # in registers (ROUNDS is 4)
+    a0, a1, a2, a3 = add[0], add[1], add[2], add[3]
+    for b0 in range(0, out.shape[0], _BLOCK):
+        cnt = min(_BLOCK, out.shape[0] - b0)
+        for t in range(cnt):
+            x = _wrap(positions_start + (b0 + t) * positions_step, n)
+            x = (x * m0 + a0) & mask
+            x ^= x >> shift
+            x = (x * m1 + a1) & mask
+            x ^= x >> shift
+            x = (x * m2 + a2) & mask
+            x ^= x >> shift
+            x = (x * m3 + a3) & mask
+            x ^= x >> shift
+            walked[t] = x
+        for t in range(cnt):
+            x = walked[t]
+            out[b0 + t] = x if x < n else _walk(x, n, mask, shift, mul, add)
 
 
 @njit(cache=True, nogil=True, inline="always")
