@@ -26,9 +26,10 @@ Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` worker pro
   (b) 0 workers         (b) in this process, for ``loader.stats`` (hit rate)
   (c) compressed        (b) over the same file compressed by tensorpress
                         (``formats.compress_file``, ``sz`` at ``rel`` ``C_REL``, stream
-                        chunks of one HDF5 chunk's samples; cached beside the data file):
-                        the workers read compressed chunks and decompress them; its bytes
-                        are compressed bytes read from the disk
+                        chunks of one sample, so that a miss decodes only its sample;
+                        cached beside the data file): the workers read compressed chunks
+                        and decompress them; its bytes are compressed bytes read from the
+                        disk
 
 This process runs torch with 1 thread, as torch's workers do: on 2 vCPUs, torch's
 OpenMP threads spinning beside numba's made ``torch.stack`` in ``default_collate`` take
@@ -379,13 +380,11 @@ def compressed_copy(path: Path) -> tuple[Path, str]:
     how it was made."""
     from tensorpress.formats import compress_file, describe_file
 
-    cpath = path.with_name(f"{path.stem}-sz-rel{C_REL:g}.h5")
+    cpath = path.with_name(f"{path.stem}-sz-rel{C_REL:g}-1.h5")
     made = ""
     if not cpath.exists():
         t0 = time.perf_counter()
-        compress_file(
-            path, cpath, {"rel": C_REL}, chunk_bytes=CHUNK_SAMPLES * SAMPLE_BYTES, workers=None
-        )
+        compress_file(path, cpath, {"rel": C_REL}, chunk_bytes=SAMPLE_BYTES, workers=None)
         made = f", written in {time.perf_counter() - t0:.1f} s"
     x = next(d for d in describe_file(cpath) if d["name"] == "x")
     return cpath, f"x compressed {x['ratio']:.2f}x (sz, rel {C_REL:g}){made}"
