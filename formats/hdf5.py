@@ -11,6 +11,7 @@ writing the uint8 bytes at offsets. It does not compress anything.
 from __future__ import annotations
 
 import json
+import os
 
 import h5py
 import numpy as np
@@ -224,3 +225,66 @@ class DatasetSource:
 
     def read(self, offset: int, length: int) -> memoryview:
         return memoryview(self.ds[offset : offset + length])
+
+
+class StreamFile:
+    """The bytes of an unfiltered uint8 dataset as a byte-range source read straight
+    from the file with positioned reads at the addresses HDF5 gives, and no kernel
+    read-ahead: a range costs its own bytes (through HDF5 it costs whole 64 KiB
+    chunks, and read-ahead more). For random access to the chunks of a stream.
+
+    ``StreamFile.of(path, ds)`` is None where this does not apply (filtered data).
+    The file is opened for each read, so nothing is left open and a file replaced
+    or removed is noticed.
+    """
+
+    def __init__(self, path: str, ds: h5py.Dataset):
+        self.path, self.ds = path, ds
+        self.size = int(ds.shape[0])
+        self._chunk = int(ds.chunks[0]) if ds.chunks else None
+        self._where: dict[int, int | None] = {}  # chunk -> file offset (None: not written)
+
+    @classmethod
+    def of(cls, path: str, ds: h5py.Dataset) -> StreamFile | None:
+        if ds.id.get_create_plist().get_nfilters():
+            return None
+        return cls(path, ds)
+
+    def _address(self, chunk: int) -> int | None:
+        if chunk not in self._where:
+            if self._chunk is None:
+                self._where[chunk] = self.ds.id.get_offset()
+            else:
+                info = self.ds.id.get_chunk_info_by_coord((chunk * self._chunk,))
+                self._where[chunk] = info.byte_offset
+        return self._where[chunk]
+
+    def read(self, offset: int, length: int) -> memoryview:
+        stop = min(offset + length, self.size)
+        out = memoryview(bytearray(max(stop - offset, 0)))
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            at = offset
+            while at < stop:
+                if self._chunk is None:
+                    chunk, within, end = 0, at, stop
+                else:
+                    chunk, within = divmod(at, self._chunk)
+                    end = min(stop, at - within + self._chunk)
+                base = self._address(chunk)
+                part = out[at - offset : end - offset]
+                if base is None:  # never written: HDF5 gives the fill value
+                    part[:] = self.ds[at:end].tobytes()
+                else:
+                    pos = base + within
+                    while len(part):
+                        got = os.preadv(fd, [part], pos)
+                        if got <= 0:
+                            raise OSError(f"{self.path}: file ends inside a stream")
+                        part, pos = part[got:], pos + got
+                at = end
+        finally:
+            os.close(fd)
+        return out

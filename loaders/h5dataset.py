@@ -29,7 +29,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..formats import ContainerReader
-from ..formats.hdf5 import DatasetSource, read_marker
+from ..formats.hdf5 import DatasetSource, StreamFile, read_marker
 
 __all__ = ["H5Dataset"]
 
@@ -370,7 +370,7 @@ class H5Dataset(Dataset):
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
         dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
         ds = h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
-        source, shape, dtype, _ = _samples(ds)
+        source, shape, dtype, _ = _samples(ds, self.path)
         return source, (shape, dtype)
 
     def close(self) -> None:
@@ -446,18 +446,22 @@ class _RowReader:
         os.close(self._fd)
 
 
-def _samples(ds: h5py.Dataset) -> tuple[Any, tuple[int, ...], np.dtype, tuple | None]:
+def _samples(
+    ds: h5py.Dataset, path: str | None = None
+) -> tuple[Any, tuple[int, ...], np.dtype, tuple | None]:
     """(what to read rows from, shape, dtype, chunk shape or None) of the samples ``ds``
     holds: ``ds`` itself as stored, or for a dataset compressed by tensorpress the lazy
-    reader of its stream (decoding in the calling thread), its marker's shape and dtype
-    and the stream's chunks."""
+    reader of its stream (decoding in the calling thread; with ``path``, the stream's
+    bytes are read with positioned reads where they are unfiltered), its marker's shape
+    and dtype and the stream's chunks."""
     marker = read_marker(ds)
     if marker is None:
         return ds, tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
     shape = tuple(marker["shape"])
     if not shape:
         raise ValueError(f"{ds.name} is a compressed 0-d array; need a sample axis first")
-    reader = ContainerReader(DatasetSource(ds), workers=1)
+    source = StreamFile.of(path, ds) if path is not None else None
+    reader = ContainerReader(source or DatasetSource(ds), workers=1)
     return reader, shape, np.dtype(marker["dtype"]), (reader.header.chunk_rows, *shape[1:])
 
 

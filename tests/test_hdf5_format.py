@@ -367,3 +367,53 @@ def test_long_stream_grows_chunked_dataset(source, compressed, tmp_path, monkeyp
     with tp_open(dst) as f, tp_open(compressed[0]) as g:
         name = "run1/fields/temperature"
         assert np.array_equal(f[name][5:9], g[name][5:9])
+
+
+# -- positioned reads of stream bytes ----------------------------------------------
+
+
+def test_stream_file_reads_what_hdf5_reads(tmp_path):
+    """Chunked (with chunks never written), contiguous and filtered uint8 datasets."""
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, 300_000, dtype=np.uint8)
+    path = tmp_path / "bytes.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("contiguous", data=data[:5000])
+        chunked = f.create_dataset("chunked", shape=(300_000,), dtype=np.uint8, chunks=(65536,))
+        chunked.attrs["x"] = 1
+        chunked[:70_000] = data[:70_000]  # chunks 0 and 1 written
+        chunked[200_000:] = data[200_000:]  # chunks 3 and 4; chunk 2 never written
+        f.create_dataset("gzip", data=data, chunks=(65536,), compression="gzip")
+    with h5py.File(path, "r") as f:
+        assert h5fmt.StreamFile.of(str(path), f["gzip"]) is None
+        for name in ("contiguous", "chunked"):
+            ds = f[name]
+            stream = h5fmt.StreamFile.of(str(path), ds)
+            plain = h5fmt.DatasetSource(ds)
+            assert stream.size == plain.size
+            for offset, length in [
+                (0, 10),
+                (65530, 20),
+                (130_000, 70_000),
+                (0, 300_000),
+                (4990, 100),
+            ]:
+                got = bytes(stream.read(offset, length))
+                assert got == bytes(plain.read(offset, length)), (name, offset, length)
+
+
+def test_loader_reads_compressed_streams_with_positioned_reads(compressed, monkeypatch):
+    from tensorpress.loaders import H5Dataset
+
+    calls = []
+    real = h5fmt.StreamFile.read
+    monkeypatch.setattr(
+        h5fmt.StreamFile, "read", lambda self, o, n: calls.append(n) or real(self, o, n)
+    )
+    path, _ = compressed
+    key = "run1/fields/temperature"
+    ds = H5Dataset(str(path), key)
+    expected = tp_open(path)[key][:]
+    assert np.array_equal(ds.read_range(0, len(ds)), expected)
+    assert np.array_equal(ds.read_range(13, 29), expected[13:29])
+    assert calls  # the stream's bytes came through positioned reads
