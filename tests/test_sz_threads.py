@@ -94,6 +94,24 @@ def test_encoding_more_outliers_than_room_raises_instead_of_writing_past():
     x = _field((1, 1, 1000))
     levels = np.full(interp_num_levels(x.shape) + 1, 1e-3)
     codes = np.empty(x.size, np.uint16)
+    for q, ln, oi in ((-1, 0, 0), (1, -5, 0), (1, 0, -1)):
+        with pytest.raises(ValueError, match=">= 0"):
+            interp_code(
+                x,
+                np.empty_like(x),
+                codes,
+                np.empty(x.size),
+                levels,
+                32768,
+                0,
+                True,
+                False,
+                q,
+                ALL,
+                ln,
+                ALL,
+                oi,
+            )
     with pytest.raises(ValueError, match="capacity"):
         interp_code(
             x,

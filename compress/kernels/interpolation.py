@@ -355,6 +355,8 @@ def interp_code(
         raise ValueError("eb_levels must have interp_num_levels(shape) + 1 entries")
     if codes.size < rec.size:
         raise ValueError("codes too short for data")
+    if q_lo < 0 or ln_lo < 0 or oi < 0:
+        raise ValueError("pass, line and outlier indices must be >= 0")
     if prec == PREC_FLOAT64 and rec.itemsize < 8:
         raise ValueError("prec=0 (float64) needs float64 data")
     for lv in range(1, L + 1):
