@@ -179,6 +179,13 @@ def _long_code(buf, prefix, tb, first_code, cnt, offset, sorted_syms, max_len):
     return sorted_syms[0], 0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _load(stream, buf, avail, k):
+    """The bit buffer with stream word ``k`` put above its ``avail`` bits; the new
+    ``(buf, avail, k)``."""
+    return buf | (np.uint64(stream[k]) << np.uint64(avail)), avail + 32, k + 1
+
+
 _DECODE_DOC = """Decode symbols ``out[start:]`` from ``stream``; returns a DECODE_* status.
 
     Decoding may go on in pieces (``out`` a prefix view of the whole output):
@@ -209,9 +216,7 @@ def decode_bits(
         if avail < max_len:  # refill: avail + 32 <= 55 bits, enough for any code
             if k >= nwords:
                 return DECODE_OVERRUN
-            buf |= np.uint64(stream[k]) << np.uint64(avail)
-            k += 1
-            avail += 32
+            buf, avail, k = _load(stream, buf, avail, k)
         e = lut[np.intp(buf & mask)]
         ln = e & 0xFF
         if ln != 0:
@@ -245,9 +250,7 @@ def decode_pairs(
         if avail < max_len:
             if k >= nwords:
                 return DECODE_OVERRUN
-            buf |= np.uint64(stream[k]) << np.uint64(avail)
-            k += 1
-            avail += 32
+            buf, avail, k = _load(stream, buf, avail, k)
         e = lut[np.intp(buf & mask)]
         count = (e >> 40) & 3
         if count != 0 and i + 1 < n:  # no branch on one code or two
