@@ -227,64 +227,75 @@ class DatasetSource:
         return memoryview(self.ds[offset : offset + length])
 
 
-class StreamFile:
-    """The bytes of an unfiltered uint8 dataset as a byte-range source read straight
-    from the file with positioned reads at the addresses HDF5 gives, and no kernel
-    read-ahead: a range costs its own bytes (through HDF5 it costs whole 64 KiB
-    chunks, and read-ahead more). For random access to the chunks of a stream.
+class DirectRows:
+    """Rows (along axis 0) of an unfiltered HDF5 dataset read straight from the file
+    with positioned reads at the addresses HDF5 gives, and no kernel read-ahead: a
+    run of rows costs its own bytes (through HDF5 it costs whole chunks, and
+    read-ahead more). The rows of a chunk that spans whole rows lie contiguous in
+    the file, so a run within one chunk is one read.
 
-    ``StreamFile.of(path, ds)`` is None where this does not apply (filtered data).
-    The file is opened for each read, so nothing is left open and a file replaced
-    or removed is noticed.
+    ``DirectRows.of(path, ds)`` is None where this does not apply (filtered data,
+    chunks that split rows, variable-length types). For a 1-d uint8 dataset it is
+    also a byte-range source (``size``, ``read``), e.g. for a container stream. The
+    file is opened for each read, so nothing is left open and a file replaced or
+    removed is noticed.
     """
 
     def __init__(self, path: str, ds: h5py.Dataset):
         self.path, self.ds = path, ds
         self.size = int(ds.shape[0])
-        self._chunk = int(ds.chunks[0]) if ds.chunks else None
+        self._rows = int(ds.chunks[0]) if ds.chunks else None  # rows per chunk
+        self._row_bytes = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
         self._where: dict[int, int | None] = {}  # chunk -> file offset (None: not written)
 
     @classmethod
-    def of(cls, path: str, ds: h5py.Dataset) -> StreamFile | None:
-        if ds.id.get_create_plist().get_nfilters():
+    def of(cls, path: str, ds: h5py.Dataset) -> DirectRows | None:
+        whole_rows = ds.chunks is None or tuple(ds.chunks[1:]) == tuple(ds.shape[1:])
+        if not whole_rows or ds.dtype.hasobject or ds.id.get_create_plist().get_nfilters():
             return None
         return cls(path, ds)
 
     def _address(self, chunk: int) -> int | None:
         if chunk not in self._where:
-            if self._chunk is None:
+            if self._rows is None:
                 self._where[chunk] = self.ds.id.get_offset()
             else:
-                info = self.ds.id.get_chunk_info_by_coord((chunk * self._chunk,))
-                self._where[chunk] = info.byte_offset
+                coord = (chunk * self._rows,) + (0,) * (self.ds.ndim - 1)
+                self._where[chunk] = self.ds.id.get_chunk_info_by_coord(coord).byte_offset
         return self._where[chunk]
 
-    def read(self, offset: int, length: int) -> memoryview:
-        stop = min(offset + length, self.size)
-        out = memoryview(bytearray(max(stop - offset, 0)))
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Rows ``start .. stop - 1`` into ``out`` (C-contiguous, of those rows' shape)."""
+        flat = memoryview(out.reshape(-1).view(np.uint8))
         fd = os.open(self.path, os.O_RDONLY)
         try:
-            if hasattr(os, "posix_fadvise"):
+            if hasattr(os, "posix_fadvise"):  # rows are read in no order
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            at = offset
+            at = start
             while at < stop:
-                if self._chunk is None:
+                if self._rows is None:
                     chunk, within, end = 0, at, stop
                 else:
-                    chunk, within = divmod(at, self._chunk)
-                    end = min(stop, at - within + self._chunk)
+                    chunk, within = divmod(at, self._rows)
+                    end = min(stop, at - within + self._rows)
                 base = self._address(chunk)
-                part = out[at - offset : end - offset]
                 if base is None:  # never written: HDF5 gives the fill value
-                    part[:] = self.ds[at:end].tobytes()
+                    out[at - start : end - start] = self.ds[at:end]
                 else:
-                    pos = base + within
+                    part = flat[(at - start) * self._row_bytes : (end - start) * self._row_bytes]
+                    pos = base + within * self._row_bytes
                     while len(part):
                         got = os.preadv(fd, [part], pos)
                         if got <= 0:
-                            raise OSError(f"{self.path}: file ends inside a stream")
+                            raise OSError(f"{self.path}: file ends inside chunk {chunk}")
                         part, pos = part[got:], pos + got
                 at = end
         finally:
             os.close(fd)
-        return out
+
+    def read(self, offset: int, length: int) -> memoryview:
+        """Bytes ``offset .. offset + length - 1`` of a 1-d uint8 dataset (fewer at its end)."""
+        stop = min(offset + length, self.size)
+        out = np.empty(max(stop - offset, 0), np.uint8)
+        self.read_into(offset, stop, out)
+        return memoryview(out)

@@ -29,7 +29,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..formats import ContainerReader
-from ..formats.hdf5 import DatasetSource, StreamFile, read_marker
+from ..formats.hdf5 import DatasetSource, DirectRows, read_marker
 
 __all__ = ["H5Dataset"]
 
@@ -124,9 +124,7 @@ class H5Dataset(Dataset):
             self._partial = (
                 not self._packed
                 and self._chunks is not None
-                and tuple(self._chunks[1:]) == self._shape[1:]
-                and not self._dtype.hasobject
-                and x.id.get_create_plist().get_nfilters() == 0
+                and DirectRows.of(self.path, x) is not None
             )
             if self._shape[0] == 0:
                 raise ValueError(f"key {key!r} in {self.path} has no samples (shape {x.shape})")
@@ -160,7 +158,7 @@ class H5Dataset(Dataset):
         self._file: h5py.File | None = None
         self._x: h5py.Dataset | ContainerReader | None = None
         self._y: h5py.Dataset | ContainerReader | None = None
-        self._x_direct: _RowReader | None = None  # the data's rows read from the file
+        self._x_direct: DirectRows | None = None  # the data's rows read from the file
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._bytes_read = 0
@@ -285,7 +283,9 @@ class H5Dataset(Dataset):
         try:
             self._open(where)
             ds = self._y if labels else self._x_direct if direct else self._x
-            if isinstance(ds, (ContainerReader, _RowReader)):
+            if isinstance(ds, DirectRows):
+                ds.read_into(start, stop, out)
+            elif isinstance(ds, ContainerReader):
                 out[...] = ds[start:stop]
             elif dtype.hasobject:  # variable-length data: read_direct cannot fill it
                 out[...] = ds[start:stop]
@@ -353,7 +353,7 @@ class H5Dataset(Dataset):
             except BaseException:
                 f.close()
                 raise
-            direct = _RowReader(self.path, x, self._chunks[0]) if self._partial else None
+            direct = DirectRows(self.path, x) if self._partial else None
             self._file, self._x, self._y, self._x_direct = f, x, y, direct
 
     def _open_dataset(self, f: h5py.File, key: str) -> tuple[Any, tuple]:
@@ -377,8 +377,6 @@ class H5Dataset(Dataset):
         """Close this process's handle (the next read reopens)."""
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
-            if self._x_direct is not None:
-                self._x_direct.close()
         self._file = self._x = self._y = self._x_direct = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -400,52 +398,6 @@ class H5Dataset(Dataset):
         )
 
 
-class _RowReader:
-    """Rows (samples) of an unfiltered chunked dataset whose chunks span whole samples,
-    read with ``os.preadv`` straight from the file: a run of rows within one chunk is
-    contiguous there. Chunk addresses come from HDF5 (``get_chunk_info_by_coord``) once
-    each; rows of a chunk never written are read through ``ds`` (its fill value)."""
-
-    def __init__(self, path: str, ds: h5py.Dataset, chunk_rows: int):
-        self._fd = os.open(path, os.O_RDONLY)
-        if hasattr(os, "posix_fadvise"):  # rows are read in no order: no read-ahead
-            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
-        self._ds, self._rows = ds, chunk_rows
-        self._row_bytes = math.prod(ds.shape[1:]) * ds.dtype.itemsize
-        self._where: dict[int, int | None] = {}  # chunk -> byte offset in the file
-
-    def _address(self, chunk: int) -> int | None:
-        if chunk not in self._where:
-            coord = (chunk * self._rows,) + (0,) * (self._ds.ndim - 1)
-            self._where[chunk] = self._ds.id.get_chunk_info_by_coord(coord).byte_offset
-        return self._where[chunk]
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        start, stop = rows.start, rows.stop
-        out = np.empty((stop - start, *self._ds.shape[1:]), dtype=self._ds.dtype)
-        flat = out.reshape(stop - start, -1).view(np.uint8)
-        at = start
-        while at < stop:
-            chunk = at // self._rows
-            end = min(stop, (chunk + 1) * self._rows)
-            base = self._address(chunk)
-            if base is None:
-                out[at - start : end - start] = self._ds[at:end]
-            else:
-                dst = memoryview(flat[at - start : end - start].reshape(-1))
-                offset = base + (at - chunk * self._rows) * self._row_bytes
-                while len(dst):
-                    got = os.preadv(self._fd, [dst], offset)
-                    if got <= 0:
-                        raise OSError(f"file ends inside chunk {chunk} (offset {offset})")
-                    dst, offset = dst[got:], offset + got
-            at = end
-        return out
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
 def _samples(
     ds: h5py.Dataset, path: str | None = None
 ) -> tuple[Any, tuple[int, ...], np.dtype, tuple | None]:
@@ -460,7 +412,7 @@ def _samples(
     shape = tuple(marker["shape"])
     if not shape:
         raise ValueError(f"{ds.name} is a compressed 0-d array; need a sample axis first")
-    source = StreamFile.of(path, ds) if path is not None else None
+    source = DirectRows.of(path, ds) if path is not None else None
     reader = ContainerReader(source or DatasetSource(ds), workers=1)
     return reader, shape, np.dtype(marker["dtype"]), (reader.header.chunk_rows, *shape[1:])
 

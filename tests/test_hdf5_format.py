@@ -385,10 +385,10 @@ def test_stream_file_reads_what_hdf5_reads(tmp_path):
         chunked[200_000:] = data[200_000:]  # chunks 3 and 4; chunk 2 never written
         f.create_dataset("gzip", data=data, chunks=(65536,), compression="gzip")
     with h5py.File(path, "r") as f:
-        assert h5fmt.StreamFile.of(str(path), f["gzip"]) is None
+        assert h5fmt.DirectRows.of(str(path), f["gzip"]) is None
         for name in ("contiguous", "chunked"):
             ds = f[name]
-            stream = h5fmt.StreamFile.of(str(path), ds)
+            stream = h5fmt.DirectRows.of(str(path), ds)
             plain = h5fmt.DatasetSource(ds)
             assert stream.size == plain.size
             for offset, length in [
@@ -406,9 +406,9 @@ def test_loader_reads_compressed_streams_with_positioned_reads(compressed, monke
     from tensorpress.loaders import H5Dataset
 
     calls = []
-    real = h5fmt.StreamFile.read
+    real = h5fmt.DirectRows.read
     monkeypatch.setattr(
-        h5fmt.StreamFile, "read", lambda self, o, n: calls.append(n) or real(self, o, n)
+        h5fmt.DirectRows, "read", lambda self, o, n: calls.append(n) or real(self, o, n)
     )
     path, _ = compressed
     key = "run1/fields/temperature"
