@@ -96,6 +96,12 @@ def resolve_workers(workers: int | None) -> int:
     return workers
 
 
+def inner_threads(workers: int, chunks: int) -> int:
+    """Threads each of ``chunks`` chunks may use inside itself when ``workers`` threads
+    work on them: those left over when there are fewer chunks than workers."""
+    return max(1, workers // max(chunks, 1))
+
+
 def _map(fn, items, workers: int) -> list:
     if workers == 1 or len(items) <= 1:
         return [fn(it) for it in items]
@@ -264,8 +270,7 @@ def encode_chunks(
     shape = tuple(int(d) for d in source.shape)
     n = nchunks_for(shape, chunk_rows)
     workers = resolve_workers(workers)
-    # threads left over when there are fewer chunks than workers go inside the chunks
-    inner = max(1, workers // max(n, 1))
+    inner = inner_threads(workers, n)
     row_size = math.prod(shape[1:])
 
     def read(i):
@@ -507,7 +512,7 @@ class ContainerReader:
         """
         workers = self.workers if workers is None else resolve_workers(workers)
         h = self.header
-        inner = max(1, workers // max(h.nchunks, 1))
+        inner = inner_threads(workers, h.nchunks)
         calls = (functools.partial(self.chunk, i, threads=inner) for i in range(h.nchunks))
         for i, chunk in enumerate(ordered_window(calls, workers)):
             yield h.chunk_span(i)[0], chunk
@@ -525,8 +530,7 @@ class ContainerReader:
             return out
         first, last = start // h.chunk_rows, (stop - 1) // h.chunk_rows
         ids = list(range(first, last + 1))
-        # threads left over when there are fewer chunks than workers go inside the chunks
-        inner = max(1, self.workers // len(ids))
+        inner = inner_threads(self.workers, len(ids))
 
         def fill(i):
             c0, c1 = h.chunk_span(i)
