@@ -34,6 +34,7 @@ u64 n + n bytes of the byte-shuffled chunk.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -337,16 +338,6 @@ def _fold(shape: tuple, ndim: int) -> tuple:
     return (1,) * (ndim - len(shape)) + tuple(shape)
 
 
-class _NoPool:
-    """Stands in for a thread pool where one thread does the work."""
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 class _Pool(ThreadPoolExecutor):
     """A thread pool that knows its size (``threads``)."""
 
@@ -357,7 +348,8 @@ class _Pool(ThreadPoolExecutor):
 
 def _pool(threads: int, size: int):
     """A pool of ``threads`` threads for a chunk of ``size`` elements, if worth one."""
-    return _Pool(threads) if threads > 1 and size >= _PARALLEL_MIN_ELEMENTS else _NoPool()
+    worth = threads > 1 and size >= _PARALLEL_MIN_ELEMENTS
+    return _Pool(threads) if worth else contextlib.nullcontext()  # None: one thread
 
 
 def _encode_with(choice, values, shape, eb, prec, radius, pool=None):
