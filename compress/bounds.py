@@ -91,9 +91,12 @@ class ErrorBound:
 
 def finite_range(data: np.ndarray) -> tuple[float, float]:
     """(min, max) over the finite elements, as float64; (0, 0) when there are none."""
-    finite = np.isfinite(data)
-    if not finite.all():
-        data = data[finite]
+    if data.size == 0:
+        return 0.0, 0.0
+    lo, hi = float(data.min()), float(data.max())
+    if math.isfinite(lo) and math.isfinite(hi):  # the common case: two passes, no mask
+        return lo, hi
+    data = data[np.isfinite(data)]
     if data.size == 0:
         return 0.0, 0.0
     return float(data.min()), float(data.max())

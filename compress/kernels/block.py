@@ -10,6 +10,7 @@ import math
 import numpy as np
 from numba import float32, njit
 
+from .bits import load_u64, store_u64, trailing_zeros
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 from .rounding import round_via_float32 as to_storage
 
@@ -38,6 +39,12 @@ def _bit_width(v):
 @njit(cache=True, nogil=True, inline="always")
 def _zigzag(v):
     return (v << 1) ^ (v >> 63)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _code_bits(c, signed):
+    """Code ``c`` (int64) as the unsigned bits to pack: zigzagged when ``signed``."""
+    return np.uint64(_zigzag(c) if signed else c)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -134,20 +141,19 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     """Encode one chunk into ``out`` (worst-case size); returns the bytes written.
 
     ``xv``: the values (float32/float64), ``rawb``: their stored bytes,
-    ``data``: uint8 scratch of len(out). abs mode: ``step`` = 2*tol and
-    ``inv`` = 1/step (0 for tol 0); pw_rel mode (``pw``): ``tol`` is the
-    relative bound and each block gets a power-of-two step.
+    ``data``: uint8 scratch of at least ``rawb.size + 8`` bytes. abs mode:
+    ``step`` = 2*tol and ``inv`` = 1/step (0 for tol 0); pw_rel mode (``pw``):
+    ``tol`` is the relative bound and each block gets a power-of-two step.
     """
     n = xv.size
+    if data.size < n * itemsize + 8:
+        raise ValueError("encode_chunk: data scratch too small")
     nb = (n + BLOCK - 1) // BLOCK
     pos = 1 + nb + (2 * nb if pw else 0)
     prev = 0
     dpos = 0
-    qb = np.empty(BLOCK, np.int32)  # |codes| < 2**28, deltas < 2**29: int32 vectorises
-    db = np.empty(BLOCK, np.int32)
-    cb = np.empty(BLOCK, np.int32)
-    pb = np.empty(BLOCK, np.int64)
-    words = np.zeros(BLOCK // 2 + 1, np.uint64)
+    qb = np.empty(BLOCK, np.int32)  # the block's codes
+    pk = np.empty(2 * BLOCK, np.uint64)  # codes to pack, then their groups
     counts = np.empty(nb, np.uint8)
     index = np.empty(8 * nb, np.uint8)
     nsparse = 0
@@ -172,14 +178,25 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             binv = math.ldexp(1.0, -k)
         bad = _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb)
         raw_bytes = m * itemsize
-        or_d = 0
-        zz_d = 0
-        nz_d = 0
-        for j in range(m):
+        # both candidates' statistics (codes, differences) in int32 (codes < 2**28): the
+        # np.int32 wraps let the loop run 8 lanes wide
+        v = qb[0]
+        d = np.int32(v - prev)
+        nz_d = np.int32(v != 0)
+        or_d = v
+        zz_d = np.int32((v << 1) ^ (v >> 31))
+        nz_l = np.int32(d != 0)
+        or_l = d
+        zz_l = np.int32((d << 1) ^ (d >> 31))
+        for j in range(1, m):
             v = qb[j]
-            nz_d += v != 0
-            or_d |= v
-            zz_d |= _zigzag(v)
+            nz_d = np.int32(nz_d + (v != 0))
+            or_d = np.int32(or_d | v)
+            zz_d = np.int32(zz_d | np.int32((v << 1) ^ (v >> 31)))
+            d = np.int32(v - qb[j - 1])
+            nz_l = np.int32(nz_l + (d != 0))
+            or_l = np.int32(or_l | d)
+            zz_l = np.int32(zz_l | np.int32((d << 1) ^ (d >> 31)))
         w_d = _bit_width(zz_d if or_d < 0 else or_d)
         if pw:
             out[1 + nb + 2 * b] = 0
@@ -196,17 +213,6 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             dpos += cnt
             prev = 0
             continue
-        or_l = 0
-        zz_l = 0
-        nz_l = 0
-        last = prev
-        for j in range(m):
-            d = qb[j] - last
-            last = qb[j]
-            db[j] = d
-            nz_l += d != 0
-            or_l |= d
-            zz_l |= _zigzag(d)
         w_l = _bit_width(zz_l if or_l < 0 else or_l)
         sg_d = SIGNED if or_d < 0 else 0
         sg_l = SIGNED if or_l < 0 else 0
@@ -225,29 +231,44 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         if pw:
             out[1 + nb + 2 * b] = k & 0xFF
             out[2 + nb + 2 * b] = (k >> 8) & 0xFF
-        src = db if head & DELTA else qb
-        cnt = m
-        if head & SPARSE:
+        w = head & 31
+        signed = head & SIGNED
+        base = BLOCK if head & SPARSE else 0  # a sparse block's codes are moved down later
+        if head & DELTA:
+            pk[base] = _code_bits(np.int64(qb[0]) - prev, signed)
+            for j in range(1, m):
+                pk[base + j] = _code_bits(np.int64(qb[j]) - qb[j - 1], signed)
+        else:
+            for j in range(m):
+                pk[base + j] = _code_bits(np.int64(qb[j]), signed)
+        if head & SPARSE:  # the non-zero codes moved to the front, and their mask
             mk = np.uint64(0)
+            for j in range(m):
+                mk |= np.uint64(pk[BLOCK + j] != 0) << np.uint64(j)
             cnt = 0
-            for j in range(m):  # mask, positions and the non-zero codes moved to the front
-                nz = src[j] != 0
-                mk |= np.uint64(nz) << np.uint64(j)
-                pb[cnt] = j
-                cb[cnt] = src[j]
-                cnt += nz
-            src = cb
+            for j in range(m):
+                u = pk[BLOCK + j]
+                pk[cnt] = u
+                cnt += u != 0
             counts[nsparse] = cnt
             nsparse += 1
-            if cnt <= LIST_MAX:
-                ipos = _pack(pb, cnt, 0, 6, cb, words, index, ipos)  # unsigned: cb untouched
+            if cnt <= LIST_MAX:  # 6-bit positions: at most 54 bits
+                lst = np.uint64(0)
+                t = mk
+                for i in range(cnt):
+                    lst |= trailing_zeros(t) << np.uint64(6 * i)
+                    t &= t - np.uint64(1)
+                store_u64(index, ipos, lst)  # index has 8 bytes a sparse block
+                ipos += (6 * cnt + 7) // 8
             else:
-                for j in range(8):
-                    index[ipos + j] = (mk >> np.uint64(8 * j)) & np.uint64(0xFF)
+                store_u64(index, ipos, mk)
                 ipos += 8
-        w = head & 31
+        else:
+            cnt = m
+        for j in range(cnt, BLOCK):
+            pk[j] = 0
         if w:
-            dpos = _pack(src, cnt, head & SIGNED, w, cb, words, data, dpos)
+            dpos = _pack(pk, cnt, w, data, dpos)
         prev = qb[m - 1]
     out[pos : pos + nsparse] = counts[:nsparse]
     pos += nsparse
@@ -258,49 +279,105 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _pack(src, count, signed, w, cb, words, data, dpos):
-    """Append ``src[:count]`` (zigzagged if ``signed``) at ``w`` bits each, LSB
-    first; returns the new end. Scratch: ``cb`` (BLOCK int64), ``words``
-    (BLOCK // 2 + 1 uint64)."""
-    if signed:
-        for j in range(count):
-            c = src[j]
-            cb[j] = (c << 1) ^ (c >> 63)
-        src = cb
+def _pack(pk, count, w, data, dpos):
+    """Append the ``w``-bit codes ``pk[:count]`` LSB first at ``data[dpos]``; returns the
+    new end. ``pk`` (uint64, 2 * BLOCK) holds the codes zero-padded to BLOCK and takes
+    the groups in its upper half. Whole 8-byte words are stored, so up to 8 bytes past
+    the new end are overwritten.
+
+    The codes are first joined into groups of g = 8, 4 or 2 (g * w <= 64 bits) by
+    loops with no dependencies between groups; only the groups are shifted into the
+    64-bit accumulator one after the other.
+    """
+    uw = np.uint64(w)
+    if w <= 8:
+        g = 8
+        for i in range(BLOCK // 8):
+            o = 8 * i
+            pk[BLOCK + i] = (
+                pk[o]
+                | (pk[o + 1] << uw)
+                | (pk[o + 2] << (2 * uw))
+                | (pk[o + 3] << (3 * uw))
+                | (pk[o + 4] << (4 * uw))
+                | (pk[o + 5] << (5 * uw))
+                | (pk[o + 6] << (6 * uw))
+                | (pk[o + 7] << (7 * uw))
+            )
+    elif w <= 16:
+        g = 4
+        for i in range(BLOCK // 4):
+            o = 4 * i
+            pk[BLOCK + i] = (
+                pk[o] | (pk[o + 1] << uw) | (pk[o + 2] << (2 * uw)) | (pk[o + 3] << (3 * uw))
+            )
+    else:
+        g = 2
+        for i in range(BLOCK // 2):
+            pk[BLOCK + i] = pk[2 * i] | (pk[2 * i + 1] << uw)
+    gw = g * w
+    ugw = np.uint64(gw)
     acc = np.uint64(0)
     nbits = 0
-    wi = 0
-    uw = np.uint64(w)
-    for j in range(count):
-        u = np.uint64(src[j])
+    at = dpos
+    for j in range((count + g - 1) // g):
+        u = pk[BLOCK + j]
         acc |= u << np.uint64(nbits)
-        nbits += w
+        nbits += gw
         if nbits >= 64:
-            words[wi] = acc
-            wi += 1
+            store_u64(data, at, acc)
+            at += 8
             nbits -= 64
-            acc = (u >> (uw - np.uint64(nbits))) if nbits else np.uint64(0)
-    words[wi] = acc
-    nbytes = (count * w + 7) // 8
-    data[dpos : dpos + nbytes] = words.view(np.uint8)[:nbytes]
-    return dpos + nbytes
+            acc = (u >> (ugw - np.uint64(nbits))) if nbits else np.uint64(0)
+    store_u64(data, at, acc)
+    return dpos + (count * w + 7) // 8
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _unpack(payload, pos, cnt, w, words, cb):
-    """cb[:cnt] = the ``w``-bit codes packed LSB first from ``payload[pos]``."""
-    nbytes = (cnt * w + 7) // 8
-    wb = words.view(np.uint8)  # bytes past nbytes are stale, but masked off below
-    for j in range(nbytes):
-        wb[j] = payload[pos + j]
-    lowmask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
+def _unpack(buf, pos, cnt, w, cb):
+    """cb[:cnt] = the ``w``-bit codes packed LSB first from byte ``pos`` of ``buf``,
+    which must have 8 readable bytes past them; ``cb`` (int32) has room for
+    ``cnt`` rounded up to 8 (the last group may write codes past ``cnt``).
+
+    One unaligned 8-byte read yields 8, 4 or 1 codes (g * w + 7 <= 64 bits).
+    """
+    mask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
+    uw = np.uint64(w)
+    if w <= 7:
+        for i in range((cnt + 7) // 8):
+            off = 8 * i * w
+            v = load_u64(buf, pos + (off >> 3)) >> np.uint64(off & 7)
+            o = 8 * i
+            cb[o] = np.int32(v & mask)
+            cb[o + 1] = np.int32((v >> uw) & mask)
+            cb[o + 2] = np.int32((v >> (2 * uw)) & mask)
+            cb[o + 3] = np.int32((v >> (3 * uw)) & mask)
+            cb[o + 4] = np.int32((v >> (4 * uw)) & mask)
+            cb[o + 5] = np.int32((v >> (5 * uw)) & mask)
+            cb[o + 6] = np.int32((v >> (6 * uw)) & mask)
+            cb[o + 7] = np.int32((v >> (7 * uw)) & mask)
+    elif w <= 14:
+        for i in range((cnt + 3) // 4):
+            off = 4 * i * w
+            v = load_u64(buf, pos + (off >> 3)) >> np.uint64(off & 7)
+            o = 4 * i
+            cb[o] = np.int32(v & mask)
+            cb[o + 1] = np.int32((v >> uw) & mask)
+            cb[o + 2] = np.int32((v >> (2 * uw)) & mask)
+            cb[o + 3] = np.int32((v >> (3 * uw)) & mask)
+    else:
+        for j in range(cnt):
+            off = j * w
+            v = load_u64(buf, pos + (off >> 3)) >> np.uint64(off & 7)
+            cb[j] = np.int32(v & mask)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unzigzag(a, cnt):
+    """a[:cnt] = the signed codes of their zigzagged bits, in place."""
     for j in range(cnt):
-        off = j * w
-        wi = off >> 6
-        sh = np.uint64(off & 63)
-        lo = words[wi] >> sh
-        hi = (words[wi + 1] << (np.uint64(64) - sh)) if sh else np.uint64(0)
-        cb[j] = (lo | hi) & lowmask
+        c = a[j]
+        a[j] = (c >> 1) ^ -(c & 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -360,9 +437,10 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
     if size < pos:
         return False
     prev = 0
-    words = np.zeros(BLOCK // 2 + 1, np.uint64)  # a block's data: at most 30 * 64 bits
-    cb = np.zeros(BLOCK + 1, np.int32)  # + 1: the sparse spread reads one past the codes
-    qb = np.empty(BLOCK, np.int32)
+    buf = np.zeros(size + 8, np.uint8)  # the payload with room for 8-byte reads at its end
+    buf[:size] = payload
+    cb = np.empty(BLOCK + 8, np.int32)  # a sparse block's codes (+ 8: _unpack's last group)
+    qb = np.empty(BLOCK + 8, np.int32)  # the block's codes
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -402,7 +480,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
             if cnt < 1 or cnt > m:
                 return False
             if cnt <= LIST_MAX:
-                _unpack(payload, ipos, cnt, 6, words, cb)
+                _unpack(buf, ipos, cnt, 6, cb)
                 last = -1
                 for j in range(cnt):
                     if cb[j] <= last or cb[j] >= m:
@@ -420,26 +498,26 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         nbytes = (cnt * w + 7) // 8
         if pos + nbytes > size:
             return False
-        _unpack(payload, pos, cnt, w, words, cb)
-        if h & SIGNED:
-            for j in range(cnt):
-                c = cb[j]
-                cb[j] = (c >> 1) ^ -(c & 1)
-        if h & SPARSE:  # spread the non-zero codes back to their places
-            k = 0
+        if h & SPARSE:  # the non-zero codes, spread back to their places
+            _unpack(buf, pos, cnt, w, cb)
+            if h & SIGNED:
+                _unzigzag(cb, cnt)
             for j in range(m):
-                take = np.int32((mask >> np.uint64(j)) & np.uint64(1))
-                qb[j] = cb[k] * take
-                k += take
-            src = qb
+                qb[j] = 0
+            t = mask
+            for i in range(cnt):
+                qb[trailing_zeros(t)] = cb[i]
+                t &= t - np.uint64(1)
         else:
-            src = cb
+            _unpack(buf, pos, m, w, qb)
+            if h & SIGNED:
+                _unzigzag(qb, m)
         if h & DELTA:
             v = prev
             for j in range(m):
-                v += src[j]
-                src[j] = v
-        prev = src[m - 1]
-        _reconstruct(src, m, bstep, prec, out, s)
+                v += qb[j]
+                qb[j] = v
+        prev = qb[m - 1]
+        _reconstruct(qb, m, bstep, prec, out, s)
         pos += nbytes
     return pos == size

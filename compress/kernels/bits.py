@@ -1,0 +1,57 @@
+"""Bit-level primitives for numba kernels: trailing zeros and unaligned 8-byte reads.
+
+Both compile to one machine instruction (``tzcnt``, an unaligned ``mov``). The
+byte streams they read are little-endian by specification (formats/SPEC.md);
+``load_u64`` reads them as such, so the module refuses big-endian hosts.
+"""
+
+import sys
+
+from llvmlite import ir
+from numba import types
+from numba.core.extending import intrinsic
+
+if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
+    raise ImportError("tensorpress kernels need a little-endian machine")
+
+
+@intrinsic
+def trailing_zeros(typingctx, v):
+    """Trailing zero bits of uint64 ``v`` (``v`` != 0)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def load_u64(typingctx, arr, idx):
+    """Bytes ``idx`` .. ``idx + 7`` of a contiguous uint8 array as a little-endian uint64,
+    with no alignment needed; the caller guarantees ``idx + 8 <= arr.size``."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        return builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+
+    return types.uint64(arr, types.int64), codegen
+
+
+@intrinsic
+def store_u64(typingctx, arr, idx, value):
+    """Write uint64 ``value`` little-endian into bytes ``idx`` .. ``idx + 7`` of a
+    contiguous uint8 array, with no alignment needed; the caller guarantees
+    ``idx + 8 <= arr.size``."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        builder.store(args[2], builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.none(arr, types.int64, types.uint64), codegen
