@@ -57,6 +57,28 @@ def cases():
     kernels = np.random.default_rng(8).standard_normal((16, 8, 3, 3)).astype(np.float32)
     kernels += np.linspace(0, 1, 9, dtype=np.float32).reshape(3, 3)
     yield "sz_f32_kernels_as_1d", kernels, {"rel": 1e-3}  # sz flag bit 1
+    yield "block_f32_mixed", _block_mix(np.float32, 9), {"codec": "block", "rel": 1e-2}
+    yield "block_f64_pw_rel", _block_mix(np.float64, 10), {"codec": "block", "pw_rel": 1e-3}
+    yield "block_f16_abs", _block_mix(np.float16, 11), {"codec": "block", "abs": 0.01}
+
+
+def _block_mix(dtype, seed):
+    """Every kind of ``block`` block: dense, sparse (position list and mask), differences,
+    signed and unsigned codes, all-zero, constant and raw blocks, a partial last block."""
+    rng = np.random.default_rng(seed)
+    parts = [
+        np.full(64, np.nan),  # not codable, all equal: stored as one value
+        np.cumsum(rng.standard_normal(200)) * 0.05,  # smooth: differences
+        rng.standard_normal(130),  # noise: signed codes
+        np.abs(rng.standard_normal(64)),  # unsigned codes
+        np.zeros(128),  # all-zero blocks
+        np.where(rng.random(64) < 0.1, 2.0, 0.0),  # a few non-zeros: position list
+        np.maximum(rng.standard_normal(192), 0.0),  # ReLU-like: mask
+        np.where(rng.random(64) < 0.05, np.nan, 1.0),  # NaN: raw
+        [np.inf, -np.inf, -0.0, 0.0, 1e-40],
+        np.linspace(-3.0, 3.0, 37),  # partial last block
+    ]
+    return np.concatenate(parts).astype(dtype)
 
 
 def digest(a: np.ndarray) -> str:
