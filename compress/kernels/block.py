@@ -245,11 +245,11 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             mk = np.uint64(0)
             for j in range(m):
                 mk |= np.uint64(pk[BLOCK + j] != 0) << np.uint64(j)
-            cnt = 0
-            for j in range(m):
-                u = pk[BLOCK + j]
-                pk[cnt] = u
-                cnt += u != 0
+            cnt = nz_l if head & DELTA else nz_d
+            t = mk
+            for i in range(cnt):
+                pk[i] = pk[BLOCK + trailing_zeros(t)]
+                t &= t - np.uint64(1)
             counts[nsparse] = cnt
             nsparse += 1
             if cnt <= LIST_MAX:  # 6-bit positions: at most 54 bits
@@ -265,7 +265,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
                 ipos += 8
         else:
             cnt = m
-        for j in range(cnt, BLOCK):
+        for j in range(cnt, min((cnt + 7) // 8 * 8, BLOCK)):  # zeros to the last group
             pk[j] = 0
         if w:
             dpos = _pack(pk, cnt, w, data, dpos)
@@ -281,9 +281,9 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
 @njit(cache=True, nogil=True, inline="always")
 def _pack(pk, count, w, data, dpos):
     """Append the ``w``-bit codes ``pk[:count]`` LSB first at ``data[dpos]``; returns the
-    new end. ``pk`` (uint64, 2 * BLOCK) holds the codes zero-padded to BLOCK and takes
-    the groups in its upper half. Whole 8-byte words are stored, so up to 8 bytes past
-    the new end are overwritten.
+    new end. ``pk`` (uint64, 2 * BLOCK) holds the codes, zero-padded to a multiple of 8,
+    and takes the groups in its upper half. Whole 8-byte words are stored, so up to 8
+    bytes past the new end are overwritten.
 
     The codes are first joined into groups of g = 8, 4 or 2 (g * w <= 64 bits) by
     loops with no dependencies between groups; only the groups are shifted into the
@@ -292,7 +292,7 @@ def _pack(pk, count, w, data, dpos):
     uw = np.uint64(w)
     if w <= 8:
         g = 8
-        for i in range(BLOCK // 8):
+        for i in range((count + 7) // 8):
             o = 8 * i
             pk[BLOCK + i] = (
                 pk[o]
@@ -306,14 +306,14 @@ def _pack(pk, count, w, data, dpos):
             )
     elif w <= 16:
         g = 4
-        for i in range(BLOCK // 4):
+        for i in range((count + 3) // 4):
             o = 4 * i
             pk[BLOCK + i] = (
                 pk[o] | (pk[o + 1] << uw) | (pk[o + 2] << (2 * uw)) | (pk[o + 3] << (3 * uw))
             )
     else:
         g = 2
-        for i in range(BLOCK // 2):
+        for i in range((count + 1) // 2):
             pk[BLOCK + i] = pk[2 * i] | (pk[2 * i + 1] << uw)
     gw = g * w
     ugw = np.uint64(gw)
