@@ -1,0 +1,79 @@
+"""The bit-level primitives of the numba kernels, against plain Python."""
+
+import numpy as np
+import pytest
+from numba import njit
+from tensorpress.compress.block import steps_for
+from tensorpress.compress.kernels import block as kb
+from tensorpress.compress.kernels.bits import load_u64, store_u64, trailing_zeros
+from tensorpress.compress.kernels.rounding import PREC_FLOAT32
+
+
+@njit(cache=True)
+def _trailing_zeros_all(values):
+    out = np.empty(values.size, np.int64)
+    for i in range(values.size):
+        out[i] = trailing_zeros(values[i])
+    return out
+
+
+@njit(cache=True)
+def _load_all(buf, count):
+    out = np.empty(count, np.uint64)
+    for i in range(count):
+        out[i] = load_u64(buf, i)
+    return out
+
+
+@njit(cache=True)
+def _store(buf, idx, value):
+    store_u64(buf, idx, value)
+
+
+def test_trailing_zeros_of_every_single_bit_and_mixtures():
+    rng = np.random.default_rng(0)
+    values = np.concatenate(
+        [
+            np.uint64(1) << np.arange(64, dtype=np.uint64),
+            rng.integers(1, 2**63, 200, dtype=np.uint64)
+            << rng.integers(0, 8, 200).astype(np.uint64),
+        ]
+    )
+    want = [(int(v) & -int(v)).bit_length() - 1 for v in values]
+    assert _trailing_zeros_all(values).tolist() == want
+
+
+def test_load_u64_reads_little_endian_at_any_offset():
+    buf = np.random.default_rng(1).integers(0, 256, 40, dtype=np.uint8)
+    got = _load_all(buf, buf.size - 7)
+    want = [int.from_bytes(buf[i : i + 8].tobytes(), "little") for i in range(buf.size - 7)]
+    assert [int(v) for v in got] == want
+
+
+@pytest.mark.parametrize("idx", [0, 1, 5, 8, 13])
+def test_store_u64_writes_exactly_eight_little_endian_bytes(idx):
+    buf = np.full(24, 0xAB, np.uint8)
+    value = 0xF102030405060708
+    _store(buf, idx, np.uint64(value))
+    want = np.full(24, 0xAB, np.uint8)
+    want[idx : idx + 8] = np.frombuffer(value.to_bytes(8, "little"), np.uint8)
+    assert np.array_equal(buf, want)
+
+
+def test_block_encoder_refuses_a_short_scratch():
+    x = np.linspace(0, 1, 100, dtype=np.float32)
+    step, inv = steps_for(0.01)
+    out = np.empty(1 + 12 * 2 + x.nbytes, np.uint8)
+    with pytest.raises(ValueError, match="scratch"):
+        kb.encode_chunk(
+            x,
+            x.view(np.uint8),
+            4,
+            PREC_FLOAT32,
+            False,
+            0.01,
+            step,
+            inv,
+            np.empty(x.nbytes + 7, np.uint8),
+            out,
+        )
