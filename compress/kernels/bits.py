@@ -15,6 +15,10 @@ if sys.byteorder != "little":  # pragma: no cover - every supported platform is 
     raise ImportError("tensorpress kernels need a little-endian machine")
 
 
+def _contiguous_bytes(arr) -> bool:
+    return isinstance(arr, types.Array) and arr.dtype == types.uint8 and arr.layout == "C"
+
+
 @intrinsic
 def trailing_zeros(typingctx, v):
     """Trailing zero bits of uint64 ``v`` (``v`` != 0)."""
@@ -29,7 +33,7 @@ def trailing_zeros(typingctx, v):
 def load_u64(typingctx, arr, idx):
     """Bytes ``idx`` .. ``idx + 7`` of a contiguous uint8 array as a little-endian uint64,
     with no alignment needed; the caller guarantees ``idx + 8 <= arr.size``."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8):
+    if not _contiguous_bytes(arr):
         return None
 
     def codegen(context, builder, signature, args):
@@ -45,7 +49,7 @@ def store_u64(typingctx, arr, idx, value):
     """Write uint64 ``value`` little-endian into bytes ``idx`` .. ``idx + 7`` of a
     contiguous uint8 array, with no alignment needed; the caller guarantees
     ``idx + 8 <= arr.size``."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8):
+    if not _contiguous_bytes(arr):
         return None
 
     def codegen(context, builder, signature, args):

@@ -270,11 +270,11 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         if w:
             dpos = _pack(pk, cnt, w, data, dpos)
         prev = qb[m - 1]
-    out[pos : pos + nsparse] = counts[:nsparse]
+    _copy(out, pos, counts, 0, nsparse)
     pos += nsparse
-    out[pos : pos + ipos] = index[:ipos]
+    _copy(out, pos, index, 0, ipos)
     pos += ipos
-    out[pos : pos + dpos] = data[:dpos]
+    _copy(out, pos, data, 0, dpos)
     return pos + dpos
 
 
@@ -373,6 +373,16 @@ def _unpack(buf, pos, cnt, w, cb):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _copy(dst, at, src, start, n):
+    """dst[at : at + n] = src[start : start + n] (uint8 arrays, 8 bytes at a time)."""
+    whole = n - n % 8
+    for i in range(0, whole, 8):
+        store_u64(dst, at + i, load_u64(src, start + i))
+    for i in range(whole, n):
+        dst[at + i] = src[start + i]
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _unzigzag(a, cnt):
     """a[:cnt] = the signed codes of their zigzagged bits, in place."""
     for j in range(cnt):
@@ -438,7 +448,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         return False
     prev = 0
     buf = np.zeros(size + 8, np.uint8)  # the payload with room for 8-byte reads at its end
-    buf[:size] = payload
+    _copy(buf, 0, payload, 0, size)
     cb = np.empty(BLOCK + 8, np.int32)  # a sparse block's codes (+ 8: _unpack's last group)
     qb = np.empty(BLOCK + 8, np.int32)  # the block's codes
     for b in range(nb):
