@@ -279,6 +279,15 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _join(pk, o, g, uw):
+    """The ``g`` codes pk[o : o + g] of ``w`` bits (``uw``) in one word, lowest first."""
+    v = pk[o]
+    for k in range(1, g):
+        v |= pk[o + k] << (np.uint64(k) * uw)
+    return v
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _pack(pk, count, w, data, dpos):
     """Append the ``w``-bit codes ``pk[:count]`` LSB first at ``data[dpos]``; returns the
     new end. ``pk`` (uint64, 2 * BLOCK) holds the codes, zero-padded to a multiple of 8,
@@ -293,28 +302,15 @@ def _pack(pk, count, w, data, dpos):
     if w <= 8:
         g = 8
         for i in range((count + 7) // 8):
-            o = 8 * i
-            pk[BLOCK + i] = (
-                pk[o]
-                | (pk[o + 1] << uw)
-                | (pk[o + 2] << (2 * uw))
-                | (pk[o + 3] << (3 * uw))
-                | (pk[o + 4] << (4 * uw))
-                | (pk[o + 5] << (5 * uw))
-                | (pk[o + 6] << (6 * uw))
-                | (pk[o + 7] << (7 * uw))
-            )
+            pk[BLOCK + i] = _join(pk, 8 * i, 8, uw)
     elif w <= 16:
         g = 4
         for i in range((count + 3) // 4):
-            o = 4 * i
-            pk[BLOCK + i] = (
-                pk[o] | (pk[o + 1] << uw) | (pk[o + 2] << (2 * uw)) | (pk[o + 3] << (3 * uw))
-            )
+            pk[BLOCK + i] = _join(pk, 4 * i, 4, uw)
     else:
         g = 2
         for i in range((count + 1) // 2):
-            pk[BLOCK + i] = pk[2 * i] | (pk[2 * i + 1] << uw)
+            pk[BLOCK + i] = _join(pk, 2 * i, 2, uw)
     gw = g * w
     ugw = np.uint64(gw)
     acc = np.uint64(0)
@@ -334,6 +330,13 @@ def _pack(pk, count, w, data, dpos):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _split(v, cb, o, g, uw, mask):
+    """cb[o : o + g] = the ``g`` codes of ``w`` bits (``uw``) in ``v``, lowest first."""
+    for k in range(g):
+        cb[o + k] = np.int32((v >> (np.uint64(k) * uw)) & mask)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _unpack(buf, pos, cnt, w, cb):
     """cb[:cnt] = the ``w``-bit codes packed LSB first from byte ``pos`` of ``buf``,
     which must have 8 readable bytes past them; ``cb`` (int32) has room for
@@ -345,26 +348,11 @@ def _unpack(buf, pos, cnt, w, cb):
     uw = np.uint64(w)
     if w <= 7:
         for i in range((cnt + 7) // 8):
-            off = 8 * i * w
-            v = load_u64(buf, pos + (off >> 3)) >> np.uint64(off & 7)
-            o = 8 * i
-            cb[o] = np.int32(v & mask)
-            cb[o + 1] = np.int32((v >> uw) & mask)
-            cb[o + 2] = np.int32((v >> (2 * uw)) & mask)
-            cb[o + 3] = np.int32((v >> (3 * uw)) & mask)
-            cb[o + 4] = np.int32((v >> (4 * uw)) & mask)
-            cb[o + 5] = np.int32((v >> (5 * uw)) & mask)
-            cb[o + 6] = np.int32((v >> (6 * uw)) & mask)
-            cb[o + 7] = np.int32((v >> (7 * uw)) & mask)
+            _split(load_u64(buf, pos + i * w), cb, 8 * i, 8, uw, mask)
     elif w <= 14:
         for i in range((cnt + 3) // 4):
             off = 4 * i * w
-            v = load_u64(buf, pos + (off >> 3)) >> np.uint64(off & 7)
-            o = 4 * i
-            cb[o] = np.int32(v & mask)
-            cb[o + 1] = np.int32((v >> uw) & mask)
-            cb[o + 2] = np.int32((v >> (2 * uw)) & mask)
-            cb[o + 3] = np.int32((v >> (3 * uw)) & mask)
+            _split(load_u64(buf, pos + (off >> 3)) >> np.uint64(off & 7), cb, 4 * i, 4, uw, mask)
     else:
         for j in range(cnt):
             off = j * w
