@@ -1,8 +1,8 @@
-"""Bit-level primitives for numba kernels: trailing zeros and unaligned 8-byte reads.
+"""Bit-level primitives for numba kernels: trailing zeros, unaligned 8-byte reads and writes.
 
-Both compile to one machine instruction (``tzcnt``, an unaligned ``mov``). The
-byte streams they read are little-endian by specification (formats/SPEC.md);
-``load_u64`` reads them as such, so the module refuses big-endian hosts.
+Each compiles to one machine instruction (``tzcnt``, an unaligned ``mov``). The
+byte streams are little-endian by specification (formats/SPEC.md) and
+``load_u64``/``store_u64`` move them as such, so the module refuses big-endian hosts.
 """
 
 import sys
