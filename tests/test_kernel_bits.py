@@ -5,7 +5,13 @@ import pytest
 from numba import njit
 from tensorpress.compress.block import steps_for
 from tensorpress.compress.kernels import block as kb
-from tensorpress.compress.kernels.bits import load_u64, store_u64, trailing_zeros
+from tensorpress.compress.kernels.bits import (
+    copy_bytes,
+    load_u64,
+    popcount,
+    store_u64,
+    trailing_zeros,
+)
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32
 
 
@@ -15,6 +21,19 @@ def _trailing_zeros_all(values):
     for i in range(values.size):
         out[i] = trailing_zeros(values[i])
     return out
+
+
+@njit(cache=True)
+def _popcount_all(values):
+    out = np.empty(values.size, np.int64)
+    for i in range(values.size):
+        out[i] = popcount(values[i])
+    return out
+
+
+@njit(cache=True)
+def _copy(dst, at, src, start, n):
+    copy_bytes(dst, at, src, start, n)
 
 
 @njit(cache=True)
@@ -41,6 +60,24 @@ def test_trailing_zeros_of_every_single_bit_and_mixtures():
     )
     want = [(int(v) & -int(v)).bit_length() - 1 for v in values]
     assert _trailing_zeros_all(values).tolist() == want
+
+
+def test_popcount_against_python():
+    rng = np.random.default_rng(2)
+    values = np.concatenate(
+        [np.array([0, 1, 2**64 - 1], np.uint64), rng.integers(0, 2**64, 300, dtype=np.uint64)]
+    )
+    assert _popcount_all(values).tolist() == [bin(int(v)).count("1") for v in values]
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 23])
+def test_copy_bytes_copies_exactly_n(n):
+    src = np.random.default_rng(n).integers(0, 256, 40, dtype=np.uint8)
+    dst = np.full(40, 0xAB, np.uint8)
+    _copy(dst, 3, src, 5, n)
+    want = np.full(40, 0xAB, np.uint8)
+    want[3 : 3 + n] = src[5 : 5 + n]
+    assert np.array_equal(dst, want)
 
 
 def test_load_u64_reads_little_endian_at_any_offset():

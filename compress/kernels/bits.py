@@ -1,4 +1,4 @@
-"""Bit-level primitives for numba kernels: trailing zeros, unaligned 8-byte reads and writes.
+"""Bit-level primitives for numba kernels: bit counts, unaligned 8-byte reads and writes.
 
 Each compiles to one machine instruction (``tzcnt``, an unaligned ``mov``). The
 byte streams are little-endian by specification (formats/SPEC.md) and
@@ -8,7 +8,7 @@ byte streams are little-endian by specification (formats/SPEC.md) and
 import sys
 
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core.extending import intrinsic
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
@@ -25,6 +25,16 @@ def trailing_zeros(typingctx, v):
 
     def codegen(context, builder, signature, args):
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def popcount(typingctx, v):
+    """Set bits of uint64 ``v``."""
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
 
     return types.uint64(types.uint64), codegen
 
@@ -59,3 +69,14 @@ def store_u64(typingctx, arr, idx, value):
         return context.get_dummy_value()
 
     return types.none(arr, types.int64, types.uint64), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def copy_bytes(dst, at, src, start, n):
+    """dst[at : at + n] = src[start : start + n] for contiguous uint8 arrays, 8 bytes at a
+    time (numba's slice copy goes byte by byte)."""
+    whole = n - n % 8
+    for i in range(0, whole, 8):
+        store_u64(dst, at + i, load_u64(src, start + i))
+    for i in range(whole, n):
+        dst[at + i] = src[start + i]

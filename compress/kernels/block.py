@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from .bits import load_u64, store_u64, trailing_zeros
+from .bits import copy_bytes, load_u64, popcount, store_u64, trailing_zeros
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 from .rounding import round_via_float32 as to_storage
 
@@ -270,11 +270,11 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         if w:
             dpos = _pack(pk, cnt, w, data, dpos)
         prev = qb[m - 1]
-    _copy(out, pos, counts, 0, nsparse)
+    copy_bytes(out, pos, counts, 0, nsparse)
     pos += nsparse
-    _copy(out, pos, index, 0, ipos)
+    copy_bytes(out, pos, index, 0, ipos)
     pos += ipos
-    _copy(out, pos, data, 0, dpos)
+    copy_bytes(out, pos, data, 0, dpos)
     return pos + dpos
 
 
@@ -361,30 +361,11 @@ def _unpack(buf, pos, cnt, w, cb):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _copy(dst, at, src, start, n):
-    """dst[at : at + n] = src[start : start + n] (uint8 arrays, 8 bytes at a time)."""
-    whole = n - n % 8
-    for i in range(0, whole, 8):
-        store_u64(dst, at + i, load_u64(src, start + i))
-    for i in range(whole, n):
-        dst[at + i] = src[start + i]
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _unzigzag(a, cnt):
     """a[:cnt] = the signed codes of their zigzagged bits, in place."""
     for j in range(cnt):
         c = a[j]
         a[j] = (c >> 1) ^ -(c & 1)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _popcount(v):
-    """Set bits of uint64 ``v`` (SWAR)."""
-    v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    v = (v + (v >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -436,7 +417,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
         return False
     prev = 0
     buf = np.zeros(size + 8, np.uint8)  # the payload with room for 8-byte reads at its end
-    _copy(buf, 0, payload, 0, size)
+    copy_bytes(buf, 0, payload, 0, size)
     cb = np.empty(BLOCK + 8, np.int32)  # a sparse block's codes (+ 8: _unpack's last group)
     qb = np.empty(BLOCK + 8, np.int32)  # the block's codes
     for b in range(nb):
@@ -490,7 +471,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
                     mask |= np.uint64(payload[ipos + j]) << np.uint64(8 * j)
                 if m < 64 and mask >> np.uint64(m) != 0:
                     return False
-                if _popcount(mask) != cnt:
+                if np.int64(popcount(mask)) != cnt:
                     return False
             ipos += index_bytes(cnt)
         nbytes = (cnt * w + 7) // 8
