@@ -23,6 +23,7 @@ from .formats import (  # noqa: E402
     encode_array,
     read_header,
 )
+from .formats.container import resolve_workers  # noqa: E402
 
 __all__ = [
     "ErrorBound",
@@ -67,7 +68,8 @@ def compress_array(
             f"{', '.join(codec.dtypes)}"
         )
     if codec.bounded:
-        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel).resolve(arr)
+        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel)
+        bound = bound.resolve(arr, threads=resolve_workers(workers))
     else:
         if (abs, rel, pw_rel) != (None, None, None):
             kind = "lossy but bits-bounded" if codec.lossy else "lossless"

@@ -18,7 +18,6 @@ Byte layout: formats/SPEC.md.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -26,6 +25,8 @@ from .bounds import ErrorBound
 from .kernels import block as kb
 from .kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 from .registry import Codec, deliver, register_codec
+from .scratch import scratch
+from .threads import map_ordered
 
 _PREC = {"float64": PREC_FLOAT64, "float32": PREC_FLOAT32, "float16": PREC_FLOAT16}
 MODE_BLOCKS, MODE_RAW = 0, 1
@@ -53,14 +54,13 @@ def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound
     itemsize = rawb.size // n
     step, inv = steps_for(bound.tolerance)
     pw = bound.resolved_mode == "pw_rel"
-    out = np.empty(1 + 12 * -(-n // kb.BLOCK) + n * itemsize, np.uint8)
-    size = kb.encode_chunk(
-        xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, np.empty_like(out), out
-    )
-    if size >= 1 + n * itemsize:
-        return bytes([MODE_RAW]) + rawb.tobytes()
-    out[0] = MODE_BLOCKS
-    return out[:size].tobytes()
+    worst = 1 + 12 * -(-n // kb.BLOCK) + n * itemsize
+    with scratch(worst, n * itemsize + 8) as (out, data):
+        size = kb.encode_chunk(xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, data, out)
+        if size >= 1 + n * itemsize:
+            return bytes([MODE_RAW]) + rawb.tobytes()
+        out[0] = MODE_BLOCKS
+        return out[:size].tobytes()
 
 
 @register_codec
@@ -106,21 +106,28 @@ class BlockCodec(Codec):
             raise ValueError(f"unknown block chunk mode {buf[0]}")
         prec = PREC_BFLOAT16 if bf16 else _PREC[dtype.name]
         if itemsize >= 4:
-            ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, res, res.view(np.uint8))
+            with scratch(buf.size + 8) as (pad,):
+                ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, res, res.view(np.uint8), pad)
         else:
-            vals = np.empty(n, np.float32)
-            rawb = np.empty(n * itemsize, np.uint8)
-            ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, vals, rawb)
-            if ok:
-                with np.errstate(over="ignore"):  # raw blocks hold garbage until overlaid
-                    res[:] = _bfloat16_bits(vals) if bf16 else vals
-                nb = -(-n // kb.BLOCK)
-                raw = (buf[1 : 1 + nb] & 31) == kb.RAW_WIDTH
-                if raw.any():
-                    pick = np.repeat(raw, kb.BLOCK * itemsize)[: n * itemsize]
-                    res.view(np.uint8)[pick] = rawb[pick]
+            with scratch(buf.size + 8, 4 * n, n * itemsize) as (pad, vb, rawb):
+                vals = vb.view(np.float32)
+                ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, vals, rawb, pad)
+                if ok:
+                    BlockCodec._overlay_16bit(buf, n, itemsize, bf16, vals, rawb, res)
         if not ok:
             raise ValueError("block payload is inconsistent (corrupted or truncated)")
+
+    @staticmethod
+    def _overlay_16bit(buf, n, itemsize, bf16, vals, rawb, res):
+        """res = the decoded float32 ``vals`` rounded to the 16-bit dtype, with the raw
+        blocks' bytes from ``rawb`` laid over them."""
+        with np.errstate(over="ignore"):  # raw blocks hold garbage until overlaid
+            res[:] = _bfloat16_bits(vals) if bf16 else vals
+        nb = -(-n // kb.BLOCK)
+        raw = (buf[1 : 1 + nb] & 31) == kb.RAW_WIDTH
+        if raw.any():
+            pick = np.repeat(raw, kb.BLOCK * itemsize)[: n * itemsize]
+            res.view(np.uint8)[pick] = rawb[pick]
 
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
         step, inv = steps_for(bound.tolerance)
@@ -231,23 +238,12 @@ class _HostKernels:
         return out
 
 
-_POOL: list = []  # [ThreadPoolExecutor, its size]
-
-
 def _map_chunks(fn, items) -> list:
     """``[fn(i) for i in items]``, on as many threads as torch uses (the kernels release
-    the GIL); one thread when there is one item."""
+    the GIL)."""
     import torch
 
-    items = list(items)
-    threads = min(torch.get_num_threads(), len(items))
-    if threads <= 1:
-        return [fn(i) for i in items]
-    if not _POOL or _POOL[1] < threads:
-        if _POOL:
-            _POOL[0].shutdown(wait=False)
-        _POOL[:] = [ThreadPoolExecutor(threads, thread_name_prefix="tp-block"), threads]
-    return list(_POOL[0].map(fn, items))
+    return map_ordered(fn, items, torch.get_num_threads())
 
 
 def _bfloat16_bits(vals: np.ndarray) -> np.ndarray:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels.minmax import min_max
+from .threads import map_ordered
+
 MODES = ("abs", "rel", "pw_rel")
 
 
@@ -62,11 +65,12 @@ class ErrorBound:
         """``abs`` for abs and rel bounds, ``pw_rel`` for point-wise relative ones."""
         return "pw_rel" if self.mode == "pw_rel" else "abs"
 
-    def resolve(self, data: np.ndarray) -> ErrorBound:
-        """Return a copy whose ``tolerance`` is set for ``data`` (a float array)."""
+    def resolve(self, data: np.ndarray, threads: int = 1) -> ErrorBound:
+        """Return a copy whose ``tolerance`` is set for ``data`` (a float array); a rel
+        bound reads the data's range on up to ``threads`` threads."""
         if self.mode != "rel":
             return ErrorBound(self.mode, self.value, self.value)
-        return self.resolve_range(*finite_range(data))
+        return self.resolve_range(*finite_range(data, threads))
 
     def resolve_range(self, lo: float, hi: float) -> ErrorBound:
         """Return a copy resolved for data whose finite values span [lo, hi]."""
@@ -89,14 +93,30 @@ class ErrorBound:
         return cls(d["mode"], d["value"], d.get("tolerance"))
 
 
-def finite_range(data: np.ndarray) -> tuple[float, float]:
-    """(min, max) over the finite elements, as float64; (0, 0) when there are none."""
+#: arrays of at least this many elements have their range read on several threads
+PARALLEL_RANGE_ELEMENTS = 1 << 20
+
+
+def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
+    """(min, max) over the finite elements, as float64; (0, 0) when there are none.
+
+    Large contiguous float32/float64 arrays are read in ``threads`` parts at once.
+    """
     if data.size == 0:
         return 0.0, 0.0
-    lo, hi = float(data.min()), float(data.max())
-    if math.isfinite(lo) and math.isfinite(hi):  # the common case: two passes, no mask
+    if threads > 1 and data.size >= PARALLEL_RANGE_ELEMENTS and data.dtype in _KERNEL_DTYPES:
+        flat = np.ravel(data)  # a view when contiguous, else one copy
+        cut = -(-flat.size // threads)
+        parts = map_ordered(min_max, [flat[a : a + cut] for a in range(0, flat.size, cut)], threads)
+        lo, hi = min(p[0] for p in parts), max(p[1] for p in parts)
+    else:
+        lo, hi = float(data.min()), float(data.max())
+    if math.isfinite(lo) and math.isfinite(hi):  # the common case: no mask
         return lo, hi
     data = data[np.isfinite(data)]
     if data.size == 0:
         return 0.0, 0.0
     return float(data.min()), float(data.max())
+
+
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

@@ -8,7 +8,6 @@ decoded alone, so a slice along the first axis costs only the chunks it touches.
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import json
@@ -16,7 +15,6 @@ import math
 import os
 import struct
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -24,6 +22,7 @@ import numpy as np
 
 from ..compress.bounds import ErrorBound
 from ..compress.registry import Codec, chunk_rows_for, get_codec
+from ..compress.threads import map_ordered, ordered
 from .errors import (
     ChecksumError,
     FormatError,
@@ -100,13 +99,6 @@ def inner_threads(workers: int, chunks: int) -> int:
     """Threads each of ``chunks`` chunks may use inside itself when ``workers`` threads
     work on them: those left over when there are fewer chunks than workers."""
     return max(1, workers // max(chunks, 1))
-
-
-def _map(fn, items, workers: int) -> list:
-    if workers == 1 or len(items) <= 1:
-        return [fn(it) for it in items]
-    with ThreadPoolExecutor(min(workers, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 # -- writing ---------------------------------------------------------------------
@@ -285,31 +277,7 @@ def encode_chunks(
         return codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
 
     calls = (functools.partial(encode, i, read(i)) for i in range(n))
-    yield from ordered_window(calls, workers if n > 1 else 1)
-
-
-def ordered_window(calls, workers: int):
-    """Run the zero-argument callables of iterator ``calls`` in ``workers`` threads.
-
-    Results are yielded in order; at most ``workers`` calls are in flight (the
-    next item of ``calls`` is taken only when a slot is free), so memory is
-    bounded. Pending calls are cancelled when the consumer stops early.
-    """
-    if workers == 1:
-        for call in calls:
-            yield call()
-        return
-    pool = ThreadPoolExecutor(workers)
-    pending = collections.deque()
-    try:
-        for call in calls:
-            pending.append(pool.submit(call))
-            if len(pending) >= workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    yield from ordered(calls, workers if n > 1 else 1)
 
 
 # -- reading ---------------------------------------------------------------------
@@ -514,7 +482,7 @@ class ContainerReader:
         h = self.header
         inner = inner_threads(workers, h.nchunks)
         calls = (functools.partial(self.chunk, i, threads=inner) for i in range(h.nchunks))
-        for i, chunk in enumerate(ordered_window(calls, workers)):
+        for i, chunk in enumerate(ordered(calls, workers)):
             yield h.chunk_span(i)[0], chunk
 
     def read(self) -> np.ndarray:
@@ -540,7 +508,7 @@ class ContainerReader:
             else:
                 out[a - start : b - start] = self.chunk(i, threads=inner)[a - c0 : b - c0]
 
-        _map(fill, ids, self.workers)
+        map_ordered(fill, ids, self.workers)
         return out
 
     def __getitem__(self, key):

@@ -47,3 +47,37 @@ def test_rel_on_huge_range_stays_finite():
 def test_dict_round_trip():
     b = ErrorBound("rel", 1e-3).resolve(np.arange(5.0))
     assert ErrorBound.from_dict(b.to_dict()) == b
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize(
+    "special",
+    ["none", "nan", "inf", "all_nan", "nan_and_inf", "signed_zero", "tiny"],
+)
+def test_finite_range_on_threads_equals_one_thread(monkeypatch, dtype, threads, special):
+    from tensorpress.compress import bounds
+
+    monkeypatch.setattr(bounds, "PARALLEL_RANGE_ELEMENTS", 16)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(1001) * 100).astype(dtype)
+    if special == "nan":
+        x[[0, 500, 1000]] = np.nan
+    elif special == "inf":
+        x[3], x[700] = np.inf, -np.inf
+    elif special == "all_nan":
+        x[:] = np.nan
+    elif special == "nan_and_inf":
+        x[::2] = np.nan
+        x[1::4] = np.inf
+    elif special == "signed_zero":
+        x[:] = 0.0
+        x[600] = -0.0
+    elif special == "tiny":
+        x[:] = 1e-40 if dtype != np.float16 else 1e-7  # denormals
+        x[999] = -x[999]
+    want = finite_range(x)
+    got = finite_range(x, threads)
+    assert got == want and all(type(v) is float for v in got)
+    assert finite_range(x[::3], threads) == finite_range(x[::3])  # not contiguous
+    assert finite_range(x.reshape(7, 143), threads) == want

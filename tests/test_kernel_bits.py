@@ -114,3 +114,27 @@ def test_block_encoder_refuses_a_short_scratch():
             np.empty(x.nbytes + 7, np.uint8),
             out,
         )
+
+
+def test_block_decoder_refuses_a_short_scratch_and_ignores_what_it_held():
+    x = np.linspace(0, 1, 100, dtype=np.float32)
+    step, inv = steps_for(0.01)
+    out = np.empty(1 + 12 * 2 + x.nbytes, np.uint8)
+    data = np.empty(x.nbytes + 8, np.uint8)
+    size = kb.encode_chunk(x, x.view(np.uint8), 4, PREC_FLOAT32, False, 0.01, step, inv, data, out)
+    payload = out[:size].copy()
+    payload[0] = 0  # blocks mode
+
+    def decode(pad):
+        y = np.empty_like(x)
+        assert kb.decode_chunk(
+            payload, x.size, 4, PREC_FLOAT32, False, step, y, y.view(np.uint8), pad
+        )
+        return y
+
+    with pytest.raises(ValueError, match="scratch"):
+        decode(np.empty(size + 7, np.uint8))
+    # a reused scratch holds old bytes: they must not matter
+    decoded = [decode(np.full(size + 64, fill, np.uint8)) for fill in (0x00, 0xFF)]
+    assert np.array_equal(decoded[0], decoded[1])
+    assert np.max(np.abs(decoded[0] - x)) <= 0.01

@@ -383,13 +383,16 @@ def _reconstruct(qb, m, bstep, prec, out, s):
 
 
 @njit(cache=True, nogil=True)
-def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
+def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
     """Decode a blocks-mode chunk payload of ``n`` values into ``out``.
 
     ``out`` (float32/float64) receives the quantized blocks; raw blocks are
     copied byte for byte into ``outb`` (``out``'s own bytes for 32/64-bit
-    dtypes). Returns False when the payload is inconsistent (bad or short).
+    dtypes). ``buf``: uint8 scratch of at least ``payload.size + 8`` bytes.
+    Returns False when the payload is inconsistent (bad or short).
     """
+    if buf.size < payload.size + 8:
+        raise ValueError("decode_chunk: buf scratch too small")
     nb = (n + BLOCK - 1) // BLOCK
     size = payload.size
     pos = 1 + nb + (2 * nb if pw else 0)
@@ -416,8 +419,9 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb):
     if size < pos:
         return False
     prev = 0
-    buf = np.zeros(size + 8, np.uint8)  # the payload with room for 8-byte reads at its end
-    copy_bytes(buf, 0, payload, 0, size)
+    copy_bytes(buf, 0, payload, 0, size)  # the payload with room for 8-byte reads at its end
+    for j in range(size, size + 8):
+        buf[j] = 0
     cb = np.empty(BLOCK + 8, np.int32)  # a sparse block's codes (+ 8: _unpack's last group)
     qb = np.empty(BLOCK + 8, np.int32)  # the block's codes
     for b in range(nb):
