@@ -152,7 +152,8 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     pos = 1 + nb + (2 * nb if pw else 0)
     prev = 0
     dpos = 0
-    qb = np.empty(BLOCK, np.int32)  # the block's codes
+    qa = np.empty(BLOCK + 1, np.int32)  # the code before the block, then the block's codes
+    qb = qa[1:]
     pk = np.empty(2 * BLOCK, np.uint64)  # codes to pack, then their groups
     counts = np.empty(nb, np.uint8)
     index = np.empty(8 * nb, np.uint8)
@@ -179,21 +180,16 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         bad = _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb)
         raw_bytes = m * itemsize
         # both candidates' statistics (codes, differences) in int32 (codes < 2**28): the
-        # np.int32 wraps let the loop run 8 lanes wide
-        v = qb[0]
-        d = np.int32(v - prev)
-        nz_d = np.int32(v != 0)
-        or_d = v
-        zz_d = np.int32((v << 1) ^ (v >> 31))
-        nz_l = np.int32(d != 0)
-        or_l = d
-        zz_l = np.int32((d << 1) ^ (d >> 31))
-        for j in range(1, m):
-            v = qb[j]
+        # np.int32 wraps, and the code before the block in qa[0], let the loop run 8 lanes
+        # wide
+        qa[0] = prev
+        nz_d = nz_l = or_d = or_l = zz_d = zz_l = np.int32(0)
+        for j in range(m):
+            v = qa[j + 1]
             nz_d = np.int32(nz_d + (v != 0))
             or_d = np.int32(or_d | v)
             zz_d = np.int32(zz_d | np.int32((v << 1) ^ (v >> 31)))
-            d = np.int32(v - qb[j - 1])
+            d = np.int32(v - qa[j])
             nz_l = np.int32(nz_l + (d != 0))
             or_l = np.int32(or_l | d)
             zz_l = np.int32(zz_l | np.int32((d << 1) ^ (d >> 31)))
@@ -235,9 +231,8 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         signed = head & SIGNED
         base = BLOCK if head & SPARSE else 0  # a sparse block's codes are moved down later
         if head & DELTA:
-            pk[base] = _code_bits(np.int64(qb[0]) - prev, signed)
-            for j in range(1, m):
-                pk[base + j] = _code_bits(np.int64(qb[j]) - qb[j - 1], signed)
+            for j in range(m):
+                pk[base + j] = _code_bits(np.int64(qa[j + 1]) - qa[j], signed)
         else:
             for j in range(m):
                 pk[base + j] = _code_bits(np.int64(qb[j]), signed)
