@@ -1,12 +1,13 @@
 """Bit-level primitives for numba kernels: bit counts, unaligned 8-byte reads and writes.
 
-Each compiles to one machine instruction (``tzcnt``, an unaligned ``mov``). The
+Each compiles to one machine instruction (``tzcnt``, ``lzcnt``, an unaligned ``mov``). The
 byte streams are little-endian by specification (formats/SPEC.md) and
 ``load_u64``/``store_u64`` move them as such, so the module refuses big-endian hosts.
 """
 
 import sys
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core.extending import intrinsic
@@ -27,6 +28,22 @@ def trailing_zeros(typingctx, v):
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def leading_zeros(typingctx, v):
+    """Leading zero bits of uint64 ``v`` (64 for 0)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.uint64(types.uint64), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bit_length(v):
+    """Bits needed to write the non-negative integer ``v`` (0 for 0)."""
+    return 64 - np.int64(leading_zeros(np.uint64(v)))
 
 
 @intrinsic

@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from .bits import copy_bytes, load_u64, popcount, store_u64, trailing_zeros
+from .bits import bit_length, copy_bytes, load_u64, popcount, store_u64, trailing_zeros
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 from .rounding import round_via_float32 as to_storage
 
@@ -25,15 +25,6 @@ LIST_MAX = 9  # sparse blocks with at most this many non-zero codes list their p
 def index_bytes(nnz):
     """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
     return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _bit_width(v):
-    w = 0
-    while v:
-        v >>= 1
-        w += 1
-    return w
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -193,7 +184,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             nz_l = np.int32(nz_l + (d != 0))
             or_l = np.int32(or_l | d)
             zz_l = np.int32(zz_l | np.int32((d << 1) ^ (d >> 31)))
-        w_d = _bit_width(zz_d if or_d < 0 else or_d)
+        w_d = bit_length(zz_d if or_d < 0 else or_d)
         if pw:
             out[1 + nb + 2 * b] = 0
             out[2 + nb + 2 * b] = 0
@@ -209,7 +200,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             dpos += cnt
             prev = 0
             continue
-        w_l = _bit_width(zz_l if or_l < 0 else or_l)
+        w_l = bit_length(zz_l if or_l < 0 else or_l)
         sg_d = SIGNED if or_d < 0 else 0
         sg_l = SIGNED if or_l < 0 else 0
         best = (m * w_d + 7) // 8
