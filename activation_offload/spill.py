@@ -289,16 +289,13 @@ class SpillDir:
         return slab
 
     def _maybe_drop(self, slab: _Slab) -> None:
-        """Return the disk space of a slab without live records (lock held)."""
+        """Return the disk space of a slab without live records (lock held); the current
+        slab is instead written again from its start, keeping its blocks (truncating
+        and reallocating them cost ~10 ms a training step on ext4)."""
         if slab.live or slab.users or self._closed:
             return
         if slab is self._current:
-            if slab.end:
-                try:
-                    os.ftruncate(slab.fd, 0)
-                    slab.end = 0
-                except OSError:
-                    pass
+            slab.end = 0
             return
         del self._slabs[slab.n]
         os.close(slab.fd)

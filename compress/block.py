@@ -205,8 +205,10 @@ class _HostKernels:
             ),
             range(0, n, chunk_elems),
         )
-        payload = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
-        return payload, [len(p) for p in parts]
+        lengths = [len(p) for p in parts]
+        payload = torch.empty(sum(lengths), dtype=torch.uint8)
+        np.concatenate([np.frombuffer(p, np.uint8) for p in parts], out=payload.numpy())
+        return payload, lengths
 
     @staticmethod
     def decode(payload, lengths: list, n: int, chunk_elems: int, dtype, pw: bool, step: float):

@@ -377,8 +377,8 @@ def test_many_threads(tmp_path, direct):
         assert sum(pool.map(worker, range(8))) > 0
     assert sd.bytes_on_disk == 0
     slabs = [p for p in os.listdir(sd.path) if p.startswith("slab_")]
-    assert len(slabs) == 1  # only the slab being appended to, and it is empty
-    assert os.path.getsize(sd.path / slabs[0]) == 0
+    assert len(slabs) == 1  # only the slab being appended to, kept for reuse
+    assert os.path.getsize(sd.path / slabs[0]) <= 1 << 20
     sd.close()
 
 
@@ -758,15 +758,21 @@ def test_large_record_gets_own_slab(tmp_path):
         assert os.path.getsize(sd.path / "slab_1.bin") == 6 * ALIGN
 
 
-def test_emptied_current_slab_is_truncated(tmp_path):
+def test_emptied_current_slab_is_written_again_from_its_start(tmp_path):
     with SpillDir(tmp_path) as sd:
         locs = [sd.write(_payload(n)) for n in (1, 5000)]
         slab = sd.path / "slab_0.bin"
         assert os.path.getsize(slab) == 5 * ALIGN  # (1 + 1) + (1 + 2) blocks
         for loc in locs:
             sd.free(loc)
-        assert os.path.getsize(slab) == 0 and sd.bytes_on_disk == 0
-        assert sd.write(b"x").offset == 0
+        assert sd.bytes_on_disk == 0
+        again = sd.write(_payload(3000, seed=9))
+        assert again.offset == 0 and os.path.getsize(slab) == 5 * ALIGN  # blocks reused
+        out = np.empty(3000, np.uint8)
+        sd.read_into(again, out)
+        assert np.array_equal(out, _payload(3000, seed=9))
+        with pytest.raises(KeyError):
+            sd.read_into(locs[0], np.empty(1, np.uint8))  # its place holds a new record
 
 
 def test_close(tmp_path):
