@@ -81,6 +81,30 @@ def test_torch_path_writes_the_same_bytes_and_values(case):
     assert torch.equal(back, y_torch.reshape(-1).view(torch.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("delta", [False, True])
+def test_every_bit_width_packs_as_the_torch_ops_do(dtype, delta):
+    """Blocks of every code width, 1 to 29 bits (the numba packer has one path up to 8
+    bits, one up to 16 and one above), written byte for byte as the torch ops write
+    them and decoded back within the bound."""
+    rng = np.random.default_rng(5)
+    widths = range(1, 24 if dtype == np.float32 else 30)
+    codes = []
+    for w in widths:  # three blocks a width, with the top bit of the width used
+        c = (
+            rng.integers(-(2 ** (w - 1)), 2 ** (w - 1), 3 * 64) // 2
+            if w > 1
+            else rng.integers(0, 2, 192)
+        )
+        c[::37] = -(2 ** (w - 1)) // 2 if w > 1 else 1
+        codes.append(np.cumsum(c) if delta else c)
+    x = (np.concatenate(codes) * 2.0).astype(dtype)[:-5]  # a short last block too
+    blob = tp.compress(x, abs=1.0, codec="block")
+    with torch_ops_on_cpu():
+        assert bytes(compress_tensor(torch.from_numpy(x), abs=1.0, codec="block")) == blob
+    assert np.max(np.abs(tp.decompress(blob) - x)) <= 1.0
+
+
 @pytest.mark.parametrize("mode", ["rel", "abs", "pw_rel"])
 def test_bfloat16_tensors_keep_the_bound(mode):
     g = torch.Generator().manual_seed(0)

@@ -280,32 +280,39 @@ def _pack(pk, count, w, data, dpos):
     and takes the groups in its upper half. Whole 8-byte words are stored, so up to 8
     bytes past the new end are overwritten.
 
-    The codes are first joined into groups of g = 8, 4 or 2 (g * w <= 64 bits) by
-    loops with no dependencies between groups; only the groups are shifted into the
-    64-bit accumulator one after the other.
+    Codes of up to 16 bits: every 8 codes fill exactly ``w`` bytes, so each group of 8
+    is joined and stored on its own (one 8-byte word for w <= 8, two for w <= 16); a
+    group's words end in zero bytes, which the next group's overwrite. Wider codes are
+    joined in pairs and shifted into a 64-bit accumulator one pair after the other.
     """
     uw = np.uint64(w)
     if w <= 8:
-        g = 8
         for i in range((count + 7) // 8):
-            pk[BLOCK + i] = _join(pk, 8 * i, 8, uw)
-    elif w <= 16:
-        g = 4
-        for i in range((count + 3) // 4):
-            pk[BLOCK + i] = _join(pk, 4 * i, 4, uw)
-    else:
-        g = 2
-        for i in range((count + 1) // 2):
-            pk[BLOCK + i] = _join(pk, 2 * i, 2, uw)
-    gw = g * w
-    ugw = np.uint64(gw)
+            store_u64(data, dpos + i * w, _join(pk, 8 * i, 8, uw))
+        return dpos + (count * w + 7) // 8
+    if w <= 16:
+        half = np.uint64(4 * w)
+        for i in range((count + 7) // 8):
+            a = _join(pk, 8 * i, 4, uw)
+            b = _join(pk, 8 * i + 4, 4, uw)
+            at = dpos + i * w
+            if w < 16:
+                store_u64(data, at, a | (b << half))
+                store_u64(data, at + 8, b >> (np.uint64(64) - half))
+            else:
+                store_u64(data, at, a)
+                store_u64(data, at + 8, b)
+        return dpos + (count * w + 7) // 8
+    for i in range((count + 1) // 2):
+        pk[BLOCK + i] = _join(pk, 2 * i, 2, uw)
+    ugw = np.uint64(2 * w)
     acc = np.uint64(0)
     nbits = 0
     at = dpos
-    for j in range((count + g - 1) // g):
+    for j in range((count + 1) // 2):
         u = pk[BLOCK + j]
         acc |= u << np.uint64(nbits)
-        nbits += gw
+        nbits += 2 * w
         if nbits >= 64:
             store_u64(data, at, acc)
             at += 8
