@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 
 #: at most this many bytes of buffers wait in the free list
-KEEP_BYTES = 64 << 20
+KEEP_BYTES = 32 << 20
 #: smaller buffers come from the allocator's own free memory and are not kept
 MIN_BYTES = 1 << 16
 

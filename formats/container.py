@@ -255,9 +255,9 @@ def encode_chunks(
 
     ``source`` has ``.shape`` and ``.dtype`` and gives rows by slicing
     (``source[a:b]``: a numpy array, memory map or h5py dataset). Chunks are
-    read in the calling thread and at most ``workers`` are encoded at a time,
-    so memory stays near ``workers`` times the chunk size. The payloads do not
-    depend on ``workers``.
+    read in the calling thread, ``workers`` are encoded at a time and as many
+    more wait their turn, so memory stays near twice ``workers`` times the chunk
+    size. The payloads do not depend on ``workers``.
     """
     shape = tuple(int(d) for d in source.shape)
     n = nchunks_for(shape, chunk_rows)
@@ -475,8 +475,8 @@ class ContainerReader:
     def iter_chunks(self, workers: int | None = None):
         """Yield ``(first row, decoded chunk)`` for every chunk in order.
 
-        Chunks are decoded in ``workers`` threads (default: the reader's), at
-        most that many at a time, so memory stays near workers x chunk size.
+        Chunks are decoded in ``workers`` threads (default: the reader's), with
+        as many more queued, so memory stays near 2 x workers x chunk size.
         """
         workers = self.workers if workers is None else resolve_workers(workers)
         h = self.header
