@@ -45,4 +45,4 @@ def _take(nbytes: int) -> np.ndarray:
         for i, b in enumerate(_free):
             if b.size >= nbytes:
                 return _free.pop(i)
-    return np.empty(max(nbytes, 1), np.uint8)
+    return np.empty(nbytes, np.uint8)

@@ -1,4 +1,4 @@
-"""One process-wide pool of worker threads for chunk-parallel work.
+"""Process-wide pools of worker threads for chunk-parallel work.
 
 Starting a thread pool costs about 0.5 ms here, as much as compressing a
 1 MiB chunk, so chunk-parallel callers share persistent pools, one for each
@@ -24,9 +24,8 @@ def ordered(calls, workers: int):
 
     ``workers`` threads run them, with ``workers`` more calls queued so that no
     thread waits for the consumer; the next item of ``calls`` is taken only when
-    one is consumed, so memory stays bounded. When the consumer
-    stops early, pending calls are cancelled and running ones finished before
-    this returns.
+    one is consumed, so memory stays bounded. When the consumer stops early,
+    pending calls are cancelled and running ones finished before this returns.
     """
     if workers <= 1 or getattr(_local, "in_pool", False):
         for call in calls:

@@ -171,8 +171,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         bad = _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb)
         raw_bytes = m * itemsize
         # both candidates' statistics (codes, differences) in int32 (codes < 2**28): the
-        # np.int32 wraps, and the code before the block in qa[0], let the loop run 8 lanes
-        # wide
+        # np.int32 wraps and the code before the block in qa[0] let it run 8 lanes wide
         qa[0] = prev
         nz_d = nz_l = or_d = or_l = zz_d = zz_l = np.int32(0)
         for j in range(m):
