@@ -56,6 +56,7 @@ def compress_array(
     target input bytes per chunk; ``workers`` the threads (None: all cores).
     """
     arr, order = _as_array(x)
+    workers = resolve_workers(workers)
     codec = get_codec(codec, **codec_params)
     if str(arr.dtype) not in codec.dtypes:
         if arr.dtype.kind in "biu" and codec.lossy:
@@ -68,8 +69,7 @@ def compress_array(
             f"{', '.join(codec.dtypes)}"
         )
     if codec.bounded:
-        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel)
-        bound = bound.resolve(arr, threads=resolve_workers(workers))
+        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel).resolve(arr, workers)
     else:
         if (abs, rel, pw_rel) != (None, None, None):
             kind = "lossy but bits-bounded" if codec.lossy else "lossless"

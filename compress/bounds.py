@@ -95,6 +95,7 @@ class ErrorBound:
 
 #: arrays of at least this many elements have their range read on several threads
 PARALLEL_RANGE_ELEMENTS = 1 << 20
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # what min_max reads
 
 
 def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
@@ -117,6 +118,3 @@ def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
     if data.size == 0:
         return 0.0, 0.0
     return float(data.min()), float(data.max())
-
-
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

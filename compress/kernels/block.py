@@ -145,7 +145,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     dpos = 0
     qa = np.empty(BLOCK + 1, np.int32)  # the code before the block, then the block's codes
     qb = qa[1:]
-    pk = np.empty(2 * BLOCK, np.uint64)  # codes to pack, then their groups
+    pk = np.empty(2 * BLOCK, np.uint64)  # codes to pack; a sparse block stages them above BLOCK
     counts = np.empty(nb, np.uint8)
     index = np.empty(8 * nb, np.uint8)
     nsparse = 0
@@ -275,9 +275,8 @@ def _join(pk, o, g, uw):
 @njit(cache=True, nogil=True, inline="always")
 def _pack(pk, count, w, data, dpos):
     """Append the ``w``-bit codes ``pk[:count]`` LSB first at ``data[dpos]``; returns the
-    new end. ``pk`` (uint64, 2 * BLOCK) holds the codes, zero-padded to a multiple of 8,
-    and takes the groups in its upper half. Whole 8-byte words are stored, so up to 8
-    bytes past the new end are overwritten.
+    new end. ``pk`` (uint64) holds the codes, zero-padded to a multiple of 8. Whole
+    8-byte words are stored, so up to 8 bytes past the new end are overwritten.
 
     Codes of up to 16 bits: every 8 codes fill exactly ``w`` bytes, so each group of 8
     is joined and stored on its own (one 8-byte word for w <= 8, two for w <= 16); a
@@ -302,14 +301,12 @@ def _pack(pk, count, w, data, dpos):
                 store_u64(data, at, a)
                 store_u64(data, at + 8, b)
         return dpos + (count * w + 7) // 8
-    for i in range((count + 1) // 2):
-        pk[BLOCK + i] = _join(pk, 2 * i, 2, uw)
     ugw = np.uint64(2 * w)
     acc = np.uint64(0)
     nbits = 0
     at = dpos
     for j in range((count + 1) // 2):
-        u = pk[BLOCK + j]
+        u = _join(pk, 2 * j, 2, uw)
         acc |= u << np.uint64(nbits)
         nbits += 2 * w
         if nbits >= 64:
@@ -334,11 +331,13 @@ def _unpack(buf, pos, cnt, w, cb):
     which must have 8 readable bytes past them; ``cb`` (int32) has room for
     ``cnt`` rounded up to 8 (the last group may write codes past ``cnt``).
 
-    One unaligned 8-byte read yields 8, 4 or 1 codes (g * w + 7 <= 64 bits).
+    One unaligned 8-byte read yields 8 codes for w <= 8 (exactly ``w`` bytes, as
+    ``_pack`` stores them), else 4 or 1 (g * w + 7 <= 64 bits, read from a byte
+    boundary and shifted).
     """
     mask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
     uw = np.uint64(w)
-    if w <= 7:
+    if w <= 8:
         for i in range((cnt + 7) // 8):
             _split(load_u64(buf, pos + i * w), cb, 8 * i, 8, uw, mask)
     elif w <= 14:
