@@ -9,18 +9,21 @@ chunks and dtypes. It is dropped from the page cache (``fsync`` then
 ``posix_fadvise(POSIX_FADV_DONTNEED)``) before each run and each epoch, so every epoch
 starts from disk.
 
-Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` worker processes
-(default 2), ``persistent_workers=False`` so that each epoch's workers exit:
+Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` workers (default
+2), ``persistent_workers=False``:
 
   (a) torch + h5py      ``torch.utils.data.DataLoader(shuffle=True)`` over a Dataset
                         written the way users write one: the file opened lazily in
                         ``__getitem__``, ``f["x"][i]`` and ``f["y"][i]`` per sample
   (b) tensorpress       ``tensorpress.loaders.DataLoader`` over ``H5Dataset(path, "x",
-                        label_key="y")``, ``buffer_bytes`` = 1/4 of the data (default)
-  (b') persistent       (b) with ``persistent_workers=True``: each worker's buffer lives
-                        across epochs (bytes from the device counters: its workers have
-                        not exited when an epoch ends)
-  (b) window=W          (b') with ``DataLoader(..., window=W)``, W = ``WINDOW_CHUNKS``
+                        label_key="y")``, ``buffer_bytes`` = 1/4 of the data (default);
+                        no user code runs in its workers, so they are threads of this
+                        process, reading into the batch tensors (buffers live across
+                        epochs)
+  (b) processes         (b) with a no-op ``worker_init_fn``: worker processes, as when
+                        a transform or collate function must run in them; each epoch's
+                        workers exit
+  (b) window=W          (b) with ``DataLoader(..., window=W)``, W = ``WINDOW_CHUNKS``
                         (64) chunks = 256 samples (64 MiB): chunks in a random order,
                         samples shuffled within each window of 64 chunks
   (b) 0 workers         (b) in this process, for ``loader.stats`` (hit rate)
@@ -36,22 +39,22 @@ OpenMP threads spinning beside numba's made ``torch.stack`` in ``default_collate
 ~90 ms per 8 MiB batch in the ``num_workers=0`` run.
 
 Columns: samples/s (median over epochs) and its ratio to (a); MiB read from disk per
-epoch (median) and its ratio to (a). Bytes read, with workers: the deltas of
+epoch (median) and its ratio to (a). Bytes read, with worker processes: the deltas of
 ``resource.getrusage(RUSAGE_CHILDREN).ru_inblock`` (512-byte blocks read by finished,
 waited-for children: the epoch's workers; ``/proc/self/io`` ``read_bytes`` already
-includes reaped children, so adding it would count them twice); without workers: this
-process's ``read_bytes``. When ``ru_inblock`` stays 0 with workers the kernel does not
-account it, and the bytes come from the device's ``/sys/dev/block/M:m/stat`` sectors
-read (the whole disk, printed for every row as a cross-check anyway).
+includes reaped children, so adding it would count them twice); without worker
+processes: this process's ``read_bytes``. When ``ru_inblock`` stays 0 with workers the
+kernel does not account it, and the bytes come from the device's
+``/sys/dev/block/M:m/stat`` sectors read (the whole disk, printed for every row as a
+cross-check anyway).
 
-Hit rates of (b): the buffer hit rate over the epochs after the first, measured with a
-``num_workers=0`` run of (b) through ``loader.stats`` (one process, one buffer of
-``buffer_bytes`` that lives across epochs), beside what ``simulate`` gives on the same
-order: Belady's rule and LRU at the same capacity (sample-level; tensorpress also
-buffers the chunk-mates of a miss, which ``simulate`` does not model). The
-per-worker line simulates each worker's share (batches round-robin) at capacity
-``buffer_bytes / workers`` over all epochs, i.e. what persistent workers could hit; the
-non-persistent workers of the timed run start every epoch with an empty buffer.
+Hit rates of (b): the buffer hit rate over the epochs after the first, measured through
+``loader.stats`` in the timed run of (b) (a buffer of ``buffer_bytes / workers`` per
+worker thread) and in a ``num_workers=0`` run (one buffer of ``buffer_bytes``), beside
+what ``simulate`` gives on the same order: Belady's rule and LRU at the same capacity
+(sample-level; tensorpress also buffers the chunk-mates of a miss, which ``simulate``
+does not model). The per-worker line simulates each worker's share (batches
+round-robin) at capacity ``buffer_bytes / workers`` over all epochs.
 
 Randomness: ``batch_chunk_spread`` of the default plan and of the windowed plan
 (``ShufflePlan.batch_chunk_spread``, the mean number of distinct chunks in a batch of
@@ -329,6 +332,7 @@ def run_epochs(
     """Iterate ``loader`` ``epochs`` times, dropping the file from the cache before each."""
     res = Result(name)
     stat = _device_stat(path)
+    in_process = getattr(loader, "stats", None) is not None  # no worker processes
     for e in range(epochs):
         drop_cache(path)
         before = Reads.now(stat)
@@ -338,16 +342,16 @@ def run_epochs(
             seen += len(y)
         dt = time.perf_counter() - t0
         children, own, disk = Reads.now(stat).since(before)
-        if workers and persistent:
+        if in_process and own is not None:
+            res.bytes.append(own)
+            res.source = "/proc/self/io read_bytes"
+        elif workers and persistent:
             if disk is not None:
                 res.bytes.append(disk)
             res.source = "device sectors read (persistent workers have not exited)"
         elif workers and children:
             res.bytes.append(children)  # /proc/self/io already includes reaped children
             res.source = "ru_inblock (children)"
-        elif not workers and own is not None:
-            res.bytes.append(own)
-            res.source = "/proc/self/io read_bytes"
         elif disk is not None:
             res.bytes.append(disk)
             res.source = "device sectors read (ru_inblock was 0)"
@@ -394,8 +398,17 @@ def compressed_copy(path: Path, codec: str) -> tuple[Path, str]:
     return cpath, f"x compressed {x['ratio']:.2f}x ({codec}, rel {C_REL:g}){made}"
 
 
+def _no_init(worker_id: int) -> None:
+    """A worker_init_fn that does nothing: it makes the workers processes."""
+
+
 def make_tp(
-    path: Path, workers: int, buffer_bytes: int, persistent: bool = False, window: int = 0
+    path: Path,
+    workers: int,
+    buffer_bytes: int,
+    persistent: bool = False,
+    window: int = 0,
+    processes: bool = False,
 ) -> DataLoader:
     ds = H5Dataset(path, "x", label_key="y")
     loader = DataLoader(
@@ -407,6 +420,7 @@ def make_tp(
         seed=SEED,
         persistent_workers=persistent and workers > 0,
         window=window,
+        worker_init_fn=_no_init if processes else None,
     )
     return loader
 
@@ -537,12 +551,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     res_bp = None
     if args.workers:
         res_bp = run_epochs(
-            "(b') tensorpress, persistent",
-            make_tp(path, args.workers, buffer_bytes, persistent=True),
+            "(b) tensorpress, processes",
+            make_tp(path, args.workers, buffer_bytes, processes=True),
             path,
             args.epochs,
             args.workers,
-            persistent=True,
         )
     window = WINDOW_CHUNKS * CHUNK_SAMPLES
     res_bw = None
@@ -673,6 +686,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{buffer_bytes / MIB:.0f}",
         _fmt(measured, ".3f"),
     )
+    if res_b.stats:
+        table.row(
+            f"(b) measured, {args.workers} worker threads, loader.stats, epochs 2..",
+            f"{buffer_bytes / MIB:.0f}",
+            _fmt(hit_rate_after_first(res_b.stats), ".3f"),
+        )
     table.row(
         "Belady (simulate), one process, epochs 2..", f"{buffer_bytes / MIB:.0f}", f"{bel:.3f}"
     )

@@ -491,9 +491,24 @@ class ContainerReader:
         out = self._rows(0, h.shape[0]) if h.shape else self.chunk(0, threads=self.workers)
         return np.asfortranarray(out) if h.order == "F" else out
 
-    def _rows(self, start: int, stop: int) -> np.ndarray:
+    def read_rows(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``start .. stop - 1`` (``0 <= start <= stop <= shape[0]``) in C order,
+        decoded into ``out`` (C-contiguous, of their shape and dtype) if given; only the
+        chunks they touch are read."""
         h = self.header
-        out = np.empty((stop - start,) + tuple(h.shape[1:]), h.dtype)
+        if not h.shape or not 0 <= start <= stop <= h.shape[0]:
+            raise IndexError(f"rows {start}..{stop} outside the stream's {h.shape}")
+        want = (stop - start, *h.shape[1:])
+        if out is not None and (
+            out.shape != want or out.dtype != h.dtype or not out.flags.c_contiguous
+        ):
+            raise ValueError(f"out must be C-contiguous {h.dtype} of shape {want}")
+        return self._rows(start, stop, out)
+
+    def _rows(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        h = self.header
+        if out is None:
+            out = np.empty((stop - start,) + tuple(h.shape[1:]), h.dtype)
         if stop <= start or out.size == 0:
             return out
         first, last = start // h.chunk_rows, (stop - 1) // h.chunk_rows

@@ -256,13 +256,21 @@ class DirectRows:
         return cls(path, ds)
 
     def _address(self, chunk: int) -> int | None:
-        if chunk not in self._where:
+        where = self._where
+        if chunk not in where:
             if self._rows is None:
-                self._where[chunk] = self.ds.id.get_offset()
-            else:
+                where[chunk] = self.ds.id.get_offset()
+            elif not where and hasattr(self.ds.id, "chunk_iter"):  # all chunks in one pass
+                rows = self._rows
+
+                def note(info) -> None:
+                    where[info.chunk_offset[0] // rows] = info.byte_offset
+
+                self.ds.id.chunk_iter(note)
+            if chunk not in where:  # not written (the pass skips those), or no chunk_iter
                 coord = (chunk * self._rows,) + (0,) * (self.ds.ndim - 1)
-                self._where[chunk] = self.ds.id.get_chunk_info_by_coord(coord).byte_offset
-        return self._where[chunk]
+                where[chunk] = self.ds.id.get_chunk_info_by_coord(coord).byte_offset
+        return where[chunk]
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
         """Rows ``start .. stop - 1`` into ``out`` (C-contiguous, of those rows' shape)."""

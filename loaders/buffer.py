@@ -129,6 +129,22 @@ class BeladyBuffer:
         entry = self._held[sample]
         self._push(sample, entry, self._clamp(next_use))
 
+    def admits(self, nbytes: int, next_use: int) -> bool:
+        """Whether ``offer`` would admit a sample of ``nbytes`` bytes needed at
+        ``next_use`` that is not held (nothing changes)."""
+        nbytes, nu = int(nbytes), self._clamp(next_use)
+        if nbytes > self.capacity_bytes:
+            return False
+        need = self.bytes_held + nbytes - self.capacity_bytes
+        if need <= 0:
+            return True
+        victims = self._victims(need, nu)
+        if victims is None:
+            return False
+        for item in victims:
+            heapq.heappush(self._heap, item)
+        return True
+
     def offer(self, sample: Hashable, value: Any, nbytes: int, next_use: int) -> bool:
         """Admit ``sample`` (``nbytes`` bytes, next needed at ``next_use``) if it fits
         after evicting held samples needed strictly later; True if admitted. A sample

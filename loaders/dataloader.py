@@ -12,16 +12,24 @@ hands each batch to the process that loads it as one token (epoch, batch number,
 batch of the iteration, sample indices), and a wrapped dataset resolves it in
 ``__getitems__``.
 
-For an ``H5Dataset`` every loading process (the main one with ``num_workers=0``, else
-each worker) keeps a ``BeladyBuffer`` of ``buffer_bytes // max(1, num_workers)`` bytes.
-Batches go to workers round-robin in order (torch's ``in_order`` dispatch), so a process
-knows the samples it will read in this epoch and the next, hence each sample's next use.
-Hits come from the buffer; misses are grouped into chunk-aligned runs (``coalesce``), each
-read with one ``read_range``, and every sample of a run is offered to the buffer with its
-next use, so samples needed soon stay. Where reading part of a chunk reads only that part
-(``H5Dataset.partial_reads``: unfiltered chunks of whole samples) only the missed samples
-are read, in runs of consecutive ones. A wrong guess about the future only lowers the hit
-rate; the data returned is always what ``dataset[i]`` returns.
+For an ``H5Dataset`` every loading worker (the main process with ``num_workers=0``)
+keeps a ``BeladyBuffer`` of ``buffer_bytes // max(1, num_workers)`` bytes. Batches go to
+workers round-robin in order (torch's ``in_order`` dispatch), so a worker knows the
+samples it will read in this epoch and the next, hence each sample's next use. Hits come
+from the buffer; misses are grouped into chunk-aligned runs (``coalesce``), up to
+``read_threads`` of them read at once, and every sample read is offered to the buffer
+with its next use, so samples needed soon stay. Where reading part of a chunk reads only
+that part (``H5Dataset.partial_reads``: unfiltered chunks of whole samples) only the
+missed samples are read, in runs of consecutive ones. A wrong guess about the future only
+lowers the hit rate; the data returned is always what ``dataset[i]`` returns.
+
+With no ``transform`` and torch's collate function, samples are read straight into the
+batch tensors ``default_collate`` would make. If, in addition, no ``worker_init_fn`` is
+given, no user code needs a worker process, and the workers are threads of the calling
+process, each with its own buffer and batches as a worker process has: the reads release
+the GIL, and a batch reaches the loop with no copy through shared memory (with worker
+processes, 256 KiB samples cost about twice the CPU time). Their buffers then last as
+long as the loader, and ``stats`` counts them.
 
 Semantics worth knowing:
 
@@ -32,21 +40,28 @@ Semantics worth knowing:
   ``set_epoch(e)`` chooses the epoch of the next iteration. A new iteration after an
   abandoned one restarts the current epoch from its first batch, unless
   ``load_state_dict`` set a resume point. One iteration at a time.
-- ``stats`` is available with ``num_workers=0`` for an ``H5Dataset`` (None otherwise):
-  worker processes keep their own buffers and counters.
+- ``stats`` is available for an ``H5Dataset`` read in this process (``num_workers=0``,
+  or worker threads); None with worker processes, which keep their own counters.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
+import math
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader as _TorchDataLoader
-from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
+from torch.utils.data import Dataset, IterableDataset, Sampler, default_collate, get_worker_info
 
+from ..compress.threads import ordered
 from .buffer import BeladyBuffer, coalesce, next_uses
 from .h5dataset import H5Dataset
 from .plan import ShufflePlan
@@ -54,6 +69,14 @@ from .plan import ShufflePlan
 __all__ = ["DataLoader"]
 
 EPOCHS = 1 << 20  # epochs the plan covers: set_epoch accepts 0 .. EPOCHS - 1
+#: numpy dtypes whose batches are read straight into torch's batch tensor
+_TORCH_DTYPES = {
+    np.dtype(name): getattr(torch, name)
+    for name in (
+        *("bool", "uint8", "int8", "int16", "int32", "int64"),
+        *("float16", "float32", "float64", "complex64", "complex128"),
+    )
+}
 _STATE_KEYS = (
     "num_samples",
     "batch_size",
@@ -82,6 +105,7 @@ class _Order:
         chunk_samples: int = 1,
         window: int = 0,
         shard: str = "epoch",
+        read_threads: int = 8,
     ):
         self.plan = ShufflePlan(
             n,
@@ -143,6 +167,8 @@ class _Batches(Dataset):
     """Resolves ``_Batch`` tokens of a generic map-style dataset: ``dataset[i]`` each
     (or the dataset's own ``__getitems__`` when it has one)."""
 
+    collated = False  # whether ``__getitems__`` returns ``_Collated`` batches
+
     def __init__(self, dataset: Any):
         self.dataset = dataset
 
@@ -154,6 +180,8 @@ class _Batches(Dataset):
 
     def __getitems__(self, tokens: list[_Batch]) -> Any:
         if len(tokens) == 1:  # always, from our sampler: the fetch's result as it is
+            if self.collated:
+                return _Collated(self.fetch_collated(tokens[0]))
             return self._fetch(tokens[0])
         out: list[Any] = []
         for token in tokens:
@@ -168,6 +196,27 @@ class _Batches(Dataset):
         return [self.dataset[i] for i in indices]
 
 
+class _Collated(NamedTuple):
+    """A batch already in the form ``default_collate`` gives it."""
+
+    batch: Any
+
+
+def _pass_collated(data: Any) -> Any:
+    """The collate function of a loader whose batches arrive collated."""
+    return data.batch if isinstance(data, _Collated) else default_collate(data)
+
+
+def _empty_tensor(shape: tuple[int, ...], dtype: torch.dtype, shared: bool) -> torch.Tensor:
+    """An uninitialized CPU tensor, in shared memory if ``shared`` (as ``default_collate``
+    makes a batch in a worker process, so that sending it copies nothing)."""
+    if not shared:
+        return torch.empty(shape, dtype=dtype)
+    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    storage = torch.UntypedStorage._new_shared(nbytes)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
 class _H5Batches(_Batches):
     """Resolves ``_Batch`` tokens of an ``H5Dataset`` through a per-process Belady
     buffer of ``buffer_bytes`` bytes and chunk-aligned coalesced reads."""
@@ -179,16 +228,20 @@ class _H5Batches(_Batches):
         batch_size: int,
         num_batches: int,
         buffer_bytes: int,
+        read_threads: int,
+        worker: tuple[int, int] | None = None,
     ):
         super().__init__(dataset)
         self.order, self.batch_size, self.num_batches = order, batch_size, num_batches
-        self.buffer_bytes = int(buffer_bytes)
+        self.buffer_bytes, self.read_threads = int(buffer_bytes), int(read_threads)
+        self.worker = worker  # (id, count) of a reading thread; None: torch's worker info
         self._pid: int | None = None
         self.buffer: BeladyBuffer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """The settings only: a process that unpickles starts with an empty buffer."""
-        keep = ("dataset", "order", "batch_size", "num_batches", "buffer_bytes")
+        keep = ("dataset", "order", "batch_size", "num_batches", "buffer_bytes", "read_threads")
+        keep += ("worker",)
         return {**{k: self.__dict__[k] for k in keep}, "_pid": None, "buffer": None}
 
     # -- this process's future ------------------------------------------------------
@@ -199,7 +252,10 @@ class _H5Batches(_Batches):
         if self._pid == pid:
             return
         info = get_worker_info()
-        self._worker, self._workers = (info.id, info.num_workers) if info else (0, 1)
+        if self.worker is not None:
+            self._worker, self._workers = self.worker
+        else:
+            self._worker, self._workers = (info.id, info.num_workers) if info else (0, 1)
         self.buffer = BeladyBuffer(self.buffer_bytes)
         self._key: tuple[int, int] | None = None
         self._base = 0  # absolute access position of the window's first access
@@ -266,88 +322,151 @@ class _H5Batches(_Batches):
     # -- reading ----------------------------------------------------------------------
 
     def _fetch(self, token: _Batch) -> list[Any]:
+        """The batch's items, as ``dataset[i]`` returns them (rows of one batch array)."""
+        ds = self.dataset
+        xo, yo = self._batch(token, np.empty)
+        xs = [xo[j, ...] for j in range(len(xo))]
+        if ds.transform is not None:
+            xs = [ds.transform(x) for x in xs]
+        return xs if yo is None else [(x, yo[j, ...]) for j, x in enumerate(xs)]
+
+    def fetch_collated(self, token: _Batch) -> Any:
+        """What torch's ``default_collate`` makes of the batch's items, read straight into
+        the batch tensor (in shared memory in a worker, as ``default_collate`` puts it)."""
+        shared = get_worker_info() is not None  # sent to the main process: shared memory
+        tensors: list[torch.Tensor] = []
+
+        def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+            tensors.append(_empty_tensor(shape, _TORCH_DTYPES[np.dtype(dtype)], shared))
+            return tensors[-1].numpy()
+
+        self._batch(token, empty)
+        return tensors[0] if len(tensors) == 1 else tensors
+
+    def _batch(self, token: _Batch, empty: Callable) -> tuple[np.ndarray, np.ndarray | None]:
+        """The batch's samples and labels (or None) as arrays made by ``empty(shape,
+        dtype)``: hits copied from the buffer, misses read into them."""
         self._sync()
         if self._key != (token.epoch, token.first):
             self._rebuild(token.epoch, token.first)
-        buf = self.buffer
+        ds, buf = self.dataset, self.buffer
         indices = np.asarray(token.indices, dtype=np.int64)
+        xo = empty((indices.size, *ds.sample_shape), ds.dtype)
+        yo = empty((indices.size, *ds.label_shape), ds.label_dtype) if ds.has_labels else None
         rel = self._positions(token.batch, indices)
         never = self._base + self._span
         if rel is None:
             nxt = np.full(indices.size, never, dtype=np.int64)
         else:
             nxt = self._base + self._next[rel]
-        raw: list[Any] = [None] * indices.size
         need: dict[int, int] = {}  # missed sample -> next use after this batch
+        rows: dict[int, list[int]] = {}  # missed sample -> its rows in the batch
         for j, s in enumerate(indices.tolist()):
             value = buf.get(s)
             if value is None:
                 need[s] = int(nxt[j])
+                rows.setdefault(s, []).append(j)
             else:
-                raw[j] = value
+                _put(xo, yo, j, value)
                 buf.update(s, int(nxt[j]))
         if need:
-            got = self._read_misses(need, None if rel is None else int(rel[-1]) + 1, never)
-            for j, s in enumerate(indices.tolist()):
-                if raw[j] is None:
-                    raw[j] = got[s]
-        return [self._item(value) for value in raw]
+            after = None if rel is None else int(rel[-1]) + 1
+            self._read_misses(need, rows, after, never, xo, yo)
+        return xo, yo
 
-    def _read_misses(self, need: dict[int, int], after: int | None, never: int) -> dict:
-        """Read the chunk-aligned runs covering ``need``; offer every sample of a run to
-        the buffer with its next use; return the needed samples' raw values.
+    def _read_misses(self, need, rows, after: int | None, never: int, xo, yo) -> None:
+        """Read the chunk-aligned runs covering ``need`` (up to ``read_threads`` at once)
+        into the batch rows ``rows`` of ``xo`` / ``yo``; offer every sample read to the
+        buffer with its next use.
 
         Where the dataset reads parts of chunks (``partial_reads``), only the needed
         samples are read (in runs of consecutive ones): a chunk-mate read ahead costs the
-        read it would save later, and takes buffer space from a sample already read."""
+        read it would save later, and takes buffer space from a sample already read. A
+        run of one needed sample is read straight into its batch row."""
         ds = self.dataset
         missed = np.fromiter(need, dtype=np.int64, count=len(need))
-        got: dict[int, Any] = {}
         whole = not ds.partial_reads
+        runs: list[tuple[int, int]] = []  # [start, stop) of consecutive samples
         for start, stop in coalesce(missed, ds.chunk_samples, len(ds)):
-            ids = np.arange(start, stop, dtype=np.int64)
-            if after is None:
-                future = np.full(ids.size, never, dtype=np.int64)
-            else:
-                future = self._use_from(ids, after)
             if whole:
-                self._read_span(ids, future, need, never, got, whole_chunks=True)
+                runs.append((start, stop))
                 continue
-            wanted = np.isin(ids, missed)
-            edges = np.flatnonzero(np.diff(np.concatenate(([0], wanted.astype(np.int8), [0]))))
-            for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-                self._read_span(ids[lo:hi], future[lo:hi], need, never, got, whole_chunks=False)
-        return got
+            wanted = [s in need for s in range(start, stop)]
+            edges = np.flatnonzero(np.diff(np.concatenate(([0], wanted, [0]))))
+            lo, hi = (start + edges[::2]).tolist(), (start + edges[1::2]).tolist()
+            runs.extend(zip(lo, hi, strict=True))
+        future = None
+        if after is not None:
+            starts = np.fromiter((a for a, _ in runs), dtype=np.int64, count=len(runs))
+            lens = np.fromiter((b - a for a, b in runs), dtype=np.int64, count=len(runs))
+            ids = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+            future = self._use_from(ids, after).tolist()  # next uses after this batch
+        # positioned reads (and decoding) run outside HDF5's lock: several in flight keep
+        # the disk's queue full; reads through h5py would only queue on its lock
+        threads = self.read_threads if ds.partial_reads or ds.compressed else 1
+        calls = (functools.partial(self._read_run, a, b, whole, rows, xo, yo) for a, b in runs)
+        at = 0
+        for (a, b), (x, y) in zip(runs, ordered(calls, threads), strict=True):
+            for k, s in enumerate(range(a, b)):
+                nu = need.get(s)
+                if nu is None:
+                    nu = never if future is None else future[at + k]
+                    if nu >= never or s in self.buffer:
+                        continue  # not needed in the window, or already held
+                self._offer(s, x[k, ...], None if y is None else y[k, ...], nu)
+            at += b - a
 
-    def _read_span(self, ids, future, need, never, got, whole_chunks: bool) -> None:
-        """Read samples ``ids`` (consecutive), offer them to the buffer (needed ones at
-        their next use, others if needed in the window and not held) and put the needed
-        ones' raw values in ``got``."""
-        ds, buf = self.dataset, self.buffer
-        start, stop = int(ids[0]), int(ids[-1]) + 1
-        x = ds.read_range(start, stop, whole_chunks=whole_chunks)
-        y = ds.labels_range(start, stop) if ds.has_labels else None
-        for k, s in enumerate(ids.tolist()):
-            nu = need.get(s)
-            if nu is None:
-                nu = int(future[k])
-                if nu >= never or s in buf:
-                    continue  # not needed in the window, or already held
-            xk = x[k, ...].copy()
-            value = xk if y is None else (xk, y[k, ...].copy())
-            nbytes = xk.nbytes + (0 if y is None else value[1].nbytes)
-            buf.offer(s, value, nbytes, nu)
-            if s in need:
-                got[s] = value
-
-    def _item(self, value: Any) -> Any:
-        """What ``dataset[i]`` returns, from a raw value (copied: the buffer keeps its own)."""
+    def _read_run(self, start, stop, whole, rows, xo, yo) -> tuple[np.ndarray, Any]:
+        """Samples ``start .. stop - 1`` and their labels (or None), read from the file
+        and put in their batch rows; a run of one needed sample is read into its row."""
         ds = self.dataset
-        x, y = value if ds.has_labels else (value, None)
-        x = x.copy()
-        if ds.transform is not None:
-            x = ds.transform(x)
-        return x if y is None else (x, y.copy())
+        into = rows.get(start, ()) if stop - start == 1 else ()
+        out = xo[into[0] : into[0] + 1] if into else None
+        x = ds.read_range(start, stop, whole_chunks=whole, out=out)
+        y = ds.labels_range(start, stop) if ds.has_labels else None
+        for k, s in enumerate(range(start, stop)):
+            for j in rows.get(s, ()):
+                if out is None or j != into[0]:
+                    xo[j, ...] = x[k, ...]
+                if yo is not None:
+                    yo[j, ...] = y[k, ...]
+        return x, y
+
+    def _offer(self, sample: int, x: np.ndarray, y: np.ndarray | None, next_use: int) -> None:
+        """Offer a copy of ``sample`` (data ``x``, label ``y``) to the buffer, made only if
+        the buffer admits it."""
+        nbytes = x.nbytes + (0 if y is None else y.nbytes)
+        if self.buffer.admits(nbytes, next_use):
+            value = x.copy() if y is None else (x.copy(), y.copy())
+            self.buffer.offer(sample, value, nbytes, next_use)
+
+
+def _read_batch(reader: _H5Batches, token: _Batch, pin: bool) -> Any:
+    """One collated batch read by a reading thread, pinned if ``pin``."""
+    batch = reader.fetch_collated(token)
+    if not pin:
+        return batch
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    return [t.pin_memory() for t in batch]
+
+
+def _put(xo: np.ndarray, yo: np.ndarray | None, j: int, value: Any) -> None:
+    """Batch row ``j`` from a buffered value (``x``, or ``(x, y)`` with labels)."""
+    if yo is None:
+        xo[j, ...] = value
+    else:
+        xo[j, ...], yo[j, ...] = value
+
+
+def _reads_collated(wrapped: _Batches, collate_fn: Callable | None) -> bool:
+    """Whether batches can be read straight into ``default_collate``'s batch tensors:
+    an ``H5Dataset`` with no transform, torch's collate, and dtypes torch holds."""
+    if not isinstance(wrapped, _H5Batches) or collate_fn not in (None, default_collate):
+        return False
+    ds = wrapped.dataset
+    dtypes = (ds.dtype, ds.label_dtype) if ds.has_labels else (ds.dtype,)
+    return ds.transform is None and all(d in _TORCH_DTYPES for d in dtypes)
 
 
 def _is_count(value: Any) -> bool:
@@ -376,8 +495,10 @@ class DataLoader:
     ``shard``: ``"epoch"`` (``DistributedSampler``'s fresh split over the ranks every
     epoch) or ``"fixed"`` (each rank reads the same samples every epoch, reshuffled: with
     a buffer as large as a rank's share, every access after the first epoch hits; see
-    ``ShufflePlan``). The other arguments are torch ``DataLoader``'s. ``len(loader)``:
-    batches per epoch for this rank.
+    ``ShufflePlan``). ``read_threads``: reads each worker keeps in flight, where they
+    bypass HDF5's lock (positioned reads, compressed streams). The other arguments are
+    torch ``DataLoader``'s; workers are threads where no user code runs in them (see the
+    module's notes). ``len(loader)``: batches per epoch for this rank.
     """
 
     def __init__(
@@ -399,6 +520,7 @@ class DataLoader:
         rank: int | None = None,
         window: int = 0,
         shard: str = "epoch",
+        read_threads: int = 8,
     ):
         if isinstance(dataset, IterableDataset):
             raise TypeError("DataLoader needs a map-style dataset, got an IterableDataset")
@@ -412,6 +534,8 @@ class DataLoader:
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         if not _is_count(buffer_bytes) or buffer_bytes < 0:
             raise ValueError(f"buffer_bytes must be an integer >= 0, got {buffer_bytes!r}")
+        if not _is_count(read_threads) or read_threads < 1:
+            raise ValueError(f"read_threads must be an integer >= 1, got {read_threads!r}")
         n = len(dataset)
         if n < 1:
             raise ValueError("dataset is empty")
@@ -419,7 +543,7 @@ class DataLoader:
         self.dataset = dataset
         self.batch_size, self.num_workers = int(batch_size), int(num_workers)
         self.shuffle, self.drop_last, self.seed = bool(shuffle), bool(drop_last), seed
-        self.buffer_bytes = int(buffer_bytes)
+        self.buffer_bytes, self.read_threads = int(buffer_bytes), int(read_threads)
         self._order = _Order(
             n,
             shuffle=shuffle,
@@ -438,22 +562,41 @@ class DataLoader:
             per_process = self.buffer_bytes // max(1, self.num_workers)
             batches = self._sampler.num_batches
             self._wrapped: _Batches = _H5Batches(
-                dataset, self._order, self.batch_size, batches, per_process
+                dataset, self._order, self.batch_size, batches, per_process, self.read_threads
             )
         else:
             self._wrapped = _Batches(dataset)
+        self._wrapped.collated = _reads_collated(self._wrapped, collate_fn)
         self._loader = _TorchDataLoader(
             self._wrapped,
             batch_sampler=self._sampler,
             num_workers=self.num_workers,
-            collate_fn=collate_fn,
+            collate_fn=_pass_collated if self._wrapped.collated else collate_fn,
             pin_memory=pin_memory,
             timeout=timeout,
             worker_init_fn=worker_init_fn,
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
         )
-        self.collate_fn = self._loader.collate_fn
+        self.collate_fn = default_collate if self._wrapped.collated else self._loader.collate_fn
+        self.timeout, self.prefetch_factor = timeout, prefetch_factor or 2
+        #: no user code runs in a worker (H5Dataset, no transform, torch's collate, no
+        #: worker_init_fn): workers are threads of this process, each with its own buffer
+        #: and share of batches, as a worker process has, reading into the batch tensors
+        self._reader_threads: list[_H5Batches] | None = None
+        if self._wrapped.collated and self.num_workers and worker_init_fn is None:
+            self._reader_threads = [
+                _H5Batches(
+                    dataset,
+                    self._order,
+                    self.batch_size,
+                    self._sampler.num_batches,
+                    self._wrapped.buffer_bytes,
+                    self.read_threads,
+                    worker=(i, self.num_workers),
+                )
+                for i in range(self.num_workers)
+            ]
         self.pin_memory = self._loader.pin_memory
         self._epoch = 0
         self._resume = 0  # first batch of the next iteration (set by load_state_dict)
@@ -480,7 +623,38 @@ class DataLoader:
         self._resume, self._done = 0, first
         self._iteration += 1
         self._sampler.epoch, self._sampler.first = epoch, first
-        return self._run(iter(self._loader), self._iteration)
+        inner = iter(self._loader) if self._reader_threads is None else self._read_in_threads()
+        return self._run(inner, self._iteration)
+
+    def _read_in_threads(self) -> Iterator[Any]:
+        """The sampler's batches, batch ``first + i`` read by reading thread ``i %
+        num_workers``, ``prefetch_factor`` batches ahead per thread, yielded in order."""
+        readers = self._reader_threads
+        pools = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"tensorpress-loader-{i}")
+            for i in range(len(readers))
+        ]
+        pin = self.pin_memory and torch.cuda.is_available()
+        pending: collections.deque = collections.deque()
+        try:
+            for i, (token,) in enumerate(self._sampler):
+                w = i % len(readers)
+                pending.append(pools[w].submit(_read_batch, readers[w], token, pin))
+                if len(pending) >= len(readers) * self.prefetch_factor:
+                    yield self._wait(pending.popleft())
+            while pending:
+                yield self._wait(pending.popleft())
+        finally:
+            for future in pending:
+                future.cancel()
+            for pool in pools:
+                pool.shutdown(wait=True)
+
+    def _wait(self, future: Future) -> Any:
+        try:
+            return future.result(timeout=self.timeout or None)
+        except FutureTimeout:
+            raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds") from None
 
     def _run(self, inner: Iterator[Any], iteration: int) -> Iterator[Any]:
         for batch in inner:
@@ -534,15 +708,18 @@ class DataLoader:
         """Buffer hits/misses (samples), ``hit_rate``, ``bytes_read`` and
         ``chunk_bytes_read`` (bytes, this process) of an ``H5Dataset`` loaded with
         ``num_workers=0``; None otherwise (workers keep their own)."""
-        if self.num_workers or not isinstance(self._wrapped, _H5Batches):
+        if self._reader_threads is not None:
+            buffers = [r.buffer for r in self._reader_threads if r.buffer is not None]
+        elif self.num_workers or not isinstance(self._wrapped, _H5Batches):
             return None
-        buf = self._wrapped.buffer
-        hits, misses = (buf.hits, buf.misses) if buf is not None else (0, 0)
+        else:
+            buffers = [] if self._wrapped.buffer is None else [self._wrapped.buffer]
+        hits, misses = sum(b.hits for b in buffers), sum(b.misses for b in buffers)
         return {
             "hits": hits,
             "misses": misses,
             "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
-            "buffer_bytes_held": buf.bytes_held if buf is not None else 0,
+            "buffer_bytes_held": sum(b.bytes_held for b in buffers),
             "bytes_read": self.dataset.bytes_read,
             "chunk_bytes_read": self.dataset.chunk_bytes_read,
         }

@@ -39,6 +39,7 @@ CONTIGUOUS_READ_BYTES = MIB  # bytes: target read size for contiguous datasets
 _MAX_SLOTS = 1 << 20  # chunk-cache hash slots: 8 MiB of pointers at most
 _LISTED = 8  # datasets named in a missing-key error
 CACHE_W0 = 0.75  # HDF5's default chunk-cache preemption policy
+LABEL_MEMORY_BYTES = 16 * MIB  # bytes: labels up to this size are read once and kept
 
 
 def _next_prime(n: int) -> int:
@@ -159,6 +160,7 @@ class H5Dataset(Dataset):
         self._x: h5py.Dataset | ContainerReader | None = None
         self._y: h5py.Dataset | ContainerReader | None = None
         self._x_direct: DirectRows | None = None  # the data's rows read from the file
+        self._labels: np.ndarray | None = None  # all labels, when they are small
         self._pid: int | None = None
         self._lock = threading.Lock()
         self._bytes_read = 0
@@ -178,6 +180,15 @@ class H5Dataset(Dataset):
     @property
     def dtype(self) -> np.dtype:
         return self._dtype
+
+    @property
+    def label_shape(self) -> tuple[int, ...] | None:
+        """Shape of one label (None without ``label_key``)."""
+        return None if self._label_shape is None else self._label_shape[1:]
+
+    @property
+    def label_dtype(self) -> np.dtype | None:
+        return self._label_dtype
 
     @property
     def sample_nbytes(self) -> int:
@@ -244,24 +255,40 @@ class H5Dataset(Dataset):
             x = self.transform(x)
         if self.label_key is None:
             return x
-        return x, self._read(True, i, i + 1, where)[0, ...]
+        return x, self.labels_range(i, i + 1)[0, ...]
 
-    def read_range(self, start: int, stop: int, *, whole_chunks: bool = True) -> np.ndarray:
-        """Samples ``start .. stop-1`` as one array, read in one coalesced ``read_direct``.
+    def read_range(
+        self, start: int, stop: int, *, whole_chunks: bool = True, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Samples ``start .. stop-1`` as one array, read in one coalesced ``read_direct``
+        (into ``out``, C-contiguous, if given).
 
         ``whole_chunks=False`` (for ``partial_reads`` datasets) reads these samples'
         bytes from the file with positioned reads (one per chunk touched), not their
         whole chunks through HDF5 (worth it when the chunk-mates would not be kept)."""
         self._check_range(start, stop)
         direct = self._partial and not whole_chunks
-        return self._read(False, int(start), int(stop), f"samples {start}..{stop - 1}", direct)
+        where = f"samples {start}..{stop - 1}"
+        return self._read(False, int(start), int(stop), where, direct, out)
 
     def labels_range(self, start: int, stop: int) -> np.ndarray:
-        """Labels of samples ``start .. stop-1`` in one read (ValueError without labels)."""
+        """Labels of samples ``start .. stop-1`` (ValueError without labels): a copy from
+        memory where all labels fit in ``LABEL_MEMORY_BYTES`` (read once per process),
+        else one read."""
         if self.label_key is None:
             raise ValueError(f"{self.path}: {self.key!r} was opened without a label_key")
         self._check_range(start, stop)
-        return self._read(True, int(start), int(stop), f"samples {start}..{stop - 1}")
+        where = f"samples {start}..{stop - 1}"
+        try:
+            self._open(where)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
+        labels = self._labels
+        if labels is not None:
+            return labels[start:stop].copy()
+        return self._read(True, int(start), int(stop), where)
 
     def _check_range(self, start: int, stop: int) -> None:
         n = len(self)
@@ -271,13 +298,23 @@ class H5Dataset(Dataset):
             raise ValueError(f"range stop {stop} < start {start}")
 
     def _read(
-        self, labels: bool, start: int, stop: int, where: str, direct: bool = False
+        self,
+        labels: bool,
+        start: int,
+        stop: int,
+        where: str,
+        direct: bool = False,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         if labels:
             shape, dtype, chunks = self._label_shape, self._label_dtype, self._label_chunks
         else:
             shape, dtype, chunks = self._shape, self._dtype, self._chunks
-        out = np.empty((stop - start, *shape[1:]), dtype=dtype)
+        want = (stop - start, *shape[1:])
+        if out is None:
+            out = np.empty(want, dtype=dtype)
+        elif out.shape != want or out.dtype != dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous {dtype} of shape {want}, got {out.shape}")
         if stop == start:
             return out
         try:
@@ -286,7 +323,7 @@ class H5Dataset(Dataset):
             if isinstance(ds, DirectRows):
                 ds.read_into(start, stop, out)
             elif isinstance(ds, ContainerReader):
-                out[...] = ds[start:stop]
+                ds.read_rows(start, stop, out)
             elif dtype.hasobject:  # variable-length data: read_direct cannot fill it
                 out[...] = ds[start:stop]
             else:
@@ -319,7 +356,7 @@ class H5Dataset(Dataset):
         pid = os.getpid()
         if self._pid != pid:
             self._lock = threading.Lock()  # a lock held at fork time stays held
-            self._file = self._x = self._y = self._x_direct = None  # the parent's: never used
+            self._file = self._x = self._y = self._x_direct = self._labels = None  # parent's
             self._bytes_read = self._chunk_bytes_read = 0
             self._pid = pid
 
@@ -350,11 +387,20 @@ class H5Dataset(Dataset):
                     raise OSError(
                         f"{self.key!r} (or its labels) changed since the dataset was created"
                     )
+                labels = None
+                if y is not None and self._label_nbytes() <= LABEL_MEMORY_BYTES:
+                    labels = np.asarray(y[0 : len(self)])
+                    self._bytes_read += labels.nbytes
+                    self._chunk_bytes_read += labels.nbytes
             except BaseException:
                 f.close()
                 raise
             direct = DirectRows(self.path, x) if self._partial else None
-            self._file, self._x, self._y, self._x_direct = f, x, y, direct
+            self._labels, self._x, self._y, self._x_direct = labels, x, y, direct
+            self._file = f  # last: a thread that sees the file open sees the rest
+
+    def _label_nbytes(self) -> int:
+        return math.prod(self._label_shape) * self._label_dtype.itemsize
 
     def _open_dataset(self, f: h5py.File, key: str) -> tuple[Any, tuple]:
         """``f[key]`` with this dataset's chunk cache (a compressed one: the lazy reader of
@@ -377,11 +423,11 @@ class H5Dataset(Dataset):
         """Close this process's handle (the next read reopens)."""
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
-        self._file = self._x = self._y = self._x_direct = None
+        self._file = self._x = self._y = self._x_direct = self._labels = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_file=None, _x=None, _y=None, _x_direct=None, _pid=None)
+        state.update(_file=None, _x=None, _y=None, _x_direct=None, _labels=None, _pid=None)
         state.update(_bytes_read=0, _chunk_bytes_read=0)
         del state["_lock"]
         return state

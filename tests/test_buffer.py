@@ -124,6 +124,21 @@ def test_buffer_budget_is_never_exceeded_and_tracked_exactly():
     assert 1 not in buf
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_admits_says_what_offer_does(seed):
+    rng = np.random.default_rng(seed)
+    buf = BeladyBuffer(100, horizon=60 if seed % 2 else None)
+    for step in range(400):
+        sample, nbytes, nu = int(rng.integers(40)), int(rng.integers(1, 40)), int(rng.integers(80))
+        if sample in buf:
+            buf.update(sample, nu)
+            continue
+        before = (dict(buf._held), buf.bytes_held)
+        admits = buf.admits(nbytes, nu)
+        assert (dict(buf._held), buf.bytes_held) == before  # nothing changed
+        assert buf.offer(sample, step, nbytes, nu) == admits
+
+
 def test_buffer_rejects_bad_arguments():
     with pytest.raises(ValueError):
         BeladyBuffer(-1)

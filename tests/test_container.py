@@ -121,6 +121,21 @@ def test_slice_decodes_only_touched_chunks(blob, monkeypatch):
     assert seen == [1]
 
 
+def test_read_rows_into_out(blob):
+    reader = ContainerReader(blob)
+    full = tp.decompress(blob)
+    rows = reader.header.chunk_rows
+    for start, stop in [(0, 0), (1, rows + 2), (0, len(full)), (rows, 2 * rows)]:
+        assert np.array_equal(reader.read_rows(start, stop), full[start:stop])
+        out = np.full((stop - start, *full.shape[1:]), np.nan, full.dtype)
+        assert reader.read_rows(start, stop, out) is out
+        assert np.array_equal(out, full[start:stop])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        reader.read_rows(0, 4, np.empty((4, *full.shape[1:]), np.float64))
+    with pytest.raises(IndexError, match="outside"):
+        reader.read_rows(2, len(full) + 1)
+
+
 def test_reader_from_file(tmp_path, blob):
     path = tmp_path / "x.tp"
     path.write_bytes(blob)

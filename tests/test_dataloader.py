@@ -5,6 +5,8 @@ orders, exact resume, the Belady buffer's hit rates and chunk traffic, worker er
 from __future__ import annotations
 
 import gc
+import os
+import time
 
 import h5py
 import numpy as np
@@ -182,6 +184,42 @@ def test_same_as_torch_dataloader(files, labels):
     _same_as_torch(loader, ds, collate_fn=list)
 
 
+def _init(worker_id):
+    """A worker_init_fn: user code in the workers, so they are processes."""
+
+
+@pytest.mark.parametrize("labels", [True, False])
+@pytest.mark.parametrize("workers", ["none", "threads", "processes"])
+def test_batches_read_into_the_collated_tensors_are_torchs(tmp_path, monkeypatch, labels, workers):
+    """No transform and torch's collate: batches are read straight into the batch tensors,
+    by reading threads when no user code needs worker processes; the same batches."""
+    n = 37
+    path = _make(tmp_path / "c.h5", n, chunk=4, features=FEATURES)
+    with h5py.File(path, "a") as f:  # one-sample chunks; whole gzip chunks with chunk-mates
+        f.create_dataset("z", data=_values(n), chunks=(1, FEATURES))
+        f.create_dataset("g", data=_values(n), chunks=(4, FEATURES), compression="gzip")
+    if workers == "none":  # labels read from the file, not kept in memory
+        monkeypatch.setattr("tensorpress.loaders.h5dataset.LABEL_MEMORY_BYTES", 0)
+    for key in ("x", "z", "g"):
+        ds = H5Dataset(path, key, label_key="y" if labels else None)
+        kw = {
+            "none": {},
+            "threads": {"num_workers": 2},
+            "processes": {"num_workers": 2, "worker_init_fn": _init},
+        }[workers]
+        for batch in (8, 19):  # 19: the rank's whole epoch in one batch
+            loader = DataLoader(ds, batch, buffer_bytes=5 * 24, world_size=2, rank=1, **kw)
+            assert loader._wrapped.collated
+            assert loader.collate_fn is torch.utils.data.default_collate
+            assert (loader._reader_threads is not None) == (workers == "threads")
+            _same_as_torch(loader, ds)
+        stats = loader.stats
+        if workers == "processes":
+            assert stats is None
+        else:
+            assert stats["hits"] > 0 and stats["misses"] > 0
+
+
 class _Generic(Dataset):
     def __init__(self, n):
         self.n = n
@@ -213,7 +251,8 @@ def test_generic_dataset():
 # -- workers ----------------------------------------------------------------------------
 
 
-def test_workers_match_single_process(files, monkeypatch):
+@pytest.mark.parametrize("workers", ["threads", "processes"])
+def test_workers_match_single_process(files, monkeypatch, workers):
     positions = _H5Batches._positions
 
     def checked(self, batch, indices):  # forked workers inherit the patch
@@ -226,13 +265,21 @@ def test_workers_match_single_process(files, monkeypatch):
     ranks = []
     for rank in (0, 1):
         ref = DataLoader(ds, 3, world_size=2, rank=rank, seed=4)
+        init = _init if workers == "processes" else None
         par = DataLoader(
-            ds, 3, world_size=2, rank=rank, seed=4, num_workers=2, persistent_workers=True
+            ds,
+            3,
+            world_size=2,
+            rank=rank,
+            seed=4,
+            num_workers=2,
+            persistent_workers=True,
+            worker_init_fn=init,
         )
         epochs = [_epoch(par) for _ in range(2)]
         assert epochs == [_epoch(ref) for _ in range(2)]
         ranks.append([i for b in epochs[0] for i in b])
-        assert par.stats is None
+        assert (par.stats is None) == (workers == "processes")
     assert sorted(ranks[0] + ranks[1]) == sorted([*range(37), ranks[0][0]])
     it = iter(par)  # resume mid-epoch on the same persistent workers
     head = [next(it)[1].tolist() for _ in range(3)]
@@ -250,6 +297,30 @@ def test_worker_error_surfaces():
     with pytest.raises(ValueError, match="boom at"):
         list(loader)
     gc.collect()  # torch's worker shutdown (a 5 s join) happens here, not in a later test
+
+
+def test_reading_threads_surface_errors_and_time_out(tmp_path, monkeypatch):
+    path = _make(tmp_path / "t.h5", 40)
+    ds = H5Dataset(path, "x", label_key="y")
+    loader = DataLoader(ds, 4, num_workers=2, buffer_bytes=0)
+    assert loader._reader_threads is not None
+    it = iter(loader)
+    next(it)
+    os.remove(path)
+    with pytest.raises(FileNotFoundError, match="t.h5"):
+        list(it)
+    path = _make(tmp_path / "t.h5", 40)
+    fetch = _H5Batches.fetch_collated
+
+    def slow(self, token):
+        if token.batch == 3:
+            time.sleep(2)
+        return fetch(self, token)
+
+    monkeypatch.setattr(_H5Batches, "fetch_collated", slow)
+    loader = DataLoader(H5Dataset(path, "x", label_key="y"), 4, num_workers=2, timeout=0.5)
+    with pytest.raises(RuntimeError, match="timed out after 0.5 seconds"):
+        list(loader)
 
 
 # -- resume -----------------------------------------------------------------------------
@@ -427,7 +498,7 @@ def test_partial_reads_read_only_the_missed_samples(tmp_path, monkeypatch):
     for a, b in zip(partial_batches, whole_batches, strict=True):  # the same batches
         for (xa, ya), (xb, yb) in zip(a, b, strict=True):
             assert ya == yb and np.array_equal(xa, xb)
-    # every sample read is a missed one (32 float32 and an int64 label), no chunk-mates
-    assert partial["bytes_read"] == partial["misses"] * (32 * 4 + 8)
+    # every sample read is a missed one (32 float32), no chunk-mates; labels read once
+    assert partial["bytes_read"] == partial["misses"] * 32 * 4 + n * 8
     assert partial["chunk_bytes_read"] < 0.5 * whole["chunk_bytes_read"]
     assert partial_rate >= 0.8 / 8  # epoch 2: Belady's on samples, about the buffer's share
