@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -61,7 +62,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader as _TorchDataLoader
 from torch.utils.data import Dataset, IterableDataset, Sampler, default_collate, get_worker_info
 
-from ..compress.threads import ordered
+from ..compress.threads import map_ordered
 from .buffer import BeladyBuffer, coalesce, next_uses
 from .h5dataset import H5Dataset
 from .plan import ShufflePlan
@@ -403,10 +404,15 @@ class _H5Batches(_Batches):
             future = self._use_from(ids, after).tolist()  # next uses after this batch
         # positioned reads (and decoding) run outside HDF5's lock: several in flight keep
         # the disk's queue full; reads through h5py would only queue on its lock
-        threads = self.read_threads if ds.partial_reads or ds.compressed else 1
-        calls = (functools.partial(self._read_run, a, b, whole, rows, xo, yo) for a, b in runs)
+        # (the runs in at most that many slices, one task each: a task handed to a pool
+        # thread costs about as much as decoding a compressed sample)
+        threads = min(self.read_threads if ds.partial_reads or ds.compressed else 1, len(runs))
+        cuts = [len(runs) * i // threads for i in range(threads + 1)]
+        slices = [runs[lo:hi] for lo, hi in itertools.pairwise(cuts)]
+        read = functools.partial(self._read_runs, whole=whole, rows=rows, xo=xo, yo=yo)
+        got = itertools.chain.from_iterable(map_ordered(read, slices, threads))
         at = 0
-        for (a, b), (x, y) in zip(runs, ordered(calls, threads), strict=True):
+        for (a, b), (x, y) in zip(runs, got, strict=True):
             for k, s in enumerate(range(a, b)):
                 nu = need.get(s)
                 if nu is None:
@@ -415,6 +421,9 @@ class _H5Batches(_Batches):
                         continue  # not needed in the window, or already held
                 self._offer(s, x[k, ...], None if y is None else y[k, ...], nu)
             at += b - a
+
+    def _read_runs(self, runs, whole, rows, xo, yo) -> list[tuple[np.ndarray, Any]]:
+        return [self._read_run(a, b, whole, rows, xo, yo) for a, b in runs]
 
     def _read_run(self, start, stop, whole, rows, xo, yo) -> tuple[np.ndarray, Any]:
         """Samples ``start .. stop - 1`` and their labels (or None), read from the file
