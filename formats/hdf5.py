@@ -273,12 +273,15 @@ class DirectRows:
         return where[chunk]
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
-        """Rows ``start .. stop - 1`` into ``out`` (C-contiguous, of those rows' shape)."""
+        """Rows ``start .. stop - 1`` into ``out`` (C-contiguous, of those rows' shape);
+        chunks that lie back to back in the file are read with one ``preadv``."""
         flat = memoryview(out.reshape(-1).view(np.uint8))
         fd = os.open(self.path, os.O_RDONLY)
         try:
             if hasattr(os, "posix_fadvise"):  # rows are read in no order
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            parts: list[memoryview] = []  # destinations of one contiguous file range
+            pos = end_pos = 0
             at = start
             while at < stop:
                 if self._rows is None:
@@ -287,19 +290,36 @@ class DirectRows:
                     chunk, within = divmod(at, self._rows)
                     end = min(stop, at - within + self._rows)
                 base = self._address(chunk)
+                part = flat[(at - start) * self._row_bytes : (end - start) * self._row_bytes]
                 if base is None:  # never written: HDF5 gives the fill value
                     out[at - start : end - start] = self.ds[at:end]
-                else:
-                    part = flat[(at - start) * self._row_bytes : (end - start) * self._row_bytes]
-                    pos = base + within * self._row_bytes
-                    while len(part):
-                        got = os.preadv(fd, [part], pos)
-                        if got <= 0:
-                            raise OSError(f"{self.path}: file ends inside chunk {chunk}")
-                        part, pos = part[got:], pos + got
+                elif len(part):
+                    here = base + within * self._row_bytes
+                    if parts and here != end_pos:
+                        self._pread(fd, parts, pos, chunk)
+                        parts = []
+                    if not parts:
+                        pos = here
+                    parts.append(part)
+                    end_pos = here + len(part)
                 at = end
+            if parts:
+                self._pread(fd, parts, pos, chunk)
         finally:
             os.close(fd)
+
+    def _pread(self, fd: int, parts: list[memoryview], pos: int, chunk: int) -> None:
+        """Fill ``parts`` from the file's bytes from ``pos`` on (``chunk``: for errors)."""
+        while parts:
+            got = os.preadv(fd, parts, pos)
+            if got <= 0:
+                raise OSError(f"{self.path}: file ends inside chunk {chunk}")
+            pos += got
+            while parts and got >= len(parts[0]):
+                got -= len(parts[0])
+                parts = parts[1:]
+            if parts and got:
+                parts = [parts[0][got:], *parts[1:]]
 
     def read(self, offset: int, length: int) -> memoryview:
         """Bytes ``offset .. offset + length - 1`` of a 1-d uint8 dataset (fewer at its end)."""

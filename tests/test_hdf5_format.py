@@ -1,7 +1,9 @@
 """Compressed HDF5: round trips of whole files, lazy slicing, checksums, layout versions."""
 
 import hashlib
+import itertools
 import json
+import os
 import pathlib
 
 import h5py
@@ -400,6 +402,36 @@ def test_stream_file_reads_what_hdf5_reads(tmp_path):
             ]:
                 got = bytes(stream.read(offset, length))
                 assert got == bytes(plain.read(offset, length)), (name, offset, length)
+
+
+@pytest.mark.parametrize("most", [None, 1000])
+def test_chunks_back_to_back_are_one_read(tmp_path, monkeypatch, most):
+    """Chunks adjacent in the file are read with one preadv; short reads are resumed."""
+    data = np.random.default_rng(1).integers(0, 256, 200_000, dtype=np.uint8)
+    path = tmp_path / "adjacent.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(10_000,))
+    real, calls = os.preadv, []
+
+    def preadv(fd, buffers, pos):
+        calls.append(len(buffers))
+        if most is None:
+            return real(fd, buffers, pos)
+        first = memoryview(buffers[0])[:most]  # at most ``most`` bytes a call
+        return real(fd, [first], pos)
+
+    with h5py.File(path, "r") as f:
+        rows = h5fmt.DirectRows(str(path), f["x"])
+        starts = [f["x"].id.get_chunk_info(i).byte_offset for i in range(20)]
+        assert all(b - a == 10_000 for a, b in itertools.pairwise(starts))  # back to back
+        monkeypatch.setattr(os, "preadv", preadv)
+        out = np.empty(45_000, np.uint8)
+        rows.read_into(5_000, 50_000, out)
+    assert np.array_equal(out, data[5_000:50_000])
+    if most is None:
+        assert calls == [5]  # 5 chunks touched, one call
+    else:
+        assert len(calls) == 45
 
 
 def test_loader_reads_compressed_streams_with_positioned_reads(compressed, monkeypatch):
