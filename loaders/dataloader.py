@@ -106,7 +106,6 @@ class _Order:
         chunk_samples: int = 1,
         window: int = 0,
         shard: str = "epoch",
-        read_threads: int = 8,
     ):
         self.plan = ShufflePlan(
             n,

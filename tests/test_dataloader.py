@@ -401,6 +401,7 @@ class _NoLen:
         ((list(range(4)), 2.0), {}, ValueError, "batch_size"),
         ((list(range(4)),), {"buffer_bytes": -1}, ValueError, "buffer_bytes"),
         ((list(range(4)),), {"num_workers": -1}, ValueError, "num_workers"),
+        ((list(range(4)),), {"read_threads": 0}, ValueError, "read_threads"),
         (([],), {}, ValueError, "empty"),
         ((_NoLen(),), {}, TypeError, "__len__"),
         ((list(range(4)),), {"world_size": 2, "rank": 2}, ValueError, "rank"),
