@@ -405,7 +405,10 @@ class _H5Batches(_Batches):
         # the disk's queue full; reads through h5py would only queue on its lock
         # (the runs in at most that many slices, one task each: a task handed to a pool
         # thread costs about as much as decoding a compressed sample)
-        threads = min(self.read_threads if ds.partial_reads or ds.compressed else 1, len(runs))
+        threads = self.read_threads if ds.partial_reads or ds.compressed else 1
+        if ds.compressed:  # decoding is CPU work: at most this worker's share of the cores
+            threads = min(threads, max(1, (os.cpu_count() or 1) // self._workers))
+        threads = min(threads, len(runs))
         cuts = [len(runs) * i // threads for i in range(threads + 1)]
         slices = [runs[lo:hi] for lo, hi in itertools.pairwise(cuts)]
         read = functools.partial(self._read_runs, whole=whole, rows=rows, xo=xo, yo=yo)
@@ -504,7 +507,8 @@ class DataLoader:
     epoch) or ``"fixed"`` (each rank reads the same samples every epoch, reshuffled: with
     a buffer as large as a rank's share, every access after the first epoch hits; see
     ``ShufflePlan``). ``read_threads``: reads each worker keeps in flight, where they
-    bypass HDF5's lock (positioned reads, compressed streams). The other arguments are
+    bypass HDF5's lock (positioned reads, compressed streams; for the latter, which
+    decode as they read, at most the worker's share of the CPUs). The other arguments are
     torch ``DataLoader``'s; workers are threads where no user code runs in them (see the
     module's notes). ``len(loader)``: batches per epoch for this rank.
     """
