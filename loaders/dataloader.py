@@ -596,6 +596,7 @@ class DataLoader:
         #: worker_init_fn): workers are threads of this process, each with its own buffer
         #: and share of batches, as a worker process has, reading into the batch tensors
         self._reader_threads: list[_H5Batches] | None = None
+        self._reading: tuple | None = None  # (pools, pending) of the threaded iteration
         if self._wrapped.collated and self.num_workers and worker_init_fn is None:
             self._reader_threads = [
                 _H5Batches(
@@ -635,12 +636,17 @@ class DataLoader:
         self._resume, self._done = 0, first
         self._iteration += 1
         self._sampler.epoch, self._sampler.first = epoch, first
-        inner = iter(self._loader) if self._reader_threads is None else self._read_in_threads()
+        if self._reader_threads is None:
+            inner = iter(self._loader)
+        else:
+            inner = self._read_in_threads(iter(self._sampler))
         return self._run(inner, self._iteration)
 
-    def _read_in_threads(self) -> Iterator[Any]:
-        """The sampler's batches, batch ``first + i`` read by reading thread ``i %
-        num_workers``, ``prefetch_factor`` batches ahead per thread, yielded in order."""
+    def _read_in_threads(self, tokens: Iterator[list[_Batch]]) -> Iterator[Any]:
+        """The batches of ``tokens``, batch ``first + i`` read by reading thread ``i %
+        num_workers``, ``prefetch_factor`` batches ahead per thread, yielded in order.
+        A newer iteration stops this one (the threads share the workers' buffers)."""
+        self._stop_reading()
         readers = self._reader_threads
         pools = [
             ThreadPoolExecutor(1, thread_name_prefix=f"tensorpress-loader-{i}")
@@ -648,21 +654,40 @@ class DataLoader:
         ]
         pin = self.pin_memory and torch.cuda.is_available()
         pending: collections.deque = collections.deque()
+        mine = self._reading = (pools, pending)
         try:
-            for i, (token,) in enumerate(self._sampler):
+            for i, (token,) in enumerate(tokens):
+                self._check(mine)
                 w = i % len(readers)
                 pending.append(pools[w].submit(_read_batch, readers[w], token, pin))
                 if len(pending) >= len(readers) * self.prefetch_factor:
-                    yield self._wait(pending.popleft())
+                    yield self._wait(pending.popleft(), mine)
             while pending:
-                yield self._wait(pending.popleft())
+                yield self._wait(pending.popleft(), mine)
         finally:
-            for future in pending:
-                future.cancel()
-            for pool in pools:
-                pool.shutdown(wait=True)
+            if self._reading is mine:
+                self._stop_reading()
 
-    def _wait(self, future: Future) -> Any:
+    def _stop_reading(self) -> None:
+        """Cancel the running threaded iteration's queued batches and wait for the rest."""
+        if self._reading is None:
+            return
+        pools, pending = self._reading
+        self._reading = None
+        for future in pending:
+            future.cancel()
+        for pool in pools:
+            pool.shutdown(wait=True)
+
+    def _check(self, mine: tuple) -> None:
+        if self._reading is not mine:
+            raise RuntimeError(
+                "this DataLoader iterator was stopped by a newer iteration of the same "
+                "loader (one iteration at a time)"
+            )
+
+    def _wait(self, future: Future, mine: tuple) -> Any:
+        self._check(mine)
         try:
             return future.result(timeout=self.timeout or None)
         except FutureTimeout:

@@ -323,6 +323,21 @@ def test_reading_threads_surface_errors_and_time_out(tmp_path, monkeypatch):
         list(loader)
 
 
+def test_a_newer_iteration_stops_the_reading_threads_of_an_older_one(files):
+    ds = H5Dataset(files(37), "x", label_key="y")
+    ref = DataLoader(ds, 4, seed=2, buffer_bytes=10 * 24)
+    loader = DataLoader(ds, 4, seed=2, buffer_bytes=10 * 24, num_workers=2)
+    old = iter(loader)
+    first = next(old)
+    assert _equal(first, next(iter(ref)))
+    assert loader._reading is not None
+    again = list(loader)  # epoch 0 again: the abandoned iteration restarts it
+    assert all(_equal(a, b) for a, b in zip(again, list(ref), strict=True))
+    with pytest.raises(RuntimeError, match="newer iteration"):
+        next(old)
+    assert loader._reading is None
+
+
 # -- resume -----------------------------------------------------------------------------
 
 
