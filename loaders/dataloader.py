@@ -51,6 +51,7 @@ import functools
 import itertools
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -579,17 +580,21 @@ class DataLoader:
         else:
             self._wrapped = _Batches(dataset)
         self._wrapped.collated = _reads_collated(self._wrapped, collate_fn)
-        self._loader = _TorchDataLoader(
-            self._wrapped,
-            batch_sampler=self._sampler,
-            num_workers=self.num_workers,
-            collate_fn=_pass_collated if self._wrapped.collated else collate_fn,
-            pin_memory=pin_memory,
-            timeout=timeout,
-            worker_init_fn=worker_init_fn,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-        )
+        threads = self._wrapped.collated and self.num_workers > 0 and worker_init_fn is None
+        with warnings.catch_warnings():
+            if threads:  # torch's loader only checks the arguments: it starts no process
+                warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
+            self._loader = _TorchDataLoader(
+                self._wrapped,
+                batch_sampler=self._sampler,
+                num_workers=self.num_workers,
+                collate_fn=_pass_collated if self._wrapped.collated else collate_fn,
+                pin_memory=pin_memory,
+                timeout=timeout,
+                worker_init_fn=worker_init_fn,
+                prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers,
+            )
         self.collate_fn = default_collate if self._wrapped.collated else self._loader.collate_fn
         self.timeout, self.prefetch_factor = timeout, prefetch_factor or 2
         #: no user code runs in a worker (H5Dataset, no transform, torch's collate, no
@@ -597,7 +602,7 @@ class DataLoader:
         #: and share of batches, as a worker process has, reading into the batch tensors
         self._reader_threads: list[_H5Batches] | None = None
         self._reading: tuple | None = None  # (pools, pending) of the threaded iteration
-        if self._wrapped.collated and self.num_workers and worker_init_fn is None:
+        if threads:
             self._reader_threads = [
                 _H5Batches(
                     dataset,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+import warnings
 
 import h5py
 import numpy as np
@@ -321,6 +322,17 @@ def test_reading_threads_surface_errors_and_time_out(tmp_path, monkeypatch):
     loader = DataLoader(H5Dataset(path, "x", label_key="y"), 4, num_workers=2, timeout=0.5)
     with pytest.raises(RuntimeError, match="timed out after 0.5 seconds"):
         list(loader)
+
+
+def test_reading_threads_do_not_warn_of_worker_processes(files):
+    ds = H5Dataset(files(37), "x", label_key="y")
+    many = (os.cpu_count() or 1) + 2  # torch warns of more worker processes than CPUs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = DataLoader(ds, 4, num_workers=many)
+    assert loader._reader_threads is not None and len(list(loader)) == 10
+    with pytest.warns(UserWarning, match="worker processes"):
+        DataLoader(ds, 4, num_workers=many, worker_init_fn=_init)
 
 
 def test_a_newer_iteration_stops_the_reading_threads_of_an_older_one(files):
