@@ -94,8 +94,12 @@ def fill_permuted(out, positions_start, positions_step, n, key):
         return
     mask, shift, mul, add = _rounds(n, key)
     # in blocks: first the rounds of every position, a loop free of data-dependent
-    # branches (independent chains overlap in the CPU), then the cycle walks
+    # branches (independent chains overlap in the CPU), then the cycle walks a pass at a
+    # time over the positions still outside [0, n), compacted so that each pass is
+    # branch-free too (about 40% of the values walk at n = 10**7: 1.5x faster than
+    # walking each one to its end)
     walked = np.empty(_BLOCK, np.int64)
+    left_at = np.empty(_BLOCK, np.int64)  # block positions still walking
     m0, m1, m2, m3 = mul[0], mul[1], mul[2], mul[3]  # in registers (ROUNDS is 4)
     a0, a1, a2, a3 = add[0], add[1], add[2], add[3]
     for b0 in range(0, out.shape[0], _BLOCK):
@@ -111,9 +115,28 @@ def fill_permuted(out, positions_start, positions_step, n, key):
             x = (x * m3 + a3) & mask
             x ^= x >> shift
             walked[t] = x
+        left = 0
         for t in range(cnt):
-            x = walked[t]
-            out[b0 + t] = x if x < n else _walk(x, n, mask, shift, mul, add)
+            left_at[left] = t
+            left += walked[t] >= n
+        while left:
+            for u in range(left):
+                x = walked[left_at[u]]
+                x = (x * m0 + a0) & mask
+                x ^= x >> shift
+                x = (x * m1 + a1) & mask
+                x ^= x >> shift
+                x = (x * m2 + a2) & mask
+                x ^= x >> shift
+                x = (x * m3 + a3) & mask
+                x ^= x >> shift
+                walked[left_at[u]] = x
+            still = 0
+            for u in range(left):
+                left_at[still] = left_at[u]
+                still += walked[left_at[u]] >= n
+            left = still
+        out[b0 : b0 + cnt] = walked[:cnt]
 
 
 @njit(cache=True, nogil=True, inline="always")

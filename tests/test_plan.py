@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from tensorpress.loaders.permutation import SMALL, permutation
+from tensorpress.loaders.permutation import SMALL, fill_permuted, permutation, permuted
 from tensorpress.loaders.plan import ShufflePlan
 from torch.utils.data import DistributedSampler
 
@@ -99,6 +99,16 @@ def test_large_permutation_tables_are_uniform(key):
     low = p % 256
     pairs = np.bincount(low[:-1] * 256 + low[1:], minlength=256 * 256).astype(float)
     assert _chi2_z(pairs, np.full(pairs.shape, (n - 1) / 256**2)) < 5
+
+
+@pytest.mark.parametrize(("n", "start", "step"), [(SMALL + 77, 0, 1), (3 * SMALL + 5, 7, 3)])
+def test_block_walks_equal_the_one_position_walk(n, start, step):
+    """fill_permuted's compacted cycle walks give what permuted gives position by
+    position (several blocks, 512 positions each, with walks of every length)."""
+    out = np.empty(5000, np.int64)
+    fill_permuted(out, start, step, n, 123)
+    expected = [permuted((start + k * step) % n, n, 123) for k in range(out.size)]
+    assert out.tolist() == expected
 
 
 def test_large_permutation_has_no_position_trend():
