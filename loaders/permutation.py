@@ -100,43 +100,39 @@ def fill_permuted(out, positions_start, positions_step, n, key):
     # walking each one to its end)
     walked = np.empty(_BLOCK, np.int64)
     left_at = np.empty(_BLOCK, np.int64)  # block positions still walking
-    m0, m1, m2, m3 = mul[0], mul[1], mul[2], mul[3]  # in registers (ROUNDS is 4)
-    a0, a1, a2, a3 = add[0], add[1], add[2], add[3]
+    m = (mul[0], mul[1], mul[2], mul[3])  # in registers (ROUNDS is 4)
+    a = (add[0], add[1], add[2], add[3])
     for b0 in range(0, out.shape[0], _BLOCK):
         cnt = min(_BLOCK, out.shape[0] - b0)
         for t in range(cnt):
             x = _wrap(positions_start + (b0 + t) * positions_step, n)
-            x = (x * m0 + a0) & mask
-            x ^= x >> shift
-            x = (x * m1 + a1) & mask
-            x ^= x >> shift
-            x = (x * m2 + a2) & mask
-            x ^= x >> shift
-            x = (x * m3 + a3) & mask
-            x ^= x >> shift
-            walked[t] = x
+            walked[t] = _mix(x, m, a, mask, shift)
         left = 0
         for t in range(cnt):
             left_at[left] = t
             left += walked[t] >= n
         while left:
             for u in range(left):
-                x = walked[left_at[u]]
-                x = (x * m0 + a0) & mask
-                x ^= x >> shift
-                x = (x * m1 + a1) & mask
-                x ^= x >> shift
-                x = (x * m2 + a2) & mask
-                x ^= x >> shift
-                x = (x * m3 + a3) & mask
-                x ^= x >> shift
-                walked[left_at[u]] = x
+                walked[left_at[u]] = _mix(walked[left_at[u]], m, a, mask, shift)
             still = 0
             for u in range(left):
                 left_at[still] = left_at[u]
                 still += walked[left_at[u]] >= n
             left = still
         out[b0 : b0 + cnt] = walked[:cnt]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mix(x, m, a, mask, shift):
+    """The four rounds of one pass (multipliers ``m``, addends ``a``: 4-tuples)."""
+    x = (x * m[0] + a[0]) & mask
+    x ^= x >> shift
+    x = (x * m[1] + a[1]) & mask
+    x ^= x >> shift
+    x = (x * m[2] + a[2]) & mask
+    x ^= x >> shift
+    x = (x * m[3] + a[3]) & mask
+    return x ^ (x >> shift)
 
 
 @njit(cache=True, nogil=True, inline="always")
