@@ -213,7 +213,7 @@ def _empty_tensor(shape: tuple[int, ...], dtype: torch.dtype, shared: bool) -> t
     makes a batch in a worker process, so that sending it copies nothing)."""
     if not shared:
         return torch.empty(shape, dtype=dtype)
-    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     storage = torch.UntypedStorage._new_shared(nbytes)
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 

@@ -282,9 +282,7 @@ class H5Dataset(Dataset):
         try:
             self._open(where)
         except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
+            self._failed(exc, where)
         labels = self._labels
         if labels is not None:
             return labels[start:stop].copy()
@@ -329,12 +327,7 @@ class H5Dataset(Dataset):
             else:
                 ds.read_direct(out, np.s_[start:stop])
         except OSError as exc:
-            self.close()
-            if isinstance(exc, FileNotFoundError) or not os.path.exists(self.path):
-                raise FileNotFoundError(
-                    f"{self.path}: file not found while reading {where}"
-                ) from exc
-            raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
+            self._failed(exc, where)
         requested = out.nbytes
         touched = requested
         if isinstance(ds, ContainerReader):
@@ -348,6 +341,13 @@ class H5Dataset(Dataset):
             self._bytes_read += requested
             self._chunk_bytes_read += touched
         return out
+
+    def _failed(self, exc: OSError, where: str) -> None:
+        """Close the handle and raise what a failed read of ``where`` means."""
+        self.close()
+        if isinstance(exc, FileNotFoundError) or not os.path.exists(self.path):
+            raise FileNotFoundError(f"{self.path}: file not found while reading {where}") from exc
+        raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
 
     # -- the handle: one per process --------------------------------------------------
 
