@@ -21,6 +21,10 @@ for block at rel 1e-2 and 1e-3 and quant at 2 and 4 bits.
     python benchmarks/gpu_check.py --cpu-dry-run     # no CUDA: numba vs torch-CPU only
     python benchmarks/gpu_check.py --export-crops DIR  # cropped corpus to carry along
 
+``--profile`` adds, for block at rel 1e-2 on the throughput tensor, torch.profiler's
+device time per kernel of one compress and one decompress (numba.cuda kernels
+included), and how much of the call's wall time the kernels fill.
+
 Exit status: 0 all checks passed, 1 some check failed (identity, bound, or an exception
 in a case or a throughput run), 2 no CUDA device (without ``--cpu-dry-run``).
 """
@@ -362,6 +366,43 @@ def throughput(t: torch.Tensor, runs: int, have_quant: bool) -> list[dict]:
     return rows
 
 
+def profile_calls(t: torch.Tensor, kw: dict, top: int = 12) -> dict:
+    """Device time per kernel of one ``compress_tensor`` and one ``decompress_tensor`` of
+    ``t`` (after a warm-up), printed; returns the totals (seconds)."""
+    from tensorpress.compress import compress_tensor, decompress_tensor
+    from torch.profiler import ProfilerActivity, profile
+
+    decompress_tensor(compress_tensor(t, **kw))
+    torch.cuda.synchronize()
+    ct = compress_tensor(t, **kw)
+    totals = {}
+    for name, fn in (
+        ("compress", lambda: compress_tensor(t, **kw)),
+        ("decompress", lambda: decompress_tensor(ct)),
+    ):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+        events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        by_name: dict[str, list] = {}
+        for e in events:
+            rec = by_name.setdefault(e.name, [0, 0.0])
+            rec[0] += 1
+            rec[1] += e.time_range.elapsed_us() / 1e6  # a kernel's own span
+        busy = sum(v[1] for v in by_name.values())
+        totals[name] = {"wall_s": wall, "kernels_s": busy, "kernels": len(events)}
+        print(
+            f"\n-- {name}: wall {wall * 1e3:.2f} ms, {len(events)} device events "
+            f"{busy * 1e3:.2f} ms ({busy / wall:.0%} of wall)"
+        )
+        for kname, (cnt, sec) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"   {sec * 1e3:8.3f} ms {cnt:4d}x  {kname[:90]}")
+    return totals
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -390,6 +431,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--runs", type=int, default=10, help="timed runs per throughput case")
     p.add_argument("--json", metavar="OUT", default=None, help="write all results to OUT")
+    p.add_argument(
+        "--profile", action="store_true", help="device time per kernel of block rel 1e-2 calls"
+    )
     p.add_argument(
         "--export-crops",
         metavar="DIR",
@@ -467,6 +511,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'case':<16} {'ratio':>7} {'comp GB/s':>9} {'dec GB/s':>8} {'peak mem':>9} {'runs':>4}")
     big = large_activation(device, args.size_mib)
     tput = throughput(big, args.runs, have_quant)
+    prof = None
+    if args.profile and not dry:
+        try:
+            prof = profile_calls(big, THROUGHPUT_CASES[0][1])
+        except Exception as exc:  # noqa: BLE001 - a profiler problem is no check failure
+            print(f"profile failed: {type(exc).__name__}: {exc}")
     del big
 
     failed = [r for r in records if not r["ok"]]
@@ -507,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "cases": records,
             "throughput": tput,
+            "profile": prof,
             "passed": len(records) - len(failed),
             "failed": len(failed),
             "identity_failed": len(identity_failed),

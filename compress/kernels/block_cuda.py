@@ -238,13 +238,29 @@ def _sh(i):
     return i + (i >> 6)
 
 
+# the encoder's per-block int64 rows, ``blk[row, g]``: raw flag and step exponent (from
+# the quantization kernel), header byte and count of non-zero codes (from the plan)
+RAW, KEXP, HEAD, NNZ = 0, 1, 2, 3
+# and its per-block byte counts, ``sizes[row, g]``: count bytes (1 for a sparse block of
+# codes), index bytes and data bytes; one running sum over all of them gives every
+# block's offsets within its chunk and every chunk's totals
+SPARSE_ROW, INDEX_ROW, DATA_ROW = 0, 1, 2
+
+
 @_device
-def _pred(codes, raw, g, local, nblocks):
+def _pred(codes, blk, g, local, nblocks):
     """The code before block ``g``'s first value: the previous block's last, or 0 (the
     previous block of the chunk is a full one)."""
-    if local == 0 or raw[g - 1]:
+    if local == 0 or blk[RAW, g - 1]:
         return 0
     return int(codes[(BLOCK - 1) * nblocks + g - 1])
+
+
+@_device
+def _rank(incl, sizes, row, g, first):
+    """Bytes of ``row`` in the blocks of block ``g``'s chunk before it (``first``: the
+    chunk's first block), from ``incl``, the running sum of the flattened ``sizes``."""
+    return (incl[row, g] - sizes[row, g]) - (incl[row, first] - sizes[row, first])
 
 
 # ``codes``, the int32 scratch of the encoder, is stored transposed: block ``g``'s code
@@ -253,7 +269,7 @@ def _pred(codes, raw, g, local, nblocks):
 
 
 @_device
-def _quant_block(tile, o, g, m, pw, prec, itemsize, tol, step, inv, nblocks, codes, raw, kexp):
+def _quant_block(tile, o, g, m, pw, prec, itemsize, tol, step, inv, nblocks, codes, blk):
     """Block ``g``: its ``m`` values at ``tile[_sh(o + j)]``; its codes, raw flag and step
     exponent."""
     k = 0
@@ -298,8 +314,8 @@ def _quant_block(tile, o, g, m, pw, prec, itemsize, tol, step, inv, nblocks, cod
         or_d |= q
         zz_d |= (q << 1) ^ (q >> 63)
     w_d = _bit_width(zz_d if or_d < 0 else or_d)
-    raw[g] = 1 if bad or (m * w_d + 7) // 8 > m * itemsize else 0
-    kexp[g] = k
+    blk[RAW, g] = 1 if bad or (m * w_d + 7) // 8 > m * itemsize else 0
+    blk[KEXP, g] = k
 
 
 def _make_quant_kernel(tpb, word):
@@ -310,7 +326,7 @@ def _make_quant_kernel(tpb, word):
 
     @cuda.jit
     def quant(xv, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, tol, step, inv,
-              codes, raw, kexp):  # fmt: skip
+              codes, blk):  # fmt: skip
         tile = cuda.shared.array(nsh, word)
         tid = cuda.threadIdx.x
         g0 = cuda.blockIdx.x * tpb
@@ -322,7 +338,7 @@ def _make_quant_kernel(tpb, word):
         if g < nblocks:
             c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
             _quant_block(tile, s - s0, g, m, pw, prec, itemsize, tol, step, inv, nblocks,
-                         codes, raw, kexp)  # fmt: skip
+                         codes, blk)  # fmt: skip
 
     return quant
 
@@ -332,24 +348,24 @@ _QUANT = {w: (_tpb(w), _make_quant_kernel(_tpb(w), t)) for w, t in ((4, float32)
 
 
 @cuda.jit
-def _plan_kernel(rawb, codes, raw, n, chunk_elems, bpc, nblocks, itemsize,
-                 head, nnz, isize, dsize):  # fmt: skip
+def _plan_kernel(rawb, codes, blk, n, chunk_elems, bpc, nblocks, itemsize, sizes):
     g = cuda.grid(1)
     if g >= nblocks:
         return
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
-    if raw[g]:
+    if blk[RAW, g]:
         same = True
         for j in range(itemsize, m * itemsize):
             if rawb[s * itemsize + j] != rawb[s * itemsize + j % itemsize]:
                 same = False
                 break
-        head[g] = RAW_WIDTH | (SPARSE if same else 0)
-        nnz[g] = 0
-        isize[g] = 0
-        dsize[g] = itemsize if same else m * itemsize
+        blk[HEAD, g] = RAW_WIDTH | (SPARSE if same else 0)
+        blk[NNZ, g] = 0
+        sizes[SPARSE_ROW, g] = 0
+        sizes[INDEX_ROW, g] = 0
+        sizes[DATA_ROW, g] = itemsize if same else m * itemsize
         return
-    last = _pred(codes, raw, g, local, nblocks)
+    last = _pred(codes, blk, g, local, nblocks)
     or_d = 0
     zz_d = 0
     nz_d = 0
@@ -383,10 +399,12 @@ def _plan_kernel(rawb, codes, raw, n, chunk_elems, bpc, nblocks, itemsize,
     cost = 1 + _index_bytes(nz_l) + (nz_l * w_l + 7) // 8
     if cost < best:
         best, h, cnt, ib = cost, w_l | sg_l | DELTA | SPARSE, nz_l, _index_bytes(nz_l)
-    head[g] = h
-    nnz[g] = cnt
-    isize[g] = ib
-    dsize[g] = best - (1 + ib if h & SPARSE else 0)
+    sparse = 1 if h & SPARSE else 0
+    blk[HEAD, g] = h
+    blk[NNZ, g] = cnt
+    sizes[SPARSE_ROW, g] = sparse
+    sizes[INDEX_ROW, g] = ib
+    sizes[DATA_ROW, g] = best - sparse * (1 + ib)
 
 
 @_device
@@ -419,34 +437,40 @@ def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w, position
     return p
 
 
+# the encoder's per-chunk table, ``chunks[row, c]``: where the chunk's payload starts,
+# whether it is stored raw, and where its counts, indexes and data start
+START, RAW_CHUNK, COUNTS, INDEXES, DATA = 0, 1, 2, 3, 4
+
+
 @_device
-def _write_head(rawb, codes, raw, kexp, head, nnz, g, n, chunk_elems, bpc, nblocks, pw,
-                start_c, raw_c, cpos, ioff, out):  # fmt: skip
+def _write_head(codes, blk, sizes, incl, chunks, g, n, chunk_elems, bpc, nblocks, pw, out):
     """Block ``g``'s bytes other than its data: the chunk's mode byte (first block), its
     header, exponent, count and index bytes. Returns whether its data are packed codes
     (else bytes of the input, as they are)."""
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
-    base = start_c[c]
-    if raw_c[c]:  # the chunk is stored as it is
+    base = chunks[START, c]
+    if chunks[RAW_CHUNK, c]:  # the chunk is stored as it is
         if local == 0:
             out[base] = 1
         return False
     if local == 0:
         out[base] = 0
-    h = int(head[g])
+    h = int(blk[HEAD, g])
     out[base + 1 + local] = h
+    raw = blk[RAW, g] != 0
     if pw:
-        kk = 0 if raw[g] else int(kexp[g]) & 0xFFFF
+        kk = 0 if raw else int(blk[KEXP, g]) & 0xFFFF
         out[base + 1 + nbc + 2 * local] = kk & 0xFF
         out[base + 2 + nbc + 2 * local] = kk >> 8
-    if raw[g]:
+    if raw:
         return False
     if h & SPARSE:
         delta = h & DELTA != 0
-        pred = _pred(codes, raw, g, local, nblocks) if delta else 0
-        cnt = int(nnz[g])
-        out[cpos[g]] = cnt
-        ip = ioff[g]
+        pred = _pred(codes, blk, g, local, nblocks) if delta else 0
+        cnt = int(blk[NNZ, g])
+        first = g - local
+        out[chunks[COUNTS, c] + _rank(incl, sizes, SPARSE_ROW, g, first)] = cnt
+        ip = chunks[INDEXES, c] + _rank(incl, sizes, INDEX_ROW, g, first)
         if cnt <= LIST_MAX:
             _pack(out, ip, codes, g, nblocks, m, pred, delta, True, False, 6, True)
         else:
@@ -466,15 +490,15 @@ def _write_head(rawb, codes, raw, kexp, head, nnz, g, n, chunk_elems, bpc, nbloc
 
 
 @_device
-def _write_data(codes, raw, head, g, n, chunk_elems, bpc, nblocks, out, p):
+def _write_data(codes, blk, g, n, chunk_elems, bpc, nblocks, out, p):
     """Block ``g``'s packed codes into ``out`` from byte ``p``."""
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
-    h = int(head[g])
+    h = int(blk[HEAD, g])
     w = h & 31
     if w:
         delta = h & DELTA != 0
         sparse = h & SPARSE != 0
-        pred = _pred(codes, raw, g, local, nblocks) if delta else 0
+        pred = _pred(codes, blk, g, local, nblocks) if delta else 0
         _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, h & SIGNED != 0, w, False)
 
 
@@ -485,8 +509,8 @@ _WCAP = 512 if SIM else 16384
 
 
 @cuda.jit
-def _write_kernel(rawb, codes, raw, kexp, head, nnz, dsize, n, chunk_elems, bpc, nblocks,
-                  itemsize, pw, start_c, raw_c, cpos, ioff, doff, out):  # fmt: skip
+def _write_kernel(rawb, codes, blk, sizes, incl, chunks, n, chunk_elems, bpc, nblocks,
+                  itemsize, pw, out):  # fmt: skip
     stage = cuda.shared.array(_WCAP, uint8)
     ends = cuda.shared.array(TPB, int64)  # the tile's data bytes to copy: inclusive sums
     pends = cuda.shared.array(TPB, int64)  # its packed bytes: inclusive sums
@@ -497,15 +521,15 @@ def _write_kernel(rawb, codes, raw, kexp, head, nnz, dsize, n, chunk_elems, bpc,
     size = 0
     packed = False
     if g < nblocks:
-        packed = _write_head(rawb, codes, raw, kexp, head, nnz, g, n, chunk_elems, bpc,
-                             nblocks, pw, start_c, raw_c, cpos, ioff, out)  # fmt: skip
+        packed = _write_head(codes, blk, sizes, incl, chunks, g, n, chunk_elems, bpc, nblocks,
+                             pw, out)  # fmt: skip
         c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
-        if raw_c[c]:
-            dest[tid] = start_c[c] + 1 + (s - cs) * itemsize
+        if chunks[RAW_CHUNK, c]:
+            dest[tid] = chunks[START, c] + 1 + (s - cs) * itemsize
             size = m * itemsize
         else:
-            dest[tid] = doff[g]
-            size = dsize[g]
+            dest[tid] = chunks[DATA, c] + _rank(incl, sizes, DATA_ROW, g, g - local)
+            size = sizes[DATA_ROW, g]
         src[tid] = s * itemsize
     pends[tid] = size if packed else 0
     off = 1
@@ -528,9 +552,9 @@ def _write_kernel(rawb, codes, raw, kexp, head, nnz, dsize, n, chunk_elems, bpc,
         off *= 2
     if packed:
         if staged:
-            _write_data(codes, raw, head, g, n, chunk_elems, bpc, nblocks, stage, -1 - src[tid])
+            _write_data(codes, blk, g, n, chunk_elems, bpc, nblocks, stage, -1 - src[tid])
         else:
-            _write_data(codes, raw, head, g, n, chunk_elems, bpc, nblocks, out, doff[g])
+            _write_data(codes, blk, g, n, chunk_elems, bpc, nblocks, out, dest[tid])
     cuda.syncthreads()
     for i in range(tid, ends[TPB - 1], TPB):
         lo = 0  # the block whose data hold byte i: the first with ends > i
@@ -559,8 +583,6 @@ def _dev(t: torch.Tensor):
 def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
     """Payloads of all chunks of the flattened C-contiguous ``t``: (uint8 tensor on
     ``t.device``, lengths), the bytes of ``block_torch.encode``."""
-    from .block_torch import Layout, _rank_in_chunk
-
     dtype = t.dtype
     prec = PREC[dtype]
     itemsize = t.element_size()
@@ -569,60 +591,48 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     n = flat.numel()
     if n == 0:
         return torch.zeros(0, dtype=torch.uint8, device=dev), []
-    lay = Layout(n, chunk_elems, dev)
-    nblocks = lay.nblocks
-    bpc = lay.bpc
+    nchunks = -(-n // chunk_elems)
+    bpc = -(-chunk_elems // BLOCK)  # blocks per full chunk
+    nblocks = (n // chunk_elems) * bpc + -(-(n % chunk_elems) // BLOCK)
     xv = flat if itemsize >= 4 else flat.to(torch.float32)
     rawb = flat.view(torch.uint8)
-    i64 = dict(dtype=torch.int64, device=dev)
     codes = torch.empty(nblocks * BLOCK, dtype=torch.int32, device=dev)
-    raw = torch.empty(nblocks, **i64)
-    kexp = torch.empty(nblocks, **i64)
-    head = torch.empty(nblocks, **i64)
-    nnz = torch.empty(nblocks, **i64)
-    isize = torch.empty(nblocks, **i64)
-    dsize = torch.empty(nblocks, **i64)
-    grid = (nblocks + TPB - 1) // TPB
+    blk = torch.empty((4, nblocks), dtype=torch.int64, device=dev)
+    sizes = torch.empty((3, nblocks), dtype=torch.int64, device=dev)
     # launch on torch's current stream so the kernels and the torch ops stay in order
     stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream) if t.is_cuda else 0
-    tol, step, inv = float(tol), float(step), float(inv)
-    pwi = 1 if pw else 0
     geo = (n, chunk_elems, bpc, nblocks, itemsize)
-    d_rawb, d_codes, d_raw, d_kexp = _dev(rawb), _dev(codes), _dev(raw), _dev(kexp)
-    d_head, d_nnz = _dev(head), _dev(nnz)
-    quant_args = (prec, pwi, tol, step, inv, d_codes, d_raw, d_kexp)
+    d_rawb, d_codes, d_blk, d_sizes = _dev(rawb), _dev(codes), _dev(blk), _dev(sizes)
     tpb, quant = _QUANT[xv.element_size()]
-    quant[(nblocks + tpb - 1) // tpb, tpb, stream](_dev(xv), *geo, *quant_args)
-    plan_args = (d_head, d_nnz, _dev(isize), _dev(dsize))
-    _plan_kernel[grid, TPB, stream](d_rawb, d_codes, d_raw, *geo, *plan_args)
+    quant[(nblocks + tpb - 1) // tpb, tpb, stream](
+        _dev(xv), *geo, prec, 1 if pw else 0, float(tol), float(step), float(inv), d_codes, d_blk
+    )
+    grid = (nblocks + TPB - 1) // TPB
+    _plan_kernel[grid, TPB, stream](d_rawb, d_codes, d_blk, *geo, d_sizes)
 
-    # per chunk sizes; chunks that would not shrink are stored raw
-    cid = lay.chunk_id
-
-    is_sparse = ((head & SPARSE) != 0) & ((head & 31) != RAW_WIDTH)
-    nb_c = torch.tensor(lay.chunk_blocks, device=dev)
-    n_c = torch.tensor(lay.chunk_elems_list, device=dev)
-    head_bytes = nb_c * (3 if pw else 1)
-    sparse_c = lay.per_chunk(is_sparse.long())
-    index_c = lay.per_chunk(isize)
-    data_c = lay.per_chunk(dsize)
-    size_c = 1 + head_bytes + sparse_c + index_c + data_c
+    # per chunk: sizes (one running sum over all blocks' byte counts), then chunks that
+    # would not shrink are stored raw
+    incl = torch.cumsum(sizes.reshape(-1), 0).reshape(3, nblocks)
+    first = torch.arange(nchunks, device=dev) * bpc
+    last = torch.clamp(first + bpc, max=nblocks) - 1
+    per_chunk = incl[:, last] - incl[:, first] + sizes[:, first]
+    n_c = torch.clamp(n - torch.arange(nchunks, device=dev) * chunk_elems, max=chunk_elems)
+    head_bytes = (last - first + 1) * (3 if pw else 1)
+    size_c = 1 + head_bytes + per_chunk.sum(0)
     raw_c = size_c >= 1 + n_c * itemsize
     size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
     lengths = size_c.tolist()  # the one host sync
-    total = sum(lengths)
     start_c = torch.cumsum(size_c, 0) - size_c
-    count_start = start_c[cid] + 1 + head_bytes[cid]
-    cpos = count_start + _rank_in_chunk(is_sparse.long(), lay)
-    index_start = count_start + sparse_c[cid]
-    ioff = index_start + _rank_in_chunk(isize, lay)
-    doff = index_start + index_c[cid] + _rank_in_chunk(dsize, lay)
-    out = torch.empty(total, dtype=torch.uint8, device=dev)
+    counts_c = start_c + 1 + head_bytes
+    indexes_c = counts_c + per_chunk[SPARSE_ROW]
+    data_c = indexes_c + per_chunk[INDEX_ROW]
+    chunks = torch.stack([start_c, raw_c.long(), counts_c, indexes_c, data_c])
+    out = torch.empty(sum(lengths), dtype=torch.uint8, device=dev)
     if SIM:
         out.fill_(0xA5)  # a byte the kernels miss shows in the tests
-    blocks = (d_rawb, d_codes, d_raw, d_kexp, d_head, d_nnz, _dev(dsize))
-    offsets = (_dev(start_c), _dev(raw_c.long()), _dev(cpos), _dev(ioff), _dev(doff))
-    _write_kernel[grid, TPB, stream](*blocks, *geo, pwi, *offsets, _dev(out))
+    _write_kernel[grid, TPB, stream](
+        d_rawb, d_codes, d_blk, d_sizes, _dev(incl), _dev(chunks), *geo, 1 if pw else 0, _dev(out)
+    )
     return out, lengths
 
 
