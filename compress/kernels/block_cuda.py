@@ -842,7 +842,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
 
     Raises ValueError when a payload is inconsistent with its length.
     """
-    from .block_torch import Layout, _int_view, _rank_in_chunk, index_bytes
+    from .block_torch import Layout, _int_view, _rank_in_chunk, index_bytes, last_marked
 
     dev = payload.device
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -862,8 +862,8 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     prec = PREC[dtype]
     i64 = dict(dtype=torch.int64, device=dev)
     cid = lay.chunk_id
-    nb_c = torch.tensor(lay.chunk_blocks, device=dev)
-    n_c = torch.tensor(lay.chunk_elems_list, device=dev)
+    nb_c = lay.blocks_c
+    n_c = lay.elems_c
     len_c = torch.tensor(lengths, device=dev)
     start_c = torch.cumsum(len_c, 0) - len_c
     head_bytes = nb_c * (3 if pw else 1)
@@ -932,8 +932,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     S = torch.cumsum(tsum, 0)
     anchor_val = torch.where(reset & ~raw, rel, 0)
     anchor_S = torch.where(reset, S, S - tsum)
-    idx = torch.arange(nblocks, device=dev)
-    mi = torch.cummax(torch.where(reset | first, idx, -1), 0).values
+    mi = last_marked(reset | first)
     q_last = anchor_val[mi] + S - anchor_S[mi]
     carry = torch.where(first, 0, torch.cat([q_last.new_zeros(1), q_last[:-1]]))
 
