@@ -10,11 +10,13 @@ contiguous range), so that consecutive threads touch consecutive addresses:
    transposed: code ``j`` of block ``g`` at ``j * nblocks + g``), step exponent
    and raw flag (quantization, neighbour retry, direct width).
 2. ``_plan_kernel``: with the previous block's raw flag and last code known, the
-   delta statistics, the packing choice, the header byte and the sizes.
-3. torch ops on the device: per-chunk sizes, raw chunks, offsets; one host sync.
-4. ``_write_kernel``: header, exponent, count and index bytes at their offsets;
-   the data (packed codes, staged in shared memory, or the bytes of raw blocks
-   and raw chunks) are copied out by the whole CUDA block.
+   delta statistics, the packing choice, the header byte and the byte counts.
+3. torch ops on the device: one running sum over all blocks' byte counts gives the
+   per-chunk sizes (and raw chunks, and where each chunk's regions start); one
+   host sync for the lengths.
+4. ``_write_kernel``: each block's offsets from the running sum; header, exponent,
+   count and index bytes; the data (packed codes, staged in shared memory, or the
+   bytes of raw blocks and raw chunks) are copied out by the whole CUDA block.
 
 Float arithmetic is float64 with only +, -, *, rint and comparisons; products
 that meet an addition go through ``dmul_rn`` so the compiler cannot fuse them
