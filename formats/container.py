@@ -455,6 +455,21 @@ class ContainerReader:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
         return payload
 
+    def will_read_rows(self, ranges) -> None:
+        """Tell the source that the payloads of the rows of ``ranges`` (``(start, stop)``
+        pairs) will be read soon, where it can take such a hint (``will_read``, e.g. an
+        HDF5 dataset read with positioned reads); otherwise nothing."""
+        hint = getattr(self._source, "will_read", None)
+        h = self.header
+        if hint is None or not h.shape:
+            return
+        spans = []
+        for start, stop in ranges:
+            if start < stop:
+                first, last = start // h.chunk_rows, (stop - 1) // h.chunk_rows
+                spans.append((h.offsets[first], h.offsets[last] + h.lengths[last]))
+        hint(spans)
+
     def chunk(self, i: int, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
         """Decode chunk ``i`` (checksum verified first), into ``out`` if given, with up to
         ``threads`` threads inside the chunk."""

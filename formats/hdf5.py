@@ -272,6 +272,21 @@ class DirectRows:
                 where[chunk] = self.ds.id.get_chunk_info_by_coord(coord).byte_offset
         return where[chunk]
 
+    def _extents(self, start: int, stop: int):
+        """Yield ``(first row, end row, chunk, file offset of the first row or None)`` for
+        the pieces of rows ``start .. stop - 1`` that lie in one chunk each (None: a
+        chunk never written)."""
+        at = start
+        while at < stop:
+            if self._rows is None:
+                chunk, within, end = 0, at, stop
+            else:
+                chunk, within = divmod(at, self._rows)
+                end = min(stop, at - within + self._rows)
+            base = self._address(chunk)
+            yield at, end, chunk, None if base is None else base + within * self._row_bytes
+            at = end
+
     def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
         """Rows ``start .. stop - 1`` into ``out`` (C-contiguous, of those rows' shape);
         chunks that lie back to back in the file are read with one ``preadv``."""
@@ -281,20 +296,12 @@ class DirectRows:
             if hasattr(os, "posix_fadvise"):  # rows are read in no order
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
             parts: list[memoryview] = []  # destinations of one contiguous file range
-            pos = end_pos = 0
-            at = start
-            while at < stop:
-                if self._rows is None:
-                    chunk, within, end = 0, at, stop
-                else:
-                    chunk, within = divmod(at, self._rows)
-                    end = min(stop, at - within + self._rows)
-                base = self._address(chunk)
+            pos = end_pos = chunk = 0
+            for at, end, chunk, here in self._extents(start, stop):
                 part = flat[(at - start) * self._row_bytes : (end - start) * self._row_bytes]
-                if base is None:  # never written: HDF5 gives the fill value
+                if here is None:  # never written: HDF5 gives the fill value
                     out[at - start : end - start] = self.ds[at:end]
                 elif len(part):
-                    here = base + within * self._row_bytes
                     if parts and here != end_pos:
                         self._pread(fd, parts, pos, chunk)
                         parts = []
@@ -302,9 +309,24 @@ class DirectRows:
                         pos = here
                     parts.append(part)
                     end_pos = here + len(part)
-                at = end
             if parts:
                 self._pread(fd, parts, pos, chunk)
+        finally:
+            os.close(fd)
+
+    def will_read(self, ranges) -> None:
+        """Tell the kernel that the rows of ``ranges`` (``(start, stop)`` pairs) will be
+        read soon, so that it fetches them while the caller works on something else
+        (``POSIX_FADV_WILLNEED``; a hint: nothing happens where it is not supported)."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for start, stop in ranges:
+                for at, end, _, here in self._extents(start, stop):
+                    if here is not None and end > at:
+                        nbytes = (end - at) * self._row_bytes
+                        os.posix_fadvise(fd, here, nbytes, os.POSIX_FADV_WILLNEED)
         finally:
             os.close(fd)
 

@@ -20,8 +20,11 @@ from the buffer; misses are grouped into chunk-aligned runs (``coalesce``), up t
 ``read_threads`` of them read at once, and every sample read is offered to the buffer
 with its next use, so samples needed soon stay. Where reading part of a chunk reads only
 that part (``H5Dataset.partial_reads``: unfiltered chunks of whole samples) only the
-missed samples are read, in runs of consecutive ones. A wrong guess about the future only
-lowers the hit rate; the data returned is always what ``dataset[i]`` returns.
+missed samples are read, in runs of consecutive ones. A dataset compressed by tensorpress
+is decoded on at most the worker's share of the cores, and its missed runs are announced
+to the kernel first (``H5Dataset.will_read``) so that the disk reads ahead of the
+decoding. A wrong guess about the future only lowers the hit rate; the data returned is
+always what ``dataset[i]`` returns.
 
 With no ``transform`` and torch's collate function, samples are read straight into the
 batch tensors ``default_collate`` would make. If, in addition, no ``worker_init_fn`` is
@@ -409,6 +412,7 @@ class _H5Batches(_Batches):
         threads = self.read_threads if ds.partial_reads or ds.compressed else 1
         if ds.compressed:  # decoding is CPU work: at most this worker's share of the cores
             threads = min(threads, max(1, (os.cpu_count() or 1) // self._workers))
+            ds.will_read(runs)  # so the disk reads ahead of the decoding
         threads = min(threads, len(runs))
         cuts = [len(runs) * i // threads for i in range(threads + 1)]
         slices = [runs[lo:hi] for lo, hi in itertools.pairwise(cuts)]

@@ -271,6 +271,20 @@ class H5Dataset(Dataset):
         where = f"samples {start}..{stop - 1}"
         return self._read(False, int(start), int(stop), where, direct, out)
 
+    def will_read(self, ranges) -> None:
+        """Samples of ``ranges`` (``(start, stop)`` pairs) will be read soon: for a
+        ``compressed`` dataset read with positioned reads, the kernel is asked to fetch
+        their bytes now (its samples are small reads, each decoded before the next is
+        read, so this keeps the disk busy while the CPU decodes). A hint: failures are
+        left to the reads themselves."""
+        if not self._packed:
+            return
+        try:
+            self._open("a hint")
+            self._x.will_read_rows(ranges)
+        except OSError:
+            pass
+
     def labels_range(self, start: int, stop: int) -> np.ndarray:
         """Labels of samples ``start .. stop-1`` (ValueError without labels): a copy from
         memory where all labels fit in ``LABEL_MEMORY_BYTES`` (read once per process),

@@ -162,3 +162,27 @@ def test_reader_from_empty_file(tmp_path):
     path.write_bytes(b"")
     with pytest.raises(TruncatedError, match="empty"):
         ContainerReader(path)
+
+
+def test_will_read_rows_hints_the_payload_spans(blob):
+    """A source with ``will_read`` is told the byte spans of the chunks of each range;
+    other sources are left alone."""
+    h = read_header(blob)
+
+    class Hinted:
+        size = len(blob)
+        spans: list = []
+
+        def read(self, offset, length):
+            return memoryview(blob)[offset : offset + length]
+
+        def will_read(self, spans):
+            self.spans.extend(spans)
+
+    src = Hinted()
+    reader = ContainerReader(src)
+    rows = h.chunk_rows
+    reader.will_read_rows([(0, 1), (rows - 1, 2 * rows + 1), (5, 5)])
+    end = [o + n for o, n in zip(h.offsets, h.lengths, strict=True)]
+    assert src.spans == [(h.offsets[0], end[0]), (h.offsets[0], end[2])]
+    ContainerReader(blob).will_read_rows([(0, 3)])  # a bytes source takes no hint

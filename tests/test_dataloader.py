@@ -530,3 +530,24 @@ def test_partial_reads_read_only_the_missed_samples(tmp_path, monkeypatch):
     assert partial["bytes_read"] == partial["misses"] * 32 * 4 + n * 8
     assert partial["chunk_bytes_read"] < 0.5 * whole["chunk_bytes_read"]
     assert partial_rate >= 0.8 / 8  # epoch 2: Belady's on samples, about the buffer's share
+
+
+def test_compressed_misses_are_hinted_before_they_are_read(tmp_path, monkeypatch):
+    """A compressed dataset's missed runs are announced (``will_read``) before they are
+    read; the batches are those of torch's loader all the same."""
+    from tensorpress.formats import compress_file
+
+    path = _make(tmp_path / "p.h5", 40)
+    cpath = tmp_path / "c.h5"
+    compress_file(path, cpath, {"abs": 0.0}, codec="block", chunk_bytes=64)
+    hinted = []
+    real = H5Dataset.will_read
+    monkeypatch.setattr(
+        H5Dataset, "will_read", lambda self, runs: hinted.extend(runs) or real(self, runs)
+    )
+    ds = H5Dataset(cpath, "x", label_key="y")
+    assert ds.compressed
+    ref = [b for b in DataLoader(H5Dataset(path, "x", label_key="y"), 4, seed=3)]
+    got = list(DataLoader(ds, 4, seed=3, buffer_bytes=0))
+    assert all(_equal(a, b) for a, b in zip(got, ref, strict=True))
+    assert {s for a, b in hinted for s in range(a, b)} == set(range(40))  # each one read

@@ -449,3 +449,31 @@ def test_loader_reads_compressed_streams_with_positioned_reads(compressed, monke
     assert np.array_equal(ds.read_range(0, len(ds)), expected)
     assert np.array_equal(ds.read_range(13, 29), expected[13:29])
     assert calls  # the stream's bytes came through positioned reads
+
+
+def test_will_read_asks_the_kernel_for_exactly_those_rows(tmp_path, monkeypatch):
+    """``will_read`` hints the file ranges that hold the rows (chunks never written are
+    skipped): the bytes at the hinted ranges are the rows' bytes."""
+    data = np.zeros((50, 3), np.float32)
+    data[:42] = np.arange(42 * 3, dtype=np.float32).reshape(42, 3)
+    path = tmp_path / "hint.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("x", shape=(50, 3), dtype="f4", chunks=(8, 3))
+        ds[:42] = data[:42]  # chunk 5 (rows 40..47) is written, chunk 6 (48, 49) never
+    hints = []
+    real = os.posix_fadvise
+
+    def fadvise(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_WILLNEED:
+            hints.append((offset, length))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    with h5py.File(path, "r") as f:
+        rows = h5fmt.DirectRows(str(path), f["x"])
+        rows.will_read([(3, 19), (30, 31), (45, 50), (7, 7)])
+    raw = path.read_bytes()
+    got = b"".join(raw[o : o + n] for o, n in hints)
+    want = data[3:19].tobytes() + data[30:31].tobytes() + data[45:48].tobytes()
+    assert got == want  # rows 48, 49 lie in a chunk never written: no hint
+    assert len(hints) == 5  # one per chunk piece: 3..7, 8..15, 16..18, 30, 45..47
