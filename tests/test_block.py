@@ -249,3 +249,15 @@ def test_cuda_kernels_fall_back_to_torch_ops(monkeypatch):
         "decode", True, (got[0], got[1], x.numel(), 700, x.dtype, False, block.steps_for(1e-2)[0])
     )
     assert torch.equal(again.view(500, 7), codec.decode_tensor(*want, x.shape, x.dtype, bound, 100))
+
+
+def test_last_marked_is_the_running_max_of_marked_positions():
+    from tensorpress.compress.kernels.block_torch import last_marked
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 1000):
+        mark = torch.from_numpy(rng.random(n) < 0.2)
+        mark[0] = True
+        idx = torch.arange(n)
+        want = torch.cummax(torch.where(mark, idx, -1), 0).values
+        assert torch.equal(last_marked(mark), want)
