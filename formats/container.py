@@ -468,7 +468,8 @@ class ContainerReader:
             if start < stop:
                 first, last = start // h.chunk_rows, (stop - 1) // h.chunk_rows
                 spans.append((h.offsets[first], h.offsets[last] + h.lengths[last]))
-        hint(spans)
+        if spans:
+            hint(spans)
 
     def chunk(self, i: int, out: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
         """Decode chunk ``i`` (checksum verified first), into ``out`` if given, with up to

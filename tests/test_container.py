@@ -182,6 +182,8 @@ def test_will_read_rows_hints_the_payload_spans(blob):
     src = Hinted()
     reader = ContainerReader(src)
     rows = h.chunk_rows
+    reader.will_read_rows([(5, 5)])
+    assert src.spans == []  # nothing to read: no hint
     reader.will_read_rows([(0, 1), (rows - 1, 2 * rows + 1), (5, 5)])
     end = [o + n for o, n in zip(h.offsets, h.lengths, strict=True)]
     assert src.spans == [(h.offsets[0], end[0]), (h.offsets[0], end[2])]
