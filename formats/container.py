@@ -123,7 +123,7 @@ def encode_array(
     x = np.ascontiguousarray(x) if x.ndim else x.reshape(())
     shape = tuple(int(d) for d in x.shape)
     rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
-    payloads = list(encode_chunks(x, codec, bound, rows, workers=workers))
+    chunks = list(checked_chunks(x, codec, bound, rows, workers=workers))
     return write_stream(
         x.dtype.newbyteorder("<").str,
         shape,
@@ -131,8 +131,9 @@ def encode_array(
         codec.get_config(),
         bound,
         rows,
-        payloads,
+        [payload for payload, _ in chunks],
         writer,
+        crcs=[crc for _, crc in chunks],
     )
 
 
@@ -145,10 +146,14 @@ def write_stream(
     chunk_rows: int,
     payloads: list,
     writer: str,
+    crcs: list | None = None,
 ) -> bytes:
-    """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order)."""
+    """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order) and
+    their CRC-32s (computed here when not given)."""
     pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer)
-    index = _index([len(p) for p in payloads], [zlib.crc32(p) for p in payloads])
+    if crcs is None:
+        crcs = [zlib.crc32(p) for p in payloads]
+    index = _index([len(p) for p in payloads], crcs)
     return b"".join([pre, index, *payloads])
 
 
@@ -230,14 +235,15 @@ class StreamWriter:
         sink.write_at(self._index_at, bytes(8 + self.nchunks * _INDEX_ENTRY.size + _CRC.size))
         self.nbytes = self._index_at + 8 + self.nchunks * _INDEX_ENTRY.size + _CRC.size
 
-    def add(self, payload) -> None:
-        """Append the next chunk's payload (bytes-like)."""
+    def add(self, payload, crc: int | None = None) -> None:
+        """Append the next chunk's payload (bytes-like) and its CRC-32 (computed here
+        when not given)."""
         if len(self._lengths) == self.nchunks:
             raise ValueError(f"the stream holds {self.nchunks} chunks; got one more")
         payload = memoryview(payload).cast("B")
         self.sink.write_at(self.nbytes, payload)
         self._lengths.append(len(payload))
-        self._crcs.append(zlib.crc32(payload))
+        self._crcs.append(zlib.crc32(payload) if crc is None else crc)
         self.nbytes += len(payload)
 
     def finish(self) -> int:
@@ -259,6 +265,15 @@ def encode_chunks(
     more wait their turn, so memory stays near twice ``workers`` times the chunk
     size. The payloads do not depend on ``workers``.
     """
+    for payload, _ in checked_chunks(source, codec, bound, chunk_rows, workers=workers):
+        yield payload
+
+
+def checked_chunks(
+    source, codec: Codec, bound: ErrorBound | None, chunk_rows: int, *, workers: int | None = None
+):
+    """As :func:`encode_chunks`, yielding ``(payload, its CRC-32)``: the checksums are
+    computed in the encoding threads, not after them in the one writing the stream."""
     shape = tuple(int(d) for d in source.shape)
     n = nchunks_for(shape, chunk_rows)
     workers = resolve_workers(workers)
@@ -274,7 +289,8 @@ def encode_chunks(
         return block if block.flags.writeable else block.copy()  # the kernels take writable arrays
 
     def encode(i, block):
-        return codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
+        payload = codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
+        return payload, zlib.crc32(payload)
 
     calls = (functools.partial(encode, i, read(i)) for i in range(n))
     yield from ordered(calls, workers if n > 1 else 1)

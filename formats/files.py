@@ -25,7 +25,7 @@ from .container import (
     FileSink,
     FileSource,
     StreamWriter,
-    encode_chunks,
+    checked_chunks,
     nchunks_for,
     resolve_workers,
 )
@@ -242,8 +242,9 @@ def compress_stream(source, sink, name, codec, bound, chunk_bytes, workers, prog
     total = math.prod(shape) * dtype.itemsize
     row_bytes = math.prod(shape[1:]) * dtype.itemsize
     _progress(progress, name, 0, total)
-    for i, payload in enumerate(encode_chunks(source, codec, bound, rows, workers=workers)):
-        writer.add(payload)
+    chunks = checked_chunks(source, codec, bound, rows, workers=workers)
+    for i, (payload, crc) in enumerate(chunks):
+        writer.add(payload, crc)
         _progress(progress, name, min(total, (i + 1) * rows * row_bytes) if shape else total, total)
     return bound, writer.finish()
 

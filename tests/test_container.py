@@ -188,3 +188,21 @@ def test_will_read_rows_hints_the_payload_spans(blob):
     end = [o + n for o, n in zip(h.offsets, h.lengths, strict=True)]
     assert src.spans == [(h.offsets[0], end[0]), (h.offsets[0], end[2])]
     ContainerReader(blob).will_read_rows([(0, 3)])  # a bytes source takes no hint
+
+
+def test_checksums_made_in_the_encoding_threads_are_the_payloads(field):
+    """``checked_chunks`` yields each payload with its CRC-32 (computed where it was
+    encoded), the payloads of ``encode_chunks``; the stream is the same either way."""
+    from tensorpress.compress import ErrorBound, get_codec
+    from tensorpress.formats import encode_chunks, write_stream
+    from tensorpress.formats.container import checked_chunks
+
+    codec = get_codec("block")
+    bound = ErrorBound.from_kwargs(abs=1e-3).resolve(None)
+    pairs = list(checked_chunks(field, codec, bound, 3, workers=2))
+    assert len(pairs) == 14 and all(zlib.crc32(p) == c for p, c in pairs)
+    assert [p for p, _ in pairs] == list(encode_chunks(field, codec, bound, 3, workers=1))
+    args = ("<f4", field.shape, "C", codec.get_config(), bound, 3)
+    given = write_stream(*args, [p for p, _ in pairs], "t", crcs=[c for _, c in pairs])
+    assert given == write_stream(*args, [p for p, _ in pairs], "t")
+    assert np.abs(ContainerReader(given).read() - field).max() <= 1e-3
