@@ -28,7 +28,13 @@ from .registry import Codec, deliver, register_codec
 from .scratch import scratch
 from .threads import map_ordered
 
-_PREC = {"float64": PREC_FLOAT64, "float32": PREC_FLOAT32, "float16": PREC_FLOAT16}
+#: precision code by numpy dtype (keyed by the dtype: numpy computes ``dtype.name`` in
+#: Python, a few microseconds a chunk)
+_PREC = {
+    np.dtype(np.float64): PREC_FLOAT64,
+    np.dtype(np.float32): PREC_FLOAT32,
+    np.dtype(np.float16): PREC_FLOAT16,
+}
 MODE_BLOCKS, MODE_RAW = 0, 1
 
 
@@ -74,7 +80,7 @@ class BlockCodec(Codec):
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
-        return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype.name], bound)
+        return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound)
 
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)
@@ -104,7 +110,7 @@ class BlockCodec(Codec):
             return
         if buf[0] != MODE_BLOCKS:
             raise ValueError(f"unknown block chunk mode {buf[0]}")
-        prec = PREC_BFLOAT16 if bf16 else _PREC[dtype.name]
+        prec = PREC_BFLOAT16 if bf16 else _PREC[dtype]
         if itemsize >= 4:
             with scratch(buf.size + 8) as (pad,):
                 ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, res, res.view(np.uint8), pad)
@@ -193,7 +199,7 @@ class _HostKernels:
         else:
             arr = flat.numpy()
             xv = arr if arr.itemsize >= 4 else arr.astype(np.float32)
-            rawb, prec = arr.view(np.uint8), _PREC[arr.dtype.name]
+            rawb, prec = arr.view(np.uint8), _PREC[arr.dtype]
         itemsize = t.element_size()
         bound = ErrorBound("pw_rel" if pw else "abs", tol).resolve(None)
         parts = _map_chunks(

@@ -83,7 +83,7 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
                 else:
                     xv = chunk.numpy()
                     rawb = xv.view(np.uint8)
-                    prec = _PREC[dname]
+                    prec = _PREC[np.dtype(dname)]
                     xv = xv if itemsize >= 4 else xv.astype(np.float32)
                 if got[pos : pos + length] != encode_values(xv, rawb, prec, b):
                     fails += 1
