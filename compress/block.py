@@ -28,12 +28,16 @@ from .registry import Codec, deliver, register_codec
 from .scratch import scratch
 from .threads import map_ordered
 
-#: precision code by numpy dtype (keyed by the dtype: numpy computes ``dtype.name`` in
-#: Python, a few microseconds a chunk)
+#: precision code by numpy dtype, native and little-endian (keyed by the dtype: numpy
+#: computes ``dtype.name`` in Python, a few microseconds a chunk)
 _PREC = {
-    np.dtype(np.float64): PREC_FLOAT64,
-    np.dtype(np.float32): PREC_FLOAT32,
-    np.dtype(np.float16): PREC_FLOAT16,
+    dt: prec
+    for t, prec in (
+        (np.float64, PREC_FLOAT64),
+        (np.float32, PREC_FLOAT32),
+        (np.float16, PREC_FLOAT16),
+    )
+    for dt in (np.dtype(t), np.dtype(t).newbyteorder("<"))
 }
 MODE_BLOCKS, MODE_RAW = 0, 1
 
