@@ -22,7 +22,7 @@ from numba import njit
 
 from ..compress.kernels.hashing import hash32
 
-ROUNDS = 4  # fill_permuted spells the four rounds out
+ROUNDS = 4  # _mix spells the four rounds out
 SMALL = 1 << 20  # elements: up to here, a Fisher-Yates shuffle
 _BLOCK = 512  # positions whose rounds run together in fill_permuted
 #: odd 64-bit multipliers (the splitmix64 and murmur3 finalizer constants)
@@ -50,13 +50,13 @@ def _rounds(n, key):
 
 @njit(cache=True, nogil=True, inline="always")
 def _walk(i, n, mask, shift, mul, add):
-    x = i
-    while True:
-        for r in range(ROUNDS):
-            x = (x * mul[r] + add[r]) & mask
-            x ^= x >> shift
-        if x < n:
-            return x
+    """Passes of ``_mix`` from ``i`` until the value falls in ``[0, n)``."""
+    m = (mul[0], mul[1], mul[2], mul[3])
+    a = (add[0], add[1], add[2], add[3])
+    x = _mix(i, m, a, mask, shift)
+    while x >= n:
+        x = _mix(x, m, a, mask, shift)
+    return x
 
 
 @njit(cache=True, nogil=True)

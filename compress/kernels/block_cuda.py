@@ -844,7 +844,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
 
     Raises ValueError when a payload is inconsistent with its length.
     """
-    from .block_torch import Layout, _int_view, _rank_in_chunk, index_bytes, last_marked
+    from .block_torch import Layout, _int_view, index_bytes, last_marked
 
     dev = payload.device
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -882,19 +882,18 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     width = head & 31
     raw = width == RAW_WIDTH
     is_sparse = (head & SPARSE != 0) & ~raw
-    sp_rank = _rank_in_chunk(is_sparse.long(), lay)
-    sparse_c = lay.per_chunk(is_sparse.long())
+    sp_rank, sparse_c = lay.ranks(is_sparse.long())
     count_start = base + 1 + head_bytes[cid]
     cnt_sp = torch.where(is_sparse, get(count_start + sp_rank), 0)
     isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
-    index_c = lay.per_chunk(isize)
+    i_rank, index_c = lay.ranks(isize)
     index_start = count_start + sparse_c[cid]
-    ioff = _rank_in_chunk(isize, lay) + index_start
+    ioff = i_rank + index_start
     same = raw & (head & SPARSE != 0)
     cnt = torch.where(is_sparse, cnt_sp, m)
     dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
-    data_c = lay.per_chunk(dsize)
-    doff = _rank_in_chunk(dsize, lay) + index_start + index_c[cid]
+    d_rank, data_c = lay.ranks(dsize)
+    doff = d_rank + index_start + index_c[cid]
     need_c = torch.where(
         mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
     )

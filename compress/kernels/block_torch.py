@@ -79,9 +79,16 @@ class Layout:
     def per_chunk(self, x: torch.Tensor) -> torch.Tensor:
         """Per-block int64 ``x`` summed over each chunk's blocks (from one running sum:
         no atomics, which serialise on a GPU when thousands of blocks add to one chunk)."""
-        incl = torch.cumsum(x, 0)
+        return self.ranks(x)[1]
+
+    def ranks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per block: the sum of per-block int64 ``x`` over the blocks before it in its
+        chunk; per chunk: the sum over all its blocks), from one running sum."""
+        excl = torch.cumsum(x, 0) - x
         first = self.first_block
-        return incl[first + self.blocks_c - 1] - incl[first] + x[first]
+        last = first + self.blocks_c - 1
+        start = excl[first]
+        return excl - start[self.chunk_id], excl[last] + x[last] - start
 
     def to_blocks(self, flat: torch.Tensor, fill=0) -> torch.Tensor:
         """``flat`` (n elements) as the padded [blocks, 64] matrix."""
@@ -164,12 +171,6 @@ def _codable(x, t, dtype, pw, tol, bstep):
 def index_bytes(nnz: torch.Tensor) -> torch.Tensor:
     """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
     return torch.where(nnz <= LIST_MAX, (6 * nnz + 7) // 8, 8)
-
-
-def _rank_in_chunk(x: torch.Tensor, lay: Layout) -> torch.Tensor:
-    """Exclusive running sum of per-block ``x`` restarting at each chunk."""
-    run = torch.cumsum(x, 0) - x
-    return run - run[lay.first_block][lay.chunk_id]
 
 
 def last_marked(mark: torch.Tensor) -> torch.Tensor:
@@ -270,9 +271,9 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     nb_c = lay.blocks_c
     n_c = lay.elems_c
     head_bytes = nb_c * (3 if pw else 1)
-    sparse_c = lay.per_chunk(is_sparse.long())
-    index_c = lay.per_chunk(isize)
-    data_c = lay.per_chunk(dsize)
+    sp_rank, sparse_c = lay.ranks(is_sparse.long())
+    i_rank, index_c = lay.ranks(isize)
+    d_rank, data_c = lay.ranks(dsize)
     size_c = 1 + head_bytes + sparse_c + index_c + data_c
     raw_c = size_c >= 1 + n_c * itemsize
     size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
@@ -298,11 +299,10 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
         put(base + 1 + nb_c[cid] + 2 * lay.local, (kk & 0xFF).to(torch.uint8))
         put(base + 2 + nb_c[cid] + 2 * lay.local, (kk >> 8).to(torch.uint8))
     # sparse blocks: a count byte each, then each one's positions or mask
-    sp_rank = _rank_in_chunk(is_sparse.long(), lay)
     count_start = base + 1 + head_bytes[cid]
     put(torch.where(is_sparse, count_start + sp_rank, dump), nnz.to(torch.uint8))
     index_start = count_start + sparse_c[cid]
-    ioff = _rank_in_chunk(isize, lay) + index_start
+    ioff = i_rank + index_start
     emit = emit & keep[:, None]
     listed = is_sparse & (nnz <= LIST_MAX) & keep
     masked = is_sparse & (nnz > LIST_MAX)
@@ -316,7 +316,7 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     _scatter_bits(words, lpos, _arange64(dev).expand_as(lpos), 6, emit[lid])
     # block data
     data_start = index_start + index_c[cid]
-    doff = _rank_in_chunk(dsize, lay) + data_start
+    doff = d_rank + data_start
     if any_raw:  # raw blocks: their bytes as they are
         nbytes = BLOCK * itemsize
         bidx = doff[:, None] + torch.arange(nbytes, device=dev)
@@ -381,14 +381,13 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         k = torch.where(k >= 32768, k - 65536, k)
 
     # sparse blocks: count bytes, then position lists or masks
-    sp_rank = _rank_in_chunk(is_sparse.long(), lay)
-    sparse_c = lay.per_chunk(is_sparse.long())
+    sp_rank, sparse_c = lay.ranks(is_sparse.long())
     count_start = base + 1 + head_bytes[cid]
     cnt_sp = torch.where(is_sparse, get(count_start + sp_rank).long(), 0)
     isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
-    index_c = lay.per_chunk(isize)
+    i_rank, index_c = lay.ranks(isize)
     index_start = count_start + sparse_c[cid]
-    ioff = _rank_in_chunk(isize, lay) + index_start
+    ioff = i_rank + index_start
     listed = is_sparse & (cnt_sp <= LIST_MAX)
     masked = is_sparse & (cnt_sp > LIST_MAX)
     pos = _arange64(dev)
@@ -405,7 +404,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     same = raw & (head & SPARSE != 0)
     cnt = torch.where(is_sparse, cnt_sp, m)
     dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
-    data_c = lay.per_chunk(dsize)
+    d_rank, data_c = lay.ranks(dsize)
     need_c = torch.where(
         mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
     )
@@ -422,7 +421,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     raw_chunks = check[nch:]
 
     data_start = index_start + index_c[cid]
-    doff = _rank_in_chunk(dsize, lay) + data_start
+    doff = d_rank + data_start
     emit = torch.where(is_sparse[:, None], mbits, valid) & ~raw[:, None]
     rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, pos)
     c = _extract_bits(words, doff[:, None] * 8 + rank * width[:, None], width[:, None], emit)
