@@ -14,9 +14,13 @@ import json
 import math
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from functools import cached_property
+
+try:  # zlib-ng's CRC-32 (zlib's polynomial, same values) runs ~15x faster than zlib's
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
+    from zlib import crc32
 
 import numpy as np
 
@@ -152,7 +156,7 @@ def write_stream(
     their CRC-32s (computed here when not given)."""
     pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer)
     if crcs is None:
-        crcs = [zlib.crc32(p) for p in payloads]
+        crcs = [crc32(p) for p in payloads]
     index = _index([len(p) for p in payloads], crcs)
     return b"".join([pre, index, *payloads])
 
@@ -170,7 +174,7 @@ def _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer) -> b
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     pre = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
-    return pre + _CRC.pack(zlib.crc32(pre))
+    return pre + _CRC.pack(crc32(pre))
 
 
 def _index(lengths, crcs) -> bytes:
@@ -178,7 +182,7 @@ def _index(lengths, crcs) -> bytes:
     index = struct.pack("<Q", len(lengths)) + b"".join(
         _INDEX_ENTRY.pack(n, c) for n, c in zip(lengths, crcs, strict=True)
     )
-    return index + _CRC.pack(zlib.crc32(index))
+    return index + _CRC.pack(crc32(index))
 
 
 def nchunks_for(shape: tuple, chunk_rows: int) -> int:
@@ -243,7 +247,7 @@ class StreamWriter:
         payload = memoryview(payload).cast("B")
         self.sink.write_at(self.nbytes, payload)
         self._lengths.append(len(payload))
-        self._crcs.append(zlib.crc32(payload) if crc is None else crc)
+        self._crcs.append(crc32(payload) if crc is None else crc)
         self.nbytes += len(payload)
 
     def finish(self) -> int:
@@ -290,7 +294,7 @@ def checked_chunks(
 
     def encode(i, block):
         payload = codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
-        return payload, zlib.crc32(payload)
+        return payload, crc32(payload)
 
     calls = (functools.partial(encode, i, read(i)) for i in range(n))
     yield from ordered(calls, workers if n > 1 else 1)
@@ -368,7 +372,7 @@ def parse_header(source) -> Header:
     if size < end + _CRC.size + 8:
         raise TruncatedError("stream is truncated inside its header")
     mv = memoryview(source.read(0, end + _CRC.size + 8)).cast("B")
-    if _CRC.unpack_from(mv, end)[0] != zlib.crc32(mv[:end]):
+    if _CRC.unpack_from(mv, end)[0] != crc32(mv[:end]):
         raise ChecksumError("header checksum mismatch: the stream is corrupted")
     if flags != 0:
         raise FormatError(f"unknown header flags {flags:#x}")
@@ -391,7 +395,7 @@ def parse_header(source) -> Header:
     if size < index_end + _CRC.size:
         raise TruncatedError("stream is truncated inside its chunk index")
     index = memoryview(source.read(pos, index_end + _CRC.size - pos)).cast("B")
-    if _CRC.unpack_from(index, index_end - pos)[0] != zlib.crc32(index[: index_end - pos]):
+    if _CRC.unpack_from(index, index_end - pos)[0] != crc32(index[: index_end - pos]):
         raise ChecksumError("chunk index checksum mismatch: the stream is corrupted")
     entries = [_INDEX_ENTRY.unpack_from(index, 8 + i * _INDEX_ENTRY.size) for i in range(nchunks)]
     expected = nchunks_for(shape, rows)
@@ -467,7 +471,7 @@ class ContainerReader:
         payload = self._source.read(h.offsets[i], h.lengths[i])
         if len(payload) != h.lengths[i]:
             raise TruncatedError(f"chunk {i} is truncated: the stream ends inside it")
-        if zlib.crc32(payload) != h.crcs[i]:
+        if crc32(payload) != h.crcs[i]:
             raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
         return payload
 
