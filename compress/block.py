@@ -5,10 +5,11 @@ rint(x / s)``, s just under 2 e; kept only where the reconstruction honours
 the bound after rounding to the dtype), then each block of 64 values picks the
 smallest of four packings of its codes — the codes or their differences (each
 value minus the one before it), all of them or only the non-zero ones (located
-by a short list of positions or a 64-bit mask) — each at the block's own bit
-width. A block that cannot be quantized (NaN, infinity, a code too large) is
-stored raw, as one value when all its values are equal; a block equal to the
-value before it costs one header byte. Every step is data-parallel: torch
+by the ranks of their positions in each half of the block, or a 64-bit mask:
+``kernels/positions.py``) — each at the block's own bit width. A block that
+cannot be quantized (NaN, infinity, a code too large) is stored raw, as one
+value when all its values are equal; a block equal to the value before it costs
+one header byte. Every step is data-parallel: torch
 tensor ops (``kernels/block_torch.py``) and numba.cuda kernels for CUDA
 tensors (``kernels/block_cuda.py``) write the same bytes as the numba CPU
 kernels (``kernels/block.py``).
@@ -39,7 +40,6 @@ _PREC = {
     )
     for dt in (np.dtype(t), np.dtype(t).newbyteorder("<"))
 }
-MODE_BLOCKS, MODE_RAW = 0, 1
 
 
 #: the step is this much under 2 * tolerance, so that values half a step away (ties:
@@ -60,7 +60,7 @@ def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound
     stored bytes ``rawb``; ``prec`` names the stored dtype (bfloat16 included)."""
     n = xv.size
     if n == 0:
-        return bytes([MODE_BLOCKS])
+        return bytes([kb.MODE_BLOCKS])
     itemsize = rawb.size // n
     step, inv = steps_for(bound.tolerance)
     pw = bound.resolved_mode == "pw_rel"
@@ -68,8 +68,8 @@ def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound
     with scratch(worst, n * itemsize + 8) as (out, data):
         size = kb.encode_chunk(xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, data, out)
         if size >= 1 + n * itemsize:
-            return bytes([MODE_RAW]) + rawb.tobytes()
-        out[0] = MODE_BLOCKS
+            return bytes([kb.MODE_RAW]) + rawb.tobytes()
+        out[0] = kb.MODE_BLOCKS
         return out[:size].tobytes()
 
 
@@ -105,14 +105,14 @@ class BlockCodec(Codec):
         itemsize = dtype.itemsize
         if buf.size < 1:
             raise ValueError("block payload is empty")
-        if buf[0] == MODE_RAW:
+        if buf[0] == kb.MODE_RAW:
             if buf.size != 1 + n * itemsize:
                 raise ValueError(
                     f"raw block chunk has {buf.size - 1} bytes, expected {n * itemsize}"
                 )
             res[:] = buf[1:].view(dtype.newbyteorder("<"))
             return
-        if buf[0] != MODE_BLOCKS:
+        if buf[0] not in (kb.MODE_BLOCKS, kb.MODE_LEGACY):
             raise ValueError(f"unknown block chunk mode {buf[0]}")
         prec = PREC_BFLOAT16 if bf16 else _PREC[dtype]
         if itemsize >= 4:
@@ -149,8 +149,12 @@ class BlockCodec(Codec):
         step, _ = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
         n = math.prod(shape)
-        args = (payload, list(lengths), n, _chunk_elems(shape, chunk_rows), dtype, pw, step)
-        return _run_kernels("decode", payload.is_cuda, args).reshape(shape)
+        args = (list(lengths), n, _chunk_elems(shape, chunk_rows), dtype, pw, step)
+        try:
+            flat = _run_kernels("decode", payload.is_cuda, (payload, *args))
+        except kb.LegacyLayout:  # chunks in the first layout, which only the numba kernels read
+            flat = _HostKernels.decode(payload.cpu(), *args).to(payload.device)
+        return flat.reshape(shape)
 
 
 _CUDA_KERNELS: list = []  # [module] once loaded, [None] once found unusable

@@ -18,6 +18,7 @@ import torch
 from tensorpress.compress import compress_tensor
 from tensorpress.compress.block import _chunk_elems, encode_values, steps_for, _PREC
 from tensorpress.compress.kernels import block_cuda, block_torch
+from tensorpress.compress.kernels.block import MODE_BLOCKS
 from tensorpress.compress.kernels.rounding import PREC_BFLOAT16
 
 # in the simulator (the test) on CPU tensors; on a GPU, without NUMBA_ENABLE_CUDASIM,
@@ -105,7 +106,7 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
                 cut = torch.cat([out[: starts[i + 1] - 1], out[starts[i + 1] :]])
                 bad_inputs.append(("truncated", cut, short))
             for i in range(len(lengths)):  # a block width flipped: sizes disagree
-                if got[starts[i]] == 0:
+                if got[starts[i]] == MODE_BLOCKS:
                     flip = out.clone()
                     flip[starts[i] + 1] ^= 0x10
                     bad_inputs.append(("header", flip, lengths))
@@ -164,33 +165,67 @@ for bad_lengths in ([], [5, 5], [0]):
     else:
         fails += 1
         print("NOT REJECTED lengths", bad_lengths)
-# hand-made sparse blocks (50 values, one block): 6-bit position lists and u64 masks
+# hand-made sparse blocks (one block of n values, direct codes of w bits): count byte and
+# index (kernels/positions.py: two halves' ranks, or a mask) after the codes
+from tensorpress.compress.kernels import positions as ps
+
+
+def sparse_block(n, positions, w=3, code=None, index=None):
+    # payload of one sparse block with codes 1, 2, 3, ... at positions; code and index
+    # ((value, bits) pairs) replace what the encoder would write
+    k = len(positions)
+    a = sum(p >= 32 for p in positions)
+    if code is None:
+        code = ps.count_code(k, a)
+    if index is None:
+        if k <= ps.RANK_MAX:
+            lo = [p for p in positions if p < 32]
+            hi = [p - 32 for p in positions if p >= 32]
+            rank = lambda ps_: sum(math.comb(p, j + 1) for j, p in enumerate(ps_))
+            index = [(rank(lo), int(ps.HALF_BITS[min(n, 32), len(lo)])),
+                     (rank(hi), int(ps.HALF_BITS[max(n - 32, 0), len(hi)]))]
+        else:
+            index = [(sum(1 << p for p in positions), n)]
+    fields = [((j % (2**w - 1)) + 1, w) for j in range(k)] + index
+    acc = sum(v << sum(b for _, b in fields[:i]) for i, (v, _) in enumerate(fields))
+    nbytes = (sum(b for _, b in fields) + 7) // 8
+    return [2, w | 64, code] + list(acc.to_bytes(nbytes, "little"))
+
+
 step = steps_for(0.25)[0]
 crafted = [
-    ([0, 67, 2, 69, 2, 34], False),  # positions 5, 9 (what the encoder writes)
-    ([0, 67, 2, 69, 12, 34], False),  # 5, 49: the last value
-    ([0, 67, 2, 69, 1, 34], True),  # 5, 5: repeated
-    ([0, 67, 2, 73, 1, 34], True),  # 9, 5: decreasing
-    ([0, 67, 2, 5 | 128, 12, 34], True),  # 5, 50: past the block
-    ([0, 66, 12, 17, 17, 17, 17, 17, 17, 0, 0, 170, 170, 170], False),  # 0, 4, .., 44
-    ([0, 66, 12, 17, 17, 17, 17, 17, 1, 2, 0, 170, 170, 170], False),  # 44 -> 49
-    ([0, 66, 12, 17, 17, 17, 17, 17, 1, 4, 0, 170, 170, 170], True),  # 44 -> 50
-    ([0, 66, 12, 17, 17, 17, 17, 17, 1, 0, 128, 170, 170, 170], True),  # 44 -> 63
-    ([0, 66, 12, 17, 17, 17, 17, 17, 49, 0, 0, 170, 170, 170], True),  # 13 bits set
+    (50, sparse_block(50, [5, 9]), False),
+    (50, sparse_block(50, [5, 49]), False),  # one in each half, the last value
+    (50, sparse_block(50, [0, 31, 32, 33, 40, 49]), False),
+    (50, sparse_block(50, list(range(0, 50, 2))), False),  # 25 codes: a mask
+    (64, sparse_block(64, list(range(1, 64, 3))), False),  # 21 codes: a 64-bit mask
+    (50, sparse_block(50, [5, 9], index=[(496, 9), (0, 0)]), True),  # rank C(32, 2)
+    (50, sparse_block(50, [5, 49], index=[(5, 5), (18, 5)]), True),  # rank C(18, 1)
+    (40, sparse_block(40, [1, 2], code=ps.count_code(10, 9), index=[(0, 8)]), True),
+    (50, sparse_block(50, [5, 9], code=255), True),  # no such count byte
+    (50, sparse_block(50, [5, 9], code=ps.MASK_BASE + 60), True),  # 60 codes in 50
+    (50, sparse_block(50, list(range(0, 50, 2)), index=[((1 << 24) - 1, 50)]), True),
 ]
-for blob, reject in crafted:
+for n_vals, blob, reject in crafted:
     res = []
     for dec, dev in ((block_torch.decode, "cpu"), (block_cuda.decode, DEV)):
         try:
             pl = torch.tensor(blob, dtype=torch.uint8, device=dev)
-            res.append(dec(pl, [len(blob)], 50, 50, torch.float32, False, step).cpu())
+            res.append(dec(pl, [len(blob)], n_vals, n_vals, torch.float32, False, step).cpu())
         except ValueError:
             res.append(None)
+    want = None
+    if not reject:  # what the numba kernels make of it
+        want = torch.from_numpy(np.empty(n_vals, np.float32))
+        from tensorpress.compress.block import BlockCodec
+        BlockCodec._decode_into(np.array(blob, np.uint8), n_vals, np.float32, False, step,
+                                want.numpy())
     if (res[0] is None) != reject or (res[1] is None) != reject or (
-        not reject and not torch.equal(res[0].view(torch.uint8), res[1].view(torch.uint8))
+        not reject and not (torch.equal(res[0].view(torch.uint8), want.view(torch.uint8))
+                            and torch.equal(res[1].view(torch.uint8), want.view(torch.uint8)))
     ):
         fails += 1
-        print("CRAFTED", blob, [r is None for r in res])
+        print("CRAFTED", n_vals, blob[:12], [r is None for r in res])
 assert rejected > 3 * cases, rejected
 print(f"cases={cases} fails={fails} rejected={rejected}")
 sys.exit(1 if fails else 0)

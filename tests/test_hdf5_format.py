@@ -1,5 +1,6 @@
 """Compressed HDF5: round trips of whole files, lazy slicing, checksums, layout versions."""
 
+import functools
 import hashlib
 import itertools
 import json
@@ -23,6 +24,7 @@ from tensorpress.formats import (
 )
 from tensorpress.formats import hdf5 as h5fmt
 from tensorpress.formats import open as tp_open
+from test_golden import assert_decodes_as_written
 
 REL = 1e-3
 
@@ -322,9 +324,10 @@ def test_open_source_hdf5(source, compressed):
         assert ds["signal"].compressed and ds["signal"][:3].shape == (3,)
 
 
+GOLDEN_DATA = pathlib.Path(__file__).parent / "data"
 GOLDEN = [
     (path.parent / f"{name}.h5", name, meta)
-    for path in sorted((pathlib.Path(__file__).parent / "data").glob("v*/manifest_hdf5.json"))
+    for path in sorted(GOLDEN_DATA.glob("v*/manifest_hdf5.json"))
     for name, meta in json.loads(path.read_text()).items()
 ]
 
@@ -340,18 +343,37 @@ def test_golden_hdf5_decodes(path, name, meta, tmp_path):
             y = ds.read()
             assert ds.compressed == m["compressed"] and y.dtype.str == m["dtype"]
             assert list(y.shape) == m["shape"]
-            assert hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest() == m["sha256"]
             if ds.compressed:
+                h = ds.reader.header
+                info = {"codec": h.codec["id"], "bound": h.bound and h.bound.to_dict()}
+                original = functools.partial(lambda n: _source(tmp_path)[n], ds_name)
+                assert_decodes_as_written(y, m["sha256"], info, original)
                 assert ds.reader.header.version == version
+            else:
+                assert hashlib.sha256(y.tobytes()).hexdigest() == m["sha256"]
     with h5py.File(path, "r") as f:
         markers = [json.loads(f[n].attrs[MARKER]) for n, m in meta.items() if m["compressed"]]
         assert markers and all(m["version"] == version for m in markers)
     out = tmp_path / "plain.h5"
     decompress_file(path, out)
-    with h5py.File(out, "r") as f:
-        for ds_name, m in meta.items():
+    with h5py.File(out, "r") as f, tp_open(path) as g:
+        for ds_name in meta:
             y = f[ds_name][()]
-            assert hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest() == m["sha256"]
+            assert y.dtype == g[ds_name].read().dtype
+            assert y.tobytes() == np.ascontiguousarray(g[ds_name].read()).tobytes()
+
+
+def _source(tmp_path) -> dict:
+    """The golden HDF5 file's source datasets (make_golden.py writes them)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_golden", GOLDEN_DATA / "make_golden.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "source.h5"
+    module.write_hdf5_source(path)
+    with h5py.File(path, "r") as f:
+        return {n: f[n][()] for n in _datasets(path)}
 
 
 def test_long_stream_grows_chunked_dataset(source, compressed, tmp_path, monkeypatch):

@@ -97,3 +97,29 @@ def copy_bytes(dst, at, src, start, n):
         store_u64(dst, at + i, load_u64(src, start + i))
     for i in range(whole, n):
         dst[at + i] = src[start + i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def put_bits(data, at, bit, v, nbits):
+    """Write the ``nbits`` (<= 64) bits of uint64 ``v`` at bit ``bit`` from byte ``at`` of
+    ``data``, keeping the bits below it; bytes up to 8 past the end are overwritten."""
+    bo = at + (bit >> 3)
+    sh = np.uint64(bit & 7)
+    lo = np.uint64(data[bo]) & ((np.uint64(1) << sh) - np.uint64(1))
+    store_u64(data, bo, lo | (v << sh))
+    if sh + np.uint64(nbits) > np.uint64(64):
+        data[bo + 8] = np.uint8(v >> (np.uint64(64) - sh))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def get_bits(buf, at, bit, nbits):
+    """The ``nbits`` (<= 64) bits at bit ``bit`` from byte ``at`` of ``buf`` (which has 8
+    readable bytes past them), as uint64."""
+    bo = at + (bit >> 3)
+    sh = np.uint64(bit & 7)
+    v = load_u64(buf, bo) >> sh
+    if sh + np.uint64(nbits) > np.uint64(64):
+        v |= np.uint64(buf[bo + 8]) << (np.uint64(64) - sh)
+    if nbits < 64:
+        v &= (np.uint64(1) << np.uint64(nbits)) - np.uint64(1)
+    return v

@@ -10,7 +10,25 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from .bits import bit_length, copy_bytes, load_u64, popcount, store_u64, trailing_zeros
+from .bits import (
+    bit_length,
+    copy_bytes,
+    get_bits,
+    load_u64,
+    popcount,
+    put_bits,
+    store_u64,
+    trailing_zeros,
+)
+from .positions import (
+    CODE_COUNT,
+    CODE_HIGH,
+    FULL_BITS,
+    cost_bits,
+    decode_index,
+    encode_index,
+    index_bits,
+)
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 from .rounding import round_via_float32 as to_storage
 
@@ -18,12 +36,21 @@ BLOCK = 64  # elements per block
 QMAX = (1 << 28) - 1  # largest |quantization code|: deltas then fit 30 bits zigzagged
 RAW_WIDTH = 31  # header width field value that marks a raw block
 SIGNED, SPARSE, DELTA = 0x20, 0x40, 0x80
-LIST_MAX = 9  # sparse blocks with at most this many non-zero codes list their positions
+#: chunk payload modes: blocks with a separate index section (the first layout, still
+#: read), the values as they are, blocks with each index among the block's data
+MODE_LEGACY, MODE_RAW, MODE_BLOCKS = 0, 1, 2
+LIST_MAX = 9  # MODE_LEGACY: at most this many non-zero codes list 6-bit positions
+
+
+class LegacyLayout(ValueError):
+    """Raised by the torch and CUDA decoders for a MODE_LEGACY chunk, which only
+    :func:`decode_chunk` reads."""
 
 
 @njit(cache=True, nogil=True, inline="always")
 def index_bytes(nnz):
-    """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
+    """MODE_LEGACY: bytes that locate the non-zero codes of a sparse block: 6-bit
+    positions or a mask."""
     return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
 
 
@@ -147,9 +174,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     qb = qa[1:]
     pk = np.empty(2 * BLOCK, np.uint64)  # codes to pack; a sparse block stages them above BLOCK
     counts = np.empty(nb, np.uint8)
-    index = np.empty(8 * nb, np.uint8)
     nsparse = 0
-    ipos = 0
     for b in range(nb):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -204,13 +229,13 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         sg_l = SIGNED if or_l < 0 else 0
         best = (m * w_d + 7) // 8
         head = w_d | sg_d
-        c = 1 + index_bytes(nz_d) + (nz_d * w_d + 7) // 8
+        c = 1 + (nz_d * w_d + cost_bits(m, nz_d) + 7) // 8
         if c < best:
             best, head = c, w_d | sg_d | SPARSE
         c = (m * w_l + 7) // 8
         if c < best:
             best, head = c, w_l | sg_l | DELTA
-        c = 1 + index_bytes(nz_l) + (nz_l * w_l + 7) // 8
+        c = 1 + (nz_l * w_l + cost_bits(m, nz_l) + 7) // 8
         if c < best:
             best, head = c, w_l | sg_l | DELTA | SPARSE
         out[1 + b] = head
@@ -226,8 +251,8 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         else:
             for j in range(m):
                 pk[base + j] = _code_bits(np.int64(qb[j]), signed)
+        mk = np.uint64(0)
         if head & SPARSE:  # the non-zero codes moved to the front, and their mask
-            mk = np.uint64(0)
             for j in range(m):
                 mk |= np.uint64(pk[BLOCK + j] != 0) << np.uint64(j)
             cnt = nz_l if head & DELTA else nz_d
@@ -235,30 +260,21 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             for i in range(cnt):
                 pk[i] = pk[BLOCK + trailing_zeros(t)]
                 t &= t - np.uint64(1)
-            counts[nsparse] = cnt
-            nsparse += 1
-            if cnt <= LIST_MAX:  # 6-bit positions: at most 54 bits
-                lst = np.uint64(0)
-                t = mk
-                for i in range(cnt):
-                    lst |= trailing_zeros(t) << np.uint64(6 * i)
-                    t &= t - np.uint64(1)
-                store_u64(index, ipos, lst)  # index has 8 bytes a sparse block
-                ipos += (6 * cnt + 7) // 8
-            else:
-                store_u64(index, ipos, mk)
-                ipos += 8
         else:
             cnt = m
         for j in range(cnt, min((cnt + 7) // 8 * 8, BLOCK)):  # zeros to the last group
             pk[j] = 0
+        start = dpos
         if w:
             dpos = _pack(pk, cnt, w, data, dpos)
+        if head & SPARSE:  # the index follows the codes (kernels/positions.py)
+            counts[nsparse], iv, ib = encode_index(mk, m)
+            nsparse += 1
+            put_bits(data, start, cnt * w, iv, ib)
+            dpos = start + (cnt * w + ib + 7) // 8
         prev = qb[m - 1]
     copy_bytes(out, pos, counts, 0, nsparse)
     pos += nsparse
-    copy_bytes(out, pos, index, 0, ipos)
-    pos += ipos
     copy_bytes(out, pos, data, 0, dpos)
     return pos + dpos
 
@@ -375,7 +391,8 @@ def _reconstruct(qb, m, bstep, prec, out, s):
 
 @njit(cache=True, nogil=True)
 def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
-    """Decode a blocks-mode chunk payload of ``n`` values into ``out``.
+    """Decode a blocks-mode chunk payload (MODE_BLOCKS or MODE_LEGACY) of ``n`` values
+    into ``out``.
 
     ``out`` (float32/float64) receives the quantized blocks; raw blocks are
     copied byte for byte into ``outb`` (``out``'s own bytes for 32/64-bit
@@ -386,6 +403,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
         raise ValueError("decode_chunk: buf scratch too small")
     nb = (n + BLOCK - 1) // BLOCK
     size = payload.size
+    legacy = size > 0 and payload[0] == MODE_LEGACY
     pos = 1 + nb + (2 * nb if pw else 0)
     if size < pos:
         return False
@@ -400,15 +418,16 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
             return False
         elif h & SPARSE:
             nsparse += 1
-    cpos = pos  # one count byte per sparse block, then their position lists or masks
+    cpos = pos  # one count byte per sparse block (MODE_LEGACY: then the index section)
     ipos = cpos + nsparse
     if size < ipos:
         return False
     pos = ipos
-    for i in range(nsparse):
-        pos += index_bytes(payload[cpos + i])
-    if size < pos:
-        return False
+    if legacy:
+        for i in range(nsparse):
+            pos += index_bytes(payload[cpos + i])
+        if size < pos:
+            return False
     prev = 0
     copy_bytes(buf, 0, payload, 0, size)  # the payload with room for 8-byte reads at its end
     for j in range(size, size + 8):
@@ -448,28 +467,26 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
             bstep = step
         mask = np.uint64(0)
         cnt = m
+        nbits = m * w
         if h & SPARSE:
-            cnt = np.int64(payload[cpos])
+            code = payload[cpos]
+            cnt = np.int64(code) if legacy else CODE_COUNT[code]
             cpos += 1
             if cnt < 1 or cnt > m:
                 return False
-            if cnt <= LIST_MAX:
-                _unpack(buf, ipos, cnt, 6, cb)
-                last = -1
-                for j in range(cnt):
-                    if cb[j] <= last or cb[j] >= m:
-                        return False
-                    last = cb[j]
-                    mask |= np.uint64(1) << np.uint64(cb[j])
+            nbits = cnt * w
+            if legacy:
+                mask, ok = _legacy_mask(buf, ipos, cnt, m, cb)
+                ipos += index_bytes(cnt)
             else:
-                for j in range(8):
-                    mask |= np.uint64(payload[ipos + j]) << np.uint64(8 * j)
-                if m < 64 and mask >> np.uint64(m) != 0:
+                ib = FULL_BITS[code] if m == BLOCK else index_bits(m, cnt, CODE_HIGH[code])
+                if pos + (nbits + ib + 7) // 8 > size:
                     return False
-                if np.int64(popcount(mask)) != cnt:
-                    return False
-            ipos += index_bytes(cnt)
-        nbytes = (cnt * w + 7) // 8
+                mask, ok = decode_index(get_bits(buf, pos, nbits, ib), code, m)
+                nbits += ib
+            if not ok:
+                return False
+        nbytes = (nbits + 7) // 8
         if pos + nbytes > size:
             return False
         if h & SPARSE:  # the non-zero codes, spread back to their places
@@ -495,3 +512,23 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
         _reconstruct(qb, m, bstep, prec, out, s)
         pos += nbytes
     return pos == size
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _legacy_mask(buf, ipos, cnt, m, cb):
+    """MODE_LEGACY: (the mask of a sparse block's non-zero codes from its index at
+    ``buf[ipos]``, whether it is consistent); ``cb``: int32 scratch of 17 values."""
+    mask = np.uint64(0)
+    if cnt <= LIST_MAX:
+        _unpack(buf, ipos, cnt, 6, cb)
+        last = -1
+        for j in range(cnt):
+            if cb[j] <= last or cb[j] >= m:
+                return mask, False
+            last = cb[j]
+            mask |= np.uint64(1) << np.uint64(cb[j])
+        return mask, True
+    mask = load_u64(buf, ipos)
+    if m < 64 and mask >> np.uint64(m) != 0:
+        return mask, False
+    return mask, np.int64(popcount(mask)) == cnt

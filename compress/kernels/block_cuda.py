@@ -10,13 +10,15 @@ contiguous range), so that consecutive threads touch consecutive addresses:
    transposed: code ``j`` of block ``g`` at ``j * nblocks + g``), step exponent
    and raw flag (quantization, neighbour retry, direct width).
 2. ``_plan_kernel``: with the previous block's raw flag and last code known, the
-   delta statistics, the packing choice, the header byte and the byte counts.
+   delta statistics, the packing choice, the header and count bytes and the byte
+   counts.
 3. torch ops on the device: one running sum over all blocks' byte counts gives the
    per-chunk sizes (and raw chunks, and where each chunk's regions start); one
    host sync for the lengths.
-4. ``_write_kernel``: each block's offsets from the running sum; header, exponent,
-   count and index bytes; the data (packed codes, staged in shared memory, or the
-   bytes of raw blocks and raw chunks) are copied out by the whole CUDA block.
+4. ``_write_kernel``: each block's offsets from the running sum; header, exponent
+   and count bytes; the data (packed codes and a sparse block's index, staged in
+   shared memory, or the bytes of raw blocks and raw chunks) are copied out by the
+   whole CUDA block.
 
 Float arithmetic is float64 with only +, -, *, rint and comparisons; products
 that meet an addition go through ``dmul_rn`` so the compiler cannot fuse them
@@ -42,7 +44,28 @@ import numpy as np
 import torch
 from numba import config, cuda, float32, float64, int16, int32, int64, uint8
 
-from .block import BLOCK, DELTA, LIST_MAX, QMAX, RAW_WIDTH, SIGNED, SPARSE
+from .block import (
+    BLOCK,
+    DELTA,
+    MODE_BLOCKS,
+    MODE_LEGACY,
+    MODE_RAW,
+    QMAX,
+    RAW_WIDTH,
+    SIGNED,
+    SPARSE,
+    LegacyLayout,
+)
+from .positions import (
+    BINOM,
+    CODE_COUNT,
+    CODE_HIGH,
+    COST_BITS,
+    HALF,
+    HALF_BITS,
+    MASK_BASE,
+    RANK_MAX,
+)
 
 SIM = bool(config.ENABLE_CUDASIM)
 PREC = {torch.float64: 0, torch.float32: 1, torch.float16: 2, torch.bfloat16: 3}
@@ -199,8 +222,41 @@ def _bit_width(v):
 
 
 @_device
-def _index_bytes(nnz):
-    return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
+def _cost_bits(m, k):
+    """kernels/positions.py's cost_bits."""
+    return COST_BITS[k] if k <= RANK_MAX else m
+
+
+@_device
+def _index_bits(m, k, a):
+    """Bits of the index of ``k`` non-zero codes, ``a`` in the second half (``a`` < 0: a
+    mask; kernels/positions.py's index_bits)."""
+    if a < 0:
+        return m
+    nlo = m if m < HALF else HALF
+    nhi = m - HALF if m > HALF else 0
+    return HALF_BITS[nlo, k - a] + HALF_BITS[nhi, a]
+
+
+@_device
+def _count_code(k, a):
+    """kernels/positions.py's count_code."""
+    return k * (k + 1) // 2 + a if k <= RANK_MAX else MASK_BASE + k
+
+
+@_device
+def _unrank(r, i):
+    """The mask of the ``i`` positions (below 32) of rank ``r`` < C(32, i)."""
+    mask = 0
+    p = HALF - 1
+    while i > 0:
+        while BINOM[i, p] > r:
+            p -= 1
+        r -= BINOM[i, p]
+        mask |= 1 << p
+        i -= 1
+        p -= 1
+    return mask
 
 
 @_device
@@ -241,12 +297,12 @@ def _sh(i):
 
 
 # the encoder's per-block int64 rows, ``blk[row, g]``: raw flag and step exponent (from
-# the quantization kernel), header byte and count of non-zero codes (from the plan)
-RAW, KEXP, HEAD, NNZ = 0, 1, 2, 3
+# the quantization kernel), header byte and count byte (from the plan)
+RAW, KEXP, HEAD, COUNT = 0, 1, 2, 3
 # and its per-block byte counts, ``sizes[row, g]``: count bytes (1 for a sparse block of
-# codes), index bytes and data bytes; one running sum over all of them gives every
-# block's offsets within its chunk and every chunk's totals
-SPARSE_ROW, INDEX_ROW, DATA_ROW = 0, 1, 2
+# codes) and data bytes; one running sum over all of them gives every block's offsets
+# within its chunk and every chunk's totals
+SPARSE_ROW, DATA_ROW = 0, 1
 
 
 @_device
@@ -362,9 +418,8 @@ def _plan_kernel(rawb, codes, blk, n, chunk_elems, bpc, nblocks, itemsize, sizes
                 same = False
                 break
         blk[HEAD, g] = RAW_WIDTH | (SPARSE if same else 0)
-        blk[NNZ, g] = 0
+        blk[COUNT, g] = 0
         sizes[SPARSE_ROW, g] = 0
-        sizes[INDEX_ROW, g] = 0
         sizes[DATA_ROW, g] = itemsize if same else m * itemsize
         return
     last = _pred(codes, blk, g, local, nblocks)
@@ -390,49 +445,93 @@ def _plan_kernel(rawb, codes, blk, n, chunk_elems, bpc, nblocks, itemsize, sizes
     sg_l = SIGNED if or_l < 0 else 0
     best = (m * w_d + 7) // 8
     h = w_d | sg_d
-    cnt = 0
-    ib = 0
-    cost = 1 + _index_bytes(nz_d) + (nz_d * w_d + 7) // 8
+    cost = 1 + (nz_d * w_d + _cost_bits(m, nz_d) + 7) // 8
     if cost < best:
-        best, h, cnt, ib = cost, w_d | sg_d | SPARSE, nz_d, _index_bytes(nz_d)
+        best, h = cost, w_d | sg_d | SPARSE
     cost = (m * w_l + 7) // 8
     if cost < best:
-        best, h, cnt, ib = cost, w_l | sg_l | DELTA, 0, 0
-    cost = 1 + _index_bytes(nz_l) + (nz_l * w_l + 7) // 8
+        best, h = cost, w_l | sg_l | DELTA
+    cost = 1 + (nz_l * w_l + _cost_bits(m, nz_l) + 7) // 8
     if cost < best:
-        best, h, cnt, ib = cost, w_l | sg_l | DELTA | SPARSE, nz_l, _index_bytes(nz_l)
-    sparse = 1 if h & SPARSE else 0
+        best, h = cost, w_l | sg_l | DELTA | SPARSE
     blk[HEAD, g] = h
-    blk[NNZ, g] = cnt
-    sizes[SPARSE_ROW, g] = sparse
-    sizes[INDEX_ROW, g] = ib
-    sizes[DATA_ROW, g] = best - sparse * (1 + ib)
+    blk[COUNT, g] = 0
+    sizes[SPARSE_ROW, g] = 0
+    sizes[DATA_ROW, g] = best
+    if h & SPARSE:  # the count byte, and the bytes of the codes and the index
+        delta = h & DELTA != 0
+        last = _pred(codes, blk, g, local, nblocks)
+        k = 0
+        a = 0
+        for j in range(m):
+            q = int(codes[j * nblocks + g])
+            v = q - last if delta else q
+            last = q
+            if v != 0:
+                k += 1
+                if j >= HALF:
+                    a += 1
+        blk[COUNT, g] = _count_code(k, a)
+        sizes[SPARSE_ROW, g] = 1
+        w = h & 31
+        sizes[DATA_ROW, g] = (k * w + _index_bits(m, k, a if k <= RANK_MAX else -1) + 7) // 8
 
 
 @_device
-def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w, positions):
-    """Write block ``g``'s codes (or, with ``positions``, the positions of its non-zero
-    codes) at ``w`` bits each, LSB first, from byte ``p``; returns the end."""
+def _push(out, p, acc, nbits, v, w):
+    """Append the ``w`` <= 32 bits of ``v`` to the LSB-first stream whose unwritten bits
+    are ``acc`` (``nbits`` < 8 of them) and whose next byte is ``out[p]``: (acc, nbits, p)."""
+    acc |= v << nbits
+    nbits += w
+    while nbits >= 8:
+        out[p] = acc & 0xFF
+        acc >>= 8
+        nbits -= 8
+        p += 1
+    return acc, nbits, p
+
+
+@_device
+def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w):
+    """Write block ``g``'s codes at ``w`` bits each, LSB first, from byte ``p`` (a sparse
+    block: its non-zero codes, then its index); returns the end."""
     acc = 0
     nbits = 0
     last = pred
+    k = 0  # non-zero codes: in all, and in each half; their ranks and masks
+    b = 0
+    a = 0
+    rlo = 0
+    rhi = 0
+    mlo = 0
+    mhi = 0
     for j in range(m):
         q = int(codes[j * nblocks + g])
         v = q - last if delta else q
         last = q
         if sparse and v == 0:
             continue
-        if positions:
-            v = j
-        elif signed:
+        if sparse:
+            k += 1
+            if j < HALF:
+                b += 1
+                rlo += BINOM[min(b, RANK_MAX), j]
+                mlo |= 1 << j
+            else:
+                a += 1
+                rhi += BINOM[min(a, RANK_MAX), j - HALF]
+                mhi |= 1 << (j - HALF)
+        if signed:
             v = (v << 1) ^ (v >> 63)
-        acc |= v << nbits
-        nbits += w
-        while nbits >= 8:
-            out[p] = acc & 0xFF
-            acc >>= 8
-            nbits -= 8
-            p += 1
+        acc, nbits, p = _push(out, p, acc, nbits, v, w)
+    if sparse and k <= RANK_MAX:  # the ranks of the two halves' positions
+        nlo = m if m < HALF else HALF
+        nhi = m - HALF if m > HALF else 0
+        acc, nbits, p = _push(out, p, acc, nbits, rlo, HALF_BITS[nlo, b])
+        acc, nbits, p = _push(out, p, acc, nbits, rhi, HALF_BITS[nhi, a])
+    elif sparse:  # the mask of the m positions
+        acc, nbits, p = _push(out, p, acc, nbits, mlo, m if m < HALF else HALF)
+        acc, nbits, p = _push(out, p, acc, nbits, mhi, m - HALF if m > HALF else 0)
     if nbits > 0:
         out[p] = acc & 0xFF
         p += 1
@@ -440,23 +539,23 @@ def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w, position
 
 
 # the encoder's per-chunk table, ``chunks[row, c]``: where the chunk's payload starts,
-# whether it is stored raw, and where its counts, indexes and data start
-START, RAW_CHUNK, COUNTS, INDEXES, DATA = 0, 1, 2, 3, 4
+# whether it is stored raw, and where its counts and data start
+START, RAW_CHUNK, COUNTS, DATA = 0, 1, 2, 3
 
 
 @_device
 def _write_head(codes, blk, sizes, incl, chunks, g, n, chunk_elems, bpc, nblocks, pw, out):
     """Block ``g``'s bytes other than its data: the chunk's mode byte (first block), its
-    header, exponent, count and index bytes. Returns whether its data are packed codes
-    (else bytes of the input, as they are)."""
+    header, exponent and count bytes. Returns whether its data are packed codes (else
+    bytes of the input, as they are)."""
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
     base = chunks[START, c]
     if chunks[RAW_CHUNK, c]:  # the chunk is stored as it is
         if local == 0:
-            out[base] = 1
+            out[base] = MODE_RAW
         return False
     if local == 0:
-        out[base] = 0
+        out[base] = MODE_BLOCKS
     h = int(blk[HEAD, g])
     out[base + 1 + local] = h
     raw = blk[RAW, g] != 0
@@ -467,27 +566,7 @@ def _write_head(codes, blk, sizes, incl, chunks, g, n, chunk_elems, bpc, nblocks
     if raw:
         return False
     if h & SPARSE:
-        delta = h & DELTA != 0
-        pred = _pred(codes, blk, g, local, nblocks) if delta else 0
-        cnt = int(blk[NNZ, g])
-        first = g - local
-        out[chunks[COUNTS, c] + _rank(incl, sizes, SPARSE_ROW, g, first)] = cnt
-        ip = chunks[INDEXES, c] + _rank(incl, sizes, INDEX_ROW, g, first)
-        if cnt <= LIST_MAX:
-            _pack(out, ip, codes, g, nblocks, m, pred, delta, True, False, 6, True)
-        else:
-            last = pred
-            byte = 0
-            for j in range(BLOCK):
-                if j < m:
-                    q = int(codes[j * nblocks + g])
-                    v = q - last if delta else q
-                    last = q
-                    if v != 0:
-                        byte |= 1 << (j & 7)
-                if j & 7 == 7:
-                    out[ip + (j >> 3)] = byte
-                    byte = 0
+        out[chunks[COUNTS, c] + _rank(incl, sizes, SPARSE_ROW, g, g - local)] = blk[COUNT, g]
     return True
 
 
@@ -501,7 +580,7 @@ def _write_data(codes, blk, g, n, chunk_elems, bpc, nblocks, out, p):
         delta = h & DELTA != 0
         sparse = h & SPARSE != 0
         pred = _pred(codes, blk, g, local, nblocks) if delta else 0
-        _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, h & SIGNED != 0, w, False)
+        _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, h & SIGNED != 0, w)
 
 
 # the writer stages a tile's packed data (up to this many bytes; the threads past it pack
@@ -600,7 +679,7 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     rawb = flat.view(torch.uint8)
     codes = torch.empty(nblocks * BLOCK, dtype=torch.int32, device=dev)
     blk = torch.empty((4, nblocks), dtype=torch.int64, device=dev)
-    sizes = torch.empty((3, nblocks), dtype=torch.int64, device=dev)
+    sizes = torch.empty((2, nblocks), dtype=torch.int64, device=dev)
     # launch on torch's current stream so the kernels and the torch ops stay in order
     stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream) if t.is_cuda else 0
     geo = (n, chunk_elems, bpc, nblocks, itemsize)
@@ -614,7 +693,7 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
 
     # per chunk: sizes (one running sum over all blocks' byte counts), then chunks that
     # would not shrink are stored raw
-    incl = torch.cumsum(sizes.reshape(-1), 0).reshape(3, nblocks)
+    incl = torch.cumsum(sizes.reshape(-1), 0).reshape(2, nblocks)
     first = torch.arange(nchunks, device=dev) * bpc
     last = torch.clamp(first + bpc, max=nblocks) - 1
     per_chunk = incl[:, last] - incl[:, first] + sizes[:, first]
@@ -626,9 +705,8 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     lengths = size_c.tolist()  # the one host sync
     start_c = torch.cumsum(size_c, 0) - size_c
     counts_c = start_c + 1 + head_bytes
-    indexes_c = counts_c + per_chunk[SPARSE_ROW]
-    data_c = indexes_c + per_chunk[INDEX_ROW]
-    chunks = torch.stack([start_c, raw_c.long(), counts_c, indexes_c, data_c])
+    data_c = counts_c + per_chunk[SPARSE_ROW]
+    chunks = torch.stack([start_c, raw_c.long(), counts_c, data_c])
     out = torch.empty(sum(lengths), dtype=torch.uint8, device=dev)
     if SIM:
         out.fill_(0xA5)  # a byte the kernels miss shows in the tests
@@ -655,34 +733,34 @@ def _bits_in(buf, p, acc, nbits, w):
 
 
 @_device
-def _sparse_mask(buf, ip, cnt, m, end):
-    """The mask of a sparse block's non-zero codes from its index at ``buf[ip]``, and
-    whether the index is consistent (count 1..m, positions increasing below m or a
-    mask of ``cnt`` bits below m, all within the chunk's ``end``)."""
-    mask = 0
-    if cnt < 1 or cnt > m or ip + _index_bytes(cnt) > end:
-        return mask, False
-    if cnt <= LIST_MAX:
-        acc = 0
-        nbits = 0
-        p = ip
-        last = -1
-        for _ in range(cnt):
-            j, acc, nbits, p = _bits_in(buf, p, acc, nbits, 6)
-            if j <= last or j >= m:
-                return mask, False
-            last = j
-            mask |= 1 << j
-        return mask, True
-    for i in range(8):
-        mask |= _byte(buf, ip + i) << (8 * i)
-    ones = 0
-    for j in range(BLOCK):
-        bit = (mask >> j) & 1
-        ones += bit
-        if bit and j >= m:
-            return mask, False
-    return mask, ones == cnt
+def _sparse_mask(buf, p, code, w, m, end):
+    """The mask of a sparse block's non-zero codes from its count byte ``code`` and its
+    index, which follows its codes (``w`` bits each) from byte ``p``; and whether they
+    are consistent (a valid count byte, ranks in range or a mask of as many bits, all
+    before the chunk's ``end``; kernels/positions.py's decode_index)."""
+    k = CODE_COUNT[code]
+    a = CODE_HIGH[code]
+    if k < 1 or k > m or p + (k * w + _index_bits(m, k, a) + 7) // 8 > end:
+        return 0, False
+    bit = k * w
+    skip, acc, nbits, q = _bits_in(buf, p + (bit >> 3), 0, 0, bit & 7)
+    nlo = m if m < HALF else HALF
+    nhi = m - HALF if m > HALF else 0
+    if a < 0:  # a mask of m bits
+        lo, acc, nbits, q = _bits_in(buf, q, acc, nbits, nlo)
+        hi, acc, nbits, q = _bits_in(buf, q, acc, nbits, nhi)
+        ones = 0
+        for j in range(HALF):
+            ones += ((lo >> j) & 1) + ((hi >> j) & 1)
+        return lo | (hi << HALF), ones == k
+    b = k - a
+    if b > nlo or a > nhi:
+        return 0, False
+    rlo, acc, nbits, q = _bits_in(buf, q, acc, nbits, HALF_BITS[nlo, b])
+    rhi, acc, nbits, q = _bits_in(buf, q, acc, nbits, HALF_BITS[nhi, a])
+    if rlo >= BINOM[b, nlo] or rhi >= BINOM[a, nhi]:
+        return 0, False
+    return _unrank(rlo, b) | (_unrank(rhi, a) << HALF), True
 
 
 @_device
@@ -719,8 +797,8 @@ def _stored_bits(r, prec):
 
 
 @cuda.jit
-def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head, cnt_sp,
-                 ioff, doff, bad, rel):  # fmt: skip
+def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head, code,
+                 doff, bad, rel):  # fmt: skip
     """Per block of a blocks-mode chunk: whether its index is inconsistent, and its
     codes' sum (delta blocks) or last code (direct blocks), 0 for raw blocks."""
     g = cuda.grid(1)
@@ -729,7 +807,7 @@ def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
     bad[g] = 0
     rel[g] = 0
-    if mode_c[c] != 0:
+    if mode_c[c] != MODE_BLOCKS:
         return
     end = start_c[c] + len_c[c]
     h = int(head[g])
@@ -739,13 +817,13 @@ def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head
     sparse = h & SPARSE != 0
     mask = -1
     cnt = m
+    p = int(doff[g])
     if sparse:
-        cnt = int(cnt_sp[g])
-        mask, ok = _sparse_mask(buf, int(ioff[g]), cnt, m, end)
+        cnt = CODE_COUNT[int(code[g])]
+        mask, ok = _sparse_mask(buf, p, int(code[g]), w, m, end)
         if not ok:
             bad[g] = 1
             return
-    p = int(doff[g])
     if p + (cnt * w + 7) // 8 > end:
         bad[g] = 1
         return
@@ -766,13 +844,13 @@ def _scan_kernel(buf, n, chunk_elems, bpc, nblocks, start_c, len_c, mode_c, head
 
 @_device
 def _decode_block(buf, g, n, chunk_elems, bpc, itemsize, prec, pw, step, start_c, mode_c, head,
-                  cnt_sp, ioff, doff, carry, tile, s0):  # fmt: skip
+                  code, doff, carry, tile, s0):  # fmt: skip
     """Block ``g``'s values, as the bits of the dtype, into ``tile`` (an integer array) at
     ``_sh(s - s0)`` and on, ``s`` its first element."""
     c, local, s, m, cs, nbc = _geometry(g, n, chunk_elems, bpc)
     o = s - s0
     base = int(start_c[c])
-    if mode_c[c] != 0:  # a raw chunk: the values as they are
+    if mode_c[c] != MODE_BLOCKS:  # a raw chunk: the values as they are
         p = base + 1 + (s - cs) * itemsize
         for j in range(m):
             tile[_sh(o + j)] = _load_int(buf, p + j * itemsize, itemsize)
@@ -791,7 +869,7 @@ def _decode_block(buf, g, n, chunk_elems, bpc, itemsize, prec, pw, step, start_c
         bstep = _pow2(kb - 65536 if kb >= 32768 else kb)
     mask = -1
     if h & SPARSE:
-        mask, ok = _sparse_mask(buf, int(ioff[g]), int(cnt_sp[g]), m, 1 << 62)
+        mask, ok = _sparse_mask(buf, p, int(code[g]), w, m, 1 << 62)
     signed = h & SIGNED != 0
     delta = h & DELTA != 0
     q = int(carry[g]) if delta else 0
@@ -816,7 +894,7 @@ def _make_decode_kernel(tpb, word):
 
     @cuda.jit
     def dec(buf, n, chunk_elems, bpc, nblocks, itemsize, prec, pw, step, start_c, mode_c, head,
-            cnt_sp, ioff, doff, carry, out):  # fmt: skip
+            code, doff, carry, out):  # fmt: skip
         tile = cuda.shared.array(nsh, word)
         tid = cuda.threadIdx.x
         g0 = cuda.blockIdx.x * tpb
@@ -824,7 +902,7 @@ def _make_decode_kernel(tpb, word):
         s0, size = _tile_span(g0, n, chunk_elems, bpc, nblocks, tpb)
         if g < nblocks:
             _decode_block(buf, g, n, chunk_elems, bpc, itemsize, prec, pw, step, start_c,
-                          mode_c, head, cnt_sp, ioff, doff, carry, tile, s0)  # fmt: skip
+                          mode_c, head, code, doff, carry, tile, s0)  # fmt: skip
         cuda.syncthreads()  # every thread of the CUDA block gets here
         for i in range(tid, size, tpb):
             out[s0 + i] = tile[_sh(i)]
@@ -844,7 +922,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
 
     Raises ValueError when a payload is inconsistent with its length.
     """
-    from .block_torch import Layout, _int_view, index_bytes, last_marked
+    from .block_torch import Layout, Tables, _int_view, last_marked
 
     dev = payload.device
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -884,19 +962,17 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     is_sparse = (head & SPARSE != 0) & ~raw
     sp_rank, sparse_c = lay.ranks(is_sparse.long())
     count_start = base + 1 + head_bytes[cid]
-    cnt_sp = torch.where(is_sparse, get(count_start + sp_rank), 0)
-    isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
-    i_rank, index_c = lay.ranks(isize)
-    index_start = count_start + sparse_c[cid]
-    ioff = i_rank + index_start
+    tab = Tables.on(dev)
+    code = torch.where(is_sparse, get(count_start + sp_rank), 0)
+    cnt_sp = torch.where(is_sparse, tab.code_count[code], 0)
+    ibits = torch.where(is_sparse, tab.index_bits(m, cnt_sp, tab.code_high[code]), 0)
     same = raw & (head & SPARSE != 0)
     cnt = torch.where(is_sparse, cnt_sp, m)
-    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
+    dsize = (cnt * width + ibits + 7) // 8
+    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), dsize)
     d_rank, data_c = lay.ranks(dsize)
-    doff = d_rank + index_start + index_c[cid]
-    need_c = torch.where(
-        mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
-    )
+    doff = d_rank + count_start + sparse_c[cid]
+    need_c = torch.where(mode_c == MODE_RAW, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + data_c)
 
     # per block: index checks and the codes' sum or last code (one thread per block)
     nblocks = lay.nblocks
@@ -907,10 +983,9 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     bad = torch.empty(nblocks, **i64)
     rel = torch.empty(nblocks, **i64)
     d_buf, d_start, d_mode = _dev(buf), _dev(start_c), _dev(mode_c)
-    d_head, d_cnt, d_ioff, d_doff = _dev(head), _dev(cnt_sp), _dev(ioff), _dev(doff)
+    d_head, d_code, d_doff = _dev(head), _dev(code), _dev(doff)
     _scan_kernel[grid, TPB, stream](
-        d_buf, *geo, d_start, _dev(len_c), d_mode, d_head, d_cnt, d_ioff, d_doff,
-        _dev(bad), _dev(rel),
+        d_buf, *geo, d_start, _dev(len_c), d_mode, d_head, d_code, d_doff, _dev(bad), _dev(rel),
     )  # fmt: skip
 
     bad_head = (bad != 0) | raw & (head & (SIGNED | DELTA) != 0)
@@ -920,9 +995,13 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         )
         k = torch.where(kb >= 32768, kb - 65536, kb)
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
-    bad_c = (need_c != len_c) | (mode_c > 1)
-    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == 0)).long()) > 0)
-    if bool(bad_c.any()):  # the one host sync
+    bad_c = (need_c != len_c) | ((mode_c != MODE_RAW) & (mode_c != MODE_BLOCKS))
+    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == MODE_BLOCKS)).long()) > 0)
+    bad_c = torch.where(mode_c == MODE_LEGACY, 2, bad_c.long())
+    worst = int(bad_c.max())  # the one host sync
+    if worst == 2:
+        raise LegacyLayout("a chunk in the first block layout")
+    if worst:
         raise ValueError("block payload is inconsistent (corrupted or truncated)")
 
     # the running value behind delta blocks: a segmented scan over blocks
@@ -942,7 +1021,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     tpb, dec = _DECODE[itemsize]
     dec[(nblocks + tpb - 1) // tpb, tpb, stream](
         d_buf, *geo, itemsize, prec, 1 if pw else 0, float(step), d_start, d_mode, d_head,
-        d_cnt, d_ioff, d_doff, _dev(carry), _dev(ints),
+        d_code, d_doff, _dev(carry), _dev(ints),
     )  # fmt: skip
     return out
 

@@ -15,7 +15,19 @@ import math
 
 import torch
 
-from .block import BLOCK, DELTA, LIST_MAX, QMAX, RAW_WIDTH, SIGNED, SPARSE
+from . import positions as ps
+from .block import (
+    BLOCK,
+    DELTA,
+    MODE_BLOCKS,
+    MODE_LEGACY,
+    MODE_RAW,
+    QMAX,
+    RAW_WIDTH,
+    SIGNED,
+    SPARSE,
+    LegacyLayout,
+)
 
 
 def _arange64(device) -> torch.Tensor:
@@ -168,9 +180,60 @@ def _codable(x, t, dtype, pw, tol, bstep):
     return ok
 
 
-def index_bytes(nnz: torch.Tensor) -> torch.Tensor:
-    """Bytes that locate the non-zero codes of a sparse block: 6-bit positions or a mask."""
-    return torch.where(nnz <= LIST_MAX, (6 * nnz + 7) // 8, 8)
+class Tables:
+    """kernels/positions.py's tables as int64 tensors on one device."""
+
+    _cache: dict = {}
+
+    def __init__(self, device):
+        for name in ("BINOM", "HALF_BITS", "SMALL", "SMALL_BASE", "CODE_COUNT", "CODE_HIGH"):
+            setattr(
+                self,
+                name.lower(),
+                torch.as_tensor(getattr(ps, name).astype("int64"), device=device),
+            )
+        self.cost = torch.as_tensor(ps.COST_BITS, device=device)
+
+    @classmethod
+    def on(cls, device) -> Tables:
+        key = str(device)
+        if key not in cls._cache:
+            cls._cache[key] = cls(device)
+        return cls._cache[key]
+
+    def cost_bits(self, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Index bits the encoder counts for ``k`` non-zero codes (ps.cost_bits)."""
+        return torch.where(k <= ps.RANK_MAX, self.cost[k.clamp(max=ps.RANK_MAX)], m)
+
+    def index_bits(self, m, k, a) -> torch.Tensor:
+        """Bits of the index of ``k`` non-zero codes, ``a`` in the second half (ps.index_bits;
+        ``a`` < 0: a mask)."""
+        lo = self.half_bits[m.clamp(max=ps.HALF), (k - a).clamp(0, ps.HALF)]
+        hi = self.half_bits[(m - ps.HALF).clamp(min=0), a.clamp(0, ps.HALF)]
+        return torch.where(a < 0, m, lo + hi)
+
+    def rank(self, where: torch.Tensor) -> torch.Tensor:
+        """Per row: the rank of the positions where ``where`` ([rows, <= 32] booleans) is
+        set (ps.rank_half)."""
+        order = torch.cumsum(where.long(), 1)  # j + 1 for the j-th set position
+        p = torch.arange(where.shape[1], device=where.device)
+        terms = self.binom[order.clamp(max=ps.RANK_MAX), p]
+        return torch.where(where, terms, 0).sum(1)
+
+    def unrank(self, r: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        """The 32-bit masks of ``i`` positions of rank ``r`` (per row, ps.unrank_half)."""
+        mask = torch.zeros_like(r)
+        r = r.clone()
+        i = i.clone()
+        for _ in range(ps.RANK_MAX - ps.TAIL):
+            go = i > ps.TAIL
+            col = self.binom[i.clamp(max=ps.RANK_MAX)]  # [rows, 33]: C(p, i)
+            p = ((col[:, : ps.HALF] <= r[:, None]).sum(1) - 1).clamp(min=0)
+            r = torch.where(go, r - col.gather(1, p[:, None]).squeeze(1), r)
+            mask = torch.where(go, mask | (1 << p), mask)
+            i = torch.where(go, i - 1, i)
+        tail = self.small_base[i.clamp(max=ps.TAIL)] + r
+        return mask | self.small[tail.clamp(0, self.small.numel() - 1)]
 
 
 def last_marked(mark: torch.Tensor) -> torch.Tensor:
@@ -189,7 +252,7 @@ def _scatter_bits(words, bitpos, values, width, where):
     shift = bitpos & 63
     words.scatter_add_(0, widx.reshape(-1), (val << shift).reshape(-1))
     spill = where & (shift + width > 64)
-    hi = torch.where(spill, val >> (64 - shift).clamp(max=63), zero)
+    hi = torch.where(spill, (val >> (64 - shift).clamp(max=63)) & ((1 << shift) - 1), zero)
     words.scatter_add_(0, (widx + 1).reshape(-1), hi.reshape(-1))
 
 
@@ -199,8 +262,31 @@ def _extract_bits(words, bitpos, width, where):
     shift = bitpos & 63
     lo = (words[widx] >> shift) & torch.where(shift == 0, -1, (1 << (64 - shift).clamp(max=63)) - 1)
     hi = torch.where(shift == 0, 0, words[widx + 1] << (64 - shift).clamp(max=63))
-    wmask = (1 << torch.as_tensor(width).clamp(max=62)) - 1
+    width = torch.as_tensor(width)
+    wmask = torch.where(width >= 64, -1, (1 << width.clamp(max=63)) - 1)
     return torch.where(where, (lo | hi) & wmask, 0)
+
+
+def _sparse_masks(tab, words, bitpos, ibits, m, cnt, high):
+    """(uint64 masks of the sparse blocks' non-zero codes from their indexes at bit
+    ``bitpos``, whether an index is inconsistent), per block (kernels/positions.py)."""
+    is_sparse = cnt > 0
+    ival = _extract_bits(words, bitpos, ibits, is_sparse)
+    ranked = is_sparse & (high >= 0)
+    b = cnt - high
+    nlo, nhi = m.clamp(max=ps.HALF), (m - ps.HALF).clamp(min=0)
+    wlo = tab.half_bits[nlo, b.clamp(0, ps.HALF)]
+    rlo, rhi = ival & ((1 << wlo) - 1), ival >> wlo
+    bl, hl = b.clamp(0, ps.RANK_MAX), high.clamp(0, ps.RANK_MAX)
+    bad = (b < 0) | (b > nlo) | (high > nhi) | (rlo >= tab.binom[bl, nlo])
+    bad = ranked & (bad | (rhi >= tab.binom[hl, nhi]))
+    ok = ranked & ~bad
+    halves = tab.unrank(
+        torch.where(ok, torch.cat([rlo, rhi]).view(2, -1), 0).view(-1),
+        torch.where(ok, torch.stack([bl, hl]), 0).view(-1),
+    ).view(2, -1)
+    mask = torch.where(ranked, halves[0] | (halves[1] << ps.HALF), ival)
+    return mask, bad
 
 
 def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):
@@ -235,12 +321,13 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     w_l = bit_width(code_l.amax(1))
     nz_d = (v != 0).sum(1)
     nz_l = (d != 0).sum(1)
+    tab = Tables.on(dev)
     costs = torch.stack(
         [
             (m * w_d + 7) // 8,
-            1 + index_bytes(nz_d) + (nz_d * w_d + 7) // 8,
+            1 + (nz_d * w_d + tab.cost_bits(m, nz_d) + 7) // 8,
             (m * w_l + 7) // 8,
-            1 + index_bytes(nz_l) + (nz_l * w_l + 7) // 8,
+            1 + (nz_l * w_l + tab.cost_bits(m, nz_l) + 7) // 8,
         ]
     )
     choice = costs.argmin(0)
@@ -257,12 +344,21 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     raw_size = torch.where(same, itemsize, m * itemsize)
     best = costs.gather(0, choice[None]).squeeze(0)
     nnz = torch.where(is_sparse, torch.where(is_delta, nz_l, nz_d), 0)
-    isize = torch.where(is_sparse, index_bytes(nnz), 0)
-    dsize = torch.where(raw, raw_size, best - torch.where(is_sparse, 1 + isize, 0))
     is_delta = is_delta & ~raw
     codes = torch.where(is_delta[:, None], code_l, code_d)
     emit = torch.where(is_sparse[:, None], torch.where(is_delta[:, None], d, v) != 0, valid)
     emit = emit & ~raw[:, None]
+    # sparse blocks: count byte and index (kernels/positions.py), after the codes
+    high = emit[:, ps.HALF :].sum(1)
+    ranked = is_sparse & (nnz <= ps.RANK_MAX)
+    code_sp = torch.where(ranked, nnz * (nnz + 1) // 2 + high, ps.MASK_BASE + nnz)
+    ibits = torch.where(is_sparse, tab.index_bits(m, nnz, torch.where(ranked, high, -1)), 0)
+    mask = (torch.where(emit, 1, 0) << _arange64(dev)).sum(1)
+    nlo = tab.half_bits[m.clamp(max=ps.HALF), (nnz - high).clamp(0, ps.HALF)]
+    ival = tab.rank(emit[:, : ps.HALF]) | (tab.rank(emit[:, ps.HALF :]) << nlo)
+    ival = torch.where(ranked, ival, mask)
+    sparse_size = (nnz * width + ibits + 7) // 8
+    dsize = torch.where(raw, raw_size, torch.where(is_sparse, sparse_size, best))
 
     # per chunk sizes; chunks that would not shrink are stored raw
     nch = lay.nchunks
@@ -272,9 +368,8 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     n_c = lay.elems_c
     head_bytes = nb_c * (3 if pw else 1)
     sp_rank, sparse_c = lay.ranks(is_sparse.long())
-    i_rank, index_c = lay.ranks(isize)
     d_rank, data_c = lay.ranks(dsize)
-    size_c = 1 + head_bytes + sparse_c + index_c + data_c
+    size_c = 1 + head_bytes + sparse_c + data_c
     raw_c = size_c >= 1 + n_c * itemsize
     size_c = torch.where(raw_c, 1 + n_c * itemsize, size_c)
     # the one host sync: sizes, which chunks are raw, whether any block is raw
@@ -292,38 +387,26 @@ def encode(t: torch.Tensor, chunk_elems: int, pw: bool, tol: float, step: float,
     def put(index, values):
         out.index_put_((torch.where(keep.view(-1, *[1] * (index.dim() - 1)), index, dump),), values)
 
-    out[start_c] = torch.where(raw_c, 1, 0).to(torch.uint8)
+    out[start_c] = torch.where(raw_c, MODE_RAW, MODE_BLOCKS).to(torch.uint8)
     put(base + 1 + lay.local, head.to(torch.uint8))
     if pw:
         kk = torch.where(raw, 0, k) & 0xFFFF
         put(base + 1 + nb_c[cid] + 2 * lay.local, (kk & 0xFF).to(torch.uint8))
         put(base + 2 + nb_c[cid] + 2 * lay.local, (kk >> 8).to(torch.uint8))
-    # sparse blocks: a count byte each, then each one's positions or mask
+    # sparse blocks: a count byte each; then the block data
     count_start = base + 1 + head_bytes[cid]
-    put(torch.where(is_sparse, count_start + sp_rank, dump), nnz.to(torch.uint8))
-    index_start = count_start + sparse_c[cid]
-    ioff = i_rank + index_start
+    put(torch.where(is_sparse, count_start + sp_rank, dump), code_sp.to(torch.uint8))
     emit = emit & keep[:, None]
-    listed = is_sparse & (nnz <= LIST_MAX) & keep
-    masked = is_sparse & (nnz > LIST_MAX)
-    mask = (torch.where(emit & masked[:, None], 1, 0) << _arange64(dev)).sum(1)
-    mbytes = ((mask[:, None] >> (8 * torch.arange(8, device=dev))) & 0xFF).to(torch.uint8)
-    midx = ioff[:, None] + torch.arange(8, device=dev)
-    put(torch.where(masked[:, None], midx, dump), mbytes)
-    rank = torch.cumsum(emit.long(), 1) - 1
-    lid = torch.nonzero(listed).view(-1)  # positions of the listed blocks' codes
-    lpos = ioff[lid, None] * 8 + rank[lid] * 6
-    _scatter_bits(words, lpos, _arange64(dev).expand_as(lpos), 6, emit[lid])
-    # block data
-    data_start = index_start + index_c[cid]
-    doff = d_rank + data_start
+    doff = d_rank + count_start + sparse_c[cid]
     if any_raw:  # raw blocks: their bytes as they are
         nbytes = BLOCK * itemsize
         bidx = doff[:, None] + torch.arange(nbytes, device=dev)
         ok = raw[:, None] & (torch.arange(nbytes, device=dev)[None, :] < raw_size[:, None])
         put(torch.where(ok, bidx, dump), xb.contiguous().view(torch.uint8).view(-1, nbytes))
-    rank = torch.where(is_sparse[:, None], rank, _arange64(dev))
+    rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, _arange64(dev))
     _scatter_bits(words, doff[:, None] * 8 + rank * width[:, None], codes, width[:, None], emit)
+    # each sparse block's index right after its codes
+    _scatter_bits(words, doff * 8 + nnz * width, ival, ibits, is_sparse & keep)
     # raw chunks: a mode byte and the values as they are
     st = 0
     for c in range(nch):
@@ -380,48 +463,40 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         k = lo | (hi << 8)
         k = torch.where(k >= 32768, k - 65536, k)
 
-    # sparse blocks: count bytes, then position lists or masks
+    # sparse blocks: count bytes; each one's index follows its codes
+    tab = Tables.on(dev)
     sp_rank, sparse_c = lay.ranks(is_sparse.long())
     count_start = base + 1 + head_bytes[cid]
-    cnt_sp = torch.where(is_sparse, get(count_start + sp_rank).long(), 0)
-    isize = torch.where(is_sparse, index_bytes(cnt_sp), 0)
-    i_rank, index_c = lay.ranks(isize)
-    index_start = count_start + sparse_c[cid]
-    ioff = i_rank + index_start
-    listed = is_sparse & (cnt_sp <= LIST_MAX)
-    masked = is_sparse & (cnt_sp > LIST_MAX)
-    pos = _arange64(dev)
-    mb = get(ioff[:, None] + torch.arange(8, device=dev)).long()
-    mask = torch.where(masked, (mb << (8 * torch.arange(8, device=dev))).sum(1), 0)
-    r = torch.arange(LIST_MAX, device=dev)
-    in_list = listed[:, None] & (r[None, :] < cnt_sp[:, None])
-    plist = _extract_bits(words, ioff[:, None] * 8 + r * 6, 6, in_list)
-    hits = torch.zeros(lay.nblocks, BLOCK, dtype=torch.int64, device=dev)
-    hits.scatter_add_(1, plist, in_list.long())
-    mbits = torch.where(listed[:, None], hits > 0, ((mask[:, None] >> pos) & 1) == 1)
-    valid = pos[None, :] < m[:, None]
-    increasing = ((plist[:, 1:] > plist[:, :-1]) | ~in_list[:, 1:]).all(1)
+    code = torch.where(is_sparse, get(count_start + sp_rank).long(), 0)
+    cnt_sp = torch.where(is_sparse, tab.code_count[code], 0)
+    high = tab.code_high[code]  # non-zero codes in the second half; -1: a mask
+    ibits = torch.where(is_sparse, tab.index_bits(m, cnt_sp, high), 0)
     same = raw & (head & SPARSE != 0)
     cnt = torch.where(is_sparse, cnt_sp, m)
-    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), (cnt * width + 7) // 8)
+    dsize = (cnt * width + ibits + 7) // 8
+    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), dsize)
     d_rank, data_c = lay.ranks(dsize)
-    need_c = torch.where(
-        mode_c == 1, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + index_c + data_c
-    )
+    need_c = torch.where(mode_c == MODE_RAW, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + data_c)
+    doff = d_rank + count_start + sparse_c[cid]
+    mask, bad_index = _sparse_masks(tab, words, doff * 8 + cnt_sp * width, ibits, m, cnt_sp, high)
+    pos = _arange64(dev)
+    mbits = ((mask[:, None] >> pos) & 1) == 1
+    valid = pos[None, :] < m[:, None]
     bad_head = ~raw & (width > 30) | raw & (head & (SIGNED | DELTA) != 0)
-    bad_sparse = (cnt_sp < 1) | (cnt_sp > m) | (mbits.sum(1) != cnt_sp) | ~increasing
+    bad_sparse = (cnt_sp < 1) | (cnt_sp > m) | (mbits.sum(1) != cnt_sp) | bad_index
     bad_head = bad_head | is_sparse & (bad_sparse | (mbits & ~valid).any(1))
     if pw:
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
-    bad_c = (need_c != len_c) | (mode_c > 1)
-    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == 0)).long()) > 0)
+    bad_c = (need_c != len_c) | ((mode_c != MODE_RAW) & (mode_c != MODE_BLOCKS))
+    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == MODE_BLOCKS)).long()) > 0)
     check = torch.cat([bad_c.long(), mode_c]).tolist()  # the host sync: validity and modes
+    raw_chunks = check[nch:]
+    if MODE_LEGACY in raw_chunks:
+        raise LegacyLayout("a chunk in the first block layout")
     if any(check[:nch]):
         raise ValueError("block payload is inconsistent (corrupted or truncated)")
-    raw_chunks = check[nch:]
+    raw_chunks = [md == MODE_RAW for md in raw_chunks]
 
-    data_start = index_start + index_c[cid]
-    doff = d_rank + data_start
     emit = torch.where(is_sparse[:, None], mbits, valid) & ~raw[:, None]
     rank = torch.where(is_sparse[:, None], torch.cumsum(emit.long(), 1) - 1, pos)
     c = _extract_bits(words, doff[:, None] * 8 + rank * width[:, None], width[:, None], emit)

@@ -60,6 +60,10 @@ def cases():
     yield "block_f32_mixed", _block_mix(np.float32, 9), {"codec": "block", "rel": 1e-2}
     yield "block_f64_pw_rel", _block_mix(np.float64, 10), {"codec": "block", "pw_rel": 1e-3}
     yield "block_f16_abs", _block_mix(np.float16, 11), {"codec": "block", "abs": 0.01}
+    # the block layout with each index after its codes (chunk mode 2)
+    yield "block2_f32_mixed", _block_mix2(np.float32, 12), {"codec": "block", "rel": 1e-2}
+    yield "block2_f64_pw_rel", _block_mix2(np.float64, 13), {"codec": "block", "pw_rel": 1e-3}
+    yield "block2_f16_abs", _block_mix2(np.float16, 14), {"codec": "block", "abs": 0.01}
 
 
 def _block_mix(dtype, seed):
@@ -77,6 +81,34 @@ def _block_mix(dtype, seed):
         np.where(rng.random(64) < 0.05, np.nan, 1.0),  # NaN: raw
         [np.inf, -np.inf, -0.0, 0.0, 1e-40],
         np.linspace(-3.0, 3.0, 37),  # partial last block
+    ]
+    return np.concatenate(parts).astype(dtype)
+
+
+def _block_mix2(dtype, seed):
+    """:func:`_block_mix` for chunk mode 2, block-aligned: sparse blocks whose positions
+    are ranked (up to 14 non-zero codes, in either half or both) or masked, and a sparse
+    partial last block."""
+    rng = np.random.default_rng(seed)
+
+    def sparse(n, p, value=2.0):
+        return np.where(rng.random(n) < p, value, 0.0)
+
+    parts = [
+        np.full(64, np.nan),  # not codable, all equal: stored as one value
+        np.cumsum(rng.standard_normal(192)) * 0.05,  # smooth: differences
+        rng.standard_normal(128),  # noise: signed codes
+        np.abs(rng.standard_normal(64)),  # unsigned codes
+        np.zeros(128),  # all-zero blocks
+        sparse(128, 0.08),  # a few non-zeros: ranks
+        sparse(192, 0.18, -3.0),  # about 11: ranks of both halves
+        np.concatenate([np.zeros(32), sparse(32, 0.3)]),  # the second half only
+        np.concatenate([sparse(32, 0.3), np.zeros(32)]),  # the first half only
+        sparse(128, 0.3),  # about 19: masks
+        np.maximum(rng.standard_normal(192), 0.0),  # ReLU-like: masks
+        np.where(rng.random(64) < 0.05, np.nan, 1.0),  # NaN: raw
+        np.resize([np.inf, -np.inf, -0.0, 0.0, 1e-40], 64),
+        sparse(50, 0.2),  # a sparse partial last block
     ]
     return np.concatenate(parts).astype(dtype)
 
