@@ -223,13 +223,15 @@ class Tables:
     def unrank(self, r: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         """The 32-bit masks of ``i`` positions of rank ``r`` (per row, ps.unrank_half)."""
         mask = torch.zeros_like(r)
-        r = r.clone()
-        i = i.clone()
-        for _ in range(ps.RANK_MAX - ps.TAIL):
+        binom = self.binom.reshape(-1)  # C(p, i) at i * 33 + p
+        steps = int((i - ps.TAIL).max()) if i.numel() else 0  # a host sync
+        for _ in range(steps):
             go = i > ps.TAIL
-            col = self.binom[i.clamp(max=ps.RANK_MAX)]  # [rows, 33]: C(p, i)
-            p = ((col[:, : ps.HALF] <= r[:, None]).sum(1) - 1).clamp(min=0)
-            r = torch.where(go, r - col.gather(1, p[:, None]).squeeze(1), r)
+            row = i.clamp(max=ps.RANK_MAX) * (ps.HALF + 1)
+            p = torch.zeros_like(r)  # the largest p < 32 with C(p, i) <= r: binary search
+            for step in (16, 8, 4, 2, 1):
+                p = torch.where(binom[row + p + step] <= r, p + step, p)
+            r = torch.where(go, r - binom[row + p], r)
             mask = torch.where(go, mask | (1 << p), mask)
             i = torch.where(go, i - 1, i)
         tail = self.small_base[i.clamp(max=ps.TAIL)] + r
