@@ -460,21 +460,18 @@ def _plan_kernel(rawb, codes, blk, n, chunk_elems, bpc, nblocks, itemsize, sizes
     sizes[DATA_ROW, g] = best
     if h & SPARSE:  # the count byte, and the bytes of the codes and the index
         delta = h & DELTA != 0
-        last = _pred(codes, blk, g, local, nblocks)
-        k = 0
-        a = 0
-        for j in range(m):
-            q = int(codes[j * nblocks + g])
-            v = q - last if delta else q
-            last = q
-            if v != 0:
-                k += 1
-                if j >= HALF:
-                    a += 1
+        k = nz_l if delta else nz_d
+        a = -1  # a mask; else the non-zero codes in the second half
+        if k <= RANK_MAX:
+            a = 0
+            last = int(codes[(HALF - 1) * nblocks + g])
+            for j in range(HALF, m):
+                q = int(codes[j * nblocks + g])
+                a += (q - last if delta else q) != 0
+                last = q
         blk[COUNT, g] = _count_code(k, a)
         sizes[SPARSE_ROW, g] = 1
-        w = h & 31
-        sizes[DATA_ROW, g] = (k * w + _index_bits(m, k, a if k <= RANK_MAX else -1) + 7) // 8
+        sizes[DATA_ROW, g] = (k * (h & 31) + _index_bits(m, k, a) + 7) // 8
 
 
 @_device
