@@ -489,14 +489,14 @@ def _push(out, p, acc, nbits, v, w):
 
 
 @_device
-def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w):
+def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, ranked, signed, w):
     """Write block ``g``'s codes at ``w`` bits each, LSB first, from byte ``p`` (a sparse
-    block: its non-zero codes, then its index); returns the end."""
+    block: its non-zero codes, then its index: with ``ranked``, the ranks of its halves'
+    positions, else its mask); returns the end."""
     acc = 0
     nbits = 0
     last = pred
-    k = 0  # non-zero codes: in all, and in each half; their ranks and masks
-    b = 0
+    b = 0  # non-zero codes in each half; their ranks or masks
     a = 0
     rlo = 0
     rhi = 0
@@ -508,20 +508,20 @@ def _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, signed, w):
         last = q
         if sparse and v == 0:
             continue
-        if sparse:
-            k += 1
-            if j < HALF:
-                b += 1
-                rlo += BINOM[min(b, RANK_MAX), j]
-                mlo |= 1 << j
-            else:
-                a += 1
-                rhi += BINOM[min(a, RANK_MAX), j - HALF]
-                mhi |= 1 << (j - HALF)
+        if ranked and j < HALF:  # table lookups only for blocks of few non-zero codes
+            b += 1
+            rlo += BINOM[b, j]
+        elif ranked:
+            a += 1
+            rhi += BINOM[a, j - HALF]
+        elif sparse and j < HALF:
+            mlo |= 1 << j
+        elif sparse:
+            mhi |= 1 << (j - HALF)
         if signed:
             v = (v << 1) ^ (v >> 63)
         acc, nbits, p = _push(out, p, acc, nbits, v, w)
-    if sparse and k <= RANK_MAX:  # the ranks of the two halves' positions
+    if ranked:  # the ranks of the two halves' positions
         nlo = m if m < HALF else HALF
         nhi = m - HALF if m > HALF else 0
         acc, nbits, p = _push(out, p, acc, nbits, rlo, HALF_BITS[nlo, b])
@@ -576,8 +576,9 @@ def _write_data(codes, blk, g, n, chunk_elems, bpc, nblocks, out, p):
     if w:
         delta = h & DELTA != 0
         sparse = h & SPARSE != 0
+        ranked = sparse and CODE_HIGH[int(blk[COUNT, g])] >= 0
         pred = _pred(codes, blk, g, local, nblocks) if delta else 0
-        _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, h & SIGNED != 0, w)
+        _pack(out, p, codes, g, nblocks, m, pred, delta, sparse, ranked, h & SIGNED != 0, w)
 
 
 # the writer stages a tile's packed data (up to this many bytes; the threads past it pack

@@ -35,26 +35,42 @@ HALF_BITS = np.array(
     np.int64,
 )
 TAIL = 3  # the last positions of a chain come from one lookup in SMALL
-#: SMALL[SMALL_BASE[i] + r]: the 32-bit mask of the i <= TAIL positions of rank r
-SMALL_BASE = np.array([sum(math.comb(HALF, j) for j in range(i)) for i in range(TAIL + 1)])
-SMALL = np.zeros(int(SMALL_BASE[-1]) + math.comb(HALF, TAIL), np.uint32)
-for _i in range(TAIL + 1):
-    for _ps in combinations(range(HALF), _i):
-        _r = sum(math.comb(p, j + 1) for j, p in enumerate(_ps))
-        SMALL[SMALL_BASE[_i] + _r] = sum(1 << p for p in _ps)
-#: per count byte: non-zero codes (0: not a valid count byte), of which in the second
-#: half (-1: the index is a mask)
-CODE_COUNT = np.zeros(256, np.int64)
-CODE_HIGH = np.full(256, -1, np.int64)
-for _k in range(1, 2 * HALF + 1):
-    if _k <= RANK_MAX:
-        for _a in range(_k + 1):
-            CODE_COUNT[_k * (_k + 1) // 2 + _a] = _k
-            CODE_HIGH[_k * (_k + 1) // 2 + _a] = _a
-    else:
-        CODE_COUNT[MASK_BASE + _k] = _k
 
 
+def _small_table() -> tuple[np.ndarray, np.ndarray]:
+    """(SMALL_BASE, SMALL): SMALL[SMALL_BASE[i] + r] is the 32-bit mask of the
+    i <= TAIL positions of rank r."""
+    base = np.array([sum(math.comb(HALF, j) for j in range(i)) for i in range(TAIL + 1)])
+    small = np.zeros(int(base[-1]) + math.comb(HALF, TAIL), np.uint32)
+    for i in range(TAIL + 1):
+        for ps in combinations(range(HALF), i):
+            small[base[i] + sum(math.comb(p, j + 1) for j, p in enumerate(ps))] = sum(
+                1 << p for p in ps
+            )
+    return base, small
+
+
+def _count_code(k, a):
+    """The count byte of ``k`` non-zero codes, ``a`` of them in the second half."""
+    return k * (k + 1) // 2 + a if k <= RANK_MAX else MASK_BASE + k
+
+
+count_code = njit(cache=True, nogil=True, inline="always")(_count_code)
+
+
+def _count_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(CODE_COUNT, CODE_HIGH): per count byte, the non-zero codes (0: not a valid
+    count byte) and how many of them lie in the second half (-1: the index is a mask)."""
+    count = np.zeros(256, np.int64)
+    high = np.full(256, -1, np.int64)
+    for k in range(1, 2 * HALF + 1):
+        for a in range(k + 1) if k <= RANK_MAX else [-1]:
+            count[_count_code(k, a)], high[_count_code(k, a)] = k, a
+    return count, high
+
+
+SMALL_BASE, SMALL = _small_table()
+CODE_COUNT, CODE_HIGH = _count_tables()
 #: per count byte: the bits of the index of a whole block (64 values)
 FULL_BITS = np.array(
     [
@@ -65,8 +81,6 @@ FULL_BITS = np.array(
     ],
     np.int64,
 )
-
-
 #: COST_BITS[k]: the most index bits k non-zero codes of a whole block can need (over
 #: all splits between the halves): what the encoder counts when it chooses a packing
 COST_BITS = np.array(
@@ -85,12 +99,6 @@ def cost_bits(m, k):
     """Index bits counted for ``k`` non-zero codes of a block of ``m`` values when the
     encoder chooses its packing (the stored index can be shorter)."""
     return COST_BITS[k] if k <= RANK_MAX else np.int64(m)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def count_code(k, a):
-    """The count byte of ``k`` non-zero codes, ``a`` of them in the second half."""
-    return k * (k + 1) // 2 + a if k <= RANK_MAX else MASK_BASE + k
 
 
 @njit(cache=True, nogil=True, inline="always")
