@@ -7,8 +7,10 @@ from tensorpress.compress.block import steps_for
 from tensorpress.compress.kernels import block as kb
 from tensorpress.compress.kernels.bits import (
     copy_bytes,
+    get_bits,
     load_u64,
     popcount,
+    put_bits,
     store_u64,
     trailing_zeros,
 )
@@ -138,3 +140,24 @@ def test_block_decoder_refuses_a_short_scratch_and_ignores_what_it_held():
     decoded = [decode(np.full(size + 64, fill, np.uint8)) for fill in (0x00, 0xFF)]
     assert np.array_equal(decoded[0], decoded[1])
     assert np.max(np.abs(decoded[0] - x)) <= 0.01
+
+
+@njit(cache=True)
+def _put_get(buf, at, bit, v, nbits):
+    put_bits(buf, at, bit, v, nbits)
+    return get_bits(buf, at, bit, nbits)
+
+
+def test_put_bits_writes_any_width_at_any_bit_and_keeps_the_bits_below():
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        at, bit, nbits = int(rng.integers(0, 8)), int(rng.integers(0, 80)), int(rng.integers(0, 65))
+        v = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)) & ((1 << nbits) - 1)
+        buf = rng.integers(0, 256, 40).astype(np.uint8)
+        before = int.from_bytes(buf.tobytes(), "little")
+        got = _put_get(buf, at, bit, np.uint64(v), nbits)
+        after = int.from_bytes(buf.tobytes(), "little")
+        start = 8 * at + bit
+        assert int(got) == v
+        assert after & ((1 << start) - 1) == before & ((1 << start) - 1)  # below: kept
+        assert (after >> start) & ((1 << nbits) - 1) == v
