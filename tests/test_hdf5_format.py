@@ -346,7 +346,7 @@ def test_golden_hdf5_decodes(path, name, meta, tmp_path):
             if ds.compressed:
                 h = ds.reader.header
                 info = {"codec": h.codec["id"], "bound": h.bound and h.bound.to_dict()}
-                original = functools.partial(lambda n: _source(tmp_path)[n], ds_name)
+                original = functools.partial(_source_array, tmp_path, ds_name)
                 assert_decodes_as_written(y, m["sha256"], info, original)
                 assert ds.reader.header.version == version
             else:
@@ -358,13 +358,12 @@ def test_golden_hdf5_decodes(path, name, meta, tmp_path):
     decompress_file(path, out)
     with h5py.File(out, "r") as f, tp_open(path) as g:
         for ds_name in meta:
-            y = f[ds_name][()]
-            assert y.dtype == g[ds_name].read().dtype
-            assert y.tobytes() == np.ascontiguousarray(g[ds_name].read()).tobytes()
+            y, z = f[ds_name][()], g[ds_name].read()
+            assert y.dtype == z.dtype and y.tobytes() == np.ascontiguousarray(z).tobytes()
 
 
-def _source(tmp_path) -> dict:
-    """The golden HDF5 file's source datasets (make_golden.py writes them)."""
+def _source_array(tmp_path, name: str) -> np.ndarray:
+    """Dataset ``name`` of the golden HDF5 file's source (make_golden.py writes it)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_golden", GOLDEN_DATA / "make_golden.py")
@@ -373,7 +372,7 @@ def _source(tmp_path) -> dict:
     path = tmp_path / "source.h5"
     module.write_hdf5_source(path)
     with h5py.File(path, "r") as f:
-        return {n: f[n][()] for n in _datasets(path)}
+        return f[name][()]
 
 
 def test_long_stream_grows_chunked_dataset(source, compressed, tmp_path, monkeypatch):
