@@ -920,7 +920,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
 
     Raises ValueError when a payload is inconsistent with its length.
     """
-    from .block_torch import Layout, Tables, _int_view, last_marked
+    from .block_torch import BlockFields, Layout, _int_view, last_marked
 
     dev = payload.device
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -939,38 +939,11 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     buf = buf[:total].contiguous()
     prec = PREC[dtype]
     i64 = dict(dtype=torch.int64, device=dev)
-    cid = lay.chunk_id
-    nb_c = lay.blocks_c
-    n_c = lay.elems_c
     len_c = torch.tensor(lengths, device=dev)
     start_c = torch.cumsum(len_c, 0) - len_c
-    head_bytes = nb_c * (3 if pw else 1)
-    last = total - 1
-
-    def get(index):
-        return buf[index.clamp(0, last)].long()
-
     # block-level bookkeeping (as block_torch.decode): headers, counts, offsets
-    mode_c = buf[start_c].long()
-    base = start_c[cid]
-    m = lay.valid
-    head = get(base + 1 + lay.local)
-    width = head & 31
-    raw = width == RAW_WIDTH
-    is_sparse = (head & SPARSE != 0) & ~raw
-    sp_rank, sparse_c = lay.ranks(is_sparse.long())
-    count_start = base + 1 + head_bytes[cid]
-    tab = Tables.on(dev)
-    code = torch.where(is_sparse, get(count_start + sp_rank), 0)
-    cnt_sp = torch.where(is_sparse, tab.code_count[code], 0)
-    ibits = torch.where(is_sparse, tab.index_bits(m, cnt_sp, tab.code_high[code]), 0)
-    same = raw & (head & SPARSE != 0)
-    cnt = torch.where(is_sparse, cnt_sp, m)
-    dsize = (cnt * width + ibits + 7) // 8
-    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), dsize)
-    d_rank, data_c = lay.ranks(dsize)
-    doff = d_rank + count_start + sparse_c[cid]
-    need_c = torch.where(mode_c == MODE_RAW, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + data_c)
+    p = BlockFields(buf, start_c, lay, pw, itemsize)
+    mode_c, head, raw, code, doff = p.mode_c, p.head, p.raw, p.code, p.doff
 
     # per block: index checks and the codes' sum or last code (one thread per block)
     nblocks = lay.nblocks
@@ -988,14 +961,9 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
 
     bad_head = (bad != 0) | raw & (head & (SIGNED | DELTA) != 0)
     if pw:
-        kb = get(base + 1 + nb_c[cid] + 2 * lay.local) | (
-            get(base + 2 + nb_c[cid] + 2 * lay.local) << 8
-        )
-        k = torch.where(kb >= 32768, kb - 65536, kb)
+        k = p.exponents()
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
-    bad_c = (need_c != len_c) | ((mode_c != MODE_RAW) & (mode_c != MODE_BLOCKS))
-    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == MODE_BLOCKS)).long()) > 0)
-    bad_c = torch.where(mode_c == MODE_LEGACY, 2, bad_c.long())
+    bad_c = torch.where(mode_c == MODE_LEGACY, 2, p.bad_chunks(bad_head, len_c).long())
     worst = int(bad_c.max())  # the one host sync
     if worst == 2:
         raise LegacyLayout("a chunk in the first block layout")

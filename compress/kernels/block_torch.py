@@ -269,6 +269,59 @@ def _extract_bits(words, bitpos, width, where):
     return torch.where(where, (lo | hi) & wmask, 0)
 
 
+class BlockFields:
+    """Every block's header fields, count byte and data offset in chunk payloads
+    concatenated in ``buf`` (chunk ``c`` from ``start_c[c]``; int64 tensors, per block
+    unless named ``_c``): what the torch and CUDA decoders read first."""
+
+    def __init__(self, buf: torch.Tensor, start_c, lay: Layout, pw: bool, itemsize: int):
+        self._buf, self._lay = buf, lay
+        cid, m = lay.chunk_id, lay.valid
+        self.mode_c = buf[start_c].long()
+        self.base = start_c[cid]
+        self.head_c = lay.blocks_c * (3 if pw else 1)  # header and exponent bytes
+        self.head = self.get(self.base + 1 + lay.local)
+        self.width = self.head & 31
+        self.raw = self.width == RAW_WIDTH
+        self.same = self.raw & (self.head & SPARSE != 0)  # a raw block of one value
+        self.is_sparse = (self.head & SPARSE != 0) & ~self.raw
+        # sparse blocks: count bytes; each one's index follows its codes
+        tab = Tables.on(buf.device)
+        sp_rank, sparse_c = lay.ranks(self.is_sparse.long())
+        count_start = self.base + 1 + self.head_c[cid]
+        self.code = torch.where(self.is_sparse, self.get(count_start + sp_rank), 0)
+        self.cnt_sp = torch.where(self.is_sparse, tab.code_count[self.code], 0)
+        self.high = tab.code_high[self.code]  # non-zero codes in the second half; -1: mask
+        self.ibits = torch.where(self.is_sparse, tab.index_bits(m, self.cnt_sp, self.high), 0)
+        cnt = torch.where(self.is_sparse, self.cnt_sp, m)
+        dsize = (cnt * self.width + self.ibits + 7) // 8
+        dsize = torch.where(self.raw, torch.where(self.same, itemsize, m * itemsize), dsize)
+        d_rank, data_c = lay.ranks(dsize)
+        self.doff = d_rank + count_start + sparse_c[cid]
+        n_c = lay.elems_c
+        self.need_c = torch.where(
+            self.mode_c == MODE_RAW, 1 + n_c * itemsize, 1 + self.head_c + sparse_c + data_c
+        )
+
+    def get(self, index: torch.Tensor) -> torch.Tensor:
+        """Payload bytes at ``index`` (clamped into the payload) as int64."""
+        return self._buf[index.clamp(0, self._buf.numel() - 1)].long()
+
+    def exponents(self) -> torch.Tensor:
+        """pw_rel: each block's step exponent."""
+        lay, nb = self._lay, self._lay.blocks_c[self._lay.chunk_id]
+        kb = self.get(self.base + 1 + nb + 2 * lay.local)
+        kb = kb | (self.get(self.base + 2 + nb + 2 * lay.local) << 8)
+        return torch.where(kb >= 32768, kb - 65536, kb)
+
+    def bad_chunks(self, bad_head: torch.Tensor, len_c: torch.Tensor) -> torch.Tensor:
+        """Per chunk: its length is not what its blocks need, its mode is unknown, or a
+        block of a blocks-mode chunk is bad (``bad_head``)."""
+        mode_c, lay = self.mode_c, self._lay
+        bad = (self.need_c != len_c) | ((mode_c != MODE_RAW) & (mode_c != MODE_BLOCKS))
+        return bad | (lay.per_chunk((bad_head & (mode_c[lay.chunk_id] == MODE_BLOCKS)).long()) > 0)
+
+
 def _sparse_masks(tab, words, bitpos, ibits, m, cnt, high):
     """(uint64 masks of the sparse blocks' non-zero codes from their indexes at bit
     ``bitpos``, whether an index is inconsistent), per block (kernels/positions.py)."""
@@ -433,54 +486,25 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     nch = lay.nchunks
     if len(lengths) != nch:
         raise ValueError(f"{len(lengths)} chunk payloads for {nch} chunks")
-    cid = lay.chunk_id
-    nb_c = lay.blocks_c
-    n_c = lay.elems_c
     len_c = torch.tensor(lengths, device=dev)
     start_c = torch.cumsum(len_c, 0) - len_c
-    head_bytes = nb_c * (3 if pw else 1)
     if min(lengths) < 1:
         raise ValueError("a block chunk payload is empty")
     total = sum(lengths)
     words = torch.zeros(total // 8 + 2, dtype=torch.int64, device=dev)
     buf = words.view(torch.uint8)
     buf[:total] = payload[:total]
-    last = buf.numel() - 1
-
-    def get(index):
-        return buf[index.clamp(0, last)]
-
-    mode_c = buf[start_c].long()
-    base = start_c[cid]
-    m = lay.valid
-    head = get(base + 1 + lay.local).long()
-    width = head & 31
-    raw = width == RAW_WIDTH
-    is_sparse = (head & SPARSE != 0) & ~raw
+    p = BlockFields(buf[:total], start_c, lay, pw, itemsize)
+    mode_c, head, width, raw, same = p.mode_c, p.head, p.width, p.raw, p.same
+    is_sparse, cnt_sp, doff, m = p.is_sparse, p.cnt_sp, p.doff, lay.valid
     is_delta = (head & DELTA != 0) & ~raw
     signed = (head & SIGNED != 0) & ~raw
     if pw:
-        lo = get(base + 1 + nb_c[cid] + 2 * lay.local).long()
-        hi = get(base + 2 + nb_c[cid] + 2 * lay.local).long()
-        k = lo | (hi << 8)
-        k = torch.where(k >= 32768, k - 65536, k)
-
-    # sparse blocks: count bytes; each one's index follows its codes
+        k = p.exponents()
     tab = Tables.on(dev)
-    sp_rank, sparse_c = lay.ranks(is_sparse.long())
-    count_start = base + 1 + head_bytes[cid]
-    code = torch.where(is_sparse, get(count_start + sp_rank).long(), 0)
-    cnt_sp = torch.where(is_sparse, tab.code_count[code], 0)
-    high = tab.code_high[code]  # non-zero codes in the second half; -1: a mask
-    ibits = torch.where(is_sparse, tab.index_bits(m, cnt_sp, high), 0)
-    same = raw & (head & SPARSE != 0)
-    cnt = torch.where(is_sparse, cnt_sp, m)
-    dsize = (cnt * width + ibits + 7) // 8
-    dsize = torch.where(raw, torch.where(same, itemsize, m * itemsize), dsize)
-    d_rank, data_c = lay.ranks(dsize)
-    need_c = torch.where(mode_c == MODE_RAW, 1 + n_c * itemsize, 1 + head_bytes + sparse_c + data_c)
-    doff = d_rank + count_start + sparse_c[cid]
-    mask, bad_index = _sparse_masks(tab, words, doff * 8 + cnt_sp * width, ibits, m, cnt_sp, high)
+    mask, bad_index = _sparse_masks(
+        tab, words, doff * 8 + cnt_sp * width, p.ibits, m, cnt_sp, p.high
+    )
     pos = _arange64(dev)
     mbits = ((mask[:, None] >> pos) & 1) == 1
     valid = pos[None, :] < m[:, None]
@@ -489,8 +513,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
     bad_head = bad_head | is_sparse & (bad_sparse | (mbits & ~valid).any(1))
     if pw:
         bad_head = bad_head | ~raw & ((k < -1022) | (k > 1022))
-    bad_c = (need_c != len_c) | ((mode_c != MODE_RAW) & (mode_c != MODE_BLOCKS))
-    bad_c = bad_c | (lay.per_chunk((bad_head & (mode_c[cid] == MODE_BLOCKS)).long()) > 0)
+    bad_c = p.bad_chunks(bad_head, len_c)
     check = torch.cat([bad_c.long(), mode_c]).tolist()  # the host sync: validity and modes
     raw_chunks = check[nch:]
     if MODE_LEGACY in raw_chunks:
@@ -526,7 +549,7 @@ def decode(payload: torch.Tensor, lengths: list, n: int, chunk_elems: int, dtype
         nbytes = BLOCK * itemsize
         j = torch.arange(nbytes, device=dev)
         src = torch.where(same[rid, None], doff[rid, None] + j % itemsize, doff[rid, None] + j)
-        rb = get(src)
+        rb = buf[src.clamp(0, total - 1)]
         vals = vals.contiguous()
         vals.view(torch.uint8).view(-1, nbytes)[rid] = rb
     flat = lay.from_blocks(vals)
