@@ -261,3 +261,19 @@ def test_last_marked_is_the_running_max_of_marked_positions():
         idx = torch.arange(n)
         want = torch.cummax(torch.where(mark, idx, -1), 0).values
         assert torch.equal(last_marked(mark), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_loose_pw_rel_near_the_largest_value_stays_finite(dtype):
+    """Under pw_rel 10, tol * |x| overflows to inf near the dtype's largest value, so
+    every code would pass the bound check: a reconstruction that overflows must not."""
+    big = np.finfo(dtype).max
+    # blocks of large values only: a block's step follows its smallest value
+    x = np.repeat(np.array([-0.97, 0.97, 1.0, -1.0], dtype) * big, 64)
+    x = np.concatenate([x, np.array([1.0, -2.5], dtype)])
+    blob = tp.compress(x, codec="block", pw_rel=10.0)
+    y = tp.decompress(blob)
+    assert np.isfinite(y).all() and (np.sign(y) == np.sign(x)).all()
+    assert (np.abs(y.astype(np.float64) - x) <= 10.0 * np.abs(x.astype(np.float64))).all()
+    with torch_ops_on_cpu():
+        assert bytes(compress_tensor(torch.from_numpy(x), codec="block", pw_rel=10.0)) == blob

@@ -69,7 +69,7 @@ def _code_bits(c, signed):
 def _pw_miss(x, t, r, tol):
     """1 where code ``t`` (reconstructing as ``r``) misses the pw_rel rule, else 0
     (every test evaluated, no branches: the loops vectorize)."""
-    ok = (abs(t) <= QMAX) & (abs(r - x) <= tol * abs(x))
+    ok = (abs(t) <= QMAX) & (abs(r - x) <= tol * abs(x)) & (abs(r) < math.inf)
     ok = ok & ((r * x > 0.0) | ((x == 0.0) & (math.copysign(1.0, x) > 0.0)))
     return np.int64(not ok)
 
@@ -145,9 +145,11 @@ def _codable(x, t, prec, pw, tol, bstep):
     if not abs(t) <= QMAX:
         return False
     r = to_storage(t * bstep, prec)
-    if pw:
-        return abs(r - x) <= tol * abs(x) and (
-            r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0)
+    if pw:  # tol * |x| can overflow: the reconstruction must also be finite
+        return (
+            abs(r - x) <= tol * abs(x)
+            and abs(r) < math.inf
+            and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
         )
     if tol == 0.0 and x == 0.0 and math.copysign(1.0, x) < 0.0:
         return False

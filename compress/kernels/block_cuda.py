@@ -203,8 +203,8 @@ def _codable(x, t, prec, pw, tol, bstep):
     if not abs(t) <= QMAX:
         return False
     r = _store(_mul(t, bstep), prec)
-    if pw:
-        if not abs(r - x) <= tol * abs(x):
+    if pw:  # tol * |x| can overflow: the reconstruction must also be finite
+        if not (abs(r - x) <= tol * abs(x) and abs(r) < math.inf):
             return False
         return r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0)
     if tol == 0.0 and x == 0.0 and math.copysign(1.0, x) < 0.0:

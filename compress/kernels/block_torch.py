@@ -173,8 +173,8 @@ def _codable(x, t, dtype, pw, tol, bstep):
     """Whether codes ``t`` reconstruct ``x`` within the bound (as kernels/block.py)."""
     r = to_storage(t * bstep, dtype)
     ok = (t.abs() <= QMAX) & ((r - x).abs() <= (tol * x.abs() if pw else tol))
-    if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw)
-        ok = ok & ((r * x > 0) | ((x == 0) & ~torch.signbit(x)))
+    if pw:  # signs kept, zeros exact (-0.0 cannot be coded: its block goes raw), finite
+        ok = ok & ((r * x > 0) | ((x == 0) & ~torch.signbit(x))) & torch.isfinite(r)
     elif tol == 0:  # a zero tolerance keeps every bit, the sign of zero too
         ok = ok & ~((x == 0) & torch.signbit(x))
     return ok
