@@ -40,6 +40,7 @@ def data(n, seed):
         g.standard_normal(100) * 1e4,
         np.round(g.standard_normal(100) * 50),               # integers: ties
         g.standard_normal(100) * 1e-6,
+        np.full(64, -0.97) * np.finfo(np.float64).max,  # near the largest value
     ]
     x = np.concatenate(parts)
     return np.resize(x, n)
@@ -54,7 +55,7 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
                        ("bfloat16", 1393, 19), ("float32", 259, 11),
                        ("float64", 2597, 50)]:  # blocks of several CUDA blocks' tiles
     for mode, val in [("abs", 1e-3), ("abs", 0.0), ("rel", 1e-2), ("pw_rel", 1e-2),
-                      ("abs", 0.5)]:
+                      ("abs", 0.5), ("pw_rel", 10.0)]:
         for seed in (cases,):
             x = data(n, seed).reshape(-1, 7)
             t = torch.from_numpy(x).to(TORCH[dname])
