@@ -187,7 +187,7 @@ def _make(kind: str, dtype, shape, seed: int) -> np.ndarray:
     elif kind == "signed_zeros":
         x = rng.choice([-0.0, 0.0], n)
     elif kind == "huge":  # near the top of the range: the range may overflow (stored raw)
-        x = rng.uniform(-big, big, n)
+        x = rng.uniform(-1.0, 1.0, n) * big  # (uniform(-big, big) overflows for float64)
     else:
         x = rng.standard_normal(n)
         x[rng.random(n) < 0.02] *= 1e4
