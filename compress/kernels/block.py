@@ -20,15 +20,7 @@ from .bits import (
     store_u64,
     trailing_zeros,
 )
-from .positions import (
-    CODE_COUNT,
-    CODE_HIGH,
-    FULL_BITS,
-    cost_bits,
-    decode_index,
-    encode_index,
-    index_bits,
-)
+from .positions import CODE_COUNT, cost_bits, decode_index, encode_index, index_size
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 from .rounding import round_via_float32 as to_storage
 
@@ -481,7 +473,7 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
                 mask, ok = _legacy_mask(buf, ipos, cnt, m, cb)
                 ipos += index_bytes(cnt)
             else:
-                ib = FULL_BITS[code] if m == BLOCK else index_bits(m, cnt, CODE_HIGH[code])
+                ib = index_size(m, code)
                 if pos + (nbits + ib + 7) // 8 > size:
                     return False
                 mask, ok = decode_index(get_bits(buf, pos, nbits, ib), code, m)

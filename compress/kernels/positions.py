@@ -111,6 +111,15 @@ def index_bits(m, k, a):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def index_size(m, code):
+    """Bits of the index of a block of ``m`` values with count byte ``code`` (a valid
+    one: the caller checks ``CODE_COUNT[code]``)."""
+    if m == 2 * HALF:
+        return FULL_BITS[code]
+    return index_bits(m, CODE_COUNT[code], CODE_HIGH[code])
+
+
+@njit(cache=True, nogil=True, inline="always")
 def rank_half(bits, i):
     """The rank of the ``i`` positions set in uint64 ``bits`` (all below 32)."""
     r = np.int64(0)
