@@ -113,7 +113,10 @@ class BlockCodec(Codec):
             res[:] = buf[1:].view(dtype.newbyteorder("<"))
             return
         if buf[0] not in (kb.MODE_BLOCKS, kb.MODE_LEGACY):
-            raise ValueError(f"unknown block chunk mode {buf[0]}")
+            raise ValueError(
+                f"unknown block chunk mode {buf[0]}: written by a newer tensorpress, or "
+                "corrupted; upgrade tensorpress to read it"
+            )
         prec = PREC_BFLOAT16 if bf16 else _PREC[dtype]
         if itemsize >= 4:
             with scratch(buf.size + 8) as (pad,):
