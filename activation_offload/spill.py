@@ -1,17 +1,22 @@
 """NVMe tier of the offload store: records appended to slab files in a private directory.
 
 A ``SpillDir`` owns a directory of slab files (``slab_<n>.bin``). Each record sits at an
-``ALIGN``-aligned offset: one ``ALIGN``-byte header block, then the payload padded with
-zeros to a multiple of ``ALIGN``. The header holds a magic, a token unique to the
-``SpillDir``, the record id, the payload length (bytes), the payload's XXH3-64 digest
-and the XXH3-64 digest of those fields (all little-endian u64 after the 8-byte magic and
-16-byte token), then zeros. A record read back is checked against what was written.
+``ALIGN``-aligned offset: one ``ALIGN``-byte header block, then ``skip`` zero bytes
+(``skip < ALIGN``), the payload, and zeros to a multiple of ``ALIGN``. The header holds a
+magic, a token unique to the ``SpillDir``, the record id, the payload length (bytes), the
+payload's XXH3-64 digest, ``skip`` and the XXH3-64 digest of those fields (all
+little-endian u64 after the 8-byte magic and 16-byte token), then zeros. A record read
+back is checked against what was written.
 
-A write digests the payload (one ``xxhash.xxh3_64_intdigest`` call), then writes the
-header block and the payload with one ``pwritev``; a read takes both with one
-``preadv``, checks the header, then digests the payload and compares. With ``O_DIRECT``
-an unaligned buffer goes through aligned staging memory, at most ``STAGE_BYTES`` at a
-time (the header block travels with the first piece).
+Under ``O_DIRECT`` a record's ``skip`` is its source buffer's address modulo ``ALIGN``, so
+each payload byte has the same place in its file block as in its memory page: the
+payload's whole pages go to the file in place, and only its first and last partial
+blocks are copied (through this thread's aligned blocks). A write digests the payload
+(one ``xxhash.xxh3_64_intdigest`` call), then writes the header block and the payload
+with one ``pwritev``; a read takes both with one ``preadv`` into a buffer placed like the
+source (``skip`` bytes past a page), else through aligned staging memory, at most
+``STAGE_BYTES`` at a time (the header block travels with the first piece); then it checks
+the header, digests the payload and compares. Without ``O_DIRECT`` ``skip`` is 0.
 
 Methods are thread-safe: a write reserves its offset under a lock and does its I/O
 outside it, so several threads write (and read) at once.
@@ -44,11 +49,11 @@ import xxhash
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
 PREFIX = "tensorpress-spill-"
-MAGIC = b"TPSPILL2"
+MAGIC = b"TPSPILL3"
 
-# magic, token, record id, payload bytes, payload XXH3-64; then the XXH3-64 of those
-_FIELDS = struct.Struct("<8s16sQQQ")
-_HEADER = struct.Struct("<8s16sQQQQ")
+# magic, token, record id, payload bytes, payload XXH3-64, skip; then the XXH3-64 of those
+_FIELDS = struct.Struct("<8s16sQQQQ")
+_HEADER = struct.Struct("<8s16sQQQQQ")
 _ZEROS = memoryview(bytes(ALIGN))
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _NO_DIRECT = {errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
@@ -76,13 +81,15 @@ def aligned_buffer(nbytes: int) -> memoryview:
 @dataclass(frozen=True)
 class Location:
     """Where a record lives: slab file number, byte offset of its header block in that
-    file, payload length (bytes), record id and XXH3-64 digest of the payload (u64)."""
+    file, payload length (bytes), record id, XXH3-64 digest of the payload (u64) and
+    the zero bytes between the header block and the payload (``skip``)."""
 
     slab: int
     offset: int
     nbytes: int
     record_id: int
     digest: int
+    skip: int = 0
 
 
 def round_up(n: int) -> int:
@@ -305,10 +312,12 @@ class SpillDir:
     # -- staging ----------------------------------------------------------------------
 
     def _staging(self):
-        """This thread's reusable aligned buffers: header block, tail block, pieces."""
+        """This thread's reusable aligned buffers: header, first and last payload blocks,
+        pieces."""
         tls = self._tls
         if not hasattr(tls, "header"):
             tls.header = aligned_buffer(ALIGN)
+            tls.head = aligned_buffer(ALIGN)
             tls.tail = aligned_buffer(ALIGN)
             tls.piece = None
         return tls
@@ -345,7 +354,8 @@ class SpillDir:
         return where it lives. ``SpillError`` if the write fails; the store stays usable."""
         mv, addr = _bytes_view(data, writable=False)
         nbytes = len(mv)
-        total = ALIGN + round_up(nbytes)
+        skip = addr % ALIGN if self._direct and nbytes else 0
+        total = ALIGN + round_up(skip + nbytes)
         with self._lock:
             self._check_open()
             slab = self._current
@@ -364,9 +374,10 @@ class SpillDir:
         ok = False
         try:
             tls = self._staging()
-            loc = Location(slab.n, offset, nbytes, record_id, xxhash.xxh3_64_intdigest(mv))
+            digest = xxhash.xxh3_64_intdigest(mv)
+            loc = Location(slab.n, offset, nbytes, record_id, digest, skip)
             self._pack_header(tls.header, loc)
-            self._write_record(slab.fd, tls, mv, addr, offset)
+            self._write_record(slab.fd, tls, mv, loc)
             ok = True
         except OSError as e:
             raise SpillError(e.errno, e.strerror, str(slab.path)) from e
@@ -385,46 +396,40 @@ class SpillDir:
 
     def _pack_header(self, header: memoryview, loc: Location) -> None:
         """The header block of ``loc``: its fields, their digest, then zeros."""
-        fields = (MAGIC, self._token, loc.record_id, loc.nbytes, loc.digest)
+        fields = (MAGIC, self._token, loc.record_id, loc.nbytes, loc.digest, loc.skip)
         _FIELDS.pack_into(header, 0, *fields)
         header_digest = xxhash.xxh3_64_intdigest(header[: _FIELDS.size])
         _HEADER.pack_into(header, 0, *fields, header_digest)
         header[_HEADER.size :] = _ZEROS[_HEADER.size :]  # reads reuse this block
 
-    def _write_record(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
-        """Write this thread's header block then ``mv`` padded with zeros to an ``ALIGN``
-        multiple, from byte ``offset`` of ``fd``: one ``pwritev`` unless an unaligned
-        ``mv`` goes through staging under ``O_DIRECT`` (``STAGE_BYTES`` per call)."""
-        header, nbytes = tls.header, len(mv)
+    def _write_record(self, fd: int, tls, mv: memoryview, loc: Location) -> None:
+        """Write this thread's header block then ``mv`` as ``loc`` lays it out, from byte
+        ``loc.offset`` of ``fd``, with one ``pwritev``: under ``O_DIRECT`` the payload's
+        whole pages in place, its partial first and last blocks through this thread's
+        aligned blocks."""
+        header, nbytes, skip = tls.header, len(mv), loc.skip
         if not self._direct:  # no alignment needed: the caller's buffer as it is
             pad = round_up(nbytes) - nbytes
-            _pwrite_all(fd, [header, mv, _ZEROS[:pad]], offset)
+            _pwrite_all(fd, [header, mv, _ZEROS[:pad]], loc.offset)
             return
-        if addr % ALIGN == 0:  # zero copy for the aligned body, the tail via staging
-            body = nbytes - nbytes % ALIGN
-            bufs = [header, mv[:body]]
-            if body < nbytes:
-                tail = tls.tail
-                tail[: nbytes - body] = mv[body:]
-                tail[nbytes - body :] = _ZEROS[: ALIGN - (nbytes - body)]
-                bufs.append(tail)
-            _pwrite_all(fd, bufs, offset)
-            return
-        piece = self._piece(tls)
-        done, bufs = 0, [header]
-        while True:
-            n = min(STAGE_BYTES, nbytes - done)
-            padded = round_up(n)
-            piece[:n] = mv[done : done + n]
-            piece[n:padded] = _ZEROS[: padded - n]
-            bufs.append(piece[:padded])
-            length = sum(len(b) for b in bufs)
-            _pwrite_all(fd, bufs, offset)
-            offset += length
-            done += n
-            bufs = []
-            if done >= nbytes:
-                return
+        bufs, body = [header], mv
+        if skip:  # the payload's first bytes share a block with ``skip`` zeros
+            n = min(nbytes, ALIGN - skip)
+            head = tls.head
+            head[:skip] = _ZEROS[:skip]
+            head[skip : skip + n] = mv[:n]
+            head[skip + n :] = _ZEROS[: ALIGN - skip - n]
+            bufs.append(head)
+            body = mv[n:]  # starts on a page
+        whole = len(body) - len(body) % ALIGN
+        bufs.append(body[:whole])
+        if whole < len(body):
+            n = len(body) - whole
+            tail = tls.tail
+            tail[:n] = body[whole:]
+            tail[n:] = _ZEROS[: ALIGN - n]
+            bufs.append(tail)
+        _pwrite_all(fd, bufs, loc.offset)
 
     def read_into(self, loc: Location, out) -> None:
         """Read the record at ``loc`` into the first ``loc.nbytes`` bytes of the writable
@@ -444,11 +449,12 @@ class SpillDir:
         try:
             tls = self._staging()
             try:
-                self._read_record(slab.fd, tls, mv, addr, loc.offset)
+                self._read_record(slab.fd, tls, mv, addr, loc)
             except _Truncated as e:
+                end = loc.offset + ALIGN + loc.skip + loc.nbytes
                 raise CorruptRecordError(
                     f"{slab.path} offset {loc.offset}: file ends at byte {e.args[0]}, "
-                    f"before the end of the record ({loc.offset + ALIGN + loc.nbytes})"
+                    f"before the end of the record ({end})"
                 ) from None
             self._verify_header(slab.path, loc, tls.header)
             digest = xxhash.xxh3_64_intdigest(mv)
@@ -464,40 +470,46 @@ class SpillDir:
                 self._maybe_drop(slab)
                 self._idle.notify_all()
 
-    def _read_record(self, fd: int, tls, mv: memoryview, addr: int, offset: int) -> None:
-        """Fill this thread's header block then ``mv`` from byte ``offset`` of ``fd``: one
-        ``preadv`` unless an unaligned ``mv`` goes through staging under ``O_DIRECT``
-        (``STAGE_BYTES`` per call). ``_Truncated`` when the file ends first."""
-        header, nbytes = tls.header, len(mv)
+    def _read_record(self, fd: int, tls, mv: memoryview, addr: int, loc: Location) -> None:
+        """Fill this thread's header block then ``mv`` with the record at ``loc`` of
+        ``fd``: one ``preadv`` unless, under ``O_DIRECT``, ``mv`` sits in its page unlike
+        the payload in its block (``addr % ALIGN != loc.skip``), when the record comes
+        through staging (``STAGE_BYTES`` per call). ``_Truncated`` when the file ends
+        first."""
+        header, nbytes, skip, offset = tls.header, len(mv), loc.skip, loc.offset
         if not self._direct:
-            _pread_all(fd, [header, mv], offset)
+            _pread_all(fd, [header, tls.head[:skip], mv], offset)
             return
-        if addr % ALIGN == 0:
-            body = nbytes - nbytes % ALIGN
-            bufs = [header, mv[:body]]
-            if body < nbytes:
+        if addr % ALIGN == skip:  # placed as on disk: whole pages in place
+            head = min(nbytes, ALIGN - skip) if skip else 0
+            body = mv[head:]
+            whole = len(body) - len(body) % ALIGN
+            bufs = [header, tls.head] if skip else [header]
+            bufs.append(body[:whole])
+            if whole < len(body):
                 bufs.append(tls.tail)
             _pread_all(fd, bufs, offset)
-            if body < nbytes:
-                mv[body:] = tls.tail[: nbytes - body]
+            mv[:head] = tls.head[skip : skip + head]
+            body[whole:] = tls.tail[: len(body) - whole]
             return
         piece = self._piece(tls)
-        done, bufs = 0, [header]
+        span, done, bufs = round_up(skip + nbytes), 0, [header]  # done: bytes past header
         while True:
-            n = min(STAGE_BYTES, nbytes - done)
-            bufs.append(piece[: round_up(n)])
+            n = min(STAGE_BYTES, span - done)
+            bufs.append(piece[:n])
             length = sum(len(b) for b in bufs)
             _pread_all(fd, bufs, offset)
-            mv[done : done + n] = piece[:n]
+            lo, hi = max(done - skip, 0), min(done + n - skip, nbytes)  # payload bytes
+            mv[lo:hi] = piece[lo + skip - done : hi + skip - done]
             offset += length
             done += n
             bufs = []
-            if done >= nbytes:
+            if done >= span:
                 return
 
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""
-        magic, token, record_id, nbytes, digest, header_digest = _HEADER.unpack_from(header)
+        magic, token, record_id, nbytes, digest, skip, header_digest = _HEADER.unpack_from(header)
         where = f"{path} offset {loc.offset}"
         if magic != MAGIC:
             raise CorruptRecordError(f"{where}: bad magic {magic!r}, expected {MAGIC!r}")
@@ -512,6 +524,7 @@ class SpillDir:
             ("record id", str(record_id), str(loc.record_id)),
             ("payload length", str(nbytes), str(loc.nbytes)),
             ("payload digest in header", f"0x{digest:016x}", f"0x{loc.digest:016x}"),
+            ("payload skip", str(skip), str(loc.skip)),
         ):
             if found != expected:
                 raise CorruptRecordError(f"{where}: {name} {found}, expected {expected}")
@@ -526,7 +539,7 @@ class SpillDir:
             if self._live.get(loc.record_id) != loc:
                 raise KeyError(f"{loc} is not a live record of {self._path} (freed or foreign)")
             del self._live[loc.record_id]
-            self._bytes -= ALIGN + round_up(loc.nbytes)
+            self._bytes -= ALIGN + round_up(loc.skip + loc.nbytes)
             slab = self._slabs[loc.slab]
             slab.live -= 1
             self._maybe_drop(slab)

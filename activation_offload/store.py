@@ -286,9 +286,8 @@ class TieredStore:
             self._set_tier(rec, CPU, offset=offset)
             return
         if self.spill is not None:
-            # host bytes go as they are (the file tier stages them through its reused
-            # aligned buffers); device bytes come to page-aligned host memory first,
-            # which O_DIRECT writes without a copy
+            # host bytes go as they are (the file tier writes their whole pages in
+            # place); device bytes come to page-aligned host memory first
             host = data if not data.is_cuda else _copy_and_wait(_aligned_tensor(n), data)
             try:
                 loc = self.spill.write(host.numpy())
@@ -385,7 +384,7 @@ class TieredStore:
             elif tier == HOST:
                 src = rec.host
             else:
-                src = _aligned_tensor(rec.nbytes)
+                src = _aligned_tensor(rec.nbytes, rec.loc.skip)
                 self.spill.read_into(rec.loc, src.numpy())
                 with self._cond:
                     self.stats.read_bytes += rec.nbytes
@@ -441,13 +440,14 @@ def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return dst
 
 
-def _aligned_tensor(nbytes: int) -> torch.Tensor:
-    """A uint8 host tensor of ``nbytes`` that starts on a page (O_DIRECT reads and writes
-    it in place): a view into a slightly larger allocation of torch's allocator, whose
-    freed pages the next call reuses (a fresh mmap would fault them in every time)."""
+def _aligned_tensor(nbytes: int, skip: int = 0) -> torch.Tensor:
+    """A uint8 host tensor of ``nbytes`` that starts ``skip`` bytes past a page (O_DIRECT
+    reads a record of that ``skip`` into it in place): a view into a slightly larger
+    allocation of torch's allocator, whose freed pages the next call reuses (a fresh mmap
+    would fault them in every time)."""
     buf = torch.empty(nbytes + ALIGN, dtype=torch.uint8)
-    skip = -buf.data_ptr() % ALIGN
-    return buf[skip : skip + nbytes]
+    start = (skip - buf.data_ptr()) % ALIGN
+    return buf[start : start + nbytes]
 
 
 def _shutdown(workers: ThreadPoolExecutor, spill: SpillDir | None, pool: HostPool) -> None:

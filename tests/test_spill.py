@@ -37,8 +37,8 @@ from tensorpress.activation_offload.spill import (
 
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 9 * 2**20 + 3]
 O_DIRECT = getattr(os, "O_DIRECT", 0)
-# magic, token, record id, payload bytes, payload XXH3-64, XXH3-64 of the fields before it
-HEADER_FMT = "<8s16sQQQQ"
+# magic, token, record id, payload bytes, payload XXH3-64, skip, XXH3-64 of the fields
+HEADER_FMT = "<8s16sQQQQQ"
 HEADER_BYTES = struct.calcsize(HEADER_FMT)
 HEADER_FIELDS = {  # name: (offset, bytes) in the header block
     "magic": (0, 8),
@@ -46,14 +46,18 @@ HEADER_FIELDS = {  # name: (offset, bytes) in the header block
     "record id": (24, 8),
     "payload length": (32, 8),
     "payload digest": (40, 8),
-    "header digest": (48, 8),
+    "payload skip": (48, 8),
+    "header digest": (56, 8),
 }
 PAYLOAD_MISMATCH = r"payload digest 0x[0-9a-f]{16}, expected 0x[0-9a-f]{16}"
 HEADER_MISMATCH = r"header digest 0x[0-9a-f]{16}, stored 0x[0-9a-f]{16}"
 
 
 def _payload(n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+    """``n`` random bytes in a page-aligned array (its record has ``skip`` 0)."""
+    out = np.frombuffer(aligned_buffer(n), np.uint8)
+    out[:] = np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+    return out
 
 
 def _buffer(kind: str, src: np.ndarray):
@@ -71,6 +75,15 @@ def _buffer(kind: str, src: np.ndarray):
         assert len(src) == 0 or buf.__array_interface__["data"][0] % ALIGN == 1
         return buf
     return bytearray(src.tobytes())
+
+
+def _placed(src: np.ndarray, skip: int) -> np.ndarray:
+    """``src`` copied into a numpy buffer that starts ``skip`` bytes past a page."""
+    raw = np.empty(len(src) + ALIGN, np.uint8)
+    start = (skip - raw.__array_interface__["data"][0]) % ALIGN
+    buf = raw[start : start + len(src)]
+    buf[:] = src
+    return buf
 
 
 def _probe_direct(directory) -> bool:
@@ -120,15 +133,28 @@ def _slab_path(sd: SpillDir, loc: Location):
     return sd.path / f"slab_{loc.slab}.bin"
 
 
+def _expected_skip(sd: SpillDir, buf) -> int:
+    """Where a record written from ``buf`` starts in its first block: as ``buf`` in its
+    page under O_DIRECT, else 0."""
+    arr = np.frombuffer(buf, np.uint8)
+    return arr.__array_interface__["data"][0] % ALIGN if sd.direct and len(arr) else 0
+
+
+def _span(loc: Location) -> int:
+    """Bytes a record takes on disk after its header block."""
+    return -(-(loc.skip + loc.nbytes) // ALIGN) * ALIGN
+
+
 def _check_header(raw: bytes, loc: Location) -> None:
     """``raw`` starts with the header block written for ``loc``: its fields, their
     XXH3-64, then zeros to the block end."""
-    magic, _, record_id, nbytes, digest, header_digest = struct.unpack_from(HEADER_FMT, raw)
-    assert (magic, record_id, nbytes, digest) == (
-        b"TPSPILL2",
+    magic, _, record_id, nbytes, digest, skip, header_digest = struct.unpack_from(HEADER_FMT, raw)
+    assert (magic, record_id, nbytes, digest, skip) == (
+        b"TPSPILL3",
         loc.record_id,
         loc.nbytes,
         loc.digest,
+        loc.skip,
     )
     assert header_digest == xxhash.xxh3_64_intdigest(raw[: HEADER_BYTES - 8])
     assert raw[HEADER_BYTES:ALIGN] == bytes(ALIGN - HEADER_BYTES)
@@ -144,10 +170,13 @@ def test_round_trip(tmp_path, direct, kind, n):
     src = _payload(n, seed=n)
     with SpillDir(tmp_path, direct=direct, slab_bytes=4 << 20) as sd:
         before = sd.write(b"x" * 100)  # the record under test is not at offset 0
-        loc = sd.write(_buffer(kind, src))
+        buf = _buffer(kind, src)
+        loc = sd.write(buf)
         assert loc.nbytes == n and loc.offset % ALIGN == 0
-        for out_kind in ("aligned", "numpy+1", "bytearray"):
-            out = _buffer(out_kind, np.full(n + 7, 0xEE, np.uint8))
+        assert loc.skip == _expected_skip(sd, buf)
+        for out_kind in ("aligned", "numpy+1", "bytearray", "placed"):
+            fill = np.full(n + 7, 0xEE, np.uint8)
+            out = _placed(fill, loc.skip) if out_kind == "placed" else _buffer(out_kind, fill)
             sd.read_into(loc, out)
             got = np.frombuffer(out, np.uint8)
             np.testing.assert_array_equal(got[:n], src)
@@ -155,43 +184,50 @@ def test_round_trip(tmp_path, direct, kind, n):
         small = bytearray(100)
         sd.read_into(before, small)
         assert small == b"x" * 100
-        assert sd.bytes_on_disk == 2 * ALIGN + -(-100 // ALIGN) * ALIGN + -(-n // ALIGN) * ALIGN
+        assert sd.bytes_on_disk == 2 * ALIGN + _span(before) + _span(loc)
 
 
-# two staged pieces (O_DIRECT, unaligned source) plus a partial block; exactly one piece
-LARGE = [STAGE_BYTES + 5 * ALIGN + 123, STAGE_BYTES]
+# two staged pieces (O_DIRECT, read into a buffer placed unlike the record) plus a
+# partial block; exactly one piece
+LARGE = [STAGE_BYTES + 5 * ALIGN + 123, STAGE_BYTES - ALIGN]
 
 
 @pytest.mark.parametrize("direct", [None, False])
 @pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
 @pytest.mark.parametrize("n", LARGE)
 def test_large_round_trip(tmp_path, direct, kind, n):
-    """Records of STAGE_BYTES and more (staged in pieces under O_DIRECT when unaligned)
-    read back exactly, laid out as small ones: header fields, zeros, payload, zeros."""
+    """Records of about STAGE_BYTES and more (read in staged pieces under O_DIRECT into a
+    buffer placed unlike the record) read back exactly, laid out as small ones: header
+    fields, zeros, the ``skip`` zeros, payload, zeros."""
     src = _payload(n, seed=n)
     with SpillDir(tmp_path, direct=direct) as sd:
         sd.write(b"x" * 100)
-        loc = sd.write(_buffer(kind, src))
+        buf = _buffer(kind, src)
+        loc = sd.write(buf)
         assert loc.offset == 2 * ALIGN and loc.digest == xxhash.xxh3_64_intdigest(src)
-        for out_kind in ("aligned", "numpy+1", "bytearray"):
-            out = _buffer(out_kind, np.full(n + 7, 0xEE, np.uint8))
+        assert loc.skip == _expected_skip(sd, buf)
+        for out_kind in ("aligned", "numpy+1", "bytearray", "placed"):
+            fill = np.full(n + 7, 0xEE, np.uint8)
+            out = _placed(fill, loc.skip) if out_kind == "placed" else _buffer(out_kind, fill)
             sd.read_into(loc, out)
             got = np.frombuffer(out, np.uint8)
             np.testing.assert_array_equal(got[:n], src)
             assert (got[n:] == 0xEE).all()
         raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
-    assert len(raw) == ALIGN + -(-n // ALIGN) * ALIGN
+    start = ALIGN + loc.skip
+    assert len(raw) == ALIGN + _span(loc)
     _check_header(raw, loc)
-    assert raw[ALIGN : ALIGN + n] == src.tobytes()
-    assert raw[ALIGN + n :] == bytes(len(raw) - ALIGN - n)
+    assert raw[ALIGN:start] == bytes(loc.skip)
+    assert raw[start : start + n] == src.tobytes()
+    assert raw[start + n :] == bytes(len(raw) - start - n)
 
 
 @pytest.mark.parametrize("direct", [None, False])
 @pytest.mark.parametrize("kind", ["aligned", "numpy+1", "bytearray"])
 def test_one_call_per_record(tmp_path, monkeypatch, direct, kind):
-    """Header block and payload go in one pwritev and come back in one preadv, except
-    an unaligned buffer under O_DIRECT: one call per STAGE_BYTES piece, the header block
-    first in the first call."""
+    """Header block and payload go in one pwritev, whatever the buffer, and come back in
+    one preadv, except into a buffer placed in its page unlike the record under O_DIRECT:
+    one call per STAGE_BYTES piece, the header block first in the first call."""
     n = 2 * STAGE_BYTES + ALIGN + 3
     src = _payload(n)
     calls = []
@@ -204,23 +240,22 @@ def test_one_call_per_record(tmp_path, monkeypatch, direct, kind):
 
         return call
 
-    def expected_calls(sd: SpillDir, buf) -> int:
-        aligned = np.frombuffer(buf, np.uint8).__array_interface__["data"][0] % ALIGN == 0
-        return 1 if aligned or not sd.direct else -(-n // STAGE_BYTES)
-
     with SpillDir(tmp_path, direct=direct) as sd:
         buf = _buffer(kind, src)
         monkeypatch.setattr(spill.os, "pwritev", spy(real_w))
         loc = sd.write(buf)
-        assert calls[0] == (loc.offset, ALIGN) and len(calls) == expected_calls(sd, buf)
-        del calls[:]
-        out = _buffer(kind, np.zeros(n, np.uint8))
-        monkeypatch.setattr(spill.os, "preadv", spy(real_r))
-        sd.read_into(loc, out)
-        assert calls[0] == (loc.offset, ALIGN) and len(calls) == expected_calls(sd, out)
-        assert bytes(out) == src.tobytes()
-        if sd.direct and kind == "numpy+1":
-            assert len(calls) == 3  # the staged path was taken
+        assert calls == [(loc.offset, ALIGN)]
+        for out in (_buffer(kind, np.zeros(n, np.uint8)), _placed(np.zeros(n, np.uint8), 7)):
+            del calls[:]
+            monkeypatch.setattr(spill.os, "preadv", spy(real_r))
+            sd.read_into(loc, out)
+            monkeypatch.undo()
+            assert bytes(out) == src.tobytes()
+            staged = sd.direct and _expected_skip(sd, out) != loc.skip
+            assert calls[0] == (loc.offset, ALIGN)
+            assert len(calls) == (-(-_span(loc) // STAGE_BYTES) if staged else 1)
+        if sd.direct and kind == "aligned":
+            assert len(calls) == 3  # the last read (placed at 7) was staged
 
 
 def test_no_helper_threads(tmp_path):
@@ -479,20 +514,21 @@ def test_failure_after_partial_write_is_not_readable(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("direct", "fail"),
     [
-        (None, "first"),  # the header block with the payload (or its first staged piece)
-        (None, "later"),  # O_DIRECT stages an unaligned buffer in pieces
+        (None, "first"),  # O_DIRECT: header, first block, pages in place, last block
+        (None, "later"),
         (False, "first"),  # buffered: header and payload in one pwritev
+        (False, "later"),
     ],
 )
 def test_large_write_fails(tmp_path, monkeypatch, direct, fail):
-    """The first pwritev (header block, then payload) or a later staged piece fails:
-    SpillError, the record is not readable even with its header on disk, its space is
-    given back and the store stays usable."""
+    """The pwritev of the header block and the payload fails at once, or writes only
+    the header block and fails when the write resumes: SpillError, the record is not
+    readable even with its header on disk, its space is given back and the store stays
+    usable."""
     sd = SpillDir(tmp_path, direct=direct)
     earlier = sd.write(_payload(100))
     used = sd.bytes_on_disk
-    n = STAGE_BYTES + 5 * ALIGN + 7  # two staged pieces from an unaligned buffer
-    assert sd.direct or fail != "later", "this case needs O_DIRECT on tmp_path"
+    n = STAGE_BYTES + 5 * ALIGN + 7
     real = os.pwritev
     calls = []
 
@@ -500,17 +536,19 @@ def test_large_write_fails(tmp_path, monkeypatch, direct, fail):
         calls.append((offset, len(bufs[0])))
         if len(calls) == (1 if fail == "first" else 2):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
-        return real(fd, bufs, offset)
+        return real(fd, bufs[:1], offset)  # a short write: the header block alone
 
     monkeypatch.setattr(spill.os, "pwritev", failing)
+    buf = _buffer("numpy+1", _payload(n))
     with pytest.raises(SpillError) as info:
-        sd.write(_buffer("numpy+1", _payload(n)))
+        sd.write(buf)
     assert info.value.errno == errno.EIO
     assert isinstance(info.value.__cause__, OSError)
     assert calls[0] == (used, ALIGN)  # the header block leads the first call
     monkeypatch.undo()
     assert sd.bytes_on_disk == used
-    ghost = Location(0, used, n, earlier.record_id + 1, xxhash.xxh3_64_intdigest(_payload(n)))
+    digest = xxhash.xxh3_64_intdigest(_payload(n))
+    ghost = Location(0, used, n, earlier.record_id + 1, digest, _expected_skip(sd, buf))
     with open(_slab_path(sd, earlier), "rb") as f:
         f.seek(used)
         header = f.read(ALIGN)
@@ -590,14 +628,14 @@ def test_flipped_payload_byte_large(tmp_path, direct, where):
         sd.write(b"first")
         loc = sd.write(_buffer("numpy+1", src))
         path = _slab_path(sd, loc)
-        _flip(path, loc.offset + ALIGN + at[where])
+        _flip(path, loc.offset + ALIGN + loc.skip + at[where])
         for kind in ("aligned", "numpy+1"):
             out = _buffer(kind, np.zeros(n, np.uint8))
             with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH) as info:
                 sd.read_into(loc, out)
             assert str(path) in str(info.value)
             assert f"offset {loc.offset}" in str(info.value)
-        _flip(path, loc.offset + ALIGN + at[where])
+        _flip(path, loc.offset + ALIGN + loc.skip + at[where])
         out = _buffer("numpy+1", np.zeros(n, np.uint8))
         sd.read_into(loc, out)
         assert bytes(out) == src.tobytes()
@@ -638,22 +676,28 @@ def test_flipped_header_field_large(tmp_path, start, size):
         ("record id", "record id"),
         ("payload length", "payload length"),
         ("payload digest", r"payload digest in header 0x[0-9a-f]{16}, expected 0x[0-9a-f]{16}"),
+        ("payload skip", "payload skip 1, expected 0"),
     ],
 )
 def test_forged_header_fields_checked(tmp_path, field, message):
-    """A header with a valid digest (XXH3-64 of its first 48 bytes, computed here) but
+    """A header with a valid digest (XXH3-64 of its first 56 bytes, computed here) but
     one field unlike the Location's is refused by that field's check."""
     with SpillDir(tmp_path) as sd:
         loc = sd.write(_payload(100))
         path = _slab_path(sd, loc)
         with open(path, "r+b") as f:
             f.seek(loc.offset)
-            magic, token, record_id, nbytes, digest, _ = struct.unpack(
+            magic, token, record_id, nbytes, digest, skip, _ = struct.unpack(
                 HEADER_FMT, f.read(HEADER_BYTES)
             )
-            values = {"record id": record_id, "payload length": nbytes, "payload digest": digest}
+            values = {
+                "record id": record_id,
+                "payload length": nbytes,
+                "payload digest": digest,
+                "payload skip": skip,
+            }
             values[field] ^= 1
-            fields = struct.pack("<8s16sQQQ", magic, token, *values.values())
+            fields = struct.pack("<8s16sQQQQ", magic, token, *values.values())
             f.seek(loc.offset)
             f.write(fields + struct.pack("<Q", xxhash.xxh3_64_intdigest(fields)))
         with pytest.raises(CorruptRecordError, match=message):
@@ -667,13 +711,17 @@ def test_on_disk_layout(tmp_path):
         first = sd.write(b"a")
         _flip(_slab_path(sd, first), first.offset + 100)  # padding is not digested
         sd.read_into(first, bytearray(1))
-        loc = sd.write(_buffer("numpy+1", _payload(5000)))
+        buf = _buffer("numpy+1", _payload(5000))
+        loc = sd.write(buf)
         raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
+        assert loc.skip == _expected_skip(sd, buf)
+    start = ALIGN + loc.skip
     assert len(raw) == 3 * ALIGN
     _check_header(raw, loc)
     assert loc.digest == xxhash.xxh3_64_intdigest(_payload(5000))
-    assert raw[ALIGN : ALIGN + 5000] == _payload(5000).tobytes()
-    assert raw[ALIGN + 5000 :] == bytes(2 * ALIGN - 5000)
+    assert raw[ALIGN:start] == bytes(loc.skip)
+    assert raw[start : start + 5000] == _payload(5000).tobytes()
+    assert raw[start + 5000 :] == bytes(len(raw) - start - 5000)
 
 
 def test_header_from_another_spill_dir(tmp_path):

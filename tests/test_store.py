@@ -210,7 +210,7 @@ def test_flipped_byte_on_disk_raises(tmp_path):
         store.wait(h)
         (slab,) = [p for p in store.spill.path.iterdir() if p.name.startswith("slab")]
         raw = bytearray(slab.read_bytes())
-        raw[4096 + 100] ^= 0x10  # a payload byte (the first block is the header)
+        raw[2 * 4096 + 100] ^= 0x10  # a payload byte (after the header block and skip)
         slab.write_bytes(bytes(raw))
         with pytest.raises(CorruptRecordError):
             store.get(h)
