@@ -94,14 +94,16 @@ class BeladyBuffer:
     next use on after a hit. Next uses at or past ``horizon`` (default: none) count as
     "never": they are evicted first, and never evict each other. A heap keyed by next
     use with lazy deletion: ``get``/``update`` O(1)/O(log size), ``offer`` O(log size)
-    per sample examined.
+    per sample examined. ``on_drop(value)``, if given, is called with the value of each
+    sample that leaves the buffer (evicted, or replaced by a new offer).
     """
 
-    def __init__(self, capacity_bytes: int, horizon: int | None = None):
+    def __init__(self, capacity_bytes: int, horizon: int | None = None, on_drop=None):
         if not isinstance(capacity_bytes, (int, np.integer)) or capacity_bytes < 0:
             raise ValueError(f"capacity_bytes must be an integer >= 0, got {capacity_bytes!r}")
         self.capacity_bytes = int(capacity_bytes)
         self.horizon = None if horizon is None else int(horizon)
+        self._on_drop = on_drop
         self.hits = 0
         self.misses = 0
         self.bytes_held = 0
@@ -210,6 +212,8 @@ class BeladyBuffer:
     def _drop(self, sample: Hashable) -> None:
         entry = self._held.pop(sample)
         self.bytes_held -= entry[1]
+        if self._on_drop is not None:
+            self._on_drop(entry[0])
 
 
 @njit(cache=True)

@@ -70,6 +70,7 @@ from ..compress.threads import map_ordered
 from .buffer import BeladyBuffer, coalesce, next_uses
 from .h5dataset import H5Dataset
 from .plan import ShufflePlan
+from .slots import SampleSlots
 
 __all__ = ["DataLoader"]
 
@@ -241,12 +242,13 @@ class _H5Batches(_Batches):
         self.worker = worker  # (id, count) of a reading thread; None: torch's worker info
         self._pid: int | None = None
         self.buffer: BeladyBuffer | None = None
+        self._slots: SampleSlots | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """The settings only: a process that unpickles starts with an empty buffer."""
         keep = ("dataset", "order", "batch_size", "num_batches", "buffer_bytes", "read_threads")
         keep += ("worker",)
-        return {**{k: self.__dict__[k] for k in keep}, "_pid": None, "buffer": None}
+        return {**{k: self.__dict__[k] for k in keep}, "_pid": None, "buffer": None, "_slots": None}
 
     # -- this process's future ------------------------------------------------------
 
@@ -260,7 +262,8 @@ class _H5Batches(_Batches):
             self._worker, self._workers = self.worker
         else:
             self._worker, self._workers = (info.id, info.num_workers) if info else (0, 1)
-        self.buffer = BeladyBuffer(self.buffer_bytes)
+        self._slots = _slots_for(self.dataset, self.buffer_bytes)
+        self.buffer = BeladyBuffer(self.buffer_bytes, on_drop=self._slots.free)
         self._key: tuple[int, int] | None = None
         self._base = 0  # absolute access position of the window's first access
         self._span = 0  # accesses in the window
@@ -366,12 +369,12 @@ class _H5Batches(_Batches):
         need: dict[int, int] = {}  # missed sample -> next use after this batch
         rows: dict[int, list[int]] = {}  # missed sample -> its rows in the batch
         for j, s in enumerate(indices.tolist()):
-            value = buf.get(s)
-            if value is None:
+            slot = buf.get(s)
+            if slot is None:
                 need[s] = int(nxt[j])
                 rows.setdefault(s, []).append(j)
             else:
-                _put(xo, yo, j, value)
+                self._slots.copy_to(slot, xo, yo, j)
                 buf.update(s, int(nxt[j]))
         if need:
             after = None if rel is None else int(rel[-1]) + 1
@@ -449,12 +452,14 @@ class _H5Batches(_Batches):
         return x, y
 
     def _offer(self, sample: int, x: np.ndarray, y: np.ndarray | None, next_use: int) -> None:
-        """Offer a copy of ``sample`` (data ``x``, label ``y``) to the buffer, made only if
-        the buffer admits it."""
+        """Offer ``sample`` (data ``x``, label ``y``) to the buffer: copied into a slot
+        only if the buffer admits it (the slots outnumber what the budget holds by one,
+        so one is free before the buffer evicts to make room)."""
         nbytes = x.nbytes + (0 if y is None else y.nbytes)
         if self.buffer.admits(nbytes, next_use):
-            value = x.copy() if y is None else (x.copy(), y.copy())
-            self.buffer.offer(sample, value, nbytes, next_use)
+            slot = self._slots.put(x, y)
+            if slot is not None and not self.buffer.offer(sample, slot, nbytes, next_use):
+                self._slots.free(slot)
 
 
 def _read_batch(reader: _H5Batches, token: _Batch, pin: bool) -> Any:
@@ -467,12 +472,14 @@ def _read_batch(reader: _H5Batches, token: _Batch, pin: bool) -> Any:
     return [t.pin_memory() for t in batch]
 
 
-def _put(xo: np.ndarray, yo: np.ndarray | None, j: int, value: Any) -> None:
-    """Batch row ``j`` from a buffered value (``x``, or ``(x, y)`` with labels)."""
-    if yo is None:
-        xo[j, ...] = value
-    else:
-        xo[j, ...], yo[j, ...] = value
+def _slots_for(ds: H5Dataset, buffer_bytes: int) -> SampleSlots:
+    """Slots for every sample a buffer of ``buffer_bytes`` can hold, and one more."""
+    per = ds.sample_nbytes
+    if ds.has_labels:
+        per += math.prod(ds.label_shape) * ds.label_dtype.itemsize
+    count = min(len(ds), buffer_bytes // per if per else len(ds)) + 1
+    labels = (ds.label_shape, ds.label_dtype) if ds.has_labels else (None, None)
+    return SampleSlots(count, ds.sample_shape, ds.dtype, *labels)
 
 
 def _reads_collated(wrapped: _Batches, collate_fn: Callable | None) -> bool:

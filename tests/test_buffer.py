@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from tensorpress.loaders.buffer import BeladyBuffer, coalesce, next_uses, simulate
 from tensorpress.loaders.plan import ShufflePlan
+from tensorpress.loaders.slots import SampleSlots
 
 
 def _next_uses_brute(order):
@@ -122,6 +123,43 @@ def test_buffer_budget_is_never_exceeded_and_tracked_exactly():
     assert buf.hits + buf.misses == 3000 and buf.hits > 0
     assert not buf.offer(1, 0, 1001, 0)  # a re-offer replaces; too large: dropped
     assert 1 not in buf
+
+
+def test_on_drop_sees_every_value_that_leaves_once():
+    """Evicted and replaced values reach ``on_drop`` exactly once; held ones never."""
+    rng = np.random.default_rng(7)
+    dropped: list[int] = []
+    buf = BeladyBuffer(500, on_drop=dropped.append)
+    admitted: list[int] = []
+    for t in range(2000):
+        s = int(rng.integers(0, 40))
+        if t % 7 == 0 or buf.get(s) is None:  # some re-offers of held samples
+            if buf.offer(s, t, int(rng.integers(1, 200)), t + int(rng.integers(1, 300))):
+                admitted.append(t)
+        else:
+            buf.update(s, t + int(rng.integers(1, 300)))
+    held = [buf._held[s][0] for s in range(40) if s in buf]
+    assert len(set(dropped)) == len(dropped)
+    assert sorted(dropped + held) == admitted
+    assert len(held) == len(buf) and dropped
+
+
+def test_sample_slots_reuse_freed_slots_and_copy_rows():
+    slots = SampleSlots(3, (2, 2), np.float32, (), np.int64)
+    xs = [np.full((2, 2), k, np.float32) for k in range(4)]
+    got = [slots.put(x, np.int64(10 + k)) for k, x in enumerate(xs)]
+    assert got == [0, 1, 2, None] and slots.taken == 3  # all taken: None
+    slots.free(1)
+    assert slots.put(xs[3], np.int64(13)) == 1 and slots.taken == 3  # the freed slot
+    xo, yo = np.zeros((2, 2, 2), np.float32), np.zeros(2, np.int64)
+    slots.copy_to(1, xo, yo, 0)
+    slots.copy_to(2, xo, yo, 1)
+    assert (xo[0] == 3).all() and (xo[1] == 2).all() and yo.tolist() == [13, 12]
+    plain = SampleSlots(1, (3,), np.uint8)
+    assert plain.put(np.arange(3, dtype=np.uint8), None) == 0
+    out = np.zeros((1, 3), np.uint8)
+    plain.copy_to(0, out, None, 0)
+    assert out.tolist() == [[0, 1, 2]]
 
 
 @pytest.mark.parametrize("seed", range(5))

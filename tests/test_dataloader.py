@@ -159,6 +159,8 @@ def test_values_equal_h5py(tmp_path):
             assert np.array_equal(xb.numpy(), x[idx]) and np.array_equal(idx, y[idx])
             seen.extend(idx.tolist())
         assert sorted(seen) == list(range(50))
+        reader = loader._wrapped  # every held sample in a slot of its own, none leaked
+        assert reader._slots.taken == len(reader.buffer) > 0
     assert 0 < loader.stats["hits"] and 0 < loader.stats["misses"]
 
 
