@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import (
     ALIGN,
@@ -220,6 +222,35 @@ def test_large_round_trip(tmp_path, direct, kind, n):
     assert raw[ALIGN:start] == bytes(loc.skip)
     assert raw[start : start + n] == src.tobytes()
     assert raw[start + n :] == bytes(len(raw) - start - n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3 * ALIGN + 100), min_size=1, max_size=4),
+    skips=st.lists(st.integers(0, ALIGN - 1), min_size=8, max_size=8),
+    direct=st.sampled_from([None, False]),
+)
+def test_records_at_any_place_in_a_page_read_back_exactly(sizes, skips, direct):
+    """Records written from buffers at any offset in their page read back exactly into
+    buffers at any offset, laid out as ``skip`` says, the space counted exactly."""
+    with tempfile.TemporaryDirectory() as parent, SpillDir(parent, direct=direct) as sd:
+        written = []
+        for k, n in enumerate(sizes):
+            src = _payload(n, seed=k)
+            buf = _placed(src, skips[k])
+            loc = sd.write(buf)
+            assert loc.skip == _expected_skip(sd, buf)
+            written.append((loc, src))
+        assert sd.bytes_on_disk == sum(ALIGN + _span(loc) for loc, _ in written)
+        for k, (loc, src) in enumerate(written):
+            out = _placed(np.full(loc.nbytes, 0xEE, np.uint8), skips[4 + k])
+            sd.read_into(loc, out)
+            np.testing.assert_array_equal(out, src)
+            raw = _slab_path(sd, loc).read_bytes()[loc.offset : loc.offset + ALIGN + _span(loc)]
+            start = ALIGN + loc.skip
+            assert raw[ALIGN:start] == bytes(loc.skip)
+            assert raw[start : start + loc.nbytes] == src.tobytes()
+            assert raw[start + loc.nbytes :] == bytes(len(raw) - start - loc.nbytes)
 
 
 @pytest.mark.parametrize("direct", [None, False])
