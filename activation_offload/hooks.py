@@ -32,10 +32,12 @@ from .stats import ActivationStats
 from .store import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: outputs kept exact: a loss's log-probabilities (cross entropy saves them) turn an
-#: error e into a factor exp(±e) on the probabilities the gradient is made of; at rel
-#: 5e-2 they alone cost a byte-level LM 7% validation loss, all else at 5e-2 ~nothing
-_KEEP_OUTPUTS_OF = frozenset({"LogSoftmaxBackward0"})
+#: a loss's log-probabilities (cross entropy saves them): an error e becomes a factor
+#: exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get the
+#: absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
+#: of their range (at rel 5e-2 of the range they alone cost a byte-level LM 7%
+#: validation loss); a codec without a bound (``quant``) keeps them exact
+_LOG_PROBS_OF = frozenset({"LogSoftmaxBackward0"})
 DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
 TOP = "(top)"  # the outermost module
 OUTSIDE = "(outside)"  # saved outside every module (a loss function, say)
@@ -264,7 +266,7 @@ class ActivationCompression:
             or t.dtype not in _FLOATS
             or nbytes < self.config["min_bytes"]
             or excluded
-            or type(t.grad_fn).__name__ in _KEEP_OUTPUTS_OF
+            or (not self._codec.bounded and _log_probs(t))
         )
         store = None
         if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
@@ -304,6 +306,8 @@ class ActivationCompression:
     def _tolerance(self, t: torch.Tensor, module, name: str) -> float:
         """The absolute tolerance for a tensor saved by ``module`` (called ``name``)."""
         c = self.config
+        if c["rel"] is not None and _log_probs(t):
+            return float(c["rel"])
         scale = 1.0
         if c["rel"] is not None:  # rel bounds scale with the finite value range
             lo, hi = finite_range(t)
@@ -345,6 +349,10 @@ class ActivationCompression:
         self.step = int(state["step"])
         if self.bounds is not None and state["bounds"] is not None:
             self.bounds.load_state_dict(state["bounds"])
+
+
+def _log_probs(t: torch.Tensor) -> bool:
+    return type(t.grad_fn).__name__ in _LOG_PROBS_OF
 
 
 def _offload_store(offload: str | None, store: TieredStore | None) -> TieredStore | None:

@@ -337,14 +337,35 @@ def test_layer_kinds():
     assert layer_kind(nn.ReLU()) == layer_kind(nn.Sequential()) == layer_kind(None) == "other"
 
 
-def test_log_probabilities_are_kept_exact():
-    x = torch.randn(256, 512, requires_grad=True)
-    target = torch.randint(0, 512, (256,))
-    ac = ActivationCompression(codec="block", rel=1e-2)
+@pytest.mark.parametrize("rel", [1e-2, 5e-2])
+def test_log_probabilities_get_rel_as_an_absolute_bound(rel):
+    """Under ``rel`` a loss's log-probabilities are held within ``rel`` (absolute), not
+    ``rel`` of their range: each probability in the gradient is off by a factor of at
+    most e^rel."""
+    g = torch.Generator().manual_seed(0)
+    x = (6 * torch.randn(256, 512, generator=g)).requires_grad_()  # log-probs span ~-60..0
+    target = torch.randint(0, 512, (256,), generator=g)
+    ac = ActivationCompression(codec="block", rel=rel, debug=True)  # debug: bound checked
     with ac:
-        loss = F.cross_entropy(x * 2, target)  # saves log_softmax's output
+        loss = F.cross_entropy(x, target)  # saves log_softmax's output
     n = x.numel() * 4
     assert ac.stats.saved_bytes >= 2 * n  # by log_softmax and by nll_loss
+    assert ac.stats.stored_bytes < n / 2  # held once, compressed
+    assert ac.stats.rows["(outside)"].tolerance == rel  # saved outside every module
+    loss.backward()
+    p = torch.softmax(x.detach(), 1)
+    want = torch.autograd.grad(F.cross_entropy(x, target), x)[0]
+    slack = (math.exp(rel) - 1) * p / len(x) + 1e-7
+    assert bool(((x.grad - want).abs() <= slack).all())
+
+
+def test_log_probabilities_are_kept_exact_by_quant():
+    x = torch.randn(256, 512, requires_grad=True)
+    target = torch.randint(0, 512, (256,))
+    ac = ActivationCompression(codec="quant", bits=2)
+    with ac:
+        loss = F.cross_entropy(x * 2, target)
+    n = x.numel() * 4
     assert n <= ac.stats.stored_bytes < 1.1 * n  # held once, whole
     loss.backward()
     want = torch.autograd.grad(F.cross_entropy(x * 2, target), x)[0]
