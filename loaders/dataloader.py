@@ -479,7 +479,14 @@ def _slots_for(ds: H5Dataset, buffer_bytes: int) -> SampleSlots:
         per += math.prod(ds.label_shape) * ds.label_dtype.itemsize
     count = min(len(ds), buffer_bytes // per if per else len(ds)) + 1
     labels = (ds.label_shape, ds.label_dtype) if ds.has_labels else (None, None)
-    return SampleSlots(count, ds.sample_shape, ds.dtype, *labels)
+    try:
+        return SampleSlots(count, ds.sample_shape, ds.dtype, *labels)
+    except MemoryError as exc:
+        raise MemoryError(
+            f"cannot reserve a sample buffer of {count * per} bytes in this process "
+            f"(buffer_bytes {buffer_bytes} per loading process): pass a smaller "
+            "buffer_bytes to DataLoader"
+        ) from exc
 
 
 def _reads_collated(wrapped: _Batches, collate_fn: Callable | None) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+import types
 import warnings
 
 import h5py
@@ -162,6 +163,20 @@ def test_values_equal_h5py(tmp_path):
         reader = loader._wrapped  # every held sample in a slot of its own, none leaked
         assert reader._slots.taken == len(reader.buffer) > 0
     assert 0 < loader.stats["hits"] and 0 < loader.stats["misses"]
+
+
+def test_a_buffer_the_machine_cannot_reserve_says_what_to_do(tmp_path, monkeypatch):
+    path = _make(tmp_path / "m.h5", 20, chunk=4, features=5)
+    loader = DataLoader(H5Dataset(path, "x", label_key="y"), 4, buffer_bytes=10**6, seed=0)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(  # the slots' one array cannot be made; nothing else changes
+        "tensorpress.loaders.slots.np", types.SimpleNamespace(empty=no_memory)
+    )
+    with pytest.raises(MemoryError, match="pass a smaller buffer_bytes"):
+        next(iter(loader))
 
 
 def _same_as_torch(loader, dataset, collate_fn=None):
