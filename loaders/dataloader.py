@@ -517,8 +517,9 @@ class DataLoader:
     """Batches of ``dataset`` in a seeded, planned order; a drop-in for torch's.
 
     ``buffer_bytes``: the sample buffer in bytes, shared out over the loading processes
-    (``H5Dataset`` only; each share is one block of memory, its pages used as it fills). ``seed``: the order's seed, in [0, 2**64). ``world_size`` /
-    ``rank``: this rank's shard (default: torch.distributed's, else 1 / 0). ``window``
+    (``H5Dataset`` only; each share is one block of memory, its pages used as it
+    fills). ``seed``: the order's seed, in [0, 2**64). ``world_size`` / ``rank``: this
+    rank's shard (default: torch.distributed's, else 1 / 0). ``window``
     (samples; 0, the default, is a uniform shuffle): trade randomness for locality with
     ``ShufflePlan``'s chunk-aligned windows (chunks of an ``H5Dataset``'s
     ``chunk_samples``; ``plan.batch_chunk_spread`` says how much spread is kept).
