@@ -97,6 +97,16 @@ def round_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _in_place(nbytes: int, skip: int) -> tuple[int, int]:
+    """(payload bytes in the record's first block, shared with ``skip`` zeros; the
+    payload bytes after them that fill whole blocks) of an O_DIRECT record whose buffer
+    sits ``skip`` bytes past a page: those go in place, the rest (a partial last block)
+    through staging."""
+    head = min(nbytes, ALIGN - skip) if skip else 0
+    rest = nbytes - head
+    return head, rest - rest % ALIGN
+
+
 def _bytes_view(obj, writable: bool) -> tuple[memoryview, int]:
     """``obj`` as a flat byte memoryview and the address of its first byte."""
     try:
@@ -412,16 +422,14 @@ class SpillDir:
             pad = round_up(nbytes) - nbytes
             _pwrite_all(fd, [header, mv, _ZEROS[:pad]], loc.offset)
             return
-        bufs, body = [header], mv
+        n, whole = _in_place(nbytes, skip)
+        bufs, body = [header], mv[n:]  # body starts on a page
         if skip:  # the payload's first bytes share a block with ``skip`` zeros
-            n = min(nbytes, ALIGN - skip)
             head = tls.head
             head[:skip] = _ZEROS[:skip]
             head[skip : skip + n] = mv[:n]
             head[skip + n :] = _ZEROS[: ALIGN - skip - n]
             bufs.append(head)
-            body = mv[n:]  # starts on a page
-        whole = len(body) - len(body) % ALIGN
         bufs.append(body[:whole])
         if whole < len(body):
             n = len(body) - whole
@@ -481,9 +489,8 @@ class SpillDir:
             _pread_all(fd, [header, tls.head[:skip], mv], offset)
             return
         if addr % ALIGN == skip:  # placed as on disk: whole pages in place
-            head = min(nbytes, ALIGN - skip) if skip else 0
+            head, whole = _in_place(nbytes, skip)
             body = mv[head:]
-            whole = len(body) - len(body) % ALIGN
             bufs = [header, tls.head] if skip else [header]
             bufs.append(body[:whole])
             if whole < len(body):

@@ -188,8 +188,8 @@ def make_file(path: Path, n: int) -> float:
 
 def release_memory() -> None:
     """Free the previous row's loaders and hand the heap's free memory back to the
-    system: the buffers' samples are freed in the reading threads' malloc arenas, where
-    they would count against the memory limit of the next row."""
+    system: what the reading threads allocated (batches, read buffers) is freed in their
+    malloc arenas, where it would count against the memory limit of the next row."""
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)

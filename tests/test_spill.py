@@ -70,10 +70,7 @@ def _buffer(kind: str, src: np.ndarray):
         buf[:] = src.tobytes()
         return buf
     if kind == "numpy+1":
-        raw = np.empty(len(src) + ALIGN + 1, np.uint8)
-        start = (1 - raw.__array_interface__["data"][0]) % ALIGN
-        buf = raw[start : start + len(src)]
-        buf[:] = src
+        buf = _placed(src, 1)
         assert len(src) == 0 or buf.__array_interface__["data"][0] % ALIGN == 1
         return buf
     return bytearray(src.tobytes())
