@@ -24,6 +24,7 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
+from ..compress.lossless import check_level
 from ..compress.tensor import finite_range
 from .adaptive import AdaptiveBounds, layer_kind
 from .identity import ParameterStorages, SavedTable
@@ -36,7 +37,9 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get the
 #: absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
 #: of their range (at rel 5e-2 of the range they alone cost a byte-level LM 7%
-#: validation loss); a codec without a bound (``quant``) keeps them exact
+#: validation loss), and adaptive bounds give them the ceiling (a byte-level LM lost
+#: nothing measurable with them at 0.05: benchmarks/RESULTS.md); a codec without a bound
+#: (``quant``) keeps them exact
 _LOG_PROBS_OF = frozenset({"LogSoftmaxBackward0"})
 DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
 TOP = "(top)"  # the outermost module
@@ -55,6 +58,8 @@ class ActivationCompression:
     between the given bound and ``ceiling`` (same unit; default 5x the bound),
     re-derived every ``update_every`` forward passes; the rule is in ``adaptive.py``.
     ``min_bytes``: smaller tensors are kept as they are.
+    ``zstd``: payloads in host memory go through zstd at this level (lossless; about
+    1.7x fewer bytes on a byte-level LM's activations), or None.
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
     ``model``: names the rows of ``stats`` (found on the fly otherwise).
     ``debug``: check every restored tensor against its bound (keeps a copy).
@@ -77,6 +82,7 @@ class ActivationCompression:
         gradient_error: float = 1e-3,
         update_every: int = 50,
         min_bytes: int = 1 << 16,
+        zstd: int | None = 1,
         exclude=(),
         model: torch.nn.Module | None = None,
         debug: bool = False,
@@ -96,6 +102,7 @@ class ActivationCompression:
                 "gradient_error": gradient_error,
                 "update_every": update_every,
                 "min_bytes": min_bytes,
+                "zstd": zstd,
                 "codec_params": codec_params,
             }
         )
@@ -122,9 +129,12 @@ class ActivationCompression:
         self._active = None
 
     def _configure(self, config: dict) -> None:
+        config = {"zstd": None, **config}  # settings saved before the zstd stage existed
         codec, params = config["codec"], dict(config["codec_params"])
         bounds = {k: config[k] for k in ("abs", "rel", "pw_rel") if config[k] is not None}
-        self._codec = None if codec is None else Codec(codec, params)
+        if config["zstd"] is not None:
+            check_level(config["zstd"])
+        self._codec = None if codec is None else Codec(codec, params, config["zstd"])
         if self._codec is not None and self._codec.bounded:
             if len(bounds) != 1:
                 raise ValueError(
@@ -307,7 +317,7 @@ class ActivationCompression:
         """The absolute tolerance for a tensor saved by ``module`` (called ``name``)."""
         c = self.config
         if c["rel"] is not None and _log_probs(t):
-            return float(c["rel"])
+            return float(c["rel"] if self.bounds is None else c["ceiling"])
         scale = 1.0
         if c["rel"] is not None:  # rel bounds scale with the finite value range
             lo, hi = finite_range(t)

@@ -20,6 +20,7 @@ import torch
 from ..compress import compress_tensor, decompress_tensor, get_codec
 from .identity import VersionWatch
 from .stats import ActivationStats
+from .zstd_stage import ZstdStage, unsqueeze
 
 #: codecs whose reconstruction keeps exact zeros (q = 0 decodes to 0.0)
 _ZERO_EXACT = frozenset({"block"})
@@ -117,9 +118,10 @@ def _forget(store, handle) -> None:
 
 class Codec:
     """The codec side of activation compression: one of ``block``, ``sz`` (error-
-    bounded) or ``quant`` (bits-bounded), on tensors of any device."""
+    bounded) or ``quant`` (bits-bounded), on tensors of any device; ``zstd``: the level
+    of the lossless stage for payloads in host memory (``zstd_stage.py``), or None."""
 
-    def __init__(self, name: str, params: dict):
+    def __init__(self, name: str, params: dict, zstd: int | None = None):
         if name not in ("block", "sz", "quant"):
             raise ValueError(
                 f"activation codec must be 'block', 'sz', 'quant' or None, got {name!r}"
@@ -128,9 +130,11 @@ class Codec:
         self.name = name
         self.params = dict(params)
         self.bounded = name != "quant"
+        self.zstd = None if zstd is None else ZstdStage(zstd)
 
-    def compress(self, t: torch.Tensor, mode: str | None, tol: float | None):
-        """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``."""
+    def compress(self, t: torch.Tensor, mode: str | None, tol: float | None, kind=None):
+        """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
+        ``kind`` (hashable) groups tensors for the zstd stage's choices."""
         if self.name == "sz":
             import tensorpress as tp
 
@@ -143,7 +147,13 @@ class Codec:
             return blob, len(blob)
         bound = {mode: tol} if self.bounded else {}
         ct = compress_tensor(t, self.name, **bound, **self.params)
+        if self.zstd is not None:
+            ct = self.zstd.squeeze(ct, kind)
         return ct, ct.nbytes
+
+    def unsqueezed(self, payload):
+        """The codec's own compressed tensor of a payload ``compress`` returned."""
+        return payload if self.name == "sz" else unsqueeze(payload)
 
     def decompress(self, payload, device) -> torch.Tensor:
         if self.name == "sz":
@@ -153,7 +163,7 @@ class Codec:
             if not arr.flags.writeable:  # a view of the stream's bytes
                 arr = arr.copy()
             return torch.from_numpy(arr).to(device)
-        return decompress_tensor(payload)
+        return decompress_tensor(unsqueeze(payload))
 
 
 class Compressed(Held):
@@ -173,7 +183,7 @@ class Compressed(Held):
         self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
         self.store = store if codec.name != "sz" else None  # sz payloads are host bytes
         self.handle = None
-        self._park(*codec.compress(t, mode, tol))
+        self._park(*codec.compress(t, mode, tol, self._kind()))
         self.tolerance = tol
         super().__init__(self.nbytes, stats, offloaded=self.handle is not None)
 
@@ -184,6 +194,9 @@ class Compressed(Held):
             self.handle = self.store.put(payload.payload)
             payload = replace(payload, payload=None)
         self.payload, self.nbytes = payload, held + self._mask_bytes()
+
+    def _kind(self) -> tuple:
+        return (self.name, self.shape, self.dtype)
 
     def prefetch(self) -> None:
         if self.handle is not None:
@@ -205,7 +218,7 @@ class Compressed(Held):
         """Re-compress from ``t`` (the same tensor, still alive) under a tighter bound;
         returns the change in bytes held."""
         before = self.nbytes
-        self._park(*self.codec.compress(t, self.mode, tol))
+        self._park(*self.codec.compress(t, self.mode, tol, self._kind()))
         after, self.nbytes = self.nbytes, before
         self.tolerance = tol
         self._restored = None
@@ -247,7 +260,8 @@ class Compressed(Held):
         if self.codec.bounded:
             lim = self.tolerance * (x64.abs()[fin] if self.mode == "pw_rel" else 1.0)
         else:
-            lim = torch.tensor(float(self._compressed().max_error or 0.0), dtype=torch.float64)
+            ct = self.codec.unsqueezed(self._compressed())
+            lim = torch.tensor(float(ct.max_error or 0.0), dtype=torch.float64)
         zeros_kept = bool((y64[x64 == 0] == 0).all())
         if not (same_nan and same_inf and bool((err <= lim).all()) and zeros_kept):
             worst = float(err.max()) if err.numel() else 0.0

@@ -337,25 +337,28 @@ def test_layer_kinds():
     assert layer_kind(nn.ReLU()) == layer_kind(nn.Sequential()) == layer_kind(None) == "other"
 
 
-@pytest.mark.parametrize("rel", [1e-2, 5e-2])
-def test_log_probabilities_get_rel_as_an_absolute_bound(rel):
+@pytest.mark.parametrize(
+    "rel, adaptive, tol", [(1e-2, {}, 1e-2), (5e-2, {}, 5e-2), (1e-2, {"ceiling": 0.03}, 0.03)]
+)
+def test_log_probabilities_get_an_absolute_bound(rel, adaptive, tol):
     """Under ``rel`` a loss's log-probabilities are held within ``rel`` (absolute), not
-    ``rel`` of their range: each probability in the gradient is off by a factor of at
-    most e^rel."""
+    ``rel`` of their range, and adaptive bounds hold them within the ceiling: each
+    probability in the gradient is off by a factor of at most e^tol."""
     g = torch.Generator().manual_seed(0)
     x = (6 * torch.randn(256, 512, generator=g)).requires_grad_()  # log-probs span ~-60..0
     target = torch.randint(0, 512, (256,), generator=g)
-    ac = ActivationCompression(codec="block", rel=rel, debug=True)  # debug: bound checked
+    kw = dict(adaptive, adaptive=bool(adaptive), debug=True)  # debug: bound checked
+    ac = ActivationCompression(codec="block", rel=rel, **kw)
     with ac:
         loss = F.cross_entropy(x, target)  # saves log_softmax's output
     n = x.numel() * 4
     assert ac.stats.saved_bytes >= 2 * n  # by log_softmax and by nll_loss
     assert ac.stats.stored_bytes < n / 2  # held once, compressed
-    assert ac.stats.rows["(outside)"].tolerance == rel  # saved outside every module
+    assert ac.stats.rows["(outside)"].tolerance == tol  # saved outside every module
     loss.backward()
     p = torch.softmax(x.detach(), 1)
     want = torch.autograd.grad(F.cross_entropy(x, target), x)[0]
-    slack = (math.exp(rel) - 1) * p / len(x) + 1e-7
+    slack = (math.exp(tol) - 1) * p / len(x) + 1e-7
     assert bool(((x.grad - want).abs() <= slack).all())
 
 
