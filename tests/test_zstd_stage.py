@@ -7,8 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn as nn
-from tensorpress.activation_offload import ActivationCompression
-from tensorpress.activation_offload import zstd_stage
+from tensorpress.activation_offload import ActivationCompression, zstd_stage
 from tensorpress.activation_offload.zstd_stage import Squeezed, ZstdStage, squeeze, unsqueeze
 from tensorpress.compress import compress_tensor, decompress_tensor
 
