@@ -48,6 +48,14 @@ def test_pieces_zstd_cannot_shrink_are_held_as_they_are(monkeypatch):
     assert squeeze(_with_payload(noise), 1).payload is noise  # nothing shrinks: unchanged
 
 
+@pytest.mark.parametrize("n", [1, 8, 13, 14, 15, 16, 17, 24, 40])
+def test_tiny_payloads_round_trip(n):
+    payload = torch.zeros(n, dtype=torch.uint8)
+    sq = squeeze(_with_payload(payload), 1)
+    assert sq.nbytes < n or sq.payload is payload
+    assert torch.equal(unsqueeze(sq).payload, payload)
+
+
 def test_empty_and_device_payloads_are_left_alone():
     empty = _with_payload(torch.zeros(0, dtype=torch.uint8))
     assert squeeze(empty, 1) is empty
