@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn as nn
-from tensorpress.activation_offload import ActivationCompression, zstd_stage
+from tensorpress.activation_offload import ActivationCompression, TieredStore, zstd_stage
 from tensorpress.activation_offload.zstd_stage import Squeezed, ZstdStage, squeeze, unsqueeze
 from tensorpress.compress import compress_tensor, decompress_tensor
 
@@ -98,17 +99,24 @@ def test_a_damaged_payload_raises(damage):
         unsqueeze(replace(sq, payload=held))
 
 
-def test_activation_compression_holds_fewer_bytes_and_the_same_gradients():
+@pytest.mark.parametrize("tier", [None, "cpu", "nvme"])
+def test_activation_compression_holds_fewer_bytes_and_the_same_gradients(tier, tmp_path):
+    """zstd is lossless: the same gradients, from memory and through each store tier."""
     x = _repetitive(2048, 128)
     model = nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 128))
     grads, stored = {}, {}
     for zstd in (None, 1):
         model.zero_grad()
-        ac = ActivationCompression(codec="block", rel=1e-2, zstd=zstd, debug=True)
-        with ac:
-            loss = model(x).square().mean()
-        stored[zstd] = ac.stats.stored_bytes
-        loss.backward()
+        with contextlib.ExitStack() as stack:
+            kw = {}
+            if tier is not None:
+                cpu_bytes = 1 << 30 if tier == "cpu" else 0
+                kw = {"store": stack.enter_context(TieredStore(cpu_bytes, nvme_dir=tmp_path))}
+            ac = ActivationCompression(codec="block", rel=1e-2, zstd=zstd, debug=True, **kw)
+            with ac:
+                loss = model(x).square().mean()
+            stored[zstd] = ac.stats.stored_bytes
+            loss.backward()
         grads[zstd] = [p.grad.clone() for p in model.parameters()]
     assert stored[1] < 0.75 * stored[None]
     assert all(torch.equal(a, b) for a, b in zip(grads[None], grads[1], strict=True))
