@@ -327,6 +327,14 @@ def test_adaptive_state_travels_in_state_dict():
     assert bounds.tolerance("proj", "weighted", 2 * tol, 1e9) == 2 * tol
     assert bounds.tolerance("unseen", "weighted", 1.0, 5.0) == 1.0
     assert bounds.tolerance("relu", "other", 1.0, 5.0) == 1.0
+    # settings saved before the zstd stage existed load with it off, as they ran
+    old = dict(state)
+    old_ac = dict(old["_extra_state"])
+    old_ac["config"] = {k: v for k, v in old_ac["config"].items() if k != "zstd"}
+    old["_extra_state"] = old_ac
+    fresh.load_state_dict(old)
+    assert fresh.ac.config["zstd"] is None and fresh.ac._codec.zstd is None
+    assert w.ac.config["zstd"] == 1 and w.ac._codec.zstd.level == 1
 
 
 def test_layer_kinds():
