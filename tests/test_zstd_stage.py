@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression, TieredStore, zstd_stage
 from tensorpress.activation_offload.zstd_stage import Squeezed, ZstdStage, squeeze, unsqueeze
 from tensorpress.compress import compress_tensor, decompress_tensor
@@ -47,6 +49,28 @@ def test_pieces_zstd_cannot_shrink_are_held_as_they_are(monkeypatch):
     assert sq.sizes[0] == 1000 and sq.sizes[2] < 100  # noise as is; zeros squeezed
     assert torch.equal(unsqueeze(sq).payload, payload)
     assert squeeze(_with_payload(noise), 1).payload is noise  # nothing shrinks: unchanged
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    parts=st.lists(st.tuples(st.binary(min_size=1, max_size=300), st.integers(1, 40)), max_size=8),
+    piece=st.integers(16, 4096),
+)
+def test_any_payload_round_trips(parts, piece):
+    """Runs of repeated and random bytes, cut into pieces of any size: every byte back."""
+    raw = b"".join(chunk * times for chunk, times in parts)
+    payload = (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        if raw
+        else torch.zeros(0, dtype=torch.uint8)
+    )
+    old, zstd_stage.PIECE_BYTES = zstd_stage.PIECE_BYTES, piece
+    try:
+        sq = squeeze(_with_payload(payload), 1)
+    finally:
+        zstd_stage.PIECE_BYTES = old
+    assert sq.nbytes <= len(raw)
+    assert bytes(unsqueeze(sq).payload.numpy()) == raw
 
 
 @pytest.mark.parametrize("n", [1, 8, 13, 14, 15, 16, 17, 24, 40])
