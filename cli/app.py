@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`tensorpress demo | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return EXIT_ERROR
     except (UserError, OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
         if os.environ.get("TENSORPRESS_TRACEBACK"):
             raise

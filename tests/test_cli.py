@@ -538,6 +538,21 @@ def test_interrupt_leaves_no_output(capsys, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
 
 
+def test_a_reader_that_goes_away_stops_the_command_quietly(capsys, tmp_path, monkeypatch):
+    """``tensorpress demo | head``: no error message, no traceback at exit."""
+
+    def closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setitem(cli.COMMANDS, "demo", closed_pipe)
+    with open(tmp_path / "stdout", "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        rc = main(["demo"])
+        print("after", file=out, flush=True)  # stdout now goes nowhere, without error
+    assert rc == cli.EXIT_ERROR and capsys.readouterr().err == ""
+    assert (tmp_path / "stdout").read_text() == ""
+
+
 def test_human_summary(capsys, tmp_path, h5_file):
     rc, out, err = _run(capsys, "compress", h5_file, tmp_path / "c.h5", "--rel", "1e-3")
     assert rc == 0 and err == ""
