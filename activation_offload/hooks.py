@@ -27,6 +27,7 @@ from torch.nn.modules.module import (
 from ..compress.lossless import check_level
 from ..compress.tensor import finite_range
 from .adaptive import AdaptiveBounds, layer_kind
+from .derived import Derived, GeluInputs, input_tolerance
 from .identity import ParameterStorages, SavedTable
 from .records import Codec, Compressed, Kept, Offloaded
 from .stats import ActivationStats
@@ -127,6 +128,7 @@ class ActivationCompression:
             self._name_modules(model)
         self._stack: list = []
         self._table = SavedTable()
+        self._gelu_inputs = GeluInputs()
         self._active = None
 
     def _configure(self, config: dict) -> None:
@@ -178,6 +180,7 @@ class ActivationCompression:
             raise RuntimeError("this ActivationCompression is already active (it does not nest)")
         self.stats.reset()
         self._table.clear()
+        self._gelu_inputs.clear()
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
@@ -197,6 +200,7 @@ class ActivationCompression:
         post.remove()
         hooks.__exit__(*exc)
         self._table.clear()
+        self._gelu_inputs.clear()
         self._stack.clear()
         self.step += 1
         self._next = len(self._order) - 1
@@ -267,6 +271,13 @@ class ActivationCompression:
                 tol = self._tolerance(t, module, name)
                 if tol < rec.tolerance:
                     stored = rec.tighten(t, tol)
+            elif isinstance(rec, Derived):
+                tol = self._tolerance(t, module, name)
+                if tol < rec.error:  # GELU of its input is not close enough: hold it too
+                    rec = Compressed(t, self._codec, "abs", tol, self.stats, name, self.debug)
+                    self._table.add(t, rec)
+                    stored = rec.nbytes
+                rec.tolerance = min(rec.tolerance, tol)
         self.stats.count(name, nbytes, stored, rec.tolerance)
         rec.packs += 1
         return rec
@@ -292,7 +303,14 @@ class ActivationCompression:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
             mode, tol = "abs", self._tolerance(t, module, name)
+            derived = self._gelu_inputs.derive(t, tol, self.stats, name, self.debug)
+            if derived is not None:
+                return derived
+            if isinstance(module, torch.nn.GELU):
+                tol = input_tolerance(t, tol, self.config["rel"])
         rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
+        if isinstance(module, torch.nn.GELU) and mode == "abs":
+            self._gelu_inputs.add(t, rec)
         return self._ordered(rec) if rec.store is not None else rec
 
     def _ordered(self, rec):
@@ -341,7 +359,7 @@ class ActivationCompression:
         if position is not None:
             self._prefetch_before(position)
         y = rec.unpacked(rec.restore())
-        if self.debug and isinstance(rec, Compressed):
+        if self.debug and isinstance(rec, (Compressed, Derived)):
             rec.check(y)
         return y
 

@@ -41,6 +41,11 @@ class Held:
         if stats is not None:
             stats.hold(nbytes, offloaded)
 
+    def keep_restored(self, y: torch.Tensor) -> None:
+        """Keep ``y``, restored for another record, for this record's own savers."""
+        if self.packs > 0:
+            self._keep = y
+
     def unpacked(self, y: torch.Tensor) -> torch.Tensor:
         """Note that autograd took ``y``: a record saved by several ops keeps ``y``
         until the last of them has taken it, instead of restoring it again."""
@@ -252,24 +257,32 @@ class Compressed(Held):
         x = self.original
         if x is None:
             return
-        x64, y64 = x.double(), y.double()
-        same_nan = torch.equal(torch.isnan(x64), torch.isnan(y64))
-        fin = torch.isfinite(x64)
-        same_inf = torch.equal(x64[~fin & ~torch.isnan(x64)], y64[~fin & ~torch.isnan(x64)])
-        err = (x64 - y64).abs()[fin]
         if self.codec.bounded:
-            lim = self.tolerance * (x64.abs()[fin] if self.mode == "pw_rel" else 1.0)
+            lim = self.tolerance * (x.double().abs() if self.mode == "pw_rel" else 1.0)
         else:
             ct = self.codec.unsqueezed(self._compressed())
-            lim = torch.tensor(float(ct.max_error or 0.0), dtype=torch.float64)
-        zeros_kept = bool((y64[x64 == 0] == 0).all())
-        if not (same_nan and same_inf and bool((err <= lim).all()) and zeros_kept):
-            worst = float(err.max()) if err.numel() else 0.0
-            raise AssertionError(
-                f"restored activation of {self.name} breaks its bound: max |error| {worst:.3e}, "
-                f"bound {self.tolerance}, NaN/Inf kept: {same_nan and same_inf}, "
-                f"zeros kept: {zeros_kept}"
-            )
+            lim = float(ct.max_error or 0.0)
+        check_restored(self.name, x, y, lim, self.tolerance)
+
+
+def check_restored(name: str, x, y, lim, tolerance, zeros: bool = True) -> None:
+    """Raise AssertionError unless ``y`` is within ``lim`` (a number, or one per element)
+    of ``x`` where ``x`` is finite, equal to it elsewhere, and (``zeros``) zero where it
+    is zero."""
+    x64, y64 = x.double(), y.double()
+    same_nan = torch.equal(torch.isnan(x64), torch.isnan(y64))
+    fin = torch.isfinite(x64)
+    same_inf = torch.equal(x64[~fin & ~torch.isnan(x64)], y64[~fin & ~torch.isnan(x64)])
+    err = (x64 - y64).abs()
+    within = err <= torch.as_tensor(lim, dtype=torch.float64)
+    zeros_kept = not zeros or bool((y64[x64 == 0] == 0).all())
+    if not (same_nan and same_inf and bool(within[fin].all()) and zeros_kept):
+        worst = float(err[fin].max()) if bool(fin.any()) else 0.0
+        raise AssertionError(
+            f"restored activation of {name} breaks its bound: max |error| {worst:.3e}, "
+            f"bound {tolerance}, NaN/Inf kept: {same_nan and same_inf}, "
+            f"zeros kept: {zeros_kept}"
+        )
 
 
 def zero_mask(t: torch.Tensor) -> torch.Tensor | None:

@@ -1,0 +1,145 @@
+"""A GELU's output held as GELU of its input's record."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload import hooks as hooks_module
+from tensorpress.activation_offload.derived import GELU_LIPSCHITZ, Derived
+from tensorpress.activation_offload.records import Codec
+
+
+class MLP(nn.Module):
+    def __init__(self, approximate: str = "none", width: int = 256):
+        super().__init__()
+        self.up = nn.Linear(64, width)
+        self.act = nn.GELU(approximate=approximate)
+        self.down = nn.Linear(width, 64)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+def _grads(model, x, ac=None):
+    model.zero_grad()
+    if ac is None:
+        model(x).square().mean().backward()
+    else:
+        with ac:
+            loss = model(x).square().mean()
+        loss.backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("shape", [(512, 64), (8, 64, 64)])  # 3-d: the linear layer reshapes
+@pytest.mark.parametrize(
+    "bound",
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+)
+def test_gelu_output_is_derived_within_its_bound(approximate, shape, bound):
+    torch.manual_seed(0)
+    model, x = MLP(approximate), 3 * torch.randn(*shape)
+    exact = _grads(model, x)
+    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
+    for _ in range(2):  # debug=True: every restored tensor is checked against its bound
+        got = _grads(model, x, ac)
+    rows = ac.stats.rows
+    assert rows["down"].saves == 1 and rows["down"].stored_bytes == 0
+    assert rows["act"].stored_bytes > 0
+    # the input is held tightly enough for the output's bound
+    assert GELU_LIPSCHITZ * rows["act"].tolerance <= rows["down"].tolerance
+    assert float((got - exact).norm() / exact.norm()) < 0.05
+
+
+def test_a_gelu_input_is_restored_once():
+    """The output's restore keeps the restored input for GELU's own backward."""
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(512, 64)
+    calls = []
+    real = Codec.decompress
+    ac = ActivationCompression(codec="block", rel=1e-2, zstd=None, min_bytes=0, model=model)
+    with ac:
+        loss = model(x).square().mean()
+    held = [r for r in ac.stats.rows.values() if r.stored_bytes > 0]
+    try:
+        Codec.decompress = lambda self, *a: calls.append(1) or real(self, *a)
+        loss.backward()
+    finally:
+        Codec.decompress = real
+    assert ac.stats.rows["down"].stored_bytes == 0
+    assert len(calls) == sum(r.saves for r in held)
+
+
+def test_functional_gelu_falls_back_to_compressing_its_output():
+    """Only an nn.GELU's input is held tightly enough; F.gelu's output is compressed."""
+
+    class Functional(MLP):
+        def forward(self, x):
+            return self.down(F.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    model, x = Functional(), 3 * torch.randn(512, 64)
+    ac = ActivationCompression(codec="block", rel=1e-2, debug=True, model=model)
+    _grads(model, x, ac)
+    assert ac.stats.rows["down"].stored_bytes > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_outputs_are_compressed(dtype):
+    torch.manual_seed(0)
+    model, x = MLP().to(dtype), torch.randn(512, 64, dtype=dtype)
+    ac = ActivationCompression(codec="block", rel=1e-2, debug=True, model=model)
+    _grads(model, x, ac)
+    assert ac.stats.rows["down"].stored_bytes > 0
+
+
+def test_in_place_edit_of_a_derived_output_still_raises():
+    torch.manual_seed(0)
+    up, down = nn.Linear(64, 256), nn.Linear(256, 64)
+    act = nn.GELU()
+    ac = ActivationCompression(codec="block", rel=1e-2, model=nn.ModuleList([up, act, down]))
+    with ac:
+        h = act(up(torch.randn(512, 64)))
+        out = down(h)
+        h.mul_(2)  # after the linear layer saved it
+    assert ac.stats.rows["2"].stored_bytes == 0  # `down`: held as GELU of the input
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_a_tighter_second_save_holds_the_output_itself(monkeypatch):
+    """Saved again under a bound GELU of the input cannot keep, the output is compressed
+    and both savers get that record."""
+
+    class Twice(MLP):
+        def __init__(self):
+            super().__init__()
+            self.square = nn.Identity()
+
+        def forward(self, x):
+            h = self.act(self.up(x))
+            # h saved by `down` and by the product
+            return self.down(h) + (self.square(h) * h).mean(1, keepdim=True)
+
+    real = hooks_module.ActivationCompression._tolerance
+
+    def tight_for_the_product(self, t, module, name):
+        tol = real(self, t, module, name)
+        return tol / 10 if type(t.grad_fn).__name__ == "GeluBackward0" and name == "(top)" else tol
+
+    monkeypatch.setattr(hooks_module.ActivationCompression, "_tolerance", tight_for_the_product)
+    torch.manual_seed(0)
+    model, x = Twice(), 3 * torch.randn(512, 64)
+    derived = []
+    real_init = Derived.__init__
+    monkeypatch.setattr(
+        Derived, "__init__", lambda self, *a: derived.append(1) or real_init(self, *a)
+    )
+    ac = ActivationCompression(codec="block", rel=1e-2, debug=True, model=model)
+    _grads(model, x, ac)  # debug=True: both savers' restored tensors are checked
+    assert derived  # the first save was derived
+    assert ac.stats.rows["(top)"].stored_bytes > 0  # the second one holds it
