@@ -5,7 +5,8 @@ applies only the innermost pair, so everything a saved tensor goes through
 happens inside it). Pack: parameters and buffers (also as views or autocast
 copies), non-float tensors, tensors under ``min_bytes`` and tensors of excluded
 modules are kept as they are; a tensor saved again (same storage, view and
-version) reuses its first record; everything else is compressed. With a
+version) reuses its first record; a GELU's output is restored as GELU of its
+saved input (``derived.py``); everything else is compressed. With a
 ``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
 of device memory until backward, which prefetches them in the reverse order of
 the forward pass. Unpack: the version counter is compared as autograd does (an
@@ -274,7 +275,7 @@ class ActivationCompression:
             elif isinstance(rec, Derived):
                 tol = self._tolerance(t, module, name)
                 if tol < rec.error:  # GELU of its input is not close enough: hold it too
-                    rec = Compressed(t, self._codec, "abs", tol, self.stats, name, self.debug)
+                    rec = self._record(t, module, name, nbytes, excluded)
                     self._table.add(t, rec)
                     stored = rec.nbytes
                 rec.tolerance = min(rec.tolerance, tol)
