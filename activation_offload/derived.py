@@ -40,18 +40,19 @@ def rounding_slack(dtype: torch.dtype, magnitude: float) -> float:
     return 8.0 * magnitude * torch.finfo(dtype).eps
 
 
-def input_tolerance(t: torch.Tensor, tol: float, rel: float | None) -> float:
-    """The tolerance for GELU's input ``t`` (its own: ``tol``) that lets its output be
-    derived: the output's bound is ``tol`` under ``abs`` and at least ``rel`` times
-    |GELU(max) - GELU(min)| under ``rel`` (both ends are outputs it holds)."""
+def input_tolerance(t: torch.Tensor, tol: float, rel: float | None) -> tuple[float, float]:
+    """(tolerance, magnitude) for GELU's input ``t`` (its own tolerance: ``tol``): the
+    tolerance lets its output be derived, whose bound is ``tol`` under ``abs`` and at
+    least ``rel`` times |GELU(max) - GELU(min)| under ``rel`` (both ends are outputs it
+    holds); the magnitude bounds the output's finite values."""
     if t.dtype not in _EXACT:
-        return tol
+        return tol, math.inf
     lo, hi = finite_range(t)
     ends = F.gelu(torch.tensor([lo, hi], dtype=t.dtype)).tolist()
     floor = tol if rel is None else rel * abs(ends[1] - ends[0])
     magnitude = max(abs(ends[0]), abs(ends[1]), 0.17)  # GELU's minimum is -0.17
     room = floor * (1 - 2**-10) - rounding_slack(t.dtype, magnitude)  # ulps of the ends
-    return min(tol, room / GELU_LIPSCHITZ) if room > 0 else tol
+    return (min(tol, room / GELU_LIPSCHITZ) if room > 0 else tol), magnitude
 
 
 class GeluInputs:
@@ -59,11 +60,13 @@ class GeluInputs:
     node that made them (a GELU output's node names its input's)."""
 
     def __init__(self):
-        self._by_node: dict = {}  # node -> (record, output_nr); cleared after forward
+        self._by_node: dict = {}  # node -> (record, output_nr, magnitude); per forward
 
-    def add(self, t: torch.Tensor, rec) -> None:
+    def add(self, t: torch.Tensor, rec, magnitude: float) -> None:
+        """Note ``rec``, held for GELU's input ``t``, whose output's finite values are at
+        most ``magnitude`` in size."""
         if t.grad_fn is not None:
-            self._by_node[t.grad_fn] = (rec, t.output_nr)
+            self._by_node[t.grad_fn] = (rec, t.output_nr, magnitude)
 
     def clear(self) -> None:
         self._by_node.clear()
@@ -77,13 +80,12 @@ class GeluInputs:
         if type(fn).__name__ != _GELU_OUTPUT or t.dtype not in _EXACT:
             return None
         node, nr = fn.next_functions[0]
-        rec, source_nr = self._by_node.get(node, (None, None))
+        rec, source_nr, magnitude = self._by_node.get(node, (None, None, None))
         if rec is None or source_nr != nr or rec.current_version() != rec.version:
             return None
         if math.prod(rec.shape) != t.numel() or rec.dtype != t.dtype or rec.mode != "abs":
             return None
-        lo, hi = finite_range(t)
-        error = GELU_LIPSCHITZ * rec.tolerance + rounding_slack(t.dtype, max(-lo, hi))
+        error = GELU_LIPSCHITZ * rec.tolerance + rounding_slack(t.dtype, magnitude)
         if not error <= tol:
             return None
         return Derived(t, rec, fn._saved_approximate, tol, error, stats, name, debug)

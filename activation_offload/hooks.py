@@ -298,6 +298,7 @@ class ActivationCompression:
             if store is None:
                 return Kept(t, nbytes, self.stats)
             return self._ordered(Offloaded(t, nbytes, self.stats, store))
+        gelu_input = None  # for an nn.GELU's input: its output's largest magnitude
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
@@ -308,10 +309,10 @@ class ActivationCompression:
             if derived is not None:
                 return derived
             if isinstance(module, torch.nn.GELU):
-                tol = input_tolerance(t, tol, self.config["rel"])
+                tol, gelu_input = input_tolerance(t, tol, self.config["rel"])
         rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
-        if isinstance(module, torch.nn.GELU) and mode == "abs":
-            self._gelu_inputs.add(t, rec)
+        if gelu_input is not None:
+            self._gelu_inputs.add(t, rec, gelu_input)
         return self._ordered(rec) if rec.store is not None else rec
 
     def _ordered(self, rec):

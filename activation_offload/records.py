@@ -156,10 +156,6 @@ class Codec:
             ct = self.zstd.squeeze(ct, kind)
         return ct, ct.nbytes
 
-    def unsqueezed(self, payload):
-        """The codec's own compressed tensor of a payload ``compress`` returned."""
-        return payload if self.name == "sz" else unsqueeze(payload)
-
     def decompress(self, payload, device) -> torch.Tensor:
         if self.name == "sz":
             import tensorpress as tp
@@ -260,8 +256,7 @@ class Compressed(Held):
         if self.codec.bounded:
             lim = self.tolerance * (x.double().abs() if self.mode == "pw_rel" else 1.0)
         else:
-            ct = self.codec.unsqueezed(self._compressed())
-            lim = float(ct.max_error or 0.0)
+            lim = float(unsqueeze(self._compressed()).max_error or 0.0)  # quant
         check_restored(self.name, x, y, lim, self.tolerance)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import zstandard
 
+from ..compress.lossless import zstd_decompress
 from ..compress.tensor import CompressedTensor
 from ..compress.threads import map_ordered
 
@@ -129,9 +130,9 @@ def unsqueeze(sq: CompressedTensor | Squeezed) -> CompressedTensor:
             dst[dst_at[i] : dst_at[i + 1]] = piece
             return
         try:
-            got = _decompressor().decompress(piece, max_output_size=want)
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"zstd stage: corrupted piece {i}: {exc}") from None
+            got = zstd_decompress(piece, want)
+        except ValueError as exc:
+            raise ValueError(f"zstd stage: piece {i}: {exc}") from None
         if len(got) != want:
             raise ValueError(f"zstd stage: piece {i} restored {len(got)} bytes, expected {want}")
         dst[dst_at[i] : dst_at[i + 1]] = np.frombuffer(got, np.uint8)
@@ -145,9 +146,3 @@ def _compressor(level: int) -> zstandard.ZstdCompressor:
     if level not in contexts:
         contexts[level] = zstandard.ZstdCompressor(level=level, write_checksum=True)
     return contexts[level]
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    if not hasattr(_local, "decompressor"):
-        _local.decompressor = zstandard.ZstdDecompressor()
-    return _local.decompressor
