@@ -41,6 +41,7 @@ import struct
 import tempfile
 import threading
 import weakref
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ import xxhash
 
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
+PIECE_BYTES = 4 << 20  # bytes: pieces of a large in-place read that helpers read at once
 PREFIX = "tensorpress-spill-"
 MAGIC = b"TPSPILL3"
 
@@ -118,6 +120,14 @@ def _bytes_view(obj, writable: bool) -> tuple[memoryview, int]:
     if writable and not arr.flags.writeable:
         raise TypeError(f"need a writable buffer, got a read-only {type(obj)!r}")
     return memoryview(arr), arr.__array_interface__["data"][0]
+
+
+def _submit(helpers: Executor, fn, *args) -> Future | None:
+    """``helpers.submit(fn, *args)``, or None once ``helpers`` is shut down."""
+    try:
+        return helpers.submit(fn, *args)
+    except RuntimeError:
+        return None
 
 
 class _Truncated(Exception):
@@ -439,10 +449,16 @@ class SpillDir:
             bufs.append(tail)
         _pwrite_all(fd, bufs, loc.offset)
 
-    def read_into(self, loc: Location, out) -> None:
+    def read_into(self, loc: Location, out, *, helpers: Executor | None = None) -> None:
         """Read the record at ``loc`` into the first ``loc.nbytes`` bytes of the writable
         buffer ``out``. ``CorruptRecordError`` if it does not match what was written
-        (or the file is truncated); ``KeyError`` if ``loc`` is not a live record here."""
+        (or the file is truncated); ``KeyError`` if ``loc`` is not a live record here.
+
+        ``helpers``: an executor whose threads may read pieces (``PIECE_BYTES``) of a
+        large record placed in ``out`` as on disk, while this thread reads the first
+        piece and digests the pieces in order (the disk serves several reads at once
+        faster than one). A piece no helper has started is read by this thread, so a
+        caller that is itself one of ``helpers``' threads never waits on a queue."""
         mv, addr = _bytes_view(out, writable=True)
         if len(mv) < loc.nbytes:
             raise ValueError(f"out holds {len(mv)} bytes, the record {loc.nbytes}")
@@ -457,7 +473,7 @@ class SpillDir:
         try:
             tls = self._staging()
             try:
-                self._read_record(slab.fd, tls, mv, addr, loc)
+                digest = self._read_record(slab.fd, tls, mv, addr, loc, helpers)
             except _Truncated as e:
                 end = loc.offset + ALIGN + loc.skip + loc.nbytes
                 raise CorruptRecordError(
@@ -465,7 +481,6 @@ class SpillDir:
                     f"before the end of the record ({end})"
                 ) from None
             self._verify_header(slab.path, loc, tls.header)
-            digest = xxhash.xxh3_64_intdigest(mv)
             if digest != loc.digest:
                 raise CorruptRecordError(
                     f"{slab.path} offset {loc.offset}: payload digest 0x{digest:016x}, "
@@ -478,27 +493,31 @@ class SpillDir:
                 self._maybe_drop(slab)
                 self._idle.notify_all()
 
-    def _read_record(self, fd: int, tls, mv: memoryview, addr: int, loc: Location) -> None:
+    def _read_record(self, fd: int, tls, mv: memoryview, addr: int, loc: Location, helpers) -> int:
         """Fill this thread's header block then ``mv`` with the record at ``loc`` of
-        ``fd``: one ``preadv`` unless, under ``O_DIRECT``, ``mv`` sits in its page unlike
-        the payload in its block (``addr % ALIGN != loc.skip``), when the record comes
-        through staging (``STAGE_BYTES`` per call). ``_Truncated`` when the file ends
-        first."""
+        ``fd`` and return the payload's XXH3-64: one ``preadv`` unless, under
+        ``O_DIRECT``, ``mv`` sits in its page unlike the payload in its block
+        (``addr % ALIGN != loc.skip``), when the record comes through staging
+        (``STAGE_BYTES`` per call), or the record is read in pieces with ``helpers``.
+        ``_Truncated`` when the file ends first."""
         header, nbytes, skip, offset = tls.header, len(mv), loc.skip, loc.offset
         if not self._direct:
             _pread_all(fd, [header, tls.head[:skip], mv], offset)
-            return
+            return xxhash.xxh3_64_intdigest(mv)
         if addr % ALIGN == skip:  # placed as on disk: whole pages in place
             head, whole = _in_place(nbytes, skip)
             body = mv[head:]
+            first = whole if helpers is None or whole < 2 * PIECE_BYTES else PIECE_BYTES
             bufs = [header, tls.head] if skip else [header]
-            bufs.append(body[:whole])
-            if whole < len(body):
+            bufs.append(body[:first])
+            if first == whole and whole < len(body):
                 bufs.append(tls.tail)
+            if first < whole:
+                return self._read_pieces(fd, tls, mv, loc, head, whole, bufs, helpers)
             _pread_all(fd, bufs, offset)
             mv[:head] = tls.head[skip : skip + head]
             body[whole:] = tls.tail[: len(body) - whole]
-            return
+            return xxhash.xxh3_64_intdigest(mv)
         piece = self._piece(tls)
         span, done, bufs = round_up(skip + nbytes), 0, [header]  # done: bytes past header
         while True:
@@ -512,7 +531,42 @@ class SpillDir:
             done += n
             bufs = []
             if done >= span:
-                return
+                return xxhash.xxh3_64_intdigest(mv)
+
+    def _read_pieces(self, fd, tls, mv, loc: Location, head: int, whole: int, bufs, helpers):
+        """``_read_record``'s in-place read of a large record: ``bufs`` (header block,
+        first block, first piece of the body) by this thread, the body's other pieces by
+        ``helpers`` (or this thread, for a piece none has started), the partial last
+        block last; digested piece by piece as they arrive."""
+        body = mv[head:]
+        start = loc.offset + ALIGN + (ALIGN if loc.skip else 0)  # file offset of body[0]
+        jobs = []
+        try:
+            for lo in range(PIECE_BYTES, whole, PIECE_BYTES):
+                job = (_pread_all, fd, [body[lo : min(lo + PIECE_BYTES, whole)]], start + lo)
+                jobs.append([_submit(helpers, *job), job])
+            _pread_all(fd, bufs, loc.offset)
+            mv[:head] = tls.head[loc.skip : loc.skip + head]
+            digest = xxhash.xxh3_64(mv[:head])
+            digest.update(body[:PIECE_BYTES])
+            for entry in jobs:
+                future, job = entry
+                entry[0] = None
+                if future is None or future.cancel():  # nobody started it
+                    job[0](*job[1:])
+                else:
+                    future.result()
+                lo = job[3] - start
+                digest.update(body[lo : lo + len(job[2][0])])
+            if whole < len(body):
+                _pread_all(fd, [tls.tail], start + whole)
+                body[whole:] = tls.tail[: len(body) - whole]
+                digest.update(body[whole:])
+            return digest.intdigest()
+        finally:  # no helper may still write into ``mv`` once this returns
+            for future, _ in jobs:
+                if future is not None and not future.cancel():
+                    wait([future])
 
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""

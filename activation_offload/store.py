@@ -385,7 +385,7 @@ class TieredStore:
                 src = rec.host
             else:
                 src = _aligned_tensor(rec.nbytes, rec.loc.skip)
-                self.spill.read_into(rec.loc, src.numpy())
+                self.spill.read_into(rec.loc, src.numpy(), helpers=self._workers)
                 with self._cond:
                     self.stats.read_bytes += rec.nbytes
             h = rec.handle

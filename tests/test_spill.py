@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import (
     ALIGN,
+    PIECE_BYTES,
     STAGE_BYTES,
     CorruptRecordError,
     Location,
@@ -667,6 +668,102 @@ def test_flipped_payload_byte_large(tmp_path, direct, where):
         out = _buffer("numpy+1", np.zeros(n, np.uint8))
         sd.read_into(loc, out)
         assert bytes(out) == src.tobytes()
+
+
+def _needs_direct(sd: SpillDir) -> None:
+    if not sd.direct:
+        pytest.skip("the directory refuses O_DIRECT: records are read in one call")
+
+
+@pytest.mark.parametrize("skip", [0, 7, ALIGN - 1])
+@pytest.mark.parametrize("tail", [0, 5])
+def test_read_in_pieces_with_helpers(tmp_path, monkeypatch, skip, tail):
+    """With ``helpers``, a large record read in place comes back exactly in one call for
+    the header block and first piece, one per further piece (positioned where that piece
+    lies in the file) and one for a partial last block; without, in one call."""
+    n = 3 * PIECE_BYTES + tail + (ALIGN - skip if skip else 0)
+    src = _placed(_payload(n, seed=skip + tail), skip)
+    calls = []
+    real = os.preadv
+
+    def spy(fd, bufs, offset):
+        calls.append((offset, sum(len(b) for b in bufs)))
+        return real(fd, bufs, offset)
+
+    with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
+        _needs_direct(sd)
+        sd.write(b"first")
+        loc = sd.write(src)
+        assert loc.skip == skip
+        monkeypatch.setattr(spill.os, "preadv", spy)
+        out = _placed(np.zeros(n, np.uint8), skip)
+        sd.read_into(loc, out, helpers=helpers)
+        np.testing.assert_array_equal(out, src)
+        body = loc.offset + ALIGN + (ALIGN if skip else 0)
+        expected = {(loc.offset, body - loc.offset + PIECE_BYTES)}
+        expected |= {(body + k * PIECE_BYTES, PIECE_BYTES) for k in (1, 2)}
+        if tail:
+            expected.add((body + 3 * PIECE_BYTES, ALIGN))
+        assert sorted(calls) == sorted(expected)
+        del calls[:]
+        out = _placed(np.zeros(n, np.uint8), skip)
+        sd.read_into(loc, out)
+        np.testing.assert_array_equal(out, src)
+        assert len(calls) == 1
+
+
+def test_pieces_nobody_started_are_read_by_the_caller(tmp_path):
+    """Helpers that are all busy, shut down, or the caller's own thread: the caller reads
+    the pieces itself (no wait on a queue, no deadlock)."""
+    n = 4 * PIECE_BYTES
+    src = _payload(n)
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(src)
+        busy = ThreadPoolExecutor(1)
+        release = threading.Event()
+        busy.submit(release.wait)
+        out = _payload(n, seed=1)
+        sd.read_into(loc, out, helpers=busy)
+        np.testing.assert_array_equal(out, src)
+        release.set()
+        out = _payload(n, seed=1)
+        assert busy.submit(sd.read_into, loc, out, helpers=busy).result(timeout=60) is None
+        np.testing.assert_array_equal(out, src)
+        busy.shutdown()
+        out = _payload(n, seed=1)
+        sd.read_into(loc, out, helpers=busy)
+        np.testing.assert_array_equal(out, src)
+
+
+@pytest.mark.parametrize("at", [0, PIECE_BYTES - 1, PIECE_BYTES, 2 * PIECE_BYTES + 9, "last"])
+def test_flipped_byte_in_a_piece(tmp_path, at):
+    """A flipped byte in any piece of a record read with helpers is caught."""
+    n = 3 * PIECE_BYTES + 10
+    at = n - 1 if at == "last" else at
+    src = _payload(n)
+    with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
+        _needs_direct(sd)
+        loc = sd.write(src)
+        _flip(_slab_path(sd, loc), loc.offset + ALIGN + at)
+        with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
+            sd.read_into(loc, _payload(n, seed=1), helpers=helpers)
+
+
+@pytest.mark.parametrize("keep", [ALIGN + PIECE_BYTES, ALIGN + 2 * PIECE_BYTES + 100])
+def test_truncated_piece(tmp_path, keep):
+    """A file that ends inside a piece a helper reads raises, and ``out`` is no longer
+    written once ``read_into`` has raised."""
+    n = 3 * PIECE_BYTES + 10
+    with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
+        _needs_direct(sd)
+        loc = sd.write(_payload(n))
+        os.truncate(_slab_path(sd, loc), loc.offset + keep)
+        out = _payload(n, seed=1)
+        with pytest.raises(CorruptRecordError, match="file ends"):
+            sd.read_into(loc, out, helpers=helpers)
+        snapshot = out.copy()
+        helpers.submit(time.sleep, 0.05).result()
+        np.testing.assert_array_equal(out, snapshot)
 
 
 def test_header_digest_covers_every_byte(tmp_path):
