@@ -27,7 +27,7 @@ from .kernels import block as kb
 from .kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 from .registry import Codec, deliver, register_codec
 from .scratch import scratch
-from .threads import map_ordered
+from .threads import map_grouped
 
 #: precision code by numpy dtype, native and little-endian (keyed by the dtype: numpy
 #: computes ``dtype.name`` in Python, a few microseconds a chunk)
@@ -259,10 +259,10 @@ class _HostKernels:
 
 def _map_chunks(fn, items) -> list:
     """``[fn(i) for i in items]``, on as many threads as torch uses (the kernels release
-    the GIL)."""
+    the GIL), a few runs of chunks to a thread."""
     import torch
 
-    return map_ordered(fn, items, torch.get_num_threads())
+    return map_grouped(fn, items, torch.get_num_threads())
 
 
 def _bfloat16_bits(vals: np.ndarray) -> np.ndarray:

@@ -54,6 +54,23 @@ def map_ordered(fn, items, workers: int) -> list:
     return list(ordered((lambda item=item: fn(item) for item in items), workers))
 
 
+def map_grouped(fn, items, workers: int, tasks_per_worker: int = 2) -> list:
+    """``[fn(item) for item in items]`` on ``workers`` threads, in at most
+    ``tasks_per_worker`` tasks per thread, each over a run of consecutive items.
+
+    A task's hand-off costs about 20-40 us of Python under the GIL, as much as a
+    kernel spends on 256 KiB: where items are many and small, fewer tasks leave the
+    threads more time in their (GIL-free) kernels."""
+    items = list(items)
+    tasks = max(1, workers * tasks_per_worker)
+    if workers <= 1 or len(items) <= tasks:
+        return map_ordered(fn, items, workers)
+    size = -(-len(items) // tasks)
+    runs = [items[i : i + size] for i in range(0, len(items), size)]
+    parts = map_ordered(lambda run: [fn(item) for item in run], runs, workers)
+    return [result for part in parts for result in part]
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
     with _lock:
         if threads not in _pools:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tensorpress.compress import scratch as scratch_mod
 from tensorpress.compress.scratch import scratch
-from tensorpress.compress.threads import map_ordered, ordered
+from tensorpress.compress.threads import map_grouped, map_ordered, ordered
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -36,6 +36,34 @@ def test_no_more_than_workers_calls_run_at_once(workers):
 
     assert map_ordered(call, range(30), workers) == list(range(30))
     assert most[0] == workers
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("n", [0, 1, 5, 6, 7, 40, 41])
+def test_map_grouped_gives_every_result_in_order_in_few_tasks(workers, n):
+    """Every item once, results in order, each run of items in one thread and at most
+    two runs a worker."""
+    threads = {}
+
+    def call(i):
+        time.sleep(0.0005 * (5 - i % 5))
+        threads[i] = threading.get_ident()
+        return i * i
+
+    assert map_grouped(call, range(n), workers) == [i * i for i in range(n)]
+    assert sorted(threads) == list(range(n))
+    changes = sum(threads[i] != threads[i - 1] for i in range(1, n))
+    assert changes + 1 <= max(1, 2 * workers) or n <= 2 * workers
+
+
+def test_map_grouped_raises_what_a_call_raised():
+    def call(i):
+        if i == 17:
+            raise KeyError("chunk 17")
+        return i
+
+    with pytest.raises(KeyError, match="chunk 17"):
+        map_grouped(call, range(40), 2)
 
 
 def test_a_consumer_that_stops_early_leaves_nothing_running():
