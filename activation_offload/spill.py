@@ -540,31 +540,33 @@ class SpillDir:
         block last; digested piece by piece as they arrive."""
         body = mv[head:]
         start = loc.offset + ALIGN + (ALIGN if loc.skip else 0)  # file offset of body[0]
-        jobs = []
+
+        def read(lo: int, hi: int) -> None:
+            _pread_all(fd, [body[lo:hi]], start + lo)
+
+        los = range(PIECE_BYTES, whole, PIECE_BYTES)
+        spans = [(lo, min(lo + PIECE_BYTES, whole)) for lo in los]
+        futures: list = []
         try:
-            for lo in range(PIECE_BYTES, whole, PIECE_BYTES):
-                job = (_pread_all, fd, [body[lo : min(lo + PIECE_BYTES, whole)]], start + lo)
-                jobs.append([_submit(helpers, *job), job])
+            futures += [_submit(helpers, read, lo, hi) for lo, hi in spans]
             _pread_all(fd, bufs, loc.offset)
             mv[:head] = tls.head[loc.skip : loc.skip + head]
             digest = xxhash.xxh3_64(mv[:head])
             digest.update(body[:PIECE_BYTES])
-            for entry in jobs:
-                future, job = entry
-                entry[0] = None
+            for k, (lo, hi) in enumerate(spans):
+                future, futures[k] = futures[k], None
                 if future is None or future.cancel():  # nobody started it
-                    job[0](*job[1:])
+                    read(lo, hi)
                 else:
                     future.result()
-                lo = job[3] - start
-                digest.update(body[lo : lo + len(job[2][0])])
+                digest.update(body[lo:hi])
             if whole < len(body):
                 _pread_all(fd, [tls.tail], start + whole)
                 body[whole:] = tls.tail[: len(body) - whole]
                 digest.update(body[whole:])
             return digest.intdigest()
         finally:  # no helper may still write into ``mv`` once this returns
-            for future, _ in jobs:
+            for future in futures:
                 if future is not None and not future.cancel():
                     wait([future])
 
