@@ -56,16 +56,6 @@ def test_map_grouped_gives_every_result_in_order_in_few_tasks(workers, n):
     assert changes + 1 <= max(1, 2 * workers) or n <= 2 * workers
 
 
-def test_map_grouped_raises_what_a_call_raised():
-    def call(i):
-        if i == 17:
-            raise KeyError("chunk 17")
-        return i
-
-    with pytest.raises(KeyError, match="chunk 17"):
-        map_grouped(call, range(40), 2)
-
-
 def test_a_consumer_that_stops_early_leaves_nothing_running():
     started, finished = [], []
 
@@ -82,15 +72,16 @@ def test_a_consumer_that_stops_early_leaves_nothing_running():
     assert len(started) < 100  # the rest was cancelled or never taken
 
 
-def test_an_exception_in_a_call_reaches_the_consumer():
+@pytest.mark.parametrize(("mapper", "n"), [(map_ordered, 8), (map_grouped, 40)])
+def test_an_exception_in_a_call_reaches_the_consumer(mapper, n):
     def call(i):
         if i == 3:
             raise KeyError("chunk 3")
         return i
 
     with pytest.raises(KeyError, match="chunk 3"):
-        map_ordered(call, range(8), 2)
-    assert map_ordered(lambda i: i, range(8), 2) == list(range(8))  # the pool still works
+        mapper(call, range(n), 2)
+    assert mapper(lambda i: i, range(n), 2) == list(range(n))  # the pool still works
 
 
 def test_a_call_from_inside_a_pool_thread_runs_inline_without_deadlock():
