@@ -437,6 +437,17 @@ def test_contexts_do_not_nest_and_records_are_released():
 
 
 def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
+    import faulthandler
+
+    with open(f"{out}.{rank}.stacks", "w") as stacks:
+        faulthandler.enable(stacks)  # a crash in native code leaves the threads' stacks here
+        try:
+            _ddp_steps(rank, world, store, out)
+        finally:
+            faulthandler.disable()
+
+
+def _ddp_steps(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -479,7 +490,12 @@ def test_works_under_ddp_with_two_processes(tmp_path):
     import torch.multiprocessing as mp
 
     out = str(tmp_path / "result")
-    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "store"), out), nprocs=2, join=True)
+    try:
+        mp.spawn(_ddp_worker, args=(2, str(tmp_path / "store"), out), nprocs=2, join=True)
+    except Exception as exc:  # a worker that crashed in native code says where
+        stacks = [tmp_path / f"result.{r}.stacks" for r in range(2)]
+        told = "".join(f"\n--- {p.name}:\n{p.read_text()}" for p in stacks if p.exists())
+        raise AssertionError(f"{exc}{told}") from exc
     assert [open(f"{out}.{r}").read() for r in range(2)] == ["ok", "ok"]
 
 
