@@ -16,10 +16,13 @@ blocks are copied (through this thread's aligned blocks). A write digests the pa
 with one ``pwritev``; a read takes both with one ``preadv`` into a buffer placed like the
 source (``skip`` bytes past a page), else through aligned staging memory, at most
 ``STAGE_BYTES`` at a time (the header block travels with the first piece); then it checks
-the header, digests the payload and compares. Without ``O_DIRECT`` ``skip`` is 0.
+the header, digests the payload and compares. Given helper threads (``read_into(...,
+helpers=)``), a large record placed like the source comes back in ``PIECE_BYTES`` pieces
+read at once, digested in order as they arrive. Without ``O_DIRECT`` ``skip`` is 0.
 
 Methods are thread-safe: a write reserves its offset under a lock and does its I/O
-outside it, so several threads write (and read) at once.
+outside it, so several threads write (and read) at once. A ``SpillDir`` starts no
+threads of its own.
 
 The directory is removed by ``close()``, or at garbage collection or interpreter exit
 if ``close()`` is never called. Directories left by killed processes (their ``owner``
