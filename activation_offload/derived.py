@@ -1,13 +1,23 @@
-"""A GELU's output held as GELU of its input's record: no bytes of its own.
+"""Outputs held as functions of other records: no codec bytes of their own.
 
-A transformer's MLP saves its GELU's input (for GELU's backward) and its output (for
-the next linear layer's): two tensors of the MLP's width, the widest of the block.
-GELU changes by at most ``GELU_LIPSCHITZ`` times a change of its input, so an input
-restored within ``e`` gives an output within ``1.13 e``, plus a few units in the last
-place of the float arithmetic (``rounding_slack``). When that meets the output's own
-bound, the output is restored as GELU of the restored input. To make it meet, the
-input of an ``nn.GELU`` module is held within its output's smallest bound over 1.13
-(see :func:`input_tolerance`), if that is tighter than its own.
+A GELU's output as GELU of its input's record. A transformer's MLP saves its
+GELU's input (for GELU's backward) and its output (for the next linear layer's): two
+tensors of the MLP's width, the widest of the block. GELU changes by at most
+``GELU_LIPSCHITZ`` times a change of its input, so an input restored within ``e``
+gives an output within ``1.13 e``, plus a few units in the last place of the float
+arithmetic (``rounding_slack``). When that meets the output's own bound, the output
+is restored as GELU of the restored input. To make it meet, the input of an
+``nn.GELU`` module is held within its output's smallest bound over 1.13 (see
+:func:`input_tolerance`), if that is tighter than its own.
+
+A ReLU's output after a batch norm (training mode) as ReLU of the norm of its input's
+record. The norm is ``x * alpha + beta`` per channel (``alpha`` = invstd times the
+weight, ``beta`` = bias minus mean times ``alpha``, from the statistics the norm saved),
+so an input within ``e`` gives an output within ``max|alpha| e`` plus rounding. A
+1-bit mask of the positive outputs keeps ReLU's backward exact: zeros stay zero and
+positives positive. The bound the norm's input needs is learned from the last
+forward pass (``BatchNormInputs.tolerance``); where it is not met yet, the output is
+compressed as any other.
 
 float16 and bfloat16 tensors are compressed as they are: their rounding is too
 coarse for the slack.
@@ -22,13 +32,15 @@ import torch.nn.functional as F
 
 from ..compress.tensor import finite_range
 from .identity import VersionWatch
-from .records import Held, check_restored
+from .records import Held, check_restored, pack_bits, unpack_bits
 from .stats import ActivationStats
 
 #: the largest |GELU'(x)|: 1.12890 exact, 1.12899 with the tanh approximation
 GELU_LIPSCHITZ = 1.13
 _EXACT = (torch.float32, torch.float64)
 _GELU_OUTPUT = "GeluBackward0"
+_RELU_OUTPUT = "ReluBackward0"
+_BATCH_NORM = "NativeBatchNormBackward0"
 #: nodes of reshapes (a linear layer flattens its input to 2-d): the same values in C order
 _RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"})
 
@@ -72,7 +84,7 @@ class GeluInputs:
         self._by_node.clear()
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
-        """A :class:`Derived` record for ``t`` if it is GELU's output whose input is held
+        """A :class:`GeluOfInput` record for ``t`` if it is GELU's output whose input is held
         tightly enough for ``tol``; else None."""
         fn = t.grad_fn
         if type(fn).__name__ in _RESHAPES:  # GELU's output reshaped: GELU's node is next
@@ -88,19 +100,84 @@ class GeluInputs:
         error = GELU_LIPSCHITZ * rec.tolerance + rounding_slack(t.dtype, magnitude)
         if not error <= tol:
             return None
-        return Derived(t, rec, fn._saved_approximate, tol, error, stats, name, debug)
+        return GeluOfInput(t, rec, fn._saved_approximate, tol, error, stats, name, debug)
+
+
+class BatchNormInputs:
+    """The records of the batch-norm inputs held during one forward pass, by the
+    autograd node that made them (a ReLU output's node leads to its norm's, whose input
+    names them), and the bound each batch norm's input needs for its ReLU output to be
+    derived, learned from the last pass that tried."""
+
+    def __init__(self):
+        self._by_node: dict = {}  # node -> (record, output_nr, magnitude); per forward
+        self._needed: dict = {}  # batch norm's name -> tolerance of its input
+
+    def tolerance(self, name: str, tol: float) -> float:
+        """The tolerance for the input of the batch norm ``name`` (its own: ``tol``)."""
+        return min(tol, self._needed.get(name, math.inf))
+
+    def add(self, t: torch.Tensor, rec, module) -> None:
+        """Note ``rec``, held for the input ``t`` of the batch-norm module ``module``, if
+        ``t`` is float32/64 and finite (its largest magnitude enters the rounding
+        slack)."""
+        if t.grad_fn is None or t.dtype not in _EXACT or t.dim() < 2 or t.numel() == 0:
+            return
+        lo, hi = torch.aminmax(t)
+        magnitude = max(abs(float(lo)), abs(float(hi)))
+        if math.isfinite(magnitude):  # NaN and infinities would not survive the norm
+            self._by_node[t.grad_fn] = (rec, t.output_nr, magnitude, module)
+
+    def clear(self) -> None:
+        self._by_node.clear()
+
+    def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
+        """A :class:`ReluOfBatchNorm` record for ``t`` if it is ReLU's output of a batch
+        norm (training mode) whose input is held tightly enough for ``tol``; else None
+        (the tolerance that input needs is noted for the next pass either way)."""
+        fn = t.grad_fn
+        if type(fn).__name__ != _RELU_OUTPUT or t.dtype not in _EXACT:
+            return None
+        norm, nr = fn.next_functions[0]
+        if type(norm).__name__ != _BATCH_NORM or nr != 0 or not norm._saved_training:
+            return None
+        node, nr = norm.next_functions[0]
+        rec, source_nr, magnitude, module = self._by_node.get(node, (None,) * 4)
+        if rec is None or source_nr != nr or rec.current_version() != rec.version:
+            return None
+        if rec.shape != tuple(t.shape) or rec.dtype != t.dtype or rec.mode != "abs":
+            return None
+        mean, invstd = norm._saved_result1, norm._saved_result2  # kept exactly (hooks)
+        channels = t.shape[1] if t.dim() > 1 else 0
+        if mean.numel() != channels or invstd.numel() != channels:
+            return None
+        weight, bias = module.weight, module.bias  # as the forward pass used them
+        alpha = invstd.double() * (1.0 if weight is None else weight.detach().double())
+        beta = (0.0 if bias is None else bias.detach().double()) - mean.double() * alpha
+        a, b = float(alpha.abs().max()), float(beta.abs().max())
+        slack = rounding_slack(t.dtype, magnitude * a + b)
+        room = tol * (1 - 2**-10) - slack
+        if room > 0 and a > 0:  # what the next pass holds the input within (10% spare)
+            self._needed[rec.name] = 0.9 * room / a
+        error = a * rec.tolerance + slack
+        if not error <= tol:
+            return None
+        view = (1, channels) + (1,) * (t.dim() - 2)
+        alpha, beta = alpha.to(t.dtype).reshape(view), beta.to(t.dtype).reshape(view)
+        return ReluOfBatchNorm(t, rec, alpha, beta, tol, error, stats, name, debug)
 
 
 class Derived(Held):
-    """GELU of another record (``source``); holds no bytes of its own. ``tolerance``:
-    the bound promised; ``error``: the bound it keeps (no larger)."""
+    """A tensor restored as a function of another record (``source``); holds only what
+    that function needs beyond it. ``tolerance``: the bound promised; ``error``: the
+    bound it keeps (no larger)."""
 
-    __slots__ = ("source", "approximate", "shape", "tolerance", "error", "watch", "name")
-    __slots__ += ("original",)
+    __slots__ = ("source", "shape", "tolerance", "error", "watch", "name", "original")
+    zeros_exact = False  # whether the function keeps the zeros of the output exact
 
-    def __init__(self, t, source, approximate, tol, error, stats, name, debug):
-        super().__init__(0, stats)
-        self.source, self.approximate, self.shape = source, approximate, tuple(t.shape)
+    def __init__(self, t, source, nbytes: int, tol, error, stats, name, debug):
+        super().__init__(nbytes, stats)
+        self.source, self.shape = source, tuple(t.shape)
         self.tolerance, self.error, self.name = tol, error, name
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
@@ -116,11 +193,47 @@ class Derived(Held):
         if self._keep is not None:
             return self._keep
         x = self.source.restore()
-        self.source.keep_restored(x)  # GELU's own backward, next, takes it from there
-        return F.gelu(x, approximate=self.approximate).reshape(self.shape)
+        self.source.keep_restored(x)  # the source's own saver, next in backward, takes it
+        return self._derive(x)
+
+    def _derive(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def check(self, y: torch.Tensor) -> None:
         """Raise AssertionError where ``y`` breaks the bound (debug mode)."""
         if self.original is not None:
-            # GELU of a very negative input underflows to zero, or nearly: zeros may move
-            check_restored(self.name, self.original, y, self.tolerance, self.tolerance, False)
+            tol = self.tolerance
+            check_restored(self.name, self.original, y, tol, tol, self.zeros_exact)
+
+
+class GeluOfInput(Derived):
+    """GELU of the record of its input."""
+
+    __slots__ = ("approximate",)
+
+    def __init__(self, t, source, approximate, tol, error, stats, name, debug):
+        super().__init__(t, source, 0, tol, error, stats, name, debug)
+        self.approximate = approximate
+
+    def _derive(self, x: torch.Tensor) -> torch.Tensor:
+        # GELU of a very negative input underflows to zero, or nearly: zeros may move
+        return F.gelu(x, approximate=self.approximate).reshape(self.shape)
+
+
+class ReluOfBatchNorm(Derived):
+    """ReLU of ``x * alpha + beta`` (per channel) of the record ``x`` of a batch norm's
+    input, positive exactly where the output was (a 1-bit mask)."""
+
+    __slots__ = ("alpha", "beta", "mask")
+    zeros_exact = True
+
+    def __init__(self, t, source, alpha, beta, tol, error, stats, name, debug):
+        mask = pack_bits(t.detach() > 0)
+        nbytes = mask.numel() + 2 * alpha.numel() * alpha.element_size()
+        super().__init__(t, source, nbytes, tol, error, stats, name, debug)
+        self.alpha, self.beta, self.mask = alpha, beta, mask
+
+    def _derive(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.addcmul(self.beta, x.reshape(self.shape), self.alpha)
+        y.clamp_min_(torch.finfo(y.dtype).tiny)  # a positive whose norm came back <= 0
+        return y.mul_(unpack_bits(self.mask, self.shape).view(torch.uint8))  # zeros: 0

@@ -6,7 +6,9 @@ happens inside it). Pack: parameters and buffers (also as views or autocast
 copies), non-float tensors, tensors under ``min_bytes`` and tensors of excluded
 modules are kept as they are; a tensor saved again (same storage, view and
 version) reuses its first record; a GELU's output is restored as GELU of its
-saved input (``derived.py``); everything else is compressed. With a
+saved input, and a ReLU's output after a batch norm as ReLU of the norm of its saved
+input (``derived.py``; the norm's batch statistics are kept exactly for it);
+everything else is compressed. With a
 ``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
 of device memory until backward, which prefetches them in the reverse order of
 the forward pass. Unpack: the version counter is compared as autograd does (an
@@ -28,13 +30,14 @@ from torch.nn.modules.module import (
 from ..compress.lossless import check_level
 from ..compress.tensor import finite_range
 from .adaptive import AdaptiveBounds, layer_kind
-from .derived import Derived, GeluInputs, input_tolerance
+from .derived import BatchNormInputs, Derived, GeluInputs, input_tolerance
 from .identity import ParameterStorages, SavedTable
 from .records import Codec, Compressed, Kept, Offloaded
 from .stats import ActivationStats
 from .store import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_BatchNorm = torch.nn.modules.batchnorm._BatchNorm
 #: a loss's log-probabilities (cross entropy saves them): an error e becomes a factor
 #: exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get the
 #: absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
@@ -130,6 +133,7 @@ class ActivationCompression:
         self._stack: list = []
         self._table = SavedTable()
         self._gelu_inputs = GeluInputs()
+        self._norm_inputs = BatchNormInputs()
         self._active = None
 
     def _configure(self, config: dict) -> None:
@@ -182,6 +186,7 @@ class ActivationCompression:
         self.stats.reset()
         self._table.clear()
         self._gelu_inputs.clear()
+        self._norm_inputs.clear()
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
@@ -202,6 +207,7 @@ class ActivationCompression:
         hooks.__exit__(*exc)
         self._table.clear()
         self._gelu_inputs.clear()
+        self._norm_inputs.clear()
         self._stack.clear()
         self.step += 1
         self._next = len(self._order) - 1
@@ -284,6 +290,9 @@ class ActivationCompression:
         return rec
 
     def _record(self, t: torch.Tensor, module, name: str, nbytes: int, excluded: bool):
+        norm = isinstance(module, _BatchNorm) and module.training
+        if norm and t.dim() == 1:  # its batch statistics: a derived ReLU output needs them
+            return Kept(t, nbytes, self.stats)
         keep = (
             self._codec is None
             or t.dtype not in _FLOATS
@@ -298,21 +307,26 @@ class ActivationCompression:
             if store is None:
                 return Kept(t, nbytes, self.stats)
             return self._ordered(Offloaded(t, nbytes, self.stats, store))
-        gelu_input = None  # for an nn.GELU's input: its output's largest magnitude
+        gelu_input = norm_input = None  # for an nn.GELU's or a batch norm's input
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
             mode, tol = "abs", self._tolerance(t, module, name)
-            derived = self._gelu_inputs.derive(t, tol, self.stats, name, self.debug)
-            if derived is not None:
-                return derived
+            for inputs in (self._gelu_inputs, self._norm_inputs):
+                derived = inputs.derive(t, tol, self.stats, name, self.debug)
+                if derived is not None:
+                    return derived
             if isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.config["rel"])
+            elif norm:
+                tol, norm_input = self._norm_inputs.tolerance(name, tol), module
         rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
+        elif norm_input is not None:
+            self._norm_inputs.add(t, rec, norm_input)
         return self._ordered(rec) if rec.store is not None else rec
 
     def _ordered(self, rec):

@@ -240,7 +240,7 @@ class Compressed(Held):
         if y is None:
             y = self.codec.decompress(self._compressed(), self.device).reshape(self.shape)
             if self.mask is not None:
-                zero = unpack_mask(self.mask, self.shape)
+                zero = unpack_bits(self.mask, self.shape)
                 y = y.masked_fill(zero, 0)
                 if not self.codec.bounded:  # and no small value becomes a zero
                     tiny = torch.finfo(self.dtype).tiny
@@ -283,15 +283,35 @@ def check_restored(name: str, x, y, lim, tolerance, zeros: bool = True) -> None:
 def zero_mask(t: torch.Tensor) -> torch.Tensor | None:
     """1 bit per element of ``t`` (C order, little-endian bits), set where it is 0;
     None when it holds no zeros."""
-    z = (t == 0).reshape(-1)
-    if not bool(z.any()):
-        return None
+    z = t == 0
+    return pack_bits(z) if bool(z.any()) else None
+
+
+def pack_bits(b: torch.Tensor) -> torch.Tensor:
+    """The bool tensor ``b`` as 1 bit per element (C order, little-endian bits), uint8."""
+    z = b.reshape(-1)
+    if z.device.type == "cpu":
+        return torch.from_numpy(np.packbits(z.numpy(), bitorder="little"))
+    return _pack_bits_ops(z)
+
+
+def unpack_bits(packed: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """The bool tensor of ``shape`` that :func:`pack_bits` packed."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if packed.device.type == "cpu":
+        bits = torch.from_numpy(np.unpackbits(packed.numpy(), count=n, bitorder="little"))
+        return bits.view(torch.bool).reshape(shape)
+    return _unpack_bits_ops(packed, n).reshape(shape)
+
+
+def _pack_bits_ops(z: torch.Tensor) -> torch.Tensor:
+    """:func:`pack_bits` of flat ``z`` in torch ops (any device)."""
     pad = (-z.numel()) % 8
     bits = torch.nn.functional.pad(z.to(torch.uint8), (0, pad)).view(-1, 8)
-    return (bits << _SHIFTS.to(t.device)).sum(1, dtype=torch.uint8)
+    return (bits << _SHIFTS.to(z.device)).sum(1, dtype=torch.uint8)
 
 
-def unpack_mask(mask: torch.Tensor, shape: tuple) -> torch.Tensor:
-    n = int(np.prod(shape, dtype=np.int64))
-    bits = (mask[:, None] >> _SHIFTS.to(mask.device)) & 1
-    return bits.reshape(-1)[:n].bool().reshape(shape)
+def _unpack_bits_ops(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` bits of ``packed``, flat, in torch ops (any device)."""
+    bits = (packed[:, None] >> _SHIFTS.to(packed.device)) & 1
+    return bits.reshape(-1)[:n].bool()

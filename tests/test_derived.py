@@ -1,4 +1,5 @@
-"""A GELU's output held as GELU of its input's record."""
+"""Outputs held as functions of other records: GELU of its input, ReLU of a batch norm of
+its input."""
 
 from __future__ import annotations
 
@@ -6,10 +7,18 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression
 from tensorpress.activation_offload import hooks as hooks_module
 from tensorpress.activation_offload.derived import GELU_LIPSCHITZ, Derived
-from tensorpress.activation_offload.records import Codec
+from tensorpress.activation_offload.records import (
+    Codec,
+    _pack_bits_ops,
+    _unpack_bits_ops,
+    pack_bits,
+    unpack_bits,
+)
 
 
 class MLP(nn.Module):
@@ -143,3 +152,126 @@ def test_a_tighter_second_save_holds_the_output_itself(monkeypatch):
     _grads(model, x, ac)  # debug=True: both savers' restored tensors are checked
     assert derived  # the first save was derived
     assert ac.stats.rows["(top)"].stored_bytes > 0  # the second one holds it
+
+
+# -- a ReLU's output after a batch norm ---------------------------------------------------
+
+
+class ConvNet(nn.Module):
+    """conv -> batch norm -> ReLU -> conv: the ReLU's output is saved by the ReLU and by
+    the second convolution."""
+
+    def __init__(self, relu: str = "inplace", channels: int = 8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=relu == "inplace")
+        self.functional = relu == "functional"
+        self.conv2 = nn.Conv2d(channels, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = self.bn(self.conv1(x))
+        h = F.relu(h) if self.functional else self.relu(h)
+        return self.conv2(h)
+
+
+def _relu_bytes(model: ConvNet, x: torch.Tensor) -> int:
+    """Bytes a derived ReLU output holds: its 1-bit mask and two values per channel."""
+    n = x.shape[0] * model.bn.num_features * x.shape[2] * x.shape[3]
+    return -(-n // 8) + 2 * model.bn.num_features * 4
+
+
+@pytest.mark.parametrize("relu", ["inplace", "module", "functional"])
+@pytest.mark.parametrize(
+    "bound",
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+)
+def test_relu_of_batch_norm_is_derived_within_its_bound(relu, bound):
+    torch.manual_seed(0)
+    model, x = ConvNet(relu), torch.randn(16, 3, 16, 16)
+    exact = _grads(model, x)
+    ac = ActivationCompression(
+        codec="block", zstd=None, debug=True, min_bytes=0, model=model, **bound
+    )
+    for _ in range(3):  # the first pass learns the bound the norm's input needs
+        got = _grads(model, x, ac)
+    name = "(top)" if relu == "functional" else "relu"
+    rows = ac.stats.rows
+    assert rows[name].saves == 1 and rows[name].stored_bytes == _relu_bytes(model, x)
+    assert rows["conv2"].saves == 1 and rows["conv2"].stored_bytes == 0  # the same tensor
+    assert float((got - exact).norm() / exact.norm()) < 0.05
+
+
+def test_a_derived_relu_output_is_positive_exactly_where_it_was():
+    torch.manual_seed(0)
+    model, x = ConvNet("module"), torch.randn(16, 3, 16, 16)
+    ac = ActivationCompression(codec="block", abs=0.5, zstd=None, model=model)
+    for _ in range(2):  # the first pass learns the bound the norm's input needs
+        with ac:
+            y = model.relu(model.bn(model.conv1(x)))
+            restored = y.grad_fn._saved_result  # unpacked through the hooks
+    assert ac.stats.rows["relu"].stored_bytes == _relu_bytes(model, x)
+    assert torch.equal(restored > 0, y > 0) and torch.equal(restored == 0, y == 0)
+    assert 0 < float((restored - y).detach().abs().max()) <= 0.5
+
+
+def test_a_large_batch_norm_weight_tightens_its_input():
+    """|alpha| = invstd * |weight| scales the input's error; the input is held within
+    the output's bound over max |alpha| (the debug check holds the output to it)."""
+    torch.manual_seed(0)
+    model, x = ConvNet("module"), torch.randn(16, 3, 16, 16)
+    with torch.no_grad():
+        model.bn.weight.mul_(torch.linspace(0.1, 40.0, 8))
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, debug=True, model=model)
+    for _ in range(2):
+        _grads(model, x, ac)
+    rows = ac.stats.rows
+    assert rows["relu"].stored_bytes == _relu_bytes(model, x)
+    assert rows["bn"].tolerance < rows["relu"].tolerance / 10
+
+
+@pytest.mark.parametrize("case", ["eval", "bfloat16", "gelu after the norm"])
+def test_relu_outputs_the_norm_cannot_give_are_compressed(case):
+    torch.manual_seed(0)
+    model, x = ConvNet("module"), torch.randn(16, 3, 16, 16)
+    if case == "eval":
+        model.eval()
+    elif case == "bfloat16":
+        model, x = model.to(torch.bfloat16), x.to(torch.bfloat16)
+    else:
+        model.relu = nn.GELU()
+    ac = ActivationCompression(codec="block", rel=1e-2, zstd=None, debug=True, model=model)
+    for _ in range(2):
+        _grads(model, x, ac)
+    held = ac.stats.rows["relu"].stored_bytes
+    assert held > 0 and held != _relu_bytes(model, x)
+
+
+def test_in_place_edit_of_the_norm_input_still_raises():
+    torch.manual_seed(0)
+    model, x = ConvNet("module"), torch.randn(16, 3, 16, 16)
+    ac = ActivationCompression(codec="block", rel=1e-2, zstd=None, model=model)
+    for step in range(2):
+        with ac:
+            h = model.conv1(x)
+            out = model.conv2(model.relu(model.bn(h)))
+            if step:
+                h.mul_(2)  # after the batch norm saved it
+        if step:
+            assert ac.stats.rows["relu"].stored_bytes == _relu_bytes(model, x)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                out.sum().backward()
+        else:
+            out.sum().backward()
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 100), seed=st.integers(0, 2**16))
+def test_bits_pack_the_same_on_the_host_and_in_torch_ops(n, seed):
+    """The host path (numpy) and the device path (torch ops) of the 1-bit masks give the
+    same bytes and the same bools back."""
+    b = torch.rand(n, generator=torch.Generator().manual_seed(seed)) < 0.5
+    packed = pack_bits(b.reshape(1, n, 1))
+    assert torch.equal(packed, _pack_bits_ops(b)) and packed.numel() == -(-n // 8)
+    assert torch.equal(unpack_bits(packed, (n, 1)).reshape(-1), b)
+    assert torch.equal(_unpack_bits_ops(packed, n), b)
