@@ -110,7 +110,7 @@ class BatchNormInputs:
     derived, learned from the last pass that tried."""
 
     def __init__(self):
-        self._by_node: dict = {}  # node -> (record, output_nr, magnitude); per forward
+        self._by_node: dict = {}  # node -> (record, output_nr, magnitude, module); per pass
         self._needed: dict = {}  # batch norm's name -> tolerance of its input
 
     def tolerance(self, name: str, tol: float) -> float:
@@ -157,9 +157,9 @@ class BatchNormInputs:
         a, b = float(alpha.abs().max()), float(beta.abs().max())
         slack = rounding_slack(t.dtype, magnitude * a + b)
         room = tol * (1 - 2**-10) - slack
-        if room > 0 and a > 0:  # what the next pass holds the input within (10% spare)
-            self._needed[rec.name] = 0.9 * room / a
-        error = a * rec.tolerance + slack
+        if room > 0 and 0 < a < math.inf:  # the next pass holds the input within this
+            self._needed[rec.name] = 0.9 * room / a  # (a tenth spare: the norm moves)
+        error = a * (1 + torch.finfo(t.dtype).eps) * rec.tolerance + slack  # alpha rounded
         if not error <= tol:
             return None
         view = (1, channels) + (1,) * (t.dim() - 2)
