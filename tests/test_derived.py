@@ -275,3 +275,22 @@ def test_bits_pack_the_same_on_the_host_and_in_torch_ops(n, seed):
     assert torch.equal(packed, _pack_bits_ops(b)) and packed.numel() == -(-n // 8)
     assert torch.equal(unpack_bits(packed, (n, 1)).reshape(-1), b)
     assert torch.equal(_unpack_bits_ops(packed, n), b)
+
+
+def test_relu_of_batch_norm_with_the_norm_input_in_a_store(tmp_path):
+    """The norm's input offloaded to files: the ReLU output comes back from it, within
+    its bound, and the gradients match those held in memory."""
+    from tensorpress.activation_offload import TieredStore
+
+    torch.manual_seed(0)
+    model, x = ConvNet("module"), torch.randn(16, 3, 16, 16)
+    in_memory = ActivationCompression(codec="block", rel=1e-2, zstd=None, model=model)
+    with TieredStore(0, nvme_dir=tmp_path) as store:
+        offloaded = ActivationCompression(
+            codec="block", rel=1e-2, zstd=None, debug=True, store=store, model=model
+        )
+        for _ in range(2):
+            want, got = _grads(model, x, in_memory), _grads(model, x, offloaded)
+        assert store.stats.spilled_bytes > 0
+    assert offloaded.stats.rows["relu"].stored_bytes == _relu_bytes(model, x)
+    assert torch.equal(got, want)
