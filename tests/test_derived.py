@@ -294,3 +294,23 @@ def test_relu_of_batch_norm_with_the_norm_input_in_a_store(tmp_path):
         assert store.stats.spilled_bytes > 0
     assert offloaded.stats.rows["relu"].stored_bytes == _relu_bytes(model, x)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(256, 32), (64, 32, 8)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_relu_of_batch_norm_1d_and_without_affine(shape, affine):
+    """BatchNorm1d over (N, C) and (N, C, L), with and without weight and bias."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(shape[-1], shape[-1]),
+        nn.BatchNorm1d(32, affine=affine),
+        nn.ReLU(),
+        nn.Linear(shape[-1], 4),
+    )
+    x = torch.randn(*shape)
+    ac = ActivationCompression(
+        codec="block", rel=1e-2, zstd=None, debug=True, min_bytes=0, model=model
+    )
+    for _ in range(2):
+        _grads(model, x, ac)
+    assert ac.stats.rows["2"].stored_bytes == -(-x.numel() // 8) + 2 * 32 * 4
