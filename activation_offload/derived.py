@@ -19,6 +19,11 @@ positives positive. The bound the norm's input needs is learned from the last
 forward pass (``BatchNormInputs.tolerance``); where it is not met yet, the output is
 compressed as any other.
 
+A layer norm's output (which the next linear layer saves) as the norm of its input's
+record, ``(x - mean) * rstd * weight + bias`` with the per-row statistics the norm
+saved: within ``max(rstd) max|weight| e`` plus rounding, its input's bound learned
+the same way.
+
 float16 and bfloat16 tensors are compressed as they are: their rounding is too
 coarse for the slack.
 """
@@ -41,6 +46,7 @@ _EXACT = (torch.float32, torch.float64)
 _GELU_OUTPUT = "GeluBackward0"
 _RELU_OUTPUT = "ReluBackward0"
 _BATCH_NORM = "NativeBatchNormBackward0"
+_LAYER_NORM = "NativeLayerNormBackward0"
 #: nodes of reshapes (a linear layer flattens its input to 2-d): the same values in C order
 _RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"})
 
@@ -103,24 +109,23 @@ class GeluInputs:
         return GeluOfInput(t, rec, fn._saved_approximate, tol, error, stats, name, debug)
 
 
-class BatchNormInputs:
-    """The records of the batch-norm inputs held during one forward pass, by the
-    autograd node that made them (a ReLU output's node leads to its norm's, whose input
-    names them), and the bound each batch norm's input needs for its ReLU output to be
-    derived, learned from the last pass that tried."""
+class _NormInputs:
+    """The records of a kind of norm's inputs held during one forward pass, by the
+    autograd node that made them (an output's node leads to its norm's, whose input
+    names them), and the bound each norm's input needs for its output to be derived,
+    learned from the last pass that tried."""
 
     def __init__(self):
         self._by_node: dict = {}  # node -> (record, output_nr, magnitude, module); per pass
-        self._needed: dict = {}  # batch norm's name -> tolerance of its input
+        self._needed: dict = {}  # norm's name -> tolerance of its input
 
     def tolerance(self, name: str, tol: float) -> float:
-        """The tolerance for the input of the batch norm ``name`` (its own: ``tol``)."""
+        """The tolerance for the input of the norm ``name`` (its own: ``tol``)."""
         return min(tol, self._needed.get(name, math.inf))
 
     def add(self, t: torch.Tensor, rec, module) -> None:
-        """Note ``rec``, held for the input ``t`` of the batch-norm module ``module``, if
-        ``t`` is float32/64 and finite (its largest magnitude enters the rounding
-        slack)."""
+        """Note ``rec``, held for the input ``t`` of the norm module ``module``, if ``t``
+        is float32/64 and finite (its largest magnitude enters the rounding slack)."""
         if t.grad_fn is None or t.dtype not in _EXACT or t.dim() < 2 or t.numel() == 0:
             return
         lo, hi = torch.aminmax(t)
@@ -131,40 +136,87 @@ class BatchNormInputs:
     def clear(self) -> None:
         self._by_node.clear()
 
+    def _source(self, norm):
+        """(record, magnitude, module) of the input of autograd node ``norm``, if held
+        here under ``abs`` and not modified since; else None."""
+        node, nr = norm.next_functions[0]
+        rec, source_nr, magnitude, module = self._by_node.get(node, (None,) * 4)
+        if rec is None or source_nr != nr or rec.current_version() != rec.version:
+            return None
+        return (rec, magnitude, module) if rec.mode == "abs" else None
+
+    def _error(self, t, rec, tol: float, gain: float, size: float) -> float | None:
+        """The bound an output keeps when it changes by at most ``gain`` times its
+        input's change and its terms are at most ``size``: None if that exceeds ``tol``
+        (the tolerance the input needs is noted for the next pass either way)."""
+        slack = rounding_slack(t.dtype, size)
+        room = tol * (1 - 2**-10) - slack
+        if room > 0 and 0 < gain < math.inf:  # the next pass holds the input within this
+            self._needed[rec.name] = 0.9 * room / gain  # (a tenth spare: the norm moves)
+        error = gain * (1 + 2 * torch.finfo(t.dtype).eps) * rec.tolerance + slack  # rounded
+        return error if error <= tol else None
+
+
+class BatchNormInputs(_NormInputs):
+    """Batch norms' inputs, whose ReLU outputs are derived (:class:`ReluOfBatchNorm`)."""
+
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`ReluOfBatchNorm` record for ``t`` if it is ReLU's output of a batch
-        norm (training mode) whose input is held tightly enough for ``tol``; else None
-        (the tolerance that input needs is noted for the next pass either way)."""
+        norm (training mode) whose input is held tightly enough for ``tol``; else None."""
         fn = t.grad_fn
         if type(fn).__name__ != _RELU_OUTPUT or t.dtype not in _EXACT:
             return None
         norm, nr = fn.next_functions[0]
         if type(norm).__name__ != _BATCH_NORM or nr != 0 or not norm._saved_training:
             return None
-        node, nr = norm.next_functions[0]
-        rec, source_nr, magnitude, module = self._by_node.get(node, (None,) * 4)
-        if rec is None or source_nr != nr or rec.current_version() != rec.version:
+        source = self._source(norm)
+        if source is None or source[0].shape != tuple(t.shape) or source[0].dtype != t.dtype:
             return None
-        if rec.shape != tuple(t.shape) or rec.dtype != t.dtype or rec.mode != "abs":
-            return None
+        rec, magnitude, module = source
         mean, invstd = norm._saved_result1, norm._saved_result2  # kept exactly (hooks)
-        channels = t.shape[1] if t.dim() > 1 else 0
+        channels = t.shape[1]
         if mean.numel() != channels or invstd.numel() != channels:
             return None
         weight, bias = module.weight, module.bias  # as the forward pass used them
         alpha = invstd.double() * (1.0 if weight is None else weight.detach().double())
         beta = (0.0 if bias is None else bias.detach().double()) - mean.double() * alpha
         a, b = float(alpha.abs().max()), float(beta.abs().max())
-        slack = rounding_slack(t.dtype, magnitude * a + b)
-        room = tol * (1 - 2**-10) - slack
-        if room > 0 and 0 < a < math.inf:  # the next pass holds the input within this
-            self._needed[rec.name] = 0.9 * room / a  # (a tenth spare: the norm moves)
-        error = a * (1 + torch.finfo(t.dtype).eps) * rec.tolerance + slack  # alpha rounded
-        if not error <= tol:
+        error = self._error(t, rec, tol, a, magnitude * a + b)
+        if error is None:
             return None
         view = (1, channels) + (1,) * (t.dim() - 2)
         alpha, beta = alpha.to(t.dtype).reshape(view), beta.to(t.dtype).reshape(view)
         return ReluOfBatchNorm(t, rec, alpha, beta, tol, error, stats, name, debug)
+
+
+class LayerNormInputs(_NormInputs):
+    """Layer norms' inputs, whose outputs are derived (:class:`LayerNormOfInput`)."""
+
+    def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
+        """A :class:`LayerNormOfInput` record for ``t`` if it is a layer norm's output
+        (or a reshape of it) whose input is held tightly enough for ``tol``; else None."""
+        fn = t.grad_fn
+        if type(fn).__name__ in _RESHAPES:  # a linear layer flattens its input
+            fn = fn.next_functions[0][0]
+        if type(fn).__name__ != _LAYER_NORM or t.dtype not in _EXACT:
+            return None
+        source = self._source(fn)
+        if source is None or math.prod(source[0].shape) != t.numel():
+            return None
+        rec, magnitude, module = source
+        if rec.dtype != t.dtype:
+            return None
+        mean, rstd = fn._saved_result1, fn._saved_result2  # kept exactly (hooks)
+        weight, bias = module.weight, module.bias  # as the forward pass used them
+        w = None if weight is None else weight.detach().clone()
+        b = None if bias is None else bias.detach().clone()
+        gain = float(rstd.max()) * (1.0 if w is None else float(w.abs().max()))
+        reach = 0.0 if b is None else float(b.abs().max())
+        size = (magnitude + float(mean.abs().max())) * gain + reach
+        error = self._error(t, rec, tol, gain, size)
+        if error is None:
+            return None
+        return LayerNormOfInput(t, rec, mean, rstd, w, b, tol, error, stats, name, debug)
 
 
 class Derived(Held):
@@ -237,3 +289,23 @@ class ReluOfBatchNorm(Derived):
         y = torch.addcmul(self.beta, x.reshape(self.shape), self.alpha)
         y.clamp_min_(torch.finfo(y.dtype).tiny)  # a positive whose norm came back <= 0
         return y.mul_(unpack_bits(self.mask, self.shape).view(torch.uint8))  # zeros: 0
+
+
+class LayerNormOfInput(Derived):
+    """A layer norm of the record ``x`` of its input: ``(x - mean) * rstd * weight +
+    bias`` with the statistics the norm saved (kept exactly, held by the norm too)."""
+
+    __slots__ = ("mean", "rstd", "weight", "bias")
+
+    def __init__(self, t, source, mean, rstd, weight, bias, tol, error, stats, name, debug):
+        nbytes = sum(p.numel() * p.element_size() for p in (weight, bias) if p is not None)
+        super().__init__(t, source, nbytes, tol, error, stats, name, debug)
+        self.mean, self.rstd, self.weight, self.bias = mean, rstd, weight, bias
+
+    def _derive(self, x: torch.Tensor) -> torch.Tensor:
+        y = (x.reshape(self.source.shape) - self.mean).mul_(self.rstd)
+        if self.weight is not None:
+            y.mul_(self.weight)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.reshape(self.shape)

@@ -6,9 +6,9 @@ happens inside it). Pack: parameters and buffers (also as views or autocast
 copies), non-float tensors, tensors under ``min_bytes`` and tensors of excluded
 modules are kept as they are; a tensor saved again (same storage, view and
 version) reuses its first record; a GELU's output is restored as GELU of its
-saved input, and a ReLU's output after a batch norm as ReLU of the norm of its saved
-input (``derived.py``; the norm's batch statistics are kept exactly for it);
-everything else is compressed. With a
+saved input, a ReLU's output after a batch norm as ReLU of the norm of its saved
+input, and a layer norm's output as the norm of its saved input (``derived.py``; the
+norms' statistics are kept exactly for it); everything else is compressed. With a
 ``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
 of device memory until backward, which prefetches them in the reverse order of
 the forward pass. Unpack: the version counter is compared as autograd does (an
@@ -30,7 +30,7 @@ from torch.nn.modules.module import (
 from ..compress.lossless import check_level
 from ..compress.tensor import finite_range
 from .adaptive import AdaptiveBounds, layer_kind
-from .derived import BatchNormInputs, Derived, GeluInputs, input_tolerance
+from .derived import BatchNormInputs, Derived, GeluInputs, LayerNormInputs, input_tolerance
 from .identity import ParameterStorages, SavedTable
 from .records import Codec, Compressed, Kept, Offloaded
 from .stats import ActivationStats
@@ -134,6 +134,7 @@ class ActivationCompression:
         self._table = SavedTable()
         self._gelu_inputs = GeluInputs()
         self._norm_inputs = BatchNormInputs()
+        self._layer_norm_inputs = LayerNormInputs()
         self._active = None
 
     def _configure(self, config: dict) -> None:
@@ -187,6 +188,7 @@ class ActivationCompression:
         self._table.clear()
         self._gelu_inputs.clear()
         self._norm_inputs.clear()
+        self._layer_norm_inputs.clear()
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
@@ -208,6 +210,7 @@ class ActivationCompression:
         self._table.clear()
         self._gelu_inputs.clear()
         self._norm_inputs.clear()
+        self._layer_norm_inputs.clear()
         self._stack.clear()
         self.step += 1
         self._next = len(self._order) - 1
@@ -291,8 +294,9 @@ class ActivationCompression:
 
     def _record(self, t: torch.Tensor, module, name: str, nbytes: int, excluded: bool):
         norm = isinstance(module, _BatchNorm) and module.training
-        if norm and t.dim() == 1:  # its batch statistics: a derived ReLU output needs them
-            return Kept(t, nbytes, self.stats)
+        layer_norm = isinstance(module, torch.nn.LayerNorm)
+        if (norm and t.dim() == 1) or (layer_norm and _norm_statistics(t, module)):
+            return Kept(t, nbytes, self.stats)  # a derived output needs them exactly
         keep = (
             self._codec is None
             or t.dtype not in _FLOATS
@@ -307,26 +311,27 @@ class ActivationCompression:
             if store is None:
                 return Kept(t, nbytes, self.stats)
             return self._ordered(Offloaded(t, nbytes, self.stats, store))
-        gelu_input = norm_input = None  # for an nn.GELU's or a batch norm's input
+        gelu_input = norm_inputs = None  # for an nn.GELU's or a norm's input
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
             mode, tol = "abs", self._tolerance(t, module, name)
-            for inputs in (self._gelu_inputs, self._norm_inputs):
+            for inputs in (self._gelu_inputs, self._norm_inputs, self._layer_norm_inputs):
                 derived = inputs.derive(t, tol, self.stats, name, self.debug)
                 if derived is not None:
                     return derived
             if isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.config["rel"])
-            elif norm:
-                tol, norm_input = self._norm_inputs.tolerance(name, tol), module
+            elif norm or layer_norm:
+                norm_inputs = self._norm_inputs if norm else self._layer_norm_inputs
+                tol = norm_inputs.tolerance(name, tol)
         rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
-        elif norm_input is not None:
-            self._norm_inputs.add(t, rec, norm_input)
+        elif norm_inputs is not None:
+            norm_inputs.add(t, rec, module)
         return self._ordered(rec) if rec.store is not None else rec
 
     def _ordered(self, rec):
@@ -394,6 +399,13 @@ class ActivationCompression:
         self.step = int(state["step"])
         if self.bounds is not None and state["bounds"] is not None:
             self.bounds.load_state_dict(state["bounds"])
+
+
+def _norm_statistics(t: torch.Tensor, module: torch.nn.LayerNorm) -> bool:
+    """Whether ``t``, saved by the layer norm ``module``, is one of its per-row
+    statistics (mean, rstd: size 1 in the normalized dims)."""
+    k = len(module.normalized_shape)
+    return t.dim() >= k and all(s == 1 for s in t.shape[t.dim() - k :])
 
 
 def _log_probs(t: torch.Tensor) -> bool:

@@ -314,3 +314,73 @@ def test_relu_of_batch_norm_1d_and_without_affine(shape, affine):
     for _ in range(2):
         _grads(model, x, ac)
     assert ac.stats.rows["2"].stored_bytes == -(-x.numel() // 8) + 2 * 32 * 4
+
+
+# -- a layer norm's output ----------------------------------------------------------------
+
+
+class PreNorm(nn.Module):
+    """x -> layer norm -> linear (which saves the norm's output, flattened to 2-d)."""
+
+    def __init__(self, width: int = 64, affine: bool = True):
+        super().__init__()
+        self.lift = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width, elementwise_affine=affine)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        h = self.lift(x)
+        return h + self.proj(self.norm(h))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape", [(512, 64), (8, 64, 64)])
+@pytest.mark.parametrize(
+    "bound",
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+)
+def test_layer_norm_output_is_derived_within_its_bound(affine, shape, bound):
+    torch.manual_seed(0)
+    model, x = PreNorm(affine=affine), 3 * torch.randn(*shape) + 1
+    if affine:
+        with torch.no_grad():
+            model.norm.weight.uniform_(0.5, 4.0)
+            model.norm.bias.uniform_(-1.0, 1.0)
+    exact = _grads(model, x)
+    ac = ActivationCompression(
+        codec="block", zstd=None, debug=True, min_bytes=0, model=model, **bound
+    )
+    for _ in range(3):  # the first pass learns the bound the norm's input needs
+        got = _grads(model, x, ac)
+    rows = ac.stats.rows
+    assert rows["proj"].saves == 1 and rows["proj"].stored_bytes == (2 * 64 * 4 if affine else 0)
+    assert rows["norm"].stored_bytes > 0
+    assert float((got - exact).norm() / exact.norm()) < 0.05
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_layer_norm_outputs_are_compressed(dtype):
+    torch.manual_seed(0)
+    model, x = PreNorm().to(dtype), torch.randn(512, 64, dtype=dtype)
+    ac = ActivationCompression(codec="block", rel=1e-2, debug=True, min_bytes=0, model=model)
+    for _ in range(2):
+        _grads(model, x, ac)
+    assert ac.stats.rows["proj"].stored_bytes > 2 * 64 * 4
+
+
+def test_in_place_edit_of_the_layer_norm_input_still_raises():
+    torch.manual_seed(0)
+    model, x = PreNorm(), torch.randn(512, 64)
+    ac = ActivationCompression(codec="block", rel=1e-2, min_bytes=0, model=model)
+    for step in range(2):
+        with ac:
+            h = model.lift(x)
+            out = model.proj(model.norm(h))
+            if step:
+                h.mul_(2)  # after the layer norm saved it
+        if step:
+            assert ac.stats.rows["proj"].stored_bytes == 2 * 64 * 4
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                out.sum().backward()
+        else:
+            out.sum().backward()
