@@ -178,6 +178,8 @@ class BatchNormInputs(_NormInputs):
         if mean.numel() != channels or invstd.numel() != channels:
             return None
         weight, bias = module.weight, module.bias  # as the forward pass used them
+        if not _same(norm._saved_weight, weight):  # a module whose forward is its own
+            return None
         alpha = invstd.double() * (1.0 if weight is None else weight.detach().double())
         beta = (0.0 if bias is None else bias.detach().double()) - mean.double() * alpha
         a, b = float(alpha.abs().max()), float(beta.abs().max())
@@ -208,6 +210,8 @@ class LayerNormInputs(_NormInputs):
             return None
         mean, rstd = fn._saved_result1, fn._saved_result2  # kept exactly (hooks)
         weight, bias = module.weight, module.bias  # as the forward pass used them
+        if not (_same(fn._saved_weight, weight) and _same(fn._saved_bias, bias)):
+            return None
         w = None if weight is None else weight.detach().clone()
         b = None if bias is None else bias.detach().clone()
         gain = float(rstd.max()) * (1.0 if w is None else float(w.abs().max()))
@@ -217,6 +221,13 @@ class LayerNormInputs(_NormInputs):
         if error is None:
             return None
         return LayerNormOfInput(t, rec, mean, rstd, w, b, tol, error, stats, name, debug)
+
+
+def _same(saved, param) -> bool:
+    """Whether the tensor an autograd node saved is the module's parameter ``param``."""
+    if saved is None or param is None:
+        return saved is None and param is None
+    return saved.data_ptr() == param.data_ptr() and saved.shape == param.shape
 
 
 class Derived(Held):

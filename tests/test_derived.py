@@ -384,3 +384,20 @@ def test_in_place_edit_of_the_layer_norm_input_still_raises():
                 out.sum().backward()
         else:
             out.sum().backward()
+
+
+def test_a_layer_norm_with_a_forward_of_its_own_is_not_derived():
+    """A LayerNorm subclass that normalizes with other weights than its parameters:
+    its output is compressed, not derived from the parameters."""
+
+    class Doubled(nn.LayerNorm):
+        def forward(self, x):
+            return F.layer_norm(x, self.normalized_shape, 2 * self.weight, self.bias, self.eps)
+
+    torch.manual_seed(0)
+    model, x = PreNorm(), torch.randn(512, 64)
+    model.norm = Doubled(64)
+    ac = ActivationCompression(codec="block", rel=1e-2, debug=True, min_bytes=0, model=model)
+    for _ in range(2):
+        _grads(model, x, ac)
+    assert ac.stats.rows["proj"].stored_bytes > 2 * 64 * 4
