@@ -52,9 +52,9 @@ _RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBack
 
 
 def rounding_slack(dtype: torch.dtype, magnitude: float) -> float:
-    """A bound on the float error of GELU of a value of size up to ``magnitude``,
-    computed twice (once for the output, once to restore it): 8 units in the last
-    place."""
+    """A bound on the float error of a function (GELU, a norm) whose terms are of size
+    up to ``magnitude``, computed twice (once for the output, once to restore it): 8
+    units in the last place."""
     return 8.0 * magnitude * torch.finfo(dtype).eps
 
 
@@ -73,21 +73,38 @@ def input_tolerance(t: torch.Tensor, tol: float, rel: float | None) -> tuple[flo
     return (min(tol, room / GELU_LIPSCHITZ) if room > 0 else tol), magnitude
 
 
-class GeluInputs:
-    """The records of the GELU inputs held during one forward pass, by the autograd
-    node that made them (a GELU output's node names its input's)."""
+class _Inputs:
+    """The records of one kind of input held during one forward pass, by the autograd
+    node that made them: an output's node leads to the node of the function that made
+    it, whose input names them."""
 
     def __init__(self):
-        self._by_node: dict = {}  # node -> (record, output_nr, magnitude); per forward
+        self._by_node: dict = {}  # node -> (record, output_nr, magnitude, module); per pass
+
+    def _note(self, t: torch.Tensor, rec, magnitude: float, module=None) -> None:
+        if t.grad_fn is not None:
+            self._by_node[t.grad_fn] = (rec, t.output_nr, magnitude, module)
+
+    def clear(self) -> None:
+        self._by_node.clear()
+
+    def _source(self, fn):
+        """(record, magnitude, module) of the input of autograd node ``fn``, if held here
+        under ``abs`` and not modified since; else None."""
+        node, nr = fn.next_functions[0]
+        rec, source_nr, magnitude, module = self._by_node.get(node, (None,) * 4)
+        if rec is None or source_nr != nr or rec.current_version() != rec.version:
+            return None
+        return (rec, magnitude, module) if rec.mode == "abs" else None
+
+
+class GeluInputs(_Inputs):
+    """The inputs of GELUs, whose outputs are derived (:class:`GeluOfInput`)."""
 
     def add(self, t: torch.Tensor, rec, magnitude: float) -> None:
         """Note ``rec``, held for GELU's input ``t``, whose output's finite values are at
         most ``magnitude`` in size."""
-        if t.grad_fn is not None:
-            self._by_node[t.grad_fn] = (rec, t.output_nr, magnitude)
-
-    def clear(self) -> None:
-        self._by_node.clear()
+        self._note(t, rec, magnitude)
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`GeluOfInput` record for ``t`` if it is GELU's output whose input is held
@@ -97,11 +114,11 @@ class GeluInputs:
             fn = fn.next_functions[0][0]
         if type(fn).__name__ != _GELU_OUTPUT or t.dtype not in _EXACT:
             return None
-        node, nr = fn.next_functions[0]
-        rec, source_nr, magnitude = self._by_node.get(node, (None, None, None))
-        if rec is None or source_nr != nr or rec.current_version() != rec.version:
+        source = self._source(fn)
+        if source is None or math.prod(source[0].shape) != t.numel():
             return None
-        if math.prod(rec.shape) != t.numel() or rec.dtype != t.dtype or rec.mode != "abs":
+        rec, magnitude, _ = source
+        if rec.dtype != t.dtype:
             return None
         error = GELU_LIPSCHITZ * rec.tolerance + rounding_slack(t.dtype, magnitude)
         if not error <= tol:
@@ -109,15 +126,22 @@ class GeluInputs:
         return GeluOfInput(t, rec, fn._saved_approximate, tol, error, stats, name, debug)
 
 
-class _NormInputs:
-    """The records of a kind of norm's inputs held during one forward pass, by the
-    autograd node that made them (an output's node leads to its norm's, whose input
-    names them), and the bound each norm's input needs for its output to be derived,
-    learned from the last pass that tried."""
+class _NormInputs(_Inputs):
+    """The inputs of one kind of norm, and the bound each norm's input needs for its
+    output to be derived, learned from the last pass that tried."""
 
     def __init__(self):
-        self._by_node: dict = {}  # node -> (record, output_nr, magnitude, module); per pass
+        super().__init__()
         self._needed: dict = {}  # norm's name -> tolerance of its input
+
+    def takes(self, module) -> bool:
+        """Whether ``module`` is a norm of this kind whose output can be derived."""
+        raise NotImplementedError
+
+    def statistics(self, t: torch.Tensor, module) -> bool:
+        """Whether ``t``, saved by the norm ``module``, is one of its statistics (which
+        a derived output needs exactly)."""
+        raise NotImplementedError
 
     def tolerance(self, name: str, tol: float) -> float:
         """The tolerance for the input of the norm ``name`` (its own: ``tol``)."""
@@ -131,19 +155,7 @@ class _NormInputs:
         lo, hi = torch.aminmax(t)
         magnitude = max(abs(float(lo)), abs(float(hi)))
         if math.isfinite(magnitude):  # NaN and infinities would not survive the norm
-            self._by_node[t.grad_fn] = (rec, t.output_nr, magnitude, module)
-
-    def clear(self) -> None:
-        self._by_node.clear()
-
-    def _source(self, norm):
-        """(record, magnitude, module) of the input of autograd node ``norm``, if held
-        here under ``abs`` and not modified since; else None."""
-        node, nr = norm.next_functions[0]
-        rec, source_nr, magnitude, module = self._by_node.get(node, (None,) * 4)
-        if rec is None or source_nr != nr or rec.current_version() != rec.version:
-            return None
-        return (rec, magnitude, module) if rec.mode == "abs" else None
+            self._note(t, rec, magnitude, module)
 
     def _error(self, t, rec, tol: float, gain: float, size: float) -> float | None:
         """The bound an output keeps when it changes by at most ``gain`` times its
@@ -159,6 +171,12 @@ class _NormInputs:
 
 class BatchNormInputs(_NormInputs):
     """Batch norms' inputs, whose ReLU outputs are derived (:class:`ReluOfBatchNorm`)."""
+
+    def takes(self, module) -> bool:
+        return isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.training
+
+    def statistics(self, t: torch.Tensor, module) -> bool:
+        return t.dim() == 1  # the batch mean and invstd, one per channel
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`ReluOfBatchNorm` record for ``t`` if it is ReLU's output of a batch
@@ -193,6 +211,13 @@ class BatchNormInputs(_NormInputs):
 
 class LayerNormInputs(_NormInputs):
     """Layer norms' inputs, whose outputs are derived (:class:`LayerNormOfInput`)."""
+
+    def takes(self, module) -> bool:
+        return isinstance(module, torch.nn.LayerNorm)
+
+    def statistics(self, t: torch.Tensor, module) -> bool:
+        k = len(module.normalized_shape)  # mean and rstd: size 1 in the normalized dims
+        return t.dim() >= k and all(n == 1 for n in t.shape[t.dim() - k :])
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`LayerNormOfInput` record for ``t`` if it is a layer norm's output

@@ -37,7 +37,6 @@ from .stats import ActivationStats
 from .store import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_BatchNorm = torch.nn.modules.batchnorm._BatchNorm
 #: a loss's log-probabilities (cross entropy saves them): an error e becomes a factor
 #: exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get the
 #: absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
@@ -133,8 +132,8 @@ class ActivationCompression:
         self._stack: list = []
         self._table = SavedTable()
         self._gelu_inputs = GeluInputs()
-        self._norm_inputs = BatchNormInputs()
-        self._layer_norm_inputs = LayerNormInputs()
+        self._norm_inputs = (BatchNormInputs(), LayerNormInputs())
+        self._inputs = (self._gelu_inputs, *self._norm_inputs)  # whose outputs are derived
         self._active = None
 
     def _configure(self, config: dict) -> None:
@@ -186,9 +185,8 @@ class ActivationCompression:
             raise RuntimeError("this ActivationCompression is already active (it does not nest)")
         self.stats.reset()
         self._table.clear()
-        self._gelu_inputs.clear()
-        self._norm_inputs.clear()
-        self._layer_norm_inputs.clear()
+        for inputs in self._inputs:
+            inputs.clear()
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
@@ -208,9 +206,8 @@ class ActivationCompression:
         post.remove()
         hooks.__exit__(*exc)
         self._table.clear()
-        self._gelu_inputs.clear()
-        self._norm_inputs.clear()
-        self._layer_norm_inputs.clear()
+        for inputs in self._inputs:
+            inputs.clear()
         self._stack.clear()
         self.step += 1
         self._next = len(self._order) - 1
@@ -283,7 +280,7 @@ class ActivationCompression:
                     stored = rec.tighten(t, tol)
             elif isinstance(rec, Derived):
                 tol = self._tolerance(t, module, name)
-                if tol < rec.error:  # GELU of its input is not close enough: hold it too
+                if tol < rec.error:  # its derivation is not close enough: hold it too
                     rec = self._record(t, module, name, nbytes, excluded)
                     self._table.add(t, rec)
                     stored = rec.nbytes
@@ -293,9 +290,8 @@ class ActivationCompression:
         return rec
 
     def _record(self, t: torch.Tensor, module, name: str, nbytes: int, excluded: bool):
-        norm = isinstance(module, _BatchNorm) and module.training
-        layer_norm = isinstance(module, torch.nn.LayerNorm)
-        if (norm and t.dim() == 1) or (layer_norm and _norm_statistics(t, module)):
+        norm_inputs = next((n for n in self._norm_inputs if n.takes(module)), None)
+        if norm_inputs is not None and norm_inputs.statistics(t, module):
             return Kept(t, nbytes, self.stats)  # a derived output needs them exactly
         keep = (
             self._codec is None
@@ -311,26 +307,25 @@ class ActivationCompression:
             if store is None:
                 return Kept(t, nbytes, self.stats)
             return self._ordered(Offloaded(t, nbytes, self.stats, store))
-        gelu_input = norm_inputs = None  # for an nn.GELU's or a norm's input
+        gelu_input = None  # for an nn.GELU's input: its output's largest magnitude
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
             mode, tol = "abs", self._tolerance(t, module, name)
-            for inputs in (self._gelu_inputs, self._norm_inputs, self._layer_norm_inputs):
+            for inputs in self._inputs:
                 derived = inputs.derive(t, tol, self.stats, name, self.debug)
                 if derived is not None:
                     return derived
             if isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.config["rel"])
-            elif norm or layer_norm:
-                norm_inputs = self._norm_inputs if norm else self._layer_norm_inputs
+            elif norm_inputs is not None:
                 tol = norm_inputs.tolerance(name, tol)
         rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
-        elif norm_inputs is not None:
+        elif norm_inputs is not None and mode == "abs":
             norm_inputs.add(t, rec, module)
         return self._ordered(rec) if rec.store is not None else rec
 
@@ -399,13 +394,6 @@ class ActivationCompression:
         self.step = int(state["step"])
         if self.bounds is not None and state["bounds"] is not None:
             self.bounds.load_state_dict(state["bounds"])
-
-
-def _norm_statistics(t: torch.Tensor, module: torch.nn.LayerNorm) -> bool:
-    """Whether ``t``, saved by the layer norm ``module``, is one of its per-row
-    statistics (mean, rstd: size 1 in the normalized dims)."""
-    k = len(module.normalized_shape)
-    return t.dim() >= k and all(s == 1 for s in t.shape[t.dim() - k :])
 
 
 def _log_probs(t: torch.Tensor) -> bool:
