@@ -38,6 +38,15 @@ DEFAULT_CACHE_BYTES = 64 * MIB  # bytes: the chunk cache's floor (per dataset)
 CONTIGUOUS_READ_BYTES = MIB  # bytes: target read size for contiguous datasets
 _MAX_SLOTS = 1 << 20  # chunk-cache hash slots: 8 MiB of pointers at most
 _LISTED = 8  # datasets named in a missing-key error
+_pid_lock = threading.Lock()  # one thread forgets an inherited handle; the others wait
+
+
+def _new_pid_lock() -> None:
+    global _pid_lock
+    _pid_lock = threading.Lock()  # a lock held at fork time stays held in the child
+
+
+os.register_at_fork(after_in_child=_new_pid_lock)
 CACHE_W0 = 0.75  # HDF5's default chunk-cache preemption policy
 LABEL_MEMORY_BYTES = 16 * MIB  # bytes: labels up to this size are read once and kept
 
@@ -366,13 +375,18 @@ class H5Dataset(Dataset):
     # -- the handle: one per process --------------------------------------------------
 
     def _sync_pid(self) -> None:
-        """Forget a handle (and counters) inherited from another process."""
+        """Forget a handle (and counters) inherited from another process, once: a
+        worker's reading threads that arrive together must not forget the handle one of
+        them has just opened."""
         pid = os.getpid()
-        if self._pid != pid:
-            self._lock = threading.Lock()  # a lock held at fork time stays held
-            self._file = self._x = self._y = self._x_direct = self._labels = None  # parent's
-            self._bytes_read = self._chunk_bytes_read = 0
-            self._pid = pid
+        if self._pid == pid:
+            return
+        with _pid_lock:
+            if self._pid != pid:
+                self._lock = threading.Lock()  # a lock held at fork time stays held
+                self._file = self._x = self._y = self._x_direct = self._labels = None
+                self._bytes_read = self._chunk_bytes_read = 0
+                self._pid = pid
 
     def _open(self, where: str) -> None:
         self._sync_pid()
