@@ -88,14 +88,28 @@ class _Inputs:
     def clear(self) -> None:
         self._by_node.clear()
 
-    def _source(self, fn):
+    def _source(self, fn, t):
         """(record, magnitude, module) of the input of autograd node ``fn``, if held here
-        under ``abs`` and not modified since; else None."""
+        under ``abs``, not modified since, and of ``t``'s size and dtype; else None."""
         node, nr = fn.next_functions[0]
         rec, source_nr, magnitude, module = self._by_node.get(node, (None,) * 4)
         if rec is None or source_nr != nr or rec.current_version() != rec.version:
             return None
-        return (rec, magnitude, module) if rec.mode == "abs" else None
+        if rec.mode != "abs" or rec.dtype != t.dtype or math.prod(rec.shape) != t.numel():
+            return None
+        return rec, magnitude, module
+
+    def _made_by(self, t, node_name: str):
+        """(autograd node, record, magnitude, module) when ``t`` (or the reshape of it a
+        linear layer saves) is the output of a ``node_name`` node whose input is held
+        here; else None."""
+        fn = t.grad_fn
+        if type(fn).__name__ in _RESHAPES:  # a linear layer flattens its input
+            fn = fn.next_functions[0][0]
+        if type(fn).__name__ != node_name or t.dtype not in _EXACT:
+            return None
+        source = self._source(fn, t)
+        return None if source is None else (fn, *source)
 
 
 class GeluInputs(_Inputs):
@@ -109,17 +123,10 @@ class GeluInputs(_Inputs):
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`GeluOfInput` record for ``t`` if it is GELU's output whose input is held
         tightly enough for ``tol``; else None."""
-        fn = t.grad_fn
-        if type(fn).__name__ in _RESHAPES:  # GELU's output reshaped: GELU's node is next
-            fn = fn.next_functions[0][0]
-        if type(fn).__name__ != _GELU_OUTPUT or t.dtype not in _EXACT:
+        made = self._made_by(t, _GELU_OUTPUT)
+        if made is None:
             return None
-        source = self._source(fn)
-        if source is None or math.prod(source[0].shape) != t.numel():
-            return None
-        rec, magnitude, _ = source
-        if rec.dtype != t.dtype:
-            return None
+        fn, rec, magnitude, _ = made
         error = GELU_LIPSCHITZ * rec.tolerance + rounding_slack(t.dtype, magnitude)
         if not error <= tol:
             return None
@@ -187,8 +194,8 @@ class BatchNormInputs(_NormInputs):
         norm, nr = fn.next_functions[0]
         if type(norm).__name__ != _BATCH_NORM or nr != 0 or not norm._saved_training:
             return None
-        source = self._source(norm)
-        if source is None or source[0].shape != tuple(t.shape) or source[0].dtype != t.dtype:
+        source = self._source(norm, t)
+        if source is None or source[0].shape != tuple(t.shape):
             return None
         rec, magnitude, module = source
         mean, invstd = norm._saved_result1, norm._saved_result2  # kept exactly (hooks)
@@ -222,17 +229,10 @@ class LayerNormInputs(_NormInputs):
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`LayerNormOfInput` record for ``t`` if it is a layer norm's output
         (or a reshape of it) whose input is held tightly enough for ``tol``; else None."""
-        fn = t.grad_fn
-        if type(fn).__name__ in _RESHAPES:  # a linear layer flattens its input
-            fn = fn.next_functions[0][0]
-        if type(fn).__name__ != _LAYER_NORM or t.dtype not in _EXACT:
+        made = self._made_by(t, _LAYER_NORM)
+        if made is None:
             return None
-        source = self._source(fn)
-        if source is None or math.prod(source[0].shape) != t.numel():
-            return None
-        rec, magnitude, module = source
-        if rec.dtype != t.dtype:
-            return None
+        fn, rec, magnitude, module = made
         mean, rstd = fn._saved_result1, fn._saved_result2  # kept exactly (hooks)
         weight, bias = module.weight, module.bias  # as the forward pass used them
         if not (_same(fn._saved_weight, weight) and _same(fn._saved_bias, bias)):
