@@ -127,7 +127,7 @@ class GeluInputs(_Inputs):
         if made is None:
             return None
         fn, rec, magnitude, _ = made
-        error = GELU_LIPSCHITZ * rec.tolerance + rounding_slack(t.dtype, magnitude)
+        error = GELU_LIPSCHITZ * rec.error + rounding_slack(t.dtype, magnitude)
         if not error <= tol:
             return None
         return GeluOfInput(t, rec, fn._saved_approximate, tol, error, stats, name, debug)
@@ -172,7 +172,7 @@ class _NormInputs(_Inputs):
         room = tol * (1 - 2**-10) - slack
         if room > 0 and 0 < gain < math.inf:  # the next pass holds the input within this
             self._needed[rec.name] = 0.9 * room / gain  # (a tenth spare: the norm moves)
-        error = gain * (1 + 2 * torch.finfo(t.dtype).eps) * rec.tolerance + slack  # rounded
+        error = gain * (1 + 2 * torch.finfo(t.dtype).eps) * rec.error + slack  # rounded
         return error if error <= tol else None
 
 
@@ -260,12 +260,13 @@ class Derived(Held):
     that function needs beyond it. ``tolerance``: the bound promised; ``error``: the
     bound it keeps (no larger)."""
 
-    __slots__ = ("source", "shape", "tolerance", "error", "watch", "name", "original")
+    __slots__ = ("source", "shape", "dtype", "tolerance", "error", "watch", "name", "original")
     zeros_exact = False  # whether the function keeps the zeros of the output exact
+    mode = "abs"
 
     def __init__(self, t, source, nbytes: int, tol, error, stats, name, debug):
         super().__init__(nbytes, stats)
-        self.source, self.shape = source, tuple(t.shape)
+        self.source, self.shape, self.dtype = source, tuple(t.shape), t.dtype
         self.tolerance, self.error, self.name = tol, error, name
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
@@ -313,6 +314,7 @@ class ReluOfBatchNorm(Derived):
     input, positive exactly where the output was (a 1-bit mask)."""
 
     __slots__ = ("alpha", "beta", "mask")
+    tightens = True  # its norm learns the bound its input needs
     zeros_exact = True
 
     def __init__(self, t, source, alpha, beta, tol, error, stats, name, debug):
@@ -332,6 +334,7 @@ class LayerNormOfInput(Derived):
     bias`` with the statistics the norm saved (kept exactly, held by the norm too)."""
 
     __slots__ = ("mean", "rstd", "weight", "bias")
+    tightens = True  # its norm learns the bound its input needs
 
     def __init__(self, t, source, mean, rstd, weight, bias, tol, error, stats, name, debug):
         nbytes = sum(p.numel() * p.element_size() for p in (weight, bias) if p is not None)

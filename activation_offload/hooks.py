@@ -8,7 +8,9 @@ modules are kept as they are; a tensor saved again (same storage, view and
 version) reuses its first record; a GELU's output is restored as GELU of its
 saved input, a ReLU's output after a batch norm as ReLU of the norm of its saved
 input, and a layer norm's output as the norm of its saved input (``derived.py``; the
-norms' statistics are kept exactly for it); everything else is compressed. With a
+norms' statistics are kept exactly for it); a view of memory already held, or of a
+linear layer's output whose input is held (attention's query, key and value), as a
+view of it rebuilt in backward (``regions.py``); everything else is compressed. With a
 ``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
 of device memory until backward, which prefetches them in the reverse order of
 the forward pass. Unpack: the version counter is compared as autograd does (an
@@ -33,6 +35,7 @@ from .adaptive import AdaptiveBounds, layer_kind
 from .derived import BatchNormInputs, Derived, GeluInputs, LayerNormInputs, input_tolerance
 from .identity import ParameterStorages, SavedTable
 from .records import Codec, Compressed, Kept, Offloaded
+from .regions import Regions
 from .stats import ActivationStats
 from .store import TieredStore
 
@@ -133,7 +136,9 @@ class ActivationCompression:
         self._table = SavedTable()
         self._gelu_inputs = GeluInputs()
         self._norm_inputs = (BatchNormInputs(), LayerNormInputs())
-        self._inputs = (self._gelu_inputs, *self._norm_inputs)  # whose outputs are derived
+        self._regions = Regions()
+        # what saved tensors are derived from, in the order they are tried
+        self._inputs = (self._gelu_inputs, *self._norm_inputs, self._regions)
         self._active = None
 
     def _configure(self, config: dict) -> None:
@@ -237,13 +242,19 @@ class ActivationCompression:
         if _compiling():
             return
         while self._stack:
-            m, name, _ = self._stack.pop()
+            m, name, excluded = self._stack.pop()
             if m is module:
                 break
         else:
             return
         if self.bounds is not None and self.bounds.observing(self.step):
             self.bounds.observe(name, module, output)
+        if isinstance(module, torch.nn.Linear) and self._abs_bounds() and not excluded:
+            self._regions.add_linear(module, args, output, self._table)
+
+    def _abs_bounds(self) -> bool:
+        """Whether saved tensors get absolute bounds (``abs`` or ``rel``)."""
+        return self._codec is not None and self._codec.bounded and self.config["pw_rel"] is None
 
     def _excluded(self, name: str, module) -> bool:
         for e in self.exclude:
@@ -278,7 +289,7 @@ class ActivationCompression:
                 tol = self._tolerance(t, module, name)
                 if tol < rec.tolerance:
                     stored = rec.tighten(t, tol)
-            elif isinstance(rec, Derived):
+            elif isinstance(rec, Derived):  # also a view of a region
                 tol = self._tolerance(t, module, name)
                 if tol < rec.error:  # its derivation is not close enough: hold it too
                     rec = self._record(t, module, name, nbytes, excluded)
@@ -308,26 +319,35 @@ class ActivationCompression:
                 return Kept(t, nbytes, self.stats)
             return self._ordered(Offloaded(t, nbytes, self.stats, store))
         gelu_input = None  # for an nn.GELU's input: its output's largest magnitude
+        rec = None
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
             mode, tol = "abs", self._tolerance(t, module, name)
-            for inputs in self._inputs:
-                derived = inputs.derive(t, tol, self.stats, name, self.debug)
-                if derived is not None:
-                    return derived
             if isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.config["rel"])
             elif norm_inputs is not None:
                 tol = norm_inputs.tolerance(name, tol)
-        rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
+            rec = self._derived(t, tol, name)
+        if rec is None:
+            rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
+            if mode == "abs":
+                self._regions.add_held(t, rec)
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
         elif norm_inputs is not None and mode == "abs":
             norm_inputs.add(t, rec, module)
         return self._ordered(rec) if rec.store is not None else rec
+
+    def _derived(self, t: torch.Tensor, tol: float, name: str):
+        """A record restoring ``t`` from what is held already, within ``tol``, or None."""
+        for inputs in self._inputs:
+            rec = inputs.derive(t, tol, self.stats, name, self.debug)
+            if rec is not None:
+                return rec
+        return None
 
     def _ordered(self, rec):
         """Note an offloaded record's place in the save order (for prefetching)."""
@@ -357,10 +377,10 @@ class ActivationCompression:
         if c["rel"] is not None:  # rel bounds scale with the finite value range
             lo, hi = finite_range(t)
             scale = hi - lo
-        base = (c["rel"] if c["abs"] is None else c["abs"]) * scale
-        if self.bounds is None:
-            return base
-        return self.bounds.tolerance(name, layer_kind(module), base, c["ceiling"] * scale)
+        tol = (c["rel"] if c["abs"] is None else c["abs"]) * scale
+        if self.bounds is not None:
+            tol = self.bounds.tolerance(name, layer_kind(module), tol, c["ceiling"] * scale)
+        return self._regions.tolerance(name, t, tol)  # as views derived from it need
 
     def _unpack(self, rec):
         now = rec.current_version()

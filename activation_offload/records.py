@@ -33,6 +33,9 @@ class Held:
 
     __slots__ = ("nbytes", "offloaded", "packs", "_keep", "_stats", "__weakref__")
     store = None
+    #: whether a tighter tolerance asked of this record's saver on one pass is held to
+    #: on the next (records derived from it need it)
+    tightens = False
 
     def __init__(self, nbytes: int, stats: ActivationStats | None, offloaded: bool = False):
         self.nbytes, self.offloaded = nbytes, offloaded
@@ -172,6 +175,7 @@ class Compressed(Held):
 
     __slots__ = ("codec", "payload", "mask", "shape", "dtype", "device", "watch", "mode")
     __slots__ += ("tolerance", "name", "original", "_restored", "store", "handle")
+    tightens = True
 
     def __init__(
         self, t, codec: Codec, mode, tol, stats: ActivationStats, name: str, debug: bool, store=None
@@ -232,6 +236,11 @@ class Compressed(Held):
     @property
     def version(self) -> int:
         return self.watch.version
+
+    @property
+    def error(self) -> float | None:
+        """The absolute bound every restored element keeps (None: not an abs bound)."""
+        return self.tolerance if self.mode == "abs" else None
 
     def restore(self) -> torch.Tensor:
         if self._keep is not None:

@@ -53,7 +53,10 @@ def test_gelu_output_is_derived_within_its_bound(approximate, shape, bound):
     torch.manual_seed(0)
     model, x = MLP(approximate), 3 * torch.randn(*shape)
     exact = _grads(model, x)
-    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
+    # "up" keeps its input: GELU's input is compressed, not rebuilt as "up" of its input
+    ac = ActivationCompression(
+        codec="block", zstd=None, debug=True, model=model, exclude=["up"], **bound
+    )
     for _ in range(2):  # debug=True: every restored tensor is checked against its bound
         got = _grads(model, x, ac)
     rows = ac.stats.rows
@@ -311,7 +314,9 @@ def test_relu_of_batch_norm_1d_and_without_affine(shape, affine):
     ac = ActivationCompression(
         codec="block", rel=1e-2, zstd=None, debug=True, min_bytes=0, model=model
     )
-    for _ in range(2):
+    # (the loss's input, the last layer's output, asks the ReLU's output for a slightly
+    # tighter bound on the first pass, which the norm's input meets from the third)
+    for _ in range(3):
         _grads(model, x, ac)
     assert ac.stats.rows["2"].stored_bytes == -(-x.numel() // 8) + 2 * 32 * 4
 

@@ -1,0 +1,278 @@
+"""Saved tensors held as views of a region of memory that backward can rebuild.
+
+Autograd often saves several views of one storage: attention's query, key and value
+(slices of one linear layer's output), attention's output and the same memory
+flattened as the next linear layer's input, a linear layer's output as the input of
+a GELU. Each would otherwise cost a codec pass of its own. A region is a span of a
+storage, ``[offset, offset + numel)`` elements, that can be rebuilt in backward:
+
+- ``HeldRegion``: a dense tensor already held (a codec record): rebuilt by restoring
+  it and laying it out as it lay in memory. A view of it costs nothing and keeps the
+  record's bound exactly.
+- ``LinearRegion``: the output of an ``nn.Linear`` whose input is held: rebuilt as
+  the layer of the restored input (the weight as the forward pass used it, a copy of
+  the bias; only where the layer saved its weight, so that an in-place edit of it
+  raises, as autograd raises). An input within ``e`` gives outputs within
+  ``e`` times the largest row sum of |weight|, plus the rounding of the two matrix
+  products (:func:`product_slack`). Where that misses a view's own bound, the input's
+  saver is asked for a tighter bound on the next pass (``Regions.needs``), so the
+  view is derived from then on.
+
+A view is rebuilt once per region: the region keeps its rebuilt memory until every
+view of it has taken it.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .derived import Derived
+from .stats import ActivationStats
+
+_EXACT = (torch.float32, torch.float64)
+#: a view asks its source for a bound at most 2 ** (4 n / m) times tighter (n, m: the
+#: view's and the source's sizes): 4 bits a value of the view, about what holding the
+#: view itself would cost, spread over the source's values
+VIEW_BITS = 4.0
+
+
+def product_slack(dtype: torch.dtype, device: torch.device, k: int, size: float) -> float:
+    """A bound on the float error of a dot product of length ``k`` plus a bias, whose
+    terms' magnitudes sum to at most ``size``, computed twice (in forward and to
+    rebuild it, in any order of summation): ``2 (k + 1) eps size``, with the precision
+    the matrix products of ``dtype`` run at on ``device`` (TF32 on CUDA, bfloat16 under
+    a float32 matmul precision other than "highest")."""
+    eps = torch.finfo(dtype).eps
+    if dtype == torch.float32:
+        if torch.get_float32_matmul_precision() != "highest":
+            eps = torch.finfo(torch.bfloat16).eps
+        elif device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+            eps = 2.0**-10
+    return 2.0 * (k + 1) * eps * size
+
+
+def need_key(name: str, t: torch.Tensor) -> tuple:
+    """Which saved tensor of the next pass a tolerance asked for this one applies to: the
+    same saver, shape and autograd node type."""
+    return name, tuple(t.shape), type(t.grad_fn).__name__
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t`` covers its span of memory exactly once (any order of dims)."""
+    expected = 1
+    for stride, size in sorted(zip(t.stride(), t.shape, strict=True)):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """(first, last + 1) element offsets ``t`` reads in its storage (numel > 0)."""
+    first = t.storage_offset()
+    return first, first + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+
+
+class Region:
+    """A span of a storage that backward rebuilds; ``error``: the bound its elements
+    keep; ``source``: the record it is rebuilt from (``saved``: the tensor it holds),
+    whose tolerance (``asks``) is tightened when that is not enough."""
+
+    def __init__(self, t: torch.Tensor, offset: int, numel: int, source, saved: torch.Tensor):
+        self.storage = StorageWeakRef(t.untyped_storage())
+        self.offset, self.numel, self.dtype = offset, numel, t.dtype
+        self.version = t._version
+        self.asks = need_key(source.name, saved)
+        self.source_tightens = source.tightens
+        self.source_numel, self.source_tolerance = math.prod(source.shape), source.tolerance
+        self.views = 0  # views not yet restored
+        self.nbytes = 0  # bytes it holds of its own, counted with its first view
+        self._memory: torch.Tensor | None = None
+
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether the elements of ``t`` lie in this region, unchanged since."""
+        if t.dtype != self.dtype or t._version != self.version or self.storage.expired():
+            return False
+        first, end = _span(t)
+        return self.offset <= first and end <= self.offset + self.numel
+
+    def take(self) -> torch.Tensor:
+        """The region's elements, flat in memory order (rebuilt once for all views)."""
+        memory = self._memory if self._memory is not None else self._rebuild().reshape(-1)
+        self.views -= 1
+        self._memory = memory if self.views > 0 else None
+        return memory
+
+    def _rebuild(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def wanted(self, tol: float) -> float | None:
+        """The bound the source needs for this region to keep ``tol`` (None: none can)."""
+        return tol
+
+
+class HeldRegion(Region):
+    """The memory of a dense tensor held by a codec record."""
+
+    def __init__(self, t: torch.Tensor, rec):
+        super().__init__(t, t.storage_offset(), t.numel(), rec, t)
+        self.error, self.record = rec.error, weakref.ref(rec)
+        self.shape, self.stride = tuple(t.shape), tuple(t.stride())
+
+    def _rebuild(self) -> torch.Tensor:
+        rec = self.record()
+        if rec is None:
+            raise RuntimeError(
+                "the record of a saved activation was dropped before a view of it was "
+                "restored: backward through part of a graph whose other part was freed"
+            )
+        x = rec.restore()
+        rec.keep_restored(x)  # its own saver, later in backward, takes it
+        memory = torch.empty_strided(self.shape, self.stride, dtype=x.dtype, device=x.device)
+        memory.copy_(x.reshape(self.shape))
+        return memory.as_strided((self.numel,), (1,), memory.storage_offset())
+
+
+class LinearRegion(Region):
+    """The output of a linear layer, as the layer of its input's record."""
+
+    def __init__(self, output, source, saved, weight, bias, error, gain, slack):
+        super().__init__(output, output.storage_offset(), output.numel(), source, saved)
+        self.source, self.error, self.gain, self.slack = source, error, gain, slack
+        self.weight, self.version_of_weight = weight, weight._version
+        self.bias = None if bias is None else bias.detach().clone()
+        self.nbytes = 0 if bias is None else bias.numel() * bias.element_size()
+
+    def _rebuild(self) -> torch.Tensor:
+        if self.weight._version != self.version_of_weight:
+            raise RuntimeError(
+                "a linear layer's weight was modified by an inplace operation between "
+                "forward and backward, and an activation saved after it is rebuilt from "
+                "it (checked by tensorpress activation compression; autograd would raise "
+                "at that layer's backward)"
+            )
+        x = self.source.restore()
+        self.source.keep_restored(x)
+        x = x.reshape(-1, self.weight.shape[1])
+        with torch.no_grad():
+            return F.linear(x, self.weight, self.bias)
+
+    def wanted(self, tol: float) -> float | None:
+        room = tol * (1 - 2**-10) - self.slack
+        return 0.9 * room / self.gain if room > 0 and self.gain > 0 else None  # a tenth spare
+
+
+class Regions:
+    """The regions of one forward pass, by storage, and the tighter tolerances their
+    views asked of the records they are rebuilt from (``needs``: from the last pass)."""
+
+    def __init__(self):
+        self._by_storage: dict = {}  # storage cdata -> [Region]
+        self.needs: dict = {}  # need_key -> tolerance, from the last pass
+        self._asked: dict = {}  # the same, this pass
+
+    def clear(self) -> None:
+        """Forget this pass's regions; what its views asked is used from now on."""
+        self._by_storage.clear()
+        if self._asked:
+            self.needs, self._asked = self._asked, {}
+
+    def tolerance(self, name: str, t: torch.Tensor, tol: float) -> float:
+        """The tolerance for ``t``, saved by ``name`` (its own: ``tol``)."""
+        if not self.needs:
+            return tol
+        return min(tol, self.needs.get(need_key(name, t), math.inf))
+
+    def _add(self, region: Region) -> None:
+        self._by_storage.setdefault(region.storage.cdata, []).append(region)
+
+    def add_held(self, t: torch.Tensor, rec) -> None:
+        """Note ``rec``, held for ``t``, as a region if ``t`` is dense and float32/64."""
+        if t.dtype in _EXACT and t.numel() > 0 and _dense(t):
+            self._add(HeldRegion(t, rec))
+
+    def add_linear(self, module, args, output, table) -> None:
+        """Note the output of the ``nn.Linear`` ``module`` as a region if its input is
+        held under an absolute bound (``table``: the records of this pass)."""
+        if not (args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor)):
+            return
+        x, weight, bias = args[0], module.weight, module.bias
+        if output.dtype not in _EXACT or x.dtype != output.dtype or x.dim() < 2 or x.numel() == 0:
+            return
+        if not x.requires_grad:  # the layer saved no weight: autograd would not see it edited
+            return
+        if not (output.requires_grad and output.is_contiguous() and weight.dtype == x.dtype):
+            return
+        if type(module).forward is not torch.nn.Linear.forward:  # a layer of its own
+            return
+        if output.shape[:-1] != x.shape[:-1] or output.shape[-1] != weight.shape[0]:
+            return
+        saved = x
+        rec = table.find(x)
+        if rec is None and x.is_contiguous():
+            saved = x.view(-1, x.shape[-1])  # as the layer saved it
+            rec = table.find(saved)
+        error = getattr(rec, "error", None)
+        if error is None or not math.isfinite(error):
+            return
+        with torch.no_grad():
+            lo, hi = torch.aminmax(x)
+            magnitude = max(-float(lo), float(hi)) + error
+            gain = float(weight.detach().double().abs().sum(1).max())
+            reach = 0.0 if bias is None else float(bias.detach().abs().max())
+        if not (math.isfinite(magnitude) and math.isfinite(gain)):
+            return
+        slack = product_slack(x.dtype, x.device, x.shape[-1], magnitude * gain + reach)
+        error = gain * (1 + 2 * torch.finfo(x.dtype).eps) * error + slack
+        self._add(LinearRegion(output, rec, saved, weight, bias, error, gain, slack))
+
+    def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
+        """A :class:`ViewOfRegion` record for ``t`` if a region of this pass holds its
+        elements within ``tol``; else None."""
+        if t.dtype not in _EXACT or t.numel() == 0:
+            return None
+        regions = self._by_storage.get(StorageWeakRef(t.untyped_storage()).cdata, ())
+        holding = [r for r in regions if r.holds(t)]
+        for region in holding:
+            if region.error <= tol:
+                self._ask(region, t, tol)
+                return ViewOfRegion(t, region, tol, stats, name, debug)
+        if holding:
+            self._ask(holding[0], t, tol)
+        return None
+
+    def _ask(self, region: Region, t: torch.Tensor, tol: float) -> None:
+        """Note the tolerance ``region``'s source needs for ``t`` to be derived within
+        ``tol``, where that pays: the source honours it, and its bound shrinks by at
+        most ``VIEW_BITS`` bits a value of ``t``."""
+        if not region.source_tightens:
+            return
+        wanted = region.wanted(tol)
+        bits = min(VIEW_BITS * t.numel() / region.source_numel, 24.0)
+        if wanted is not None and wanted * 2.0**bits >= region.source_tolerance:
+            self._asked[region.asks] = min(self._asked.get(region.asks, math.inf), wanted)
+
+
+class ViewOfRegion(Derived):
+    """A saved tensor restored as a view of a rebuilt region: no bytes of its own."""
+
+    __slots__ = ("stride", "offset")
+
+    def __init__(self, t, region: Region, tol, stats, name, debug):
+        super().__init__(t, region, region.nbytes, tol, region.error, stats, name, debug)
+        region.nbytes = 0
+        self.stride, self.offset = tuple(t.stride()), t.storage_offset() - region.offset
+        region.views += 1
+
+    def restore(self) -> torch.Tensor:
+        if self._keep is not None:
+            return self._keep
+        memory = self.source.take()
+        return memory.as_strided(self.shape, self.stride, memory.storage_offset() + self.offset)

@@ -1,0 +1,301 @@
+"""Saved tensors held as views of a rebuilt region: a linear layer's output rebuilt from
+its input's record, a dense tensor's memory from its own record."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload import regions as regions_module
+from tensorpress.activation_offload.regions import product_slack
+
+
+class Attention(nn.Module):
+    """Self-attention as a pre-norm transformer has it: q, k and v are views of one
+    linear layer's output; the projection's input is attention's output, transposed."""
+
+    def __init__(self, dim: int = 64, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.up, self.act = nn.Linear(dim, 4 * dim), nn.GELU()
+
+    def forward(self, x):
+        b, t, d = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return y + self.act(self.up(y)).mean(-1, keepdim=True)
+
+
+def _grads(model, x, ac=None):
+    model.zero_grad()
+    if ac is None:
+        model(x).square().mean().backward()
+    else:
+        with ac:
+            loss = model(x).square().mean()
+        loss.backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def _kinds(ac, model, x) -> list[str]:
+    """The record types of one pass, in save order."""
+    kinds, pack = [], ac._pack
+    ac._pack = lambda t: kinds.append(type(r := pack(t)).__name__) or r
+    try:
+        _grads(model, x, ac)
+    finally:
+        del ac._pack
+    return kinds
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+)
+def test_views_of_attention_are_derived_within_their_bounds(bound):
+    torch.manual_seed(0)
+    model, x = Attention(), torch.randn(8, 32, 64, requires_grad=True)
+    exact = _grads(model, x)
+    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
+    for _ in range(3):  # debug=True: every restored tensor is checked against its bound
+        kinds = _kinds(ac, model, x)
+    got = _grads(model, x, ac)
+    rows = ac.stats.rows
+    # q, k, v (three views of qkv's output), the projection's input (attention's output
+    # transposed), GELU's input (up's output): no bytes of their own
+    assert kinds.count("ViewOfRegion") == 5
+    # (a copy of up's bias: with GELU's input, the first view of up's output)
+    assert rows["proj"].stored_bytes == 0 and rows["act"].stored_bytes == 4 * 256
+    held = sum(r.stored_bytes for r in rows.values())
+    assert held == sum(rows[n].stored_bytes for n in ("qkv", "up", "act", "(top)", "(outside)"))
+    assert float((got - exact).norm() / exact.norm()) < 0.05
+
+
+def test_a_linear_output_is_rebuilt_once_for_all_its_views(monkeypatch):
+    torch.manual_seed(0)
+    model, x = Attention(), torch.randn(8, 32, 64, requires_grad=True)
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, model=model)
+    _grads(model, x, ac)  # the first pass asks for the bounds the views need
+    with ac:
+        loss = model(x).square().mean()
+    calls = []
+    real = F.linear
+    monkeypatch.setattr(regions_module.F, "linear", lambda *a: calls.append(1) or real(*a))
+    loss.backward()
+    assert len(calls) == 2  # qkv (for q, k and v) and up (for GELU's input)
+
+
+def test_a_view_asks_its_source_for_the_bound_it_needs():
+    """The first pass holds q, k and v as they are and asks qkv's input for a tighter
+    bound; the next derives them."""
+    torch.manual_seed(0)
+    model, x = Attention(), torch.randn(8, 32, 64, requires_grad=True)
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, debug=True, model=model)
+    first = _kinds(ac, model, x)
+    (need,) = [tol for (name, *_), tol in ac._regions.needs.items() if name == "qkv"]
+    assert need < 0.05
+    second = _kinds(ac, model, x)
+    assert first.count("ViewOfRegion") < second.count("ViewOfRegion") == 5
+    assert ac.stats.rows["qkv"].tolerance == need
+
+
+def test_a_view_much_smaller_than_its_source_asks_nothing():
+    """Tightening a source 16x larger than the view would cost more than the view."""
+    torch.manual_seed(0)
+    down = nn.Linear(256, 16)
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, model=down)
+    x = torch.randn(512, 256)
+    for _ in range(2):
+        with ac:
+            loss = down(x).sin().sum()  # sin saves down's output: 16 values a row
+        loss.backward()
+    assert ac._regions.needs == {}
+    assert ac.stats.rows["(top)"].tolerance == 0.05
+
+
+def test_weights_too_large_to_rebuild_within_the_bound_ask_nothing():
+    torch.manual_seed(0)
+    up = nn.Linear(64, 256)
+    with torch.no_grad():
+        up.weight.mul_(1e6)  # a row sum of |weight| near 1e7: 2**16x tighter is not enough
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, debug=True, model=up)
+    x = torch.randn(512, 64)
+    for _ in range(2):
+        with ac:
+            loss = up(x).sin().sum()
+        loss.backward()
+    assert ac._regions.needs == {} and ac.stats.rows["(outside)"].stored_bytes > 0
+
+
+def test_an_in_place_edit_of_the_weight_raises():
+    """As autograd raises at the layer's backward, the view rebuilt from the weight
+    raises (before it would use the edited weight)."""
+    torch.manual_seed(0)
+    up = nn.Linear(64, 256)
+    x = torch.randn(512, 64, requires_grad=True)
+    ac = ActivationCompression(codec="block", abs=1e-3, zstd=None, model=up)
+    with ac:
+        up(x).sin().sum().backward()  # asks for the bound on x that sin's input needs
+    for context in (ac, contextlib.nullcontext()):
+        with context:
+            loss = up(x).sin().sum()
+        if context is ac:  # sin's input: a view (its first view holds the bias's copy)
+            assert ac.stats.rows["(outside)"].stored_bytes == up.bias.numel() * 4
+        with torch.no_grad():
+            up.weight.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+def test_a_layer_whose_input_needs_no_gradient_is_no_region():
+    """It saves no weight, so autograd would not notice the weight edited."""
+    torch.manual_seed(0)
+    up = nn.Linear(64, 256)
+    x = torch.randn(512, 64)
+    ac = ActivationCompression(codec="block", abs=1e-3, zstd=None, model=up)
+    for _ in range(2):
+        with ac:
+            loss = up(x).sin().sum()
+        loss.backward()
+    assert ac.stats.rows["(outside)"].stored_bytes > 0
+
+
+def test_the_bias_is_copied():
+    """Autograd saves no bias: an edit of it before backward changes no gradient."""
+    torch.manual_seed(0)
+    up = nn.Linear(64, 256)
+    x = torch.randn(512, 64, requires_grad=True)
+    ac = ActivationCompression(codec="block", abs=1e-3, zstd=None, model=up)
+    with ac:
+        up(x).sin().sum().backward()
+    x.grad = None
+    with ac:
+        h = up(x)
+        loss = h.sin().sum()
+    assert ac.stats.rows["(outside)"].stored_bytes == up.bias.numel() * 4  # a view
+    with torch.no_grad():
+        up.bias.add_(1)
+    loss.backward()
+    # cos moves by at most the bound, the gradient by that times a column sum of |weight|
+    within = 1e-3 * float(up.weight.detach().abs().sum(0).max()) + 1e-5
+    assert float((x.grad - h.detach().cos() @ up.weight.detach()).abs().max()) <= within
+
+
+def test_an_in_place_edit_of_a_view_still_raises():
+    torch.manual_seed(0)
+    up = nn.Linear(64, 256)
+    ac = ActivationCompression(codec="block", abs=1.0, zstd=None, model=up)
+    with ac:
+        h = up(torch.randn(512, 64))
+        loss = h.sin().sum()
+        h.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_a_linear_with_a_forward_of_its_own_is_no_region():
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    torch.manual_seed(0)
+    up = Scaled(64, 256)
+    ac = ActivationCompression(codec="block", abs=1.0, zstd=None, model=up)
+    with ac:
+        loss = up(torch.randn(512, 64)).sin().sum()
+    loss.backward()
+    assert ac.stats.rows["(outside)"].stored_bytes > 0
+
+
+@pytest.mark.parametrize(
+    "settings_",
+    [{"codec": "block", "pw_rel": 1e-2}, {"codec": "quant", "bits": 4}, {"codec": None}],
+)
+def test_only_absolute_bounds_rebuild_linear_outputs(settings_):
+    torch.manual_seed(0)
+    up = nn.Linear(64, 256)
+    ac = ActivationCompression(zstd=None, model=up, **settings_)
+    kinds = []
+    for _ in range(2):
+        kinds = _kinds(ac, nn.Sequential(up, nn.GELU()), torch.randn(512, 64))
+    assert "ViewOfRegion" not in kinds
+
+
+def test_product_slack_follows_the_matmul_precision():
+    cpu = torch.device("cpu")
+    exact = product_slack(torch.float32, cpu, 127, 1.0)
+    assert exact == pytest.approx(2 * 128 * torch.finfo(torch.float32).eps)
+    assert product_slack(torch.float64, cpu, 127, 1.0) < exact
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert product_slack(torch.float32, cpu, 127, 1.0) == pytest.approx(256 * 2**-7)
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.integers(1, 40),
+    k=st.integers(1, 24),
+    n=st.integers(2, 24),
+    start=st.integers(0, 3),
+    step=st.integers(1, 3),
+    transpose=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    tol=st.sampled_from([1e-4, 1e-2, 0.3]),
+    seed=st.integers(0, 2**16),
+)
+def test_any_view_of_a_linear_output_is_within_its_bound(
+    rows, k, n, start, step, transpose, dtype, tol, seed
+):
+    """Slices with steps, transposes: each restored within its bound (debug=True checks
+    every element), whether or not it is derived."""
+    torch.manual_seed(seed)
+    lin = nn.Linear(k, n).to(dtype)
+    x = (torch.randn(rows, k, dtype=dtype) * 3).requires_grad_()
+    ac = ActivationCompression(codec="block", abs=tol, zstd=None, min_bytes=0, debug=True)
+    for _ in range(2):  # the second pass with the bound the first asked for
+        with ac:
+            h = lin(x)[:, start::step]
+            v = h.t() if transpose else h
+            loss = v.sin().sum() + lin(x).cos().sum()
+        loss.backward()
+        got = lin.weight.grad.clone()
+        lin.zero_grad()
+    (lin(x)[:, start::step].sin().sum() + lin(x).cos().sum()).backward()
+    x.grad = None
+    # sin'(v) and cos' move by at most the bound: the gradients by that times |x| sums
+    worst = 2 * tol * float(x.detach().abs().sum(0).max()) + 1e-6
+    assert float((got - lin.weight.grad).abs().max()) <= worst
+
+
+@pytest.mark.parametrize(
+    ("start", "step", "transpose"), [(0, 1, True), (1, 2, False), (2, 3, True)]
+)
+def test_strided_views_are_derived(start, step, transpose):
+    torch.manual_seed(0)
+    x = torch.randn(256, 32, requires_grad=True)
+    ac = ActivationCompression(codec="block", abs=1e-2, zstd=None, min_bytes=0, debug=True)
+
+    class Sliced(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(32, 96)
+
+        def forward(self, x):
+            h = self.lin(x)[:, start::step]
+            return (h.t() if transpose else h).sin()
+
+    model = Sliced()
+    kinds = [_kinds(ac, model, x) for _ in range(2)]
+    assert "ViewOfRegion" not in kinds[0] and "ViewOfRegion" in kinds[1]
