@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from ..compress.tensor import finite_range
 from .identity import VersionWatch
-from .records import Held, check_restored, pack_bits, unpack_bits
+from .records import Compressed, Held, check_restored, pack_bits, unpack_bits
 from .stats import ActivationStats
 
 #: the largest |GELU'(x)|: 1.12890 exact, 1.12899 with the tanh approximation
@@ -314,7 +314,6 @@ class ReluOfBatchNorm(Derived):
     input, positive exactly where the output was (a 1-bit mask)."""
 
     __slots__ = ("alpha", "beta", "mask")
-    tightens = True  # its norm learns the bound its input needs
     zeros_exact = True
 
     def __init__(self, t, source, alpha, beta, tol, error, stats, name, debug):
@@ -334,7 +333,13 @@ class LayerNormOfInput(Derived):
     bias`` with the statistics the norm saved (kept exactly, held by the norm too)."""
 
     __slots__ = ("mean", "rstd", "weight", "bias")
-    tightens = True  # its norm learns the bound its input needs
+
+    @property
+    def tightens(self) -> bool:
+        """The norm learns the bound its input needs for a tighter output (one pass
+        later), where that input's record is the codec's own (a derived one's bound
+        would follow one more pass later, and chains of them need not settle)."""
+        return isinstance(self.source, Compressed)
 
     def __init__(self, t, source, mean, rstd, weight, bias, tol, error, stats, name, debug):
         nbytes = sum(p.numel() * p.element_size() for p in (weight, bias) if p is not None)

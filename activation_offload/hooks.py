@@ -249,8 +249,8 @@ class ActivationCompression:
             return
         if self.bounds is not None and self.bounds.observing(self.step):
             self.bounds.observe(name, module, output)
-        if isinstance(module, torch.nn.Linear) and self._abs_bounds() and not excluded:
-            self._regions.add_linear(module, args, output, self._table)
+        if self._abs_bounds() and not excluded:
+            self._regions.add_layer(module, args, output, self._table)
 
     def _abs_bounds(self) -> bool:
         """Whether saved tensors get absolute bounds (``abs`` or ``rel``)."""

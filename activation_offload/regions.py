@@ -9,14 +9,15 @@ storage, ``[offset, offset + numel)`` elements, that can be rebuilt in backward:
 - ``HeldRegion``: a dense tensor already held (a codec record): rebuilt by restoring
   it and laying it out as it lay in memory. A view of it costs nothing and keeps the
   record's bound exactly.
-- ``LinearRegion``: the output of an ``nn.Linear`` whose input is held: rebuilt as
-  the layer of the restored input (the weight as the forward pass used it, a copy of
-  the bias; only where the layer saved its weight, so that an in-place edit of it
-  raises, as autograd raises). An input within ``e`` gives outputs within
-  ``e`` times the largest row sum of |weight|, plus the rounding of the two matrix
-  products (:func:`product_slack`). Where that misses a view's own bound, the input's
-  saver is asked for a tighter bound on the next pass (``Regions.needs``), so the
-  view is derived from then on.
+- ``LayerRegion``: the output of an ``nn.Linear`` or ``nn.Conv1d/2d/3d`` whose input
+  is held, where an output element sums at most ``MAX_TERMS`` products: rebuilt as
+  the layer of the restored input, with a copy of the bias and the weight as the
+  forward pass used it: the layer's own where the layer saved it (an in-place edit
+  then raises, as autograd raises), else a copy. An input within ``e`` gives outputs
+  within ``e`` times the largest sum of |weight| over an output's products, plus the
+  rounding of computing it twice (:func:`_product_eps`). Where that misses a view's
+  own bound, the input's saver is asked for a tighter bound on the next pass
+  (``Regions.needs``), so the view is derived from then on.
 
 A view is rebuilt once per region: the region keeps its rebuilt memory until every
 view of it has taken it.
@@ -35,25 +36,34 @@ from .derived import Derived
 from .stats import ActivationStats
 
 _EXACT = (torch.float32, torch.float64)
+_FORWARDS = {
+    cls: cls.forward for cls in (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+}
+#: a layer's output is rebuilt only where an element sums at most this many products
+#: (a linear layer's inputs, a convolution's channels times its kernel): rebuilding
+#: then costs about what coding and restoring the element would
+MAX_TERMS = 256
 #: a view asks its source for a bound at most 2 ** (4 n / m) times tighter (n, m: the
 #: view's and the source's sizes): 4 bits a value of the view, about what holding the
 #: view itself would cost, spread over the source's values
 VIEW_BITS = 4.0
 
 
-def product_slack(dtype: torch.dtype, device: torch.device, k: int, size: float) -> float:
-    """A bound on the float error of a dot product of length ``k`` plus a bias, whose
-    terms' magnitudes sum to at most ``size``, computed twice (in forward and to
-    rebuild it, in any order of summation): ``2 (k + 1) eps size``, with the precision
-    the matrix products of ``dtype`` run at on ``device`` (TF32 on CUDA, bfloat16 under
-    a float32 matmul precision other than "highest")."""
+def _product_eps(dtype: torch.dtype, device: torch.device, conv: bool) -> float:
+    """The relative rounding of one product-and-add of a layer in ``dtype`` on ``device``:
+    that of bfloat16 where float32 products may run in lower precision (TF32, bfloat16:
+    the float32 matmul precision, cuBLAS's and cuDNN's TF32 switches, oneDNN's)."""
     eps = torch.finfo(dtype).eps
-    if dtype == torch.float32:
-        if torch.get_float32_matmul_precision() != "highest":
-            eps = torch.finfo(torch.bfloat16).eps
-        elif device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-            eps = 2.0**-10
-    return 2.0 * (k + 1) * eps * size
+    if dtype != torch.float32:
+        return eps
+    low = torch.get_float32_matmul_precision() != "highest"
+    if device.type == "cuda":
+        tf32 = torch.backends.cudnn.allow_tf32 if conv else torch.backends.cuda.matmul.allow_tf32
+        low = low or tf32
+    elif conv:
+        precision = getattr(getattr(torch.backends.mkldnn, "conv", None), "fp32_precision", "none")
+        low = low or precision not in ("none", "ieee")
+    return torch.finfo(torch.bfloat16).eps if low else eps
 
 
 def need_key(name: str, t: torch.Tensor) -> tuple:
@@ -140,29 +150,34 @@ class HeldRegion(Region):
         return memory.as_strided((self.numel,), (1,), memory.storage_offset())
 
 
-class LinearRegion(Region):
-    """The output of a linear layer, as the layer of its input's record."""
+class LayerRegion(Region):
+    """The output of a linear or convolution layer, as the layer of its input's record.
 
-    def __init__(self, output, source, saved, weight, bias, error, gain, slack):
+    ``weight``: the layer's own (it saved it, so an in-place edit raises as autograd
+    does) or a copy; ``bias``: a copy (no layer saves it)."""
+
+    def __init__(self, output, source, saved, module, weight, bias, error, gain, slack):
         super().__init__(output, output.storage_offset(), output.numel(), source, saved)
         self.source, self.error, self.gain, self.slack = source, error, gain, slack
-        self.weight, self.version_of_weight = weight, weight._version
-        self.bias = None if bias is None else bias.detach().clone()
-        self.nbytes = 0 if bias is None else bias.numel() * bias.element_size()
+        self.module, self.weight, self.version_of_weight = module, weight, weight._version
+        self.bias = bias
 
     def _rebuild(self) -> torch.Tensor:
         if self.weight._version != self.version_of_weight:
             raise RuntimeError(
-                "a linear layer's weight was modified by an inplace operation between "
-                "forward and backward, and an activation saved after it is rebuilt from "
-                "it (checked by tensorpress activation compression; autograd would raise "
-                "at that layer's backward)"
+                f"a {type(self.module).__name__} layer's weight was modified by an inplace "
+                "operation between forward and backward, and an activation saved after it "
+                "is rebuilt from it (checked by tensorpress activation compression; autograd "
+                "raises at that layer's backward)"
             )
         x = self.source.restore()
         self.source.keep_restored(x)
-        x = x.reshape(-1, self.weight.shape[1])
         with torch.no_grad():
-            return F.linear(x, self.weight, self.bias)
+            if isinstance(self.module, torch.nn.Linear):
+                y = F.linear(x.reshape(-1, self.weight.shape[1]), self.weight, self.bias)
+            else:
+                y = self.module._conv_forward(x.reshape(self.source.shape), self.weight, self.bias)
+            return y.contiguous()
 
     def wanted(self, tol: float) -> float | None:
         room = tol * (1 - 2**-10) - self.slack
@@ -198,40 +213,54 @@ class Regions:
         if t.dtype in _EXACT and t.numel() > 0 and _dense(t):
             self._add(HeldRegion(t, rec))
 
-    def add_linear(self, module, args, output, table) -> None:
-        """Note the output of the ``nn.Linear`` ``module`` as a region if its input is
-        held under an absolute bound (``table``: the records of this pass)."""
+    def add_layer(self, module, args, output, table) -> None:
+        """Note the output of ``module`` (an ``nn.Linear`` or ``nn.Conv1d/2d/3d``) as a
+        region if its input is held under an absolute bound (``table``: the records of
+        this pass) and rebuilding it costs at most ``MAX_TERMS`` products an element."""
         if not (args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor)):
             return
+        if type(module).forward is not _FORWARDS.get(type(module)):  # a layer of its own
+            return
         x, weight, bias = args[0], module.weight, module.bias
-        if output.dtype not in _EXACT or x.dtype != output.dtype or x.dim() < 2 or x.numel() == 0:
+        if output.dtype not in _EXACT or x.dtype != output.dtype or weight.dtype != x.dtype:
             return
-        if not x.requires_grad:  # the layer saved no weight: autograd would not see it edited
+        terms = weight[0].numel()  # products summed for an output element
+        if x.numel() == 0 or terms > MAX_TERMS or not output.requires_grad:
             return
-        if not (output.requires_grad and output.is_contiguous() and weight.dtype == x.dtype):
+        if not output.is_contiguous():  # laid out as the rebuilt output will be
             return
-        if type(module).forward is not torch.nn.Linear.forward:  # a layer of its own
-            return
-        if output.shape[:-1] != x.shape[:-1] or output.shape[-1] != weight.shape[0]:
+        linear = isinstance(module, torch.nn.Linear)
+        if linear and (x.dim() < 2 or output.shape[:-1] != x.shape[:-1]):
             return
         saved = x
         rec = table.find(x)
-        if rec is None and x.is_contiguous():
+        if rec is None and linear and x.is_contiguous():
             saved = x.view(-1, x.shape[-1])  # as the layer saved it
             rec = table.find(saved)
         error = getattr(rec, "error", None)
-        if error is None or not math.isfinite(error):
+        if error is None or not math.isfinite(error) or not rec.tightens:
+            return  # (a record whose bound does not follow what views need)
+        if x.requires_grad:  # the layer saved its weight: autograd sees it edited
+            held = 0
+        elif weight.numel() * 16 <= output.numel():  # the layer saved none: a copy
+            weight = weight.detach().clone()
+            held = weight.numel() * weight.element_size()
+        else:
             return
         with torch.no_grad():
             lo, hi = torch.aminmax(x)
             magnitude = max(-float(lo), float(hi)) + error
-            gain = float(weight.detach().double().abs().sum(1).max())
+            gain = float(weight.detach().double().flatten(1).abs().sum(1).max())
             reach = 0.0 if bias is None else float(bias.detach().abs().max())
         if not (math.isfinite(magnitude) and math.isfinite(gain)):
             return
-        slack = product_slack(x.dtype, x.device, x.shape[-1], magnitude * gain + reach)
+        eps = _product_eps(x.dtype, x.device, conv=not linear)
+        slack = 2.0 * (terms + 1) * eps * (magnitude * gain + reach)
         error = gain * (1 + 2 * torch.finfo(x.dtype).eps) * error + slack
-        self._add(LinearRegion(output, rec, saved, weight, bias, error, gain, slack))
+        bias = None if bias is None else bias.detach().clone()
+        region = LayerRegion(output, rec, saved, module, weight, bias, error, gain, slack)
+        region.nbytes = held + (0 if bias is None else bias.numel() * bias.element_size())
+        self._add(region)
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`ViewOfRegion` record for ``t`` if a region of this pass holds its
