@@ -26,7 +26,6 @@ view of it has taken it.
 from __future__ import annotations
 
 import math
-import weakref
 
 import torch
 import torch.nn.functional as F
@@ -135,18 +134,13 @@ class HeldRegion(Region):
 
     def __init__(self, t: torch.Tensor, rec):
         super().__init__(t, t.storage_offset(), t.numel(), rec, t)
-        self.error, self.record = rec.error, weakref.ref(rec)
+        self.error, self.record = rec.error, rec  # alive while a view needs it
         self.shape, self.stride = tuple(t.shape), tuple(t.stride())
 
     def _rebuild(self) -> torch.Tensor:
-        rec = self.record()
-        if rec is None:
-            raise RuntimeError(
-                "the record of a saved activation was dropped before a view of it was "
-                "restored: backward through part of a graph whose other part was freed"
-            )
+        rec = self.record
         x = rec.restore()
-        rec.keep_restored(x)  # its own saver, later in backward, takes it
+        rec.keep_restored(x)  # its own saver, if still to come in backward, takes it
         memory = torch.empty_strided(self.shape, self.stride, dtype=x.dtype, device=x.device)
         memory.copy_(x.reshape(self.shape))
         return memory.as_strided((self.numel,), (1,), memory.storage_offset())
