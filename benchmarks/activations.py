@@ -1,7 +1,9 @@
 """Activation-compression benchmark: two real models, plain vs compressed saved activations.
 
 Trains each model from the same initial weights (seed 0) on the same batches for the
-same number of steps, once per variant, and reports what autograd keeps for backward:
+same number of steps, once per variant, and reports what autograd keeps for backward.
+The variants take turns of 10 steps each, so that the shared machine's load, which
+moves by tens of percent from minute to minute, moves all of them alike:
 
   uncompressed       plain training
   save_on_cpu        ``torch.autograd.graph.save_on_cpu(pin_memory=False)`` around forward:
@@ -27,10 +29,11 @@ finished run rather than of wherever the last noisy steps left it.
 Columns, per variant (MiB = 2**20 bytes): activation bytes autograd saves in one step,
 bytes held for them, reduction (saved / held), peak held during the step, the final
 metric and its change against ``uncompressed`` (accuracy: points; loss: %), the median
-step time over the steps after 3 warm-ups divided by the uncompressed one, and on CUDA
-``torch.cuda.memory_allocated`` just after the last step's forward and
-``torch.cuda.max_memory_allocated`` over the training steps, each less what was
-allocated before the variant's model was made (``n/a`` on CPU). The tensorpress rows report
+step time (after 3 warm-ups, and leaving out the first step of each turn) divided by
+the uncompressed one, and on CUDA ``torch.cuda.memory_allocated`` just after the last
+step's forward and the most ``torch.cuda.max_memory_allocated`` reached in a turn, each
+less what was allocated when the turn began (every variant's model and optimizer state;
+``n/a`` on CPU). The tensorpress rows report
 ``ac.stats`` of the last training step. The baselines are measured by one extra
 forward of the first batch under a counting ``saved_tensors_hooks``: floating tensors
 that are not parameters or buffers, ``numel * element_size`` per save (a tensor saved by
@@ -83,6 +86,7 @@ DEFAULT_STEPS_LM = 150
 ADAPTIVE_REL = 2e-2  # the bound of tp block adaptive: per-layer bounds start here
 DEFAULT_CEILING = 0.05
 WARMUP = 3  # steps left out of the step-time median
+TURN = 10  # variants train in turns of this many steps (the first of each left out)
 QUICK_STEPS, QUICK_WARMUP, QUICK_VAL_BATCHES = 6, 2, 4
 CNN_TEST = 360  # last digits images held out
 LM_BYTES = 2_000_000
@@ -348,55 +352,64 @@ def _step_context(variant: str, make_ac: Callable[[], object] | None):
     return contextlib.nullcontext, None
 
 
-def train(
-    task: Task,
-    variant: str,
-    make_ac: Callable[[], object] | None,
-    steps: int,
-    warmup: int,
-    device: torch.device,
-) -> Result:
-    """Train a fresh model (seed ``SEED``) for ``steps`` steps; measure and score it."""
-    torch.manual_seed(SEED)
-    model = task.make_model().to(device)
-    model.checkpointed = variant == CHECKPOINT
-    opt = task.make_optimizer(model)
-    # linear decay to 0: the final metric is then that of a converged run, not of
-    # wherever the last noisy steps left it
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 - i / steps)
-    context, ac = _step_context(variant, make_ac)
-    if device.type == "cuda":
-        gc.collect()  # earlier variants' models and optimizers, freed only with their cycles
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    times, first = [], None
-    model.train()
-    for _, (x, y) in zip(range(steps), task.batches(), strict=False):
-        first = first or (x, y)
-        _sync(device)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with context():
-            loss = task.loss(model, x, y)
-        if device.type == "cuda":
-            res_held = torch.cuda.memory_allocated(device) - before
-        loss.backward()
-        opt.step()
-        sched.step()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    res = Result(variant, step_s=statistics.median(times[warmup:]))
-    if device.type == "cuda":
-        res.cuda_peak = torch.cuda.max_memory_allocated(device) - before
-        res.cuda_held = res_held
-    if ac is not None:
-        s = ac.stats
-        res.saved, res.held, res.peak = s.saved_bytes, s.stored_bytes, s.peak_stored_bytes
-    else:
-        _measure_baseline(res, task, model, first, device)
-    res.metric = task.evaluate(model)
-    return res
+class Training:
+    """One variant's training run, advanced a turn at a time (variants take turns, so
+    that the machine's load moves all of them alike)."""
+
+    def __init__(self, task, variant, make_ac, steps: int, device: torch.device):
+        self.task, self.variant, self.steps, self.device = task, variant, steps, device
+        torch.manual_seed(SEED)
+        self.model = task.make_model().to(device)
+        self.model.checkpointed = variant == CHECKPOINT
+        self.opt = task.make_optimizer(self.model)
+        # linear decay to 0: the final metric is then that of a converged run, not of
+        # wherever the last noisy steps left it
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: 1.0 - i / steps)
+        self.context, self.ac = _step_context(variant, make_ac)
+        self.batches = task.batches()
+        self.done, self.times, self.first = 0, [], None
+        self.cuda_held = self.cuda_peak = None
+
+    def turn(self, n: int, warmup: int) -> None:
+        """Train ``n`` more steps; their times count after the run's first ``warmup``
+        steps, except a turn's first (its caches hold another variant's model)."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            before = torch.cuda.memory_allocated(self.device)
+        self.model.train()
+        for i in range(min(n, self.steps - self.done)):
+            x, y = next(self.batches)
+            self.first = self.first or (x, y)
+            _sync(self.device)
+            t0 = time.perf_counter()
+            self.opt.zero_grad(set_to_none=True)
+            with self.context():
+                loss = self.task.loss(self.model, x, y)
+            if cuda:
+                held = torch.cuda.memory_allocated(self.device) - before
+            loss.backward()
+            self.opt.step()
+            self.sched.step()
+            _sync(self.device)
+            if i > 0 and self.done >= warmup:
+                self.times.append(time.perf_counter() - t0)
+            self.done += 1
+        if cuda:
+            peak = torch.cuda.max_memory_allocated(self.device) - before
+            self.cuda_held = held
+            self.cuda_peak = max(self.cuda_peak or 0, peak)
+
+    def result(self) -> Result:
+        res = Result(self.variant, step_s=statistics.median(self.times))
+        res.cuda_held, res.cuda_peak = self.cuda_held, self.cuda_peak
+        if self.ac is not None:
+            s = self.ac.stats
+            res.saved, res.held, res.peak = s.saved_bytes, s.stored_bytes, s.peak_stored_bytes
+        else:
+            _measure_baseline(res, self.task, self.model, self.first, self.device)
+        res.metric = self.task.evaluate(self.model)
+        return res
 
 
 def _measure_baseline(
@@ -447,18 +460,26 @@ def run_task(
     warmup: int,
     device: torch.device,
 ) -> list[Result]:
-    results = []
-    for variant in (UNCOMPRESSED, SAVE_ON_CPU, CHECKPOINT):
-        results.append(train(task, variant, None, steps, warmup, device))
-    for variant, make_ac in tp_rows:
-        if make_ac is None:
-            results.append(Result(variant, note="skipped (no tensorpress.activation_offload)"))
-            continue
-        try:
-            results.append(train(task, variant, make_ac, steps, warmup, device))
-        except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
-            results.append(Result(variant, note=f"!! {type(exc).__name__}: {exc}"))
-    return results
+    """Train every variant, in turns of ``TURN`` steps each, and score them."""
+    variants = [(v, None) for v in (UNCOMPRESSED, SAVE_ON_CPU, CHECKPOINT)] + list(tp_rows)
+    runs: dict = {}
+    for variant, make_ac in variants:
+        if variant not in (UNCOMPRESSED, SAVE_ON_CPU, CHECKPOINT) and make_ac is None:
+            runs[variant] = Result(variant, note="skipped (no tensorpress.activation_offload)")
+        else:
+            runs[variant] = Training(task, variant, make_ac, steps, device)
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+    for _ in range(0, steps, TURN):
+        for variant, run in runs.items():
+            if not isinstance(run, Training):
+                continue
+            try:
+                run.turn(TURN, warmup)
+            except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
+                runs[variant] = Result(variant, note=f"!! {type(exc).__name__}: {exc}")
+    return [run.result() if isinstance(run, Training) else run for run in runs.values()]
 
 
 # --------------------------------------------------------------------------- printing
@@ -611,8 +632,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = make_task()
         results = run_task(task, tp_rows, steps, args.warmup, device)
         title = (
-            f"{name}: {steps} steps, step time = median after {args.warmup} warm-ups / "
-            f"uncompressed, tp block adaptive rel {ADAPTIVE_REL:g} .. {args.ceiling:g}"
+            f"{name}: {steps} steps in turns of {TURN}, step time = median after "
+            f"{args.warmup} warm-ups and each turn's first / uncompressed, "
+            f"tp block adaptive rel {ADAPTIVE_REL:g} .. {args.ceiling:g}"
         )
         print_table(task, results, title, args.markdown)
         print()
