@@ -9,9 +9,9 @@ version) reuses its first record; a GELU's output is restored as GELU of its
 saved input, a ReLU's output after a batch norm as ReLU of the norm of its saved
 input, and a layer norm's output as the norm of its saved input (``derived.py``; the
 norms' statistics are kept exactly for it); a view of memory already held, or of a
-linear layer's output whose input is held (attention's query, key and value), as a
-view of it rebuilt in backward (``regions.py``); everything else is compressed. With a
-``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
+linear or convolution layer's output whose input is held (attention's query, key and
+value), as a view of it rebuilt in backward (``regions.py``); everything else is
+compressed. With a ``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
 of device memory until backward, which prefetches them in the reverse order of
 the forward pass. Unpack: the version counter is compared as autograd does (an
 in-place edit after saving raises), then the tensor is restored on its device.
