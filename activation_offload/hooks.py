@@ -11,9 +11,9 @@ input, and a layer norm's output as the norm of its saved input (``derived.py``;
 norms' statistics are kept exactly for it); a view of memory already held, or of a
 linear or convolution layer's output whose input is held (attention's query, key and
 value), as a view of it rebuilt in backward (``regions.py``); everything else is
-compressed. With a ``TieredStore`` the records' bytes (payloads, or the tensors themselves) move out
-of device memory until backward, which prefetches them in the reverse order of
-the forward pass. Unpack: the version counter is compared as autograd does (an
+compressed. With a ``TieredStore`` the records' bytes (payloads, or the tensors
+themselves) move out of device memory until backward, which prefetches them in the
+reverse order of the forward pass. Unpack: the version counter is compared as autograd does (an
 in-place edit after saving raises), then the tensor is restored on its device.
 """
 
