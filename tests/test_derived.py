@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from square_loss import square_loss_grads as _grads
 from tensorpress.activation_offload import ActivationCompression
 from tensorpress.activation_offload import hooks as hooks_module
 from tensorpress.activation_offload.derived import GELU_LIPSCHITZ, Derived
@@ -30,17 +31,6 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.down(self.act(self.up(x)))
-
-
-def _grads(model, x, ac=None):
-    model.zero_grad()
-    if ac is None:
-        model(x).square().mean().backward()
-    else:
-        with ac:
-            loss = model(x).square().mean()
-        loss.backward()
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

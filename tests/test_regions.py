@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from square_loss import square_loss_grads as _grads
 from tensorpress.activation_offload import ActivationCompression
 from tensorpress.activation_offload import regions as regions_module
 from tensorpress.activation_offload.regions import _product_eps
@@ -35,17 +36,6 @@ class Attention(nn.Module):
         return y + self.act(self.up(y)).mean(-1, keepdim=True)
 
 
-def _grads(model, x, ac=None):
-    model.zero_grad()
-    if ac is None:
-        model(x).square().mean().backward()
-    else:
-        with ac:
-            loss = model(x).square().mean()
-        loss.backward()
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-
-
 def _kinds(ac, model, x) -> list[str]:
     """The record types of one pass, in save order."""
     kinds, pack = [], ac._pack
@@ -57,6 +47,19 @@ def _kinds(ac, model, x) -> list[str]:
     return kinds
 
 
+def _passes(model, x, passes: int, bound: dict) -> tuple[list[str], dict]:
+    """(record types of the last pass, stats rows) after ``passes`` passes under
+    ``bound`` with ``debug=True`` (every restored tensor checked against its bound);
+    the gradients of one more pass are checked close to the exact ones."""
+    exact = _grads(model, x)
+    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
+    for _ in range(passes):
+        kinds = _kinds(ac, model, x)
+    got = _grads(model, x, ac)
+    assert float((got - exact).norm() / exact.norm()) < 0.05
+    return kinds, ac.stats.rows
+
+
 @pytest.mark.parametrize(
     "bound",
     [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
@@ -64,12 +67,7 @@ def _kinds(ac, model, x) -> list[str]:
 def test_views_of_attention_are_derived_within_their_bounds(bound):
     torch.manual_seed(0)
     model, x = Attention(), torch.randn(8, 32, 64, requires_grad=True)
-    exact = _grads(model, x)
-    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
-    for _ in range(3):  # debug=True: every restored tensor is checked against its bound
-        kinds = _kinds(ac, model, x)
-    got = _grads(model, x, ac)
-    rows = ac.stats.rows
+    kinds, rows = _passes(model, x, 3, bound)
     # q, k, v (three views of qkv's output), the projection's input (attention's output
     # transposed), GELU's input (up's output): no bytes of their own
     assert kinds.count("ViewOfRegion") == 5
@@ -77,7 +75,6 @@ def test_views_of_attention_are_derived_within_their_bounds(bound):
     assert rows["proj"].stored_bytes == 0 and rows["act"].stored_bytes == 4 * 256
     held = sum(r.stored_bytes for r in rows.values())
     assert held == sum(rows[n].stored_bytes for n in ("qkv", "up", "act", "(top)", "(outside)"))
-    assert float((got - exact).norm() / exact.norm()) < 0.05
 
 
 def test_a_linear_output_is_rebuilt_once_for_all_its_views(monkeypatch):
@@ -344,12 +341,7 @@ class ConvNet(nn.Module):
 def test_a_cheap_convolution_is_rebuilt_within_its_bound(bound):
     torch.manual_seed(0)
     model, x = ConvNet(), torch.randn(32, 1, 32, 32)
-    exact = _grads(model, x)
-    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
-    for _ in range(8):  # debug=True: every restored tensor is checked against its bound
-        kinds = _kinds(ac, model, x)
-    got = _grads(model, x, ac)
-    rows = ac.stats.rows
+    kinds, rows = _passes(model, x, 8, bound)
     # the first norm's input: a view of the first convolution's output (with a copy of
     # its weight: its input, the images, needs no gradient). The others sum more than
     # MAX_TERMS products an output (and their inputs are ReLUs of norms, whose bounds
@@ -358,7 +350,6 @@ def test_a_cheap_convolution_is_rebuilt_within_its_bound(bound):
     # (weight, bias, and the batch mean and invstd the norm saved)
     assert rows["stages.0.1"].stored_bytes == (16 * 9 + 16 + 2 * 16) * 4
     assert rows["stages.1.1"].stored_bytes > 0 and rows["stages.2.1"].stored_bytes > 0
-    assert float((got - exact).norm() / exact.norm()) < 0.05
 
 
 def test_backward_twice_with_retain_graph_rebuilds_again():
