@@ -19,6 +19,11 @@ storage, ``[offset, offset + numel)`` elements, that can be rebuilt in backward:
   own bound, the input's saver is asked for a tighter bound on the next pass
   (``Regions.needs``), so the view is derived from then on.
 
+A loss's log-probabilities, the log-softmax of a layer's whole output (a language
+model's logits), are rebuilt as the log-softmax of the rebuilt output
+(``LogSoftmaxOfRegion``): within twice the output's bound, as the log-sum-exp moves no
+more than its inputs.
+
 A view is rebuilt once per region: the region keeps its rebuilt memory until every
 view of it has taken it.
 """
@@ -31,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .derived import Derived
+from .derived import _RESHAPES, Derived, rounding_slack
+from .identity import VersionWatch
 from .stats import ActivationStats
 
 _EXACT = (torch.float32, torch.float64)
@@ -152,11 +158,12 @@ class LayerRegion(Region):
     ``weight``: the layer's own (it saved it, so an in-place edit raises as autograd
     does) or a copy; ``bias``: a copy (no layer saves it)."""
 
-    def __init__(self, output, source, saved, module, weight, bias, error, gain, slack):
+    def __init__(self, output, source, saved, module, weight, bias, error, gain, slack, size):
         super().__init__(output, output.storage_offset(), output.numel(), source, saved)
         self.source, self.error, self.gain, self.slack = source, error, gain, slack
         self.module, self.weight, self.version_of_weight = module, weight, weight._version
-        self.bias = bias
+        self.bias, self.size = bias, size  # size: a bound on |output| (rebuilt or not)
+        self.watch = VersionWatch(output)  # (the output may be gone; its views not)
 
     def _rebuild(self) -> torch.Tensor:
         if self.weight._version != self.version_of_weight:
@@ -186,12 +193,14 @@ class Regions:
 
     def __init__(self):
         self._by_storage: dict = {}  # storage cdata -> [Region]
+        self._by_node: dict = {}  # autograd node of a layer's output -> its LayerRegion
         self.needs: dict = {}  # need_key -> tolerance, from the last pass
         self._asked: dict = {}  # the same, this pass
 
     def clear(self) -> None:
         """Forget this pass's regions; what its views asked is used from now on."""
         self._by_storage.clear()
+        self._by_node.clear()
         if self._asked:
             self.needs, self._asked = self._asked, {}
 
@@ -254,15 +263,20 @@ class Regions:
         slack = 2.0 * (terms + 1) * eps * (magnitude * gain + reach)
         error = gain * (1 + 2 * torch.finfo(x.dtype).eps) * error + slack
         bias = None if bias is None else bias.detach().clone()
-        region = LayerRegion(output, rec, saved, module, weight, bias, error, gain, slack)
+        size = magnitude * gain + reach + error
+        region = LayerRegion(output, rec, saved, module, weight, bias, error, gain, slack, size)
         region.nbytes = held + (0 if bias is None else bias.numel() * bias.element_size())
         self._add(region)
+        if output.grad_fn is not None:
+            self._by_node[output.grad_fn] = region
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`ViewOfRegion` record for ``t`` if a region of this pass holds its
         elements within ``tol``; else None."""
         if t.dtype not in _EXACT or t.numel() == 0:
             return None
+        if type(t.grad_fn).__name__ == "LogSoftmaxBackward0":
+            return self._log_softmax(t, tol, stats, name, debug)
         regions = self._by_storage.get(StorageWeakRef(t.untyped_storage()).cdata, ())
         holding = [r for r in regions if r.holds(t)]
         for region in holding:
@@ -272,6 +286,28 @@ class Regions:
         if holding:
             self._ask(holding[0], t, tol)
         return None
+
+    def _log_softmax(self, t, tol: float, stats, name: str, debug: bool):
+        """A :class:`LogSoftmaxOfRegion` record for the log-softmax ``t`` of a layer's
+        whole output (or a reshape of it), unchanged since, if that keeps ``tol``."""
+        fn = t.grad_fn.next_functions[0][0]
+        while fn not in self._by_node and type(fn).__name__ in _RESHAPES:
+            fn = fn.next_functions[0][0]
+        region = self._by_node.get(fn)
+        if region is None or region.numel != t.numel():
+            return None
+        if region.watch.current != region.version:  # edited in place since
+            return None
+        lo, hi = torch.aminmax(t.detach())
+        slack = rounding_slack(t.dtype, 2 * region.size + max(-float(lo), float(hi)))
+        within = (tol - slack) / 2  # the log-sum-exp moves no more than its inputs
+        if not within > 0:
+            return None
+        self._ask(region, t, within)
+        if region.error > within:
+            return None
+        error = 2 * region.error + slack
+        return LogSoftmaxOfRegion(t, region, t.grad_fn._saved_dim, tol, error, stats, name, debug)
 
     def _ask(self, region: Region, t: torch.Tensor, tol: float) -> None:
         """Note the tolerance ``region``'s source needs for ``t`` to be derived within
@@ -301,3 +337,21 @@ class ViewOfRegion(Derived):
             return self._keep
         memory = self.source.take()
         return memory.as_strided(self.shape, self.stride, memory.storage_offset() + self.offset)
+
+
+class LogSoftmaxOfRegion(Derived):
+    """The log-softmax of a layer's rebuilt output (a loss's log-probabilities): within
+    twice the output's bound, as the log-sum-exp moves no more than its inputs."""
+
+    __slots__ = ("dim",)
+
+    def __init__(self, t, region: Region, dim: int, tol, error, stats, name, debug):
+        super().__init__(t, region, region.nbytes, tol, error, stats, name, debug)
+        region.nbytes = 0
+        self.dim = dim
+        region.views += 1
+
+    def restore(self) -> torch.Tensor:
+        if self._keep is not None:
+            return self._keep
+        return torch.log_softmax(self.source.take().view(self.shape), self.dim)

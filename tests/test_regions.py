@@ -385,3 +385,66 @@ def test_a_view_outlives_the_record_it_is_rebuilt_from():
         grads.append((first, second))
     for got, exact in zip(grads[1], grads[0], strict=True):
         assert float((got - exact).abs().max()) <= 2 * 2e-3 + 1e-6
+
+
+class Classifier(nn.Module):
+    """A layer norm, then a linear head whose logits a cross-entropy loss takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.head = nn.LayerNorm(64), nn.Linear(64, 256)
+
+    def forward(self, x):
+        return self.head(self.norm(x))
+
+
+def _cross_entropy_passes(ac, model, x, y, passes: int, edit=None) -> list[str]:
+    kinds, pack = [], ac._pack
+    ac._pack = lambda t: kinds.append(type(r := pack(t)).__name__) or r
+    try:
+        for _ in range(passes):
+            kinds.clear()
+            model.zero_grad()
+            with ac:
+                logits = model(x)
+                if edit is not None:
+                    edit(logits)
+                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            loss.backward()
+    finally:
+        del ac._pack
+    return kinds
+
+
+@pytest.mark.parametrize("bound", [{"abs": 0.05}, {"rel": 1e-2}])
+def test_log_probabilities_are_the_log_softmax_of_the_rebuilt_logits(bound):
+    torch.manual_seed(0)
+    model = Classifier()
+    x, y = torch.randn(16, 64, 64, requires_grad=True), torch.randint(256, (16, 64))
+    ac = ActivationCompression(codec="block", zstd=None, debug=True, model=model, **bound)
+    kinds = _cross_entropy_passes(ac, model, x, y, 4)  # debug=True: each checked
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert kinds.count("LogSoftmaxOfRegion") == 2  # log_softmax's and nll_loss's
+    # what the loss holds: the targets and its total weight as they are, and a copy of
+    # the head's bias (with the first view of its output)
+    assert ac.stats.rows["(outside)"].stored_bytes == y.numel() * 8 + 4 + 256 * 4
+    model.zero_grad()
+    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    exact = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert float((got - exact).norm() / exact.norm()) < 0.05
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda z: z.detach().mul_(2),  # edited in place, out of autograd's sight
+        lambda z: z.mul_(2),  # edited in place: the loss's input is no longer the layer's
+    ],
+)
+def test_logits_edited_before_the_loss_are_not_rebuilt(edit):
+    torch.manual_seed(0)
+    model = Classifier()
+    x, y = torch.randn(16, 64, 64, requires_grad=True), torch.randint(256, (16, 64))
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, debug=True, model=model)
+    kinds = _cross_entropy_passes(ac, model, x, y, 4, edit)
+    assert "LogSoftmaxOfRegion" not in kinds
