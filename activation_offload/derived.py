@@ -48,7 +48,7 @@ _RELU_OUTPUT = "ReluBackward0"
 _BATCH_NORM = "NativeBatchNormBackward0"
 _LAYER_NORM = "NativeLayerNormBackward0"
 #: nodes of reshapes (a linear layer flattens its input to 2-d): the same values in C order
-_RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"})
+RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"})
 
 
 def rounding_slack(dtype: torch.dtype, magnitude: float) -> float:
@@ -104,7 +104,7 @@ class _Inputs:
         linear layer saves) is the output of a ``node_name`` node whose input is held
         here; else None."""
         fn = t.grad_fn
-        if type(fn).__name__ in _RESHAPES:  # a linear layer flattens its input
+        if type(fn).__name__ in RESHAPES:  # a linear layer flattens its input
             fn = fn.next_functions[0][0]
         if type(fn).__name__ != node_name or t.dtype not in _EXACT:
             return None

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .derived import _RESHAPES, Derived, rounding_slack
+from .derived import RESHAPES, Derived, rounding_slack
 from .identity import VersionWatch
 from .stats import ActivationStats
 
@@ -291,10 +291,10 @@ class Regions:
         """A :class:`LogSoftmaxOfRegion` record for the log-softmax ``t`` of a layer's
         whole output (or a reshape of it), unchanged since, if that keeps ``tol``."""
         fn = t.grad_fn.next_functions[0][0]
-        while fn not in self._by_node and type(fn).__name__ in _RESHAPES:
+        while fn not in self._by_node and type(fn).__name__ in RESHAPES:
             fn = fn.next_functions[0][0]
         region = self._by_node.get(fn)
-        if region is None or region.numel != t.numel():
+        if region is None or region.numel != t.numel() or region.dtype != t.dtype:
             return None
         if region.watch.current != region.version:  # edited in place since
             return None

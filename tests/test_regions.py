@@ -448,3 +448,18 @@ def test_logits_edited_before_the_loss_are_not_rebuilt(edit):
     ac = ActivationCompression(codec="block", abs=0.05, zstd=None, debug=True, model=model)
     kinds = _cross_entropy_passes(ac, model, x, y, 4, edit)
     assert "LogSoftmaxOfRegion" not in kinds
+
+
+def test_log_probabilities_of_another_dtype_are_held_as_they_are():
+    torch.manual_seed(0)
+    model = Classifier()
+    x = torch.randn(16, 64, 64, requires_grad=True)
+    ac = ActivationCompression(codec="block", abs=0.05, zstd=None, debug=True, model=model)
+    kinds, pack = [], ac._pack
+    ac._pack = lambda t: kinds.append(type(r := pack(t)).__name__) or r
+    for _ in range(3):
+        kinds.clear()
+        with ac:
+            loss = F.log_softmax(model(x), dim=-1, dtype=torch.float64).mean()
+        loss.backward()
+    assert "LogSoftmaxOfRegion" not in kinds
