@@ -466,8 +466,11 @@ def run_task(
     for variant, make_ac in variants:
         if variant not in (UNCOMPRESSED, SAVE_ON_CPU, CHECKPOINT) and make_ac is None:
             runs[variant] = Result(variant, note="skipped (no tensorpress.activation_offload)")
-        else:
+            continue
+        try:
             runs[variant] = Training(task, variant, make_ac, steps, device)
+        except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
+            runs[variant] = Result(variant, note=f"!! {type(exc).__name__}: {exc}")
     if device.type == "cuda":
         gc.collect()
         torch.cuda.empty_cache()
