@@ -57,20 +57,25 @@ VIEW_BITS = 4.0
 
 
 def _product_eps(dtype: torch.dtype, device: torch.device, conv: bool) -> float:
-    """The relative rounding of one product-and-add of a layer in ``dtype`` on ``device``:
-    that of bfloat16 where float32 products may run in lower precision (TF32, bfloat16:
-    the float32 matmul precision, cuBLAS's and cuDNN's TF32 switches, oneDNN's)."""
-    eps = torch.finfo(dtype).eps
+    """The relative rounding of one product-and-add of a layer in ``dtype`` on ``device``.
+
+    float32 products may run in lower precision: bfloat16's (2**-7) under the float32
+    matmul precision "medium" or oneDNN's bfloat16 convolutions, TF32's (2**-10) under
+    "high", cuBLAS's and cuDNN's TF32 switches or oneDNN's TF32 convolutions."""
     if dtype != torch.float32:
-        return eps
-    low = torch.get_float32_matmul_precision() != "highest"
+        return torch.finfo(dtype).eps
+    precision = torch.get_float32_matmul_precision()
+    fp32 = "none"
     if device.type == "cuda":
         tf32 = torch.backends.cudnn.allow_tf32 if conv else torch.backends.cuda.matmul.allow_tf32
-        low = low or tf32
+        fp32 = "tf32" if tf32 else fp32
     elif conv:
-        precision = getattr(getattr(torch.backends.mkldnn, "conv", None), "fp32_precision", "none")
-        low = low or precision not in ("none", "ieee")
-    return torch.finfo(torch.bfloat16).eps if low else eps
+        fp32 = getattr(getattr(torch.backends.mkldnn, "conv", None), "fp32_precision", fp32)
+    if precision == "medium" or fp32 == "bf16":
+        return torch.finfo(torch.bfloat16).eps
+    if precision == "high" or fp32 == "tf32":
+        return 2.0**-10
+    return torch.finfo(torch.float32).eps
 
 
 def need_key(name: str, t: torch.Tensor) -> tuple:

@@ -257,6 +257,8 @@ def test_product_rounding_follows_the_matmul_precision():
         torch.set_float32_matmul_precision("medium")  # products may run in bfloat16
         assert _product_eps(torch.float32, cpu, conv=False) == 2**-7
         assert _product_eps(torch.float64, cpu, conv=False) == torch.finfo(torch.float64).eps
+        torch.set_float32_matmul_precision("high")  # in TF32 (or two bfloat16s)
+        assert _product_eps(torch.float32, cpu, conv=True) == 2**-10
     finally:
         torch.set_float32_matmul_precision(before)
 
