@@ -35,7 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..compress.tensor import finite_range
+from ..compress.tensor import ValueRange
 from .identity import VersionWatch
 from .records import Compressed, Held, check_restored, pack_bits, unpack_bits
 from .stats import ActivationStats
@@ -58,14 +58,17 @@ def rounding_slack(dtype: torch.dtype, magnitude: float) -> float:
     return 8.0 * magnitude * torch.finfo(dtype).eps
 
 
-def input_tolerance(t: torch.Tensor, tol: float, rel: float | None) -> tuple[float, float]:
-    """(tolerance, magnitude) for GELU's input ``t`` (its own tolerance: ``tol``): the
-    tolerance lets its output be derived, whose bound is ``tol`` under ``abs`` and at
-    least ``rel`` times |GELU(max) - GELU(min)| under ``rel`` (both ends are outputs it
-    holds); the magnitude bounds the output's finite values."""
+def input_tolerance(
+    t: torch.Tensor, tol: float, rel: float | None, span: ValueRange
+) -> tuple[float, float]:
+    """(tolerance, magnitude) for GELU's input ``t`` (its own tolerance: ``tol``; its
+    values' range: ``span``): the tolerance lets its output be derived, whose bound is
+    ``tol`` under ``abs`` and at least ``rel`` times |GELU(max) - GELU(min)| under
+    ``rel`` (both ends are outputs it holds); the magnitude bounds the output's finite
+    values."""
     if t.dtype not in _EXACT:
         return tol, math.inf
-    lo, hi = finite_range(t)
+    lo, hi = span.finite
     ends = F.gelu(torch.tensor([lo, hi], dtype=t.dtype)).tolist()
     floor = tol if rel is None else rel * abs(ends[1] - ends[0])
     magnitude = max(abs(ends[0]), abs(ends[1]), 0.17)  # GELU's minimum is -0.17
@@ -154,13 +157,14 @@ class _NormInputs(_Inputs):
         """The tolerance for the input of the norm ``name`` (its own: ``tol``)."""
         return min(tol, self._needed.get(name, math.inf))
 
-    def add(self, t: torch.Tensor, rec, module) -> None:
+    def add(self, t: torch.Tensor, rec, module, span: ValueRange) -> None:
         """Note ``rec``, held for the input ``t`` of the norm module ``module``, if ``t``
-        is float32/64 and finite (its largest magnitude enters the rounding slack)."""
+        is float32/64 and finite (its largest magnitude, from ``span``, enters the
+        rounding slack)."""
         if t.grad_fn is None or t.dtype not in _EXACT or t.dim() < 2 or t.numel() == 0:
             return
-        lo, hi = torch.aminmax(t)
-        magnitude = max(abs(float(lo)), abs(float(hi)))
+        lo, hi = span.ends
+        magnitude = max(abs(lo), abs(hi))
         if math.isfinite(magnitude):  # NaN and infinities would not survive the norm
             self._note(t, rec, magnitude, module)
 

@@ -30,7 +30,7 @@ from torch.nn.modules.module import (
 )
 
 from ..compress.lossless import check_level
-from ..compress.tensor import finite_range
+from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .derived import BatchNormInputs, Derived, GeluInputs, LayerNormInputs, input_tolerance
 from .identity import ParameterStorages, SavedTable
@@ -325,9 +325,10 @@ class ActivationCompression:
         elif self.config["pw_rel"] is not None:
             mode, tol = "pw_rel", float(self.config["pw_rel"])
         else:
-            mode, tol = "abs", self._tolerance(t, module, name)
+            span = ValueRange(t)  # one pass over t for all that needs its range
+            mode, tol = "abs", self._tolerance(t, module, name, span)
             if isinstance(module, torch.nn.GELU):
-                tol, gelu_input = input_tolerance(t, tol, self.config["rel"])
+                tol, gelu_input = input_tolerance(t, tol, self.config["rel"], span)
             elif norm_inputs is not None:
                 tol = norm_inputs.tolerance(name, tol)
             rec = self._derived(t, tol, name)
@@ -338,7 +339,7 @@ class ActivationCompression:
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
         elif norm_inputs is not None and mode == "abs":
-            norm_inputs.add(t, rec, module)
+            norm_inputs.add(t, rec, module, span)
         return self._ordered(rec) if rec.store is not None else rec
 
     def _derived(self, t: torch.Tensor, tol: float, name: str):
@@ -368,14 +369,15 @@ class ActivationCompression:
                 except KeyError:  # already deleted
                     pass
 
-    def _tolerance(self, t: torch.Tensor, module, name: str) -> float:
-        """The absolute tolerance for a tensor saved by ``module`` (called ``name``)."""
+    def _tolerance(self, t: torch.Tensor, module, name: str, span=None) -> float:
+        """The absolute tolerance for a tensor saved by ``module`` (called ``name``);
+        ``span``: its :class:`ValueRange`, if one is at hand."""
         c = self.config
         if c["rel"] is not None and _log_probs(t):
             return float(c["rel"] if self.bounds is None else c["ceiling"])
         scale = 1.0
         if c["rel"] is not None:  # rel bounds scale with the finite value range
-            lo, hi = finite_range(t)
+            lo, hi = (span or ValueRange(t)).finite
             scale = hi - lo
         tol = (c["rel"] if c["abs"] is None else c["abs"]) * scale
         if self.bounds is not None:

@@ -11,6 +11,7 @@ writes for the same array, byte for byte.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -186,6 +187,27 @@ def _from_stream(blob, device) -> CompressedTensor:
         f["bound"],
         f["chunk_rows"],
     )
+
+
+class ValueRange:
+    """The ends of a tensor's values, each computed at most once: ``ends`` over all
+    elements (NaN and infinities count), ``finite`` over the finite ones (as
+    :func:`finite_range`), as Python floats."""
+
+    def __init__(self, t: torch.Tensor):
+        self._t = t
+
+    @functools.cached_property
+    def ends(self) -> tuple[float, float]:
+        if self._t.numel() == 0:
+            return 0.0, 0.0
+        lo, hi = torch.stack(torch.aminmax(self._t)).to(torch.float64).tolist()
+        return lo, hi
+
+    @functools.cached_property
+    def finite(self) -> tuple[float, float]:
+        lo, hi = self.ends
+        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else finite_range(self._t)
 
 
 def finite_range(t: torch.Tensor) -> tuple[float, float]:
