@@ -58,6 +58,14 @@ def rounding_slack(dtype: torch.dtype, magnitude: float) -> float:
     return 8.0 * magnitude * torch.finfo(dtype).eps
 
 
+def needed_bound(tol: float, slack: float, gain: float) -> float | None:
+    """The bound an input needs for an output that moves by at most ``gain`` times the
+    input's change plus ``slack`` to keep ``tol``, with a tenth spare (the next pass's
+    values move); None where no bound would do."""
+    room = tol * (1 - 2**-10) - slack
+    return 0.9 * room / gain if room > 0 and 0 < gain < math.inf else None
+
+
 def input_tolerance(
     t: torch.Tensor, tol: float, rel: float | None, span: ValueRange
 ) -> tuple[float, float]:
@@ -173,9 +181,9 @@ class _NormInputs(_Inputs):
         input's change and its terms are at most ``size``: None if that exceeds ``tol``
         (the tolerance the input needs is noted for the next pass either way)."""
         slack = rounding_slack(t.dtype, size)
-        room = tol * (1 - 2**-10) - slack
-        if room > 0 and 0 < gain < math.inf:  # the next pass holds the input within this
-            self._needed[rec.name] = 0.9 * room / gain  # (a tenth spare: the norm moves)
+        needed = needed_bound(tol, slack, gain)
+        if needed is not None:  # the next pass holds the input within this
+            self._needed[rec.name] = needed
         error = gain * (1 + 2 * torch.finfo(t.dtype).eps) * rec.error + slack  # rounded
         return error if error <= tol else None
 

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .derived import RESHAPES, Derived, rounding_slack
+from .derived import RESHAPES, Derived, needed_bound, rounding_slack
 from .identity import VersionWatch
 from .stats import ActivationStats
 
@@ -111,9 +111,7 @@ class Region:
         self.storage = StorageWeakRef(t.untyped_storage())
         self.offset, self.numel, self.dtype = offset, numel, t.dtype
         self.version = t._version
-        self.asks = need_key(source.name, saved)
-        self.source_tightens = source.tightens
-        self.source_numel, self.source_tolerance = math.prod(source.shape), source.tolerance
+        self.source, self.asks = source, need_key(source.name, saved)
         self.views = 0  # views not yet restored
         self.nbytes = 0  # bytes it holds of its own, counted with its first view
         self._memory: torch.Tensor | None = None
@@ -124,6 +122,12 @@ class Region:
             return False
         first, end = _span(t)
         return self.offset <= first and end <= self.offset + self.numel
+
+    def _source_values(self) -> torch.Tensor:
+        """The source restored, kept for its own saver (if still to come in backward)."""
+        x = self.source.restore()
+        self.source.keep_restored(x)
+        return x
 
     def take(self) -> torch.Tensor:
         """The region's elements, flat in memory order (rebuilt once for all views)."""
@@ -145,13 +149,11 @@ class HeldRegion(Region):
 
     def __init__(self, t: torch.Tensor, rec):
         super().__init__(t, t.storage_offset(), t.numel(), rec, t)
-        self.error, self.record = rec.error, rec  # alive while a view needs it
+        self.error = rec.error  # (the source, rec, stays alive while a view needs it)
         self.shape, self.stride = tuple(t.shape), tuple(t.stride())
 
     def _rebuild(self) -> torch.Tensor:
-        rec = self.record
-        x = rec.restore()
-        rec.keep_restored(x)  # its own saver, if still to come in backward, takes it
+        x = self._source_values()
         memory = torch.empty_strided(self.shape, self.stride, dtype=x.dtype, device=x.device)
         memory.copy_(x.reshape(self.shape))
         return memory.as_strided((self.numel,), (1,), memory.storage_offset())
@@ -165,7 +167,7 @@ class LayerRegion(Region):
 
     def __init__(self, output, source, saved, module, weight, bias, error, gain, slack, size):
         super().__init__(output, output.storage_offset(), output.numel(), source, saved)
-        self.source, self.error, self.gain, self.slack = source, error, gain, slack
+        self.error, self.gain, self.slack = error, gain, slack
         self.module, self.weight, self.version_of_weight = module, weight, weight._version
         self.bias, self.size = bias, size  # size: a bound on |output| (rebuilt or not)
         self.watch = VersionWatch(output)  # (the output may be gone; its views not)
@@ -178,8 +180,7 @@ class LayerRegion(Region):
                 "is rebuilt from it (checked by tensorpress activation compression; autograd "
                 "raises at that layer's backward)"
             )
-        x = self.source.restore()
-        self.source.keep_restored(x)
+        x = self._source_values()
         with torch.no_grad():
             if isinstance(self.module, torch.nn.Linear):
                 y = F.linear(x.reshape(-1, self.weight.shape[1]), self.weight, self.bias)
@@ -188,8 +189,7 @@ class LayerRegion(Region):
             return y.contiguous()
 
     def wanted(self, tol: float) -> float | None:
-        room = tol * (1 - 2**-10) - self.slack
-        return 0.9 * room / self.gain if room > 0 and self.gain > 0 else None  # a tenth spare
+        return needed_bound(tol, self.slack, self.gain)
 
 
 class Regions:
@@ -318,11 +318,12 @@ class Regions:
         """Note the tolerance ``region``'s source needs for ``t`` to be derived within
         ``tol``, where that pays: the source honours it, and its bound shrinks by at
         most ``VIEW_BITS`` bits a value of ``t``."""
-        if not region.source_tightens:
+        source = region.source
+        if not source.tightens:
             return
         wanted = region.wanted(tol)
-        bits = min(VIEW_BITS * t.numel() / region.source_numel, 24.0)
-        if wanted is not None and wanted * 2.0**bits >= region.source_tolerance:
+        bits = min(VIEW_BITS * t.numel() / math.prod(source.shape), 24.0)
+        if wanted is not None and wanted * 2.0**bits >= source.tolerance:
             self._asked[region.asks] = min(self._asked.get(region.asks, math.inf), wanted)
 
 
