@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compress.tensor import ValueRange
+from . import kernels
 from .identity import VersionWatch
 from .records import Compressed, Held, check_restored, pack_bits, unpack_bits
 from .stats import ActivationStats
@@ -323,21 +324,54 @@ class GeluOfInput(Derived):
 
 class ReluOfBatchNorm(Derived):
     """ReLU of ``x * alpha + beta`` (per channel) of the record ``x`` of a batch norm's
-    input, positive exactly where the output was (a 1-bit mask)."""
+    input, positive exactly where the output was (a 1-bit mask). On the CPU, numba
+    kernels (``kernels.py``) pack the mask and restore the output, one pass each."""
 
     __slots__ = ("alpha", "beta", "mask")
     zeros_exact = True
 
     def __init__(self, t, source, alpha, beta, tol, error, stats, name, debug):
-        mask = pack_bits(t.detach() > 0)
+        mask = _positive_bits(t.detach())
         nbytes = mask.numel() + 2 * alpha.numel() * alpha.element_size()
         super().__init__(t, source, nbytes, tol, error, stats, name, debug)
         self.alpha, self.beta, self.mask = alpha, beta, mask
 
     def _derive(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.addcmul(self.beta, x.reshape(self.shape), self.alpha)
+        x = x.reshape(self.shape)
+        inner = math.prod(self.shape[2:])
+        if x.device.type == "cpu" and inner > 0 and inner % 8 == 0 and x.dtype == self.alpha.dtype:
+            return _relu_of_affine(x.contiguous(), self.alpha, self.beta, self.mask, inner)
+        y = torch.addcmul(self.beta, x, self.alpha)
         y.clamp_min_(torch.finfo(y.dtype).tiny)  # a positive whose norm came back <= 0
         return y.mul_(unpack_bits(self.mask, self.shape).view(torch.uint8))  # zeros: 0
+
+
+def _positive_bits(t: torch.Tensor) -> torch.Tensor:
+    """:func:`pack_bits` of ``t > 0``."""
+    if t.device.type != "cpu" or not t.is_contiguous():
+        return pack_bits(t > 0)
+    out = torch.empty((t.numel() + 7) // 8, dtype=torch.uint8)
+    kernels.positive_bits(t.reshape(-1).numpy(), out.numpy())
+    return out
+
+
+def _relu_of_affine(x, alpha, beta, mask, inner: int) -> torch.Tensor:
+    """ReLU of ``x * alpha + beta`` (per channel, dim 1), zero where ``mask``'s bit is
+    not set, by the CPU kernel (on one thread: split between two, it ran slower)."""
+    out = torch.empty_like(x)
+    table = kernels.BIT_FACTORS[x.dtype == torch.float32]
+    tiny = table.dtype.type(torch.finfo(x.dtype).tiny)
+    kernels.relu_of_affine(
+        x.reshape(-1).numpy(),
+        alpha.reshape(-1).numpy(),
+        beta.reshape(-1).numpy(),
+        mask.numpy(),
+        inner,
+        tiny,
+        table,
+        out.reshape(-1).numpy(),
+    )
+    return out
 
 
 class LayerNormOfInput(Derived):

@@ -5,11 +5,17 @@ Starting a thread pool costs about 0.5 ms here, as much as compressing a
 number of threads asked for. A call made from one of the pools' own threads
 runs its tasks inline (waiting on a pool from inside it could deadlock), and a
 forked child starts pools of its own.
+
+``map_ordered`` works on the calling thread too, instead of waiting: inside a
+training step, torch's own worker thread keeps spinning on one core after each
+operation, and the caller's share of the work then costs no hand-off (a small
+CNN's compressed step: 1.40-1.47x of plain instead of 1.58-1.64x).
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -47,11 +53,38 @@ def ordered(calls, workers: int):
 
 
 def map_ordered(fn, items, workers: int) -> list:
-    """``[fn(item) for item in items]`` on ``workers`` threads."""
+    """``[fn(item) for item in items]`` on ``workers`` threads: the caller's and
+    ``workers - 1`` of a pool's, each taking the next item until none is left. The
+    first exception stops further items and is raised once the running ones finish."""
     items = list(items)
-    if len(items) <= 1:
-        workers = 1
-    return list(ordered((lambda item=item: fn(item) for item in items), workers))
+    workers = min(workers, len(items))
+    if workers <= 1 or getattr(_local, "in_pool", False):
+        return [fn(item) for item in items]
+    results: list = [None] * len(items)
+    taken = itertools.count()  # next() of a count is atomic under the GIL
+    failed: list = []
+
+    def drain() -> None:
+        while not failed:
+            i = next(taken)
+            if i >= len(items):
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                failed.append(exc)
+
+    pool = _pool(workers - 1)
+    helpers = [pool.submit(drain) for _ in range(workers - 1)]
+    try:
+        drain()
+    finally:
+        for helper in helpers:
+            helper.cancel()  # one that has not started finds nothing left to take
+        wait(helpers)
+    if failed:
+        raise failed[0]
+    return results
 
 
 def map_grouped(fn, items, workers: int, tasks_per_worker: int = 2) -> list:

@@ -3,6 +3,8 @@ its input."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -12,7 +14,12 @@ from hypothesis import strategies as st
 from square_loss import square_loss_grads as _grads
 from tensorpress.activation_offload import ActivationCompression
 from tensorpress.activation_offload import hooks as hooks_module
-from tensorpress.activation_offload.derived import GELU_LIPSCHITZ, Derived
+from tensorpress.activation_offload.derived import (
+    GELU_LIPSCHITZ,
+    Derived,
+    _positive_bits,
+    _relu_of_affine,
+)
 from tensorpress.activation_offload.records import (
     Codec,
     _pack_bits_ops,
@@ -268,6 +275,56 @@ def test_bits_pack_the_same_on_the_host_and_in_torch_ops(n, seed):
     assert torch.equal(packed, _pack_bits_ops(b)) and packed.numel() == -(-n // 8)
     assert torch.equal(unpack_bits(packed, (n, 1)).reshape(-1), b)
     assert torch.equal(_unpack_bits_ops(packed, n), b)
+
+
+_SPECIALS = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-40, -1e-40, 1e30]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 100),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_positive_bits_kernel_packs_as_pack_bits(n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(n, generator=g, dtype=dtype)
+    picks = torch.randint(0, len(_SPECIALS), (n,), generator=g)
+    special = torch.rand(n, generator=g) < 0.3
+    t[special] = torch.tensor(_SPECIALS, dtype=dtype)[picks[special]]
+    assert torch.equal(_positive_bits(t.reshape(1, n, 1)), pack_bits(t > 0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.sampled_from([(2, 3, 8), (1, 1, 16), (3, 2, 4, 6), (0, 4, 8)]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_relu_restore_kernel_matches_torch_ops(shape, dtype, seed):
+    """ReLU of ``x * alpha + beta`` where the mask is set, else 0: the kernel's values are
+    the torch ops' to a unit in the last place of the terms (one rounding fused or not),
+    NaN stays NaN, and zeros and positives sit where the mask says."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=dtype)
+    x.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=dtype)[
+        : x.numel()
+    ]
+    view = (1, shape[1]) + (1,) * (len(shape) - 2)
+    alpha = (torch.rand(view, generator=g, dtype=dtype) + 0.1) * 3
+    beta = torch.randn(view, generator=g, dtype=dtype)
+    mask = pack_bits(torch.rand(shape, generator=g) < 0.6)
+    want = torch.addcmul(beta, x, alpha).clamp_min_(torch.finfo(dtype).tiny)
+    want.mul_(unpack_bits(mask, shape).view(torch.uint8))
+    got = _relu_of_affine(x, alpha, beta, mask, math.prod(shape[2:]))
+    assert got.shape == want.shape and got.dtype == dtype
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got == 0, want == 0) and torch.equal(got > 0, want > 0)
+    fin = want.isfinite()
+    assert torch.equal(got[~fin & ~want.isnan()], want[~fin & ~want.isnan()])
+    terms = (x * alpha).abs() + beta.abs()
+    ulp = torch.finfo(dtype).eps * terms.expand(shape)[fin]
+    assert bool(((got[fin] - want[fin]).abs() <= ulp).all())
 
 
 def test_relu_of_batch_norm_with_the_norm_input_in_a_store(tmp_path):
