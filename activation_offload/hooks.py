@@ -319,7 +319,7 @@ class ActivationCompression:
                 return Kept(t, nbytes, self.stats)
             return self._ordered(Offloaded(t, nbytes, self.stats, store))
         gelu_input = None  # for an nn.GELU's input: its output's largest magnitude
-        rec = None
+        rec = span = None
         if not self._codec.bounded:
             mode, tol = None, None
         elif self.config["pw_rel"] is not None:
@@ -333,7 +333,7 @@ class ActivationCompression:
                 tol = norm_inputs.tolerance(name, tol)
             rec = self._derived(t, tol, name)
         if rec is None:
-            rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store)
+            rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store, span)
             if mode == "abs":
                 self._regions.add_held(t, rec)
         if gelu_input is not None:
