@@ -2,8 +2,8 @@
 elsewhere): the 1-bit mask of a ReLU output's positives, that output restored from its
 batch norm's input, and int8 codes of a tensor within an absolute bound.
 
-Both run in a few long passes that the compiler vectorizes: 8 values per mask byte,
-the mask's bits spread into 0.0/1.0 factors by a table of the 256 bytes.
+Each is one pass over the values; the ReLU restore takes 8 values a mask byte, its bits
+spread into 0.0/1.0 factors by a table of the 256 bytes.
 """
 
 from __future__ import annotations
