@@ -50,16 +50,13 @@ def _signs(sg, size, key, pos):
 
 @njit(cache=True, nogil=True, inline="always")
 def _pack(codes, count, bits, packed, at):
-    """Pack ``codes[:count]`` LSB-first into ``packed[at:]``; the last byte is zero-padded."""
+    """Pack ``codes[:count]`` LSB-first into ``packed[at:]``; the last byte is zero-padded
+    (``codes`` holds zeros from ``count`` to the next whole byte)."""
     per = 8 // bits
-    nbytes = (count * bits + 7) // 8
-    for b in range(nbytes):
+    for b in range((count * bits + 7) // 8):
         acc = 0
-        base = b * per
         for s in range(per):
-            k = base + s
-            if k < count:
-                acc |= np.int64(codes[k]) << (s * bits)
+            acc |= np.int64(codes[b * per + s]) << (s * bits)
         packed[at + b] = acc
 
 
@@ -96,11 +93,9 @@ def quant_encode(
             fwht(v, width)
         lo = v[0]
         hi = v[0]
-        for j in range(1, width):
-            if v[j] < lo:
-                lo = v[j]
-            if v[j] > hi:
-                hi = v[j]
+        for j in range(1, width):  # selects, not branches: NaN is skipped as before
+            lo = v[j] if v[j] < lo else lo
+            hi = v[j] if v[j] > hi else hi
         lo_p = to_param(lo + 0.0, prec)  # + 0.0: min/max may pick either zero
         scale_p = to_param(((hi + 0.0) - lo_p) / fmaxc, prec)
         lo_out[g] = lo_p
@@ -127,10 +122,10 @@ def quant_encode(
                 v[j] = v[j] * sg[j] / group
         for j in range(size):
             err = abs(to_storage(v[j], prec) - float(x[start + j]))
-            if err > maxerr:
-                maxerr = err
-            elif not err <= maxerr:
-                finite = False
+            maxerr = err if err > maxerr else maxerr
+            finite &= not err != err  # NaN
+        for j in range(width, min(width + 8, group)):  # whole bytes of codes for _pack
+            codes[j] = 0
         _pack(codes, width, bits, packed, start * bits // 8)
     if not (finite and maxerr < math.inf):
         return math.inf
@@ -142,6 +137,7 @@ def quant_decode(lo, scale, packed, n, group, bits, seed, hadamard, prec, g0, g1
     """Rebuild groups ``g0..g1-1`` of an ``n``-element chunk into ``out`` (float32/float64)."""
     mask = (1 << bits) - 1
     per = 8 // bits
+    shift = 2 if bits == 2 else (1 if bits == 4 else 0)  # log2(per), for bits 2, 4, 8
     v = np.empty(group, np.float64)
     sg = np.empty(group, np.float64)
     for g in range(g0, g1):
@@ -152,7 +148,7 @@ def quant_decode(lo, scale, packed, n, group, bits, seed, hadamard, prec, g0, g1
         scale_p = float(scale[g])
         at = start * bits // 8
         for j in range(width):
-            c = (np.int64(packed[at + j // per]) >> ((j % per) * bits)) & mask
+            c = (np.int64(packed[at + (j >> shift)]) >> ((j & (per - 1)) * bits)) & mask
             v[j] = lo_p + float(c) * scale_p
         if hadamard:
             _signs(sg, width, 2 * seed + 1, start)
