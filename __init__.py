@@ -23,7 +23,7 @@ from .formats import (  # noqa: E402
     encode_array,
     read_header,
 )
-from .formats.container import resolve_workers  # noqa: E402
+from .formats.container import BFLOAT16, resolve_workers  # noqa: E402
 
 __all__ = [
     "ErrorBound",
@@ -54,7 +54,12 @@ def compress_array(
     |x| per element). ``codec`` is a registered name, a config dict or a
     Codec; extra keywords are the codec's parameters. ``chunk_bytes`` is the
     target input bytes per chunk; ``workers`` the threads (None: all cores).
+    bfloat16 data (a torch tensor, or a numpy array of ``ml_dtypes.bfloat16``) is
+    compressed by the codec's torch path, as ``bytes(compress_tensor(t, ...))``.
     """
+    bf16 = _bfloat16_tensor(x)
+    if bf16 is not None:
+        return _compress_bfloat16(bf16, abs, rel, pw_rel, codec, chunk_bytes, codec_params)
     arr, order = _as_array(x)
     workers = resolve_workers(workers)
     codec = get_codec(codec, **codec_params)
@@ -136,18 +141,41 @@ def info(blob) -> dict:
     return out
 
 
+def _bfloat16_tensor(x):
+    """(a CPU torch bfloat16 tensor, the memory layout 'C' or 'F') when ``x`` holds
+    bfloat16 values (a tensor, or a numpy array of ``ml_dtypes.bfloat16``), else None."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return (x.detach().cpu(), "C") if x.dtype == torch.bfloat16 else None
+    if isinstance(x, np.ndarray) and x.dtype == BFLOAT16:
+        order = "F" if x.ndim > 1 and x.flags.f_contiguous and not x.flags.c_contiguous else "C"
+        bits = np.asarray(x, order="C").view(np.int16)  # 0-d stays 0-d
+        return torch.from_numpy(bits).view(torch.bfloat16), order
+    return None
+
+
+def _compress_bfloat16(x, abs, rel, pw_rel, codec, chunk_bytes, codec_params) -> bytes:
+    """bfloat16 values through the codec's torch path: ``bytes(compress_tensor(...))``."""
+    from .compress.tensor import compress_tensor
+
+    t, order = x
+    codec = get_codec(codec, **codec_params)
+    if not codec.has_tensor_path:
+        raise TypeError(
+            f"codec {codec.name!r} does not take bfloat16 values: use codec='block' or "
+            "codec='quant', or convert to float32 first"
+        )
+    ct = compress_tensor(t, codec, abs=abs, rel=rel, pw_rel=pw_rel, chunk_bytes=chunk_bytes)
+    return ct._stream(order)
+
+
 def _as_array(x) -> tuple[np.ndarray, str]:
     """(native-endian numpy array, 'C' or 'F' memory layout) from numpy/torch/array-like."""
     if type(x).__module__.startswith("torch"):
         import torch
 
         if isinstance(x, torch.Tensor):
-            if x.dtype == torch.bfloat16:
-                raise TypeError(
-                    "bfloat16 tensors are not supported by tp.compress (numpy has no "
-                    "bfloat16): use tensorpress.compress.compress_tensor(t, codec='block', "
-                    "...) or convert with t.float() first"
-                )
             x = x.detach().cpu().numpy()
     arr = np.asarray(x)
     if arr.dtype.kind == "c" or arr.dtype.kind not in "biuf":

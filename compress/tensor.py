@@ -21,8 +21,13 @@ from .bounds import ErrorBound
 from .registry import STREAM_IO, Codec, chunk_rows_for, get_codec
 
 _TORCH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: how the container names the dtypes it can hold (numpy has no bfloat16)
-_STREAM_DTYPES = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8"}
+#: how the container names the dtypes it can hold
+_STREAM_DTYPES = {
+    torch.float16: "<f2",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "<f4",
+    torch.float64: "<f8",
+}
 _FROM_STREAM = {name: dtype for dtype, name in _STREAM_DTYPES.items()}
 
 
@@ -79,14 +84,17 @@ class CompressedTensor:
         return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))
 
     def __bytes__(self) -> bytes:
-        if self.dtype not in _STREAM_DTYPES:
-            raise TypeError(f"{self.dtype} tensors cannot be written as a container stream yet")
+        return self._stream("C")
+
+    def _stream(self, order: str) -> bytes:
+        """The container stream; ``order`` ("C" or "F") is the layout a reader hands
+        back (the values are in C order either way)."""
         import tensorpress
 
         return STREAM_IO["write"](
             dtype=_STREAM_DTYPES[self.dtype],
             shape=self.shape,
-            order="C",
+            order=order,
             codec_config=self.codec.get_config(),
             bound=self.bound,
             chunk_rows=self.chunk_rows,

@@ -16,6 +16,7 @@ from .container import (
     encode_chunks,
     parse_header,
     read_header,
+    stream_dtype,
     verified_payloads,
     write_stream,
 )
@@ -72,7 +73,7 @@ def _read_for_tensors(blob) -> dict:
     if h.order != "C":
         raise ValueError("only C-order streams decode into tensors")
     return {
-        "dtype": h.dtype.newbyteorder("<").str,
+        "dtype": stream_dtype(h.dtype),
         "shape": h.shape,
         "codec_config": h.codec,
         "bound": h.bound,

@@ -22,6 +22,7 @@ try:  # zlib-ng's CRC-32 (zlib's polynomial, same values) runs ~15x faster than 
 except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
     from zlib import crc32
 
+import ml_dtypes
 import numpy as np
 
 from ..compress.bounds import ErrorBound
@@ -42,6 +43,15 @@ _CRC = struct.Struct("<I")
 _INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), crc32 of the payload
 #: default target size of one chunk of input, in bytes
 DEFAULT_CHUNK_BYTES = 4 << 20
+#: bfloat16 as numpy knows it through ml_dtypes; streams name it "bfloat16"
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def stream_dtype(dtype) -> str:
+    """How a stream's header names ``dtype``: numpy's little-endian string (``"<f4"``),
+    or ``"bfloat16"``, which numpy spells as raw bytes (``"<V2"``)."""
+    dtype = np.dtype(dtype)
+    return "bfloat16" if dtype == BFLOAT16 else dtype.newbyteorder("<").str
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,7 @@ def encode_array(
     rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
     chunks = list(checked_chunks(x, codec, bound, rows, workers=workers))
     return write_stream(
-        x.dtype.newbyteorder("<").str,
+        stream_dtype(x.dtype),
         shape,
         order,
         codec.get_config(),
@@ -378,7 +388,7 @@ def parse_header(source) -> Header:
         raise FormatError(f"unknown header flags {flags:#x}")
     try:
         h = json.loads(bytes(mv[_PREAMBLE.size : end]))
-        dtype = np.dtype(h["dtype"])
+        dtype = BFLOAT16 if h["dtype"] == "bfloat16" else np.dtype(h["dtype"])
         shape = tuple(int(d) for d in h["shape"])
         rows = int(h["chunk_rows"])
         codec = dict(h["codec"])
@@ -497,9 +507,12 @@ class ContainerReader:
         h = self.header
         payload = self.payload(i)
         try:
-            chunk = self.codec.decode(
-                payload, h.chunk_shape(i), h.dtype, h.bound, out=out, threads=threads
-            )
+            if h.dtype == BFLOAT16:
+                chunk = _decode_bfloat16(self.codec, payload, h.chunk_shape(i), h.bound, out)
+            else:
+                chunk = self.codec.decode(
+                    payload, h.chunk_shape(i), h.dtype, h.bound, out=out, threads=threads
+                )
         except FormatError:
             raise
         except ValueError as exc:
@@ -585,6 +598,24 @@ class ContainerReader:
             row = self._rows(i, i + 1)[0]
             return row[rest] if rest else row
         return self.read()[key]
+
+
+def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndarray:
+    """One bfloat16 chunk, decoded by the codec's torch path on the CPU (the bytes its
+    ``compress_tensor`` wrote), as a numpy bfloat16 array (into ``out`` if given)."""
+    if not codec.has_tensor_path:
+        raise FormatError(f"codec {codec.name!r} cannot hold bfloat16 values")
+    import torch
+
+    raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if len(payload) else None
+    raw = torch.zeros(0, dtype=torch.uint8) if raw is None else raw
+    rows = shape[0] if shape else 1
+    t = codec.decode_tensor(raw, [len(payload)], shape, torch.bfloat16, bound, max(rows, 1))
+    chunk = t.contiguous().view(torch.int16).numpy().view(BFLOAT16).reshape(shape)
+    if out is None:
+        return chunk
+    out[...] = chunk
+    return out
 
 
 def verified_payloads(buf) -> tuple[Header, memoryview]:

@@ -20,6 +20,7 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.registry import chunk_rows_for, get_codec
 from .container import (
+    BFLOAT16,
     DEFAULT_CHUNK_BYTES,
     ContainerReader,
     FileSink,
@@ -445,6 +446,11 @@ def decompress_file(src, dst, *, workers=None, overwrite=False, progress=None) -
     source = FileSource(src)
     try:
         reader = ContainerReader(source, workers=workers)
+        if reader.dtype == BFLOAT16 and not has_extension(dst, RAW_EXTENSIONS):
+            raise ValueError(
+                f"{src} holds bfloat16 values, which .npy and HDF5 files cannot name: give a "
+                "raw destination (.bin, .raw, .dat) or read it with tensorpress.decompress"
+            )
         t0 = time.perf_counter()
         with atomic_output(src, dst, overwrite) as tmp:
             if _is_hdf5_path(dst):
@@ -468,7 +474,8 @@ class _RawWriter:
         self.f = f
 
     def __setitem__(self, key, chunk):
-        self.f.write(np.ascontiguousarray(chunk, chunk.dtype.newbyteorder("<")).data)
+        flat = np.ascontiguousarray(chunk, chunk.dtype.newbyteorder("<")).reshape(-1)
+        self.f.write(flat.view(np.uint8).data)  # as bytes: bfloat16 has no buffer format
 
 
 def _write_npy_header(f, dtype, shape) -> None:

@@ -57,7 +57,7 @@ def test_torch_input_comes_back_as_numpy():
     y = tp.decompress(tp.compress(t, abs=1e-2))
     assert isinstance(y, np.ndarray) and y.dtype == np.float32
     _assert_abs(t.numpy(), y, 1e-2)
-    with pytest.raises(TypeError, match="bfloat16"):
+    with pytest.raises(TypeError, match="codec='block'"):  # sz has no bfloat16 path
         tp.compress(t.bfloat16(), abs=1e-2)
 
 

@@ -58,7 +58,9 @@ def _golden_inputs():
     return {name: (x, kw) for name, x, kw in module.cases()}
 
 
-@pytest.mark.parametrize("name", ["block2_f32_mixed", "block2_f64_pw_rel", "block2_f16_abs"])
+@pytest.mark.parametrize(
+    "name", ["block2_f32_mixed", "block2_f64_pw_rel", "block2_f16_abs", "block2_bf16_rel"]
+)
 def test_block_encoder_writes_the_golden_bytes(name):
     """The block codec's bytes are fixed by its specification (every implementation, the
     numba, torch and CUDA ones, writes them), so its encoder must still write the file."""

@@ -16,6 +16,7 @@ import pathlib
 import sys
 import tempfile
 
+import ml_dtypes
 import numpy as np
 import tensorpress as tp
 from tensorpress.formats import FORMAT_VERSION
@@ -64,6 +65,10 @@ def cases():
     yield "block2_f32_mixed", _block_mix2(np.float32, 12), {"codec": "block", "rel": 1e-2}
     yield "block2_f64_pw_rel", _block_mix2(np.float64, 13), {"codec": "block", "pw_rel": 1e-3}
     yield "block2_f16_abs", _block_mix2(np.float16, 14), {"codec": "block", "abs": 0.01}
+    # bfloat16 (the "bfloat16" header dtype), written through the codecs' torch paths
+    bf16 = _block_mix2(ml_dtypes.bfloat16, 15)
+    yield "block2_bf16_rel", bf16, {"codec": "block", "rel": 1e-2}
+    yield "quant_bf16_4bit", bf16, {"codec": "quant", "bits": 4}
 
 
 def _block_mix(dtype, seed):
