@@ -23,7 +23,7 @@ from .formats import (  # noqa: E402
     encode_array,
     read_header,
 )
-from .formats.container import BFLOAT16, resolve_workers  # noqa: E402
+from .formats.container import is_bfloat16, resolve_workers  # noqa: E402
 
 __all__ = [
     "ErrorBound",
@@ -144,11 +144,14 @@ def info(blob) -> dict:
 def _bfloat16_tensor(x):
     """(a CPU torch bfloat16 tensor, the memory layout 'C' or 'F') when ``x`` holds
     bfloat16 values (a tensor, or a numpy array of ``ml_dtypes.bfloat16``), else None."""
-    import torch
+    if type(x).__module__.startswith("torch"):  # torch is imported only for its tensors
+        import torch
 
-    if isinstance(x, torch.Tensor):
-        return (x.detach().cpu(), "C") if x.dtype == torch.bfloat16 else None
-    if isinstance(x, np.ndarray) and x.dtype == BFLOAT16:
+        if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
+            return x.detach().cpu(), "C"
+    if isinstance(x, np.ndarray) and is_bfloat16(x.dtype):
+        import torch
+
         order = "F" if x.ndim > 1 and x.flags.f_contiguous and not x.flags.c_contiguous else "C"
         bits = np.asarray(x, order="C").view(np.int16)  # 0-d stays 0-d
         return torch.from_numpy(bits).view(torch.bfloat16), order

@@ -22,7 +22,6 @@ try:  # zlib-ng's CRC-32 (zlib's polynomial, same values) runs ~15x faster than 
 except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
     from zlib import crc32
 
-import ml_dtypes
 import numpy as np
 
 from ..compress.bounds import ErrorBound
@@ -43,15 +42,26 @@ _CRC = struct.Struct("<I")
 _INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), crc32 of the payload
 #: default target size of one chunk of input, in bytes
 DEFAULT_CHUNK_BYTES = 4 << 20
-#: bfloat16 as numpy knows it through ml_dtypes; streams name it "bfloat16"
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def is_bfloat16(dtype) -> bool:
+    """Whether ``dtype`` is bfloat16 (``ml_dtypes.bfloat16``, the one numpy knows)."""
+    return getattr(dtype, "name", None) == "bfloat16"
+
+
+@functools.cache
+def bfloat16() -> np.dtype:
+    """numpy's bfloat16, from ml_dtypes, imported on first use (it takes ~0.4 s)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def stream_dtype(dtype) -> str:
     """How a stream's header names ``dtype``: numpy's little-endian string (``"<f4"``),
     or ``"bfloat16"``, which numpy spells as raw bytes (``"<V2"``)."""
     dtype = np.dtype(dtype)
-    return "bfloat16" if dtype == BFLOAT16 else dtype.newbyteorder("<").str
+    return "bfloat16" if is_bfloat16(dtype) else dtype.newbyteorder("<").str
 
 
 @dataclass(frozen=True)
@@ -388,7 +398,7 @@ def parse_header(source) -> Header:
         raise FormatError(f"unknown header flags {flags:#x}")
     try:
         h = json.loads(bytes(mv[_PREAMBLE.size : end]))
-        dtype = BFLOAT16 if h["dtype"] == "bfloat16" else np.dtype(h["dtype"])
+        dtype = bfloat16() if h["dtype"] == "bfloat16" else np.dtype(h["dtype"])
         shape = tuple(int(d) for d in h["shape"])
         rows = int(h["chunk_rows"])
         codec = dict(h["codec"])
@@ -507,7 +517,7 @@ class ContainerReader:
         h = self.header
         payload = self.payload(i)
         try:
-            if h.dtype == BFLOAT16:
+            if is_bfloat16(h.dtype):
                 chunk = _decode_bfloat16(self.codec, payload, h.chunk_shape(i), h.bound, out)
             else:
                 chunk = self.codec.decode(
@@ -611,7 +621,7 @@ def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndar
     raw = torch.zeros(0, dtype=torch.uint8) if raw is None else raw
     rows = shape[0] if shape else 1
     t = codec.decode_tensor(raw, [len(payload)], shape, torch.bfloat16, bound, max(rows, 1))
-    chunk = t.contiguous().view(torch.int16).numpy().view(BFLOAT16).reshape(shape)
+    chunk = t.contiguous().view(torch.int16).numpy().view(bfloat16()).reshape(shape)
     if out is None:
         return chunk
     out[...] = chunk

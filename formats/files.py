@@ -20,13 +20,13 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.registry import chunk_rows_for, get_codec
 from .container import (
-    BFLOAT16,
     DEFAULT_CHUNK_BYTES,
     ContainerReader,
     FileSink,
     FileSource,
     StreamWriter,
     checked_chunks,
+    is_bfloat16,
     nchunks_for,
     resolve_workers,
 )
@@ -446,7 +446,7 @@ def decompress_file(src, dst, *, workers=None, overwrite=False, progress=None) -
     source = FileSource(src)
     try:
         reader = ContainerReader(source, workers=workers)
-        if reader.dtype == BFLOAT16 and not has_extension(dst, RAW_EXTENSIONS):
+        if is_bfloat16(reader.dtype) and not has_extension(dst, RAW_EXTENSIONS):
             raise ValueError(
                 f"{src} holds bfloat16 values, which .npy and HDF5 files cannot name: give a "
                 "raw destination (.bin, .raw, .dat) or read it with tensorpress.decompress"
