@@ -125,3 +125,20 @@ def test_files_take_bfloat16_only_as_raw_bytes(tmp_path):
     decompress_file(src, tmp_path / "x.bin")
     raw = np.fromfile(tmp_path / "x.bin", dtype="<i2")
     assert np.array_equal(raw, _bits(tp.decompress(src.read_bytes())))
+
+
+def test_ml_dtypes_is_imported_only_for_bfloat16():
+    """Its import takes about 0.4 s: ``import tensorpress`` and float streams skip it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, tensorpress as tp\n"
+        "y = tp.decompress(tp.compress(np.ones(9, np.float32), rel=1e-2))\n"
+        "assert 'ml_dtypes' not in sys.modules, 'ml_dtypes imported for float32'\n"
+        "import torch\n"
+        "t = torch.ones(9, dtype=torch.bfloat16)\n"
+        "y = tp.decompress(tp.compress(t, codec='block', rel=1e-2))\n"
+        "assert str(y.dtype) == 'bfloat16' and 'ml_dtypes' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
