@@ -5,10 +5,10 @@ modules, ``codec=None``). ``Offloaded``: such a tensor moved into a
 ``TieredStore`` until backward. ``Compressed``: a codec payload (on the device,
 or parked in a store) plus, for codecs that do not keep zeros exact (``quant``,
 ``sz``), a 1-bit mask of the exact zeros — ReLU's backward reads its saved
-output's zeros, so the sparsity pattern must survive; under an absolute bound in
-host memory, a tensor whose ``block`` codes need 6 to 8 bits is held as int8 codes
-instead (``Int8Codes``). All release their bytes from the stats (and the store)
-when autograd drops them.
+output's zeros, so the sparsity pattern must survive; under an absolute bound, a
+CPU tensor whose ``block`` codes need 6 to 8 bits (5 to 8 where its bytes go to a
+store's files) is held as int8 codes instead (``Int8Codes``). All release their
+bytes from the stats (and the store) when autograd drops them.
 """
 
 from __future__ import annotations
@@ -144,12 +144,21 @@ class Codec:
         self.bounded = name != "quant"
         self.zstd = None if zstd is None else ZstdStage(zstd)
 
-    def compress(self, t: torch.Tensor, mode: str | None, tol: float | None, kind=None, span=None):
+    def compress(
+        self,
+        t: torch.Tensor,
+        mode: str | None,
+        tol: float | None,
+        kind=None,
+        span=None,
+        int8_steps: int = 0,
+    ):
         """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
         ``kind`` (hashable) groups tensors for the zstd stage's choices; ``span``: t's
-        ValueRange where int8 codes may hold it (``block``, abs, in host memory)."""
-        if self.name == "block" and mode == "abs" and span is not None:
-            codes = Int8Codes.of(t, tol, span)
+        ValueRange where int8 codes may hold it (``block``, abs) when its range spans at
+        least ``int8_steps`` steps (0: never)."""
+        if self.name == "block" and mode == "abs" and span is not None and int8_steps:
+            codes = Int8Codes.of(t, tol, span, int8_steps)
             if codes is not None:
                 return codes, codes.nbytes
         if self.name == "sz":
@@ -183,6 +192,19 @@ class Codec:
 
 #: steps a tensor's range spans from which its codes go into int8 (they need 6 bits or more)
 INT8_MIN_STEPS = 64
+#: the same for a record parked in a store with a file tier (5 bits or more): there the
+#: bytes go to disk and the codec's time is what the step pays. The offload benchmark's
+#: (e), whose tensors span about 50 steps: 1.29-1.35x of plain against 1.50-1.62x with
+#: the codec, writing 36 instead of 20.5 MiB a step, the same values restored
+INT8_MIN_STEPS_SPILLED = 32
+
+
+def int8_steps(store) -> int:
+    """``INT8_MIN_STEPS`` in host memory, ``INT8_MIN_STEPS_SPILLED`` in a store with a
+    file tier, 0 (no int8 codes) in a store without one (its host pool is the budget)."""
+    if store is None:
+        return INT8_MIN_STEPS
+    return INT8_MIN_STEPS_SPILLED if getattr(store, "spill", None) is not None else 0
 
 
 @dataclass(frozen=True)
@@ -193,7 +215,9 @@ class Int8Codes:
     bound), one byte a value is at most 4/3 of what the ``block`` codec's densest packing
     holds, and a single pass writes it: on a small CNN (its batch norms' inputs) the
     compressed step took 1.26-1.31x of plain instead of 1.40-1.50x, held 19.3x instead
-    of 25.2x. The values restored are the ``block`` codec's (same step, same rounding).
+    of 25.2x. Records bound for a store's files take them from 32 steps (5 bits; see
+    ``INT8_MIN_STEPS_SPILLED``). The values restored are the ``block`` codec's (same
+    step, same rounding).
     """
 
     payload: torch.Tensor  # int8, flat
@@ -206,14 +230,15 @@ class Int8Codes:
         return self.payload.numel()
 
     @staticmethod
-    def of(t: torch.Tensor, tol: float, span) -> Int8Codes | None:
+    def of(t: torch.Tensor, tol: float, span, min_steps: int = INT8_MIN_STEPS) -> Int8Codes | None:
         """``t``'s codes within ``tol`` (``span``: its ValueRange), or None where they do
-        not fit int8, need fewer than 6 bits, or ``t`` is not a float32/64 CPU tensor."""
+        not fit int8, its range spans fewer than ``min_steps`` steps, or ``t`` is not a
+        float32/64 CPU tensor."""
         if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
             return None
         lo, hi = span.ends
         step, inv = steps_for(tol)
-        if not (tol > 0 and (hi - lo) * inv >= INT8_MIN_STEPS and max(-lo, hi) * inv <= 126):
+        if not (tol > 0 and (hi - lo) * inv >= min_steps and max(-lo, hi) * inv <= 126):
             return None  # (NaN and infinities fail here too)
         x = t.detach().contiguous().reshape(-1)
         q = torch.empty(x.numel(), dtype=torch.int8)
@@ -254,7 +279,7 @@ class Compressed(Held):
         self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
         self.store = store if codec.name != "sz" else None  # sz payloads are host bytes
         self.handle = None
-        self._park(*codec.compress(t, mode, tol, self._kind(), span if store is None else None))
+        self._park(*codec.compress(t, mode, tol, self._kind(), span, int8_steps(store)))
         self.tolerance = tol
         super().__init__(self.nbytes, stats, offloaded=self.handle is not None)
 

@@ -8,7 +8,12 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression
-from tensorpress.activation_offload.records import INT8_MIN_STEPS, Compressed, Int8Codes
+from tensorpress.activation_offload.records import (
+    INT8_MIN_STEPS,
+    INT8_MIN_STEPS_SPILLED,
+    Compressed,
+    Int8Codes,
+)
 from tensorpress.compress.block import steps_for
 from tensorpress.compress.tensor import ValueRange
 
@@ -72,18 +77,35 @@ def test_a_layer_input_whose_codes_need_6_to_8_bits_is_held_in_one_byte_a_value(
 
     with_int8, held = weight_grad()
     assert held == x.numel()
-    monkeypatch.setattr(Int8Codes, "of", staticmethod(lambda t, tol, span: None))
+    monkeypatch.setattr(Int8Codes, "of", staticmethod(lambda *args: None))
     with_codec, held = weight_grad()
     assert held != x.numel()  # (the codec: about 8 bits a value on these uniform values)
     assert torch.allclose(with_int8, with_codec, rtol=1e-5, atol=1e-5)
 
 
-def test_a_record_in_a_store_keeps_the_codec(tmp_path):
+@pytest.mark.parametrize("nvme", [False, True])
+def test_records_bound_for_a_stores_files_take_int8_codes_from_fewer_steps(tmp_path, nvme):
+    """A tensor spanning about 45 steps: the codec in host memory and in a store without a
+    file tier; int8 codes, parked in the store, where its records go to files. Either way
+    the values restored are the ones the codec restores."""
     from tensorpress.activation_offload import TieredStore
+    from tensorpress.compress import compress_tensor, decompress_tensor
 
-    t = torch.rand(64, 256) * 8 - 4
-    with TieredStore(0, nvme_dir=tmp_path) as store:
-        ac = ActivationCompression(codec="block", abs=0.03, zstd=None, store=store)
-        rec = Compressed(t, ac._codec, "abs", 0.03, ac.stats, "x", False, store, ValueRange(t))
-        assert not isinstance(rec.payload, Int8Codes)
-        assert bool(((rec.restore() - t).abs() <= 0.03).all())
+    tol = 0.1
+    step, inv = steps_for(tol)
+    t = torch.rand(64, 256, generator=torch.Generator().manual_seed(1)) * 9 - 4.5
+    steps = float(t.max() - t.min()) * inv
+    assert INT8_MIN_STEPS_SPILLED <= steps < INT8_MIN_STEPS
+    want = decompress_tensor(compress_tensor(t, "block", abs=tol))
+    ac = ActivationCompression(codec="block", abs=tol, zstd=None)
+    in_memory = Compressed(t, ac._codec, "abs", tol, ac.stats, "x", False, None, ValueRange(t))
+    assert not isinstance(in_memory.payload, Int8Codes)
+    with TieredStore(0 if nvme else 1 << 20, nvme_dir=tmp_path if nvme else None) as store:
+        rec = Compressed(t, ac._codec, "abs", tol, ac.stats, "x", False, store, ValueRange(t))
+        assert isinstance(rec.payload, Int8Codes) == nvme
+        if nvme:
+            store.wait(rec.handle)
+            assert store.tier(rec.handle) == "nvme" and rec.payload.payload is None
+            assert rec.nbytes == t.numel()  # one byte a value, in the store's file
+        assert torch.equal(rec.restore(), want)
+        assert bool(((rec.restore() - t).abs() <= tol).all())
