@@ -151,14 +151,20 @@ class Codec:
         tol: float | None,
         kind=None,
         span=None,
-        int8_steps: int = 0,
+        spilled: bool = False,
     ):
         """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
         ``kind`` (hashable) groups tensors for the zstd stage's choices; ``span``: t's
-        ValueRange where int8 codes may hold it (``block``, abs) when its range spans at
-        least ``int8_steps`` steps (0: never)."""
-        if self.name == "block" and mode == "abs" and span is not None and int8_steps:
-            codes = Int8Codes.of(t, tol, span, int8_steps)
+        ValueRange where int8 codes may hold it (``block``, abs); ``spilled``: its bytes
+        go to a store's files, where int8 codes take it from ``INT8_MIN_STEPS_SPILLED``
+        steps unless the zstd stage is taking its kind (int8 codes skip that stage)."""
+        skipped = False  # the zstd stage has counted this payload as one it skips
+        if self.name == "block" and mode == "abs" and span is not None:
+            steps = INT8_MIN_STEPS
+            if spilled:
+                skipped = self.zstd is not None and self.zstd.skip(kind)
+                steps = INT8_MIN_STEPS_SPILLED if self.zstd is None or skipped else steps
+            codes = Int8Codes.of(t, tol, span, steps)
             if codes is not None:
                 return codes, codes.nbytes
         if self.name == "sz":
@@ -173,7 +179,7 @@ class Codec:
             return blob, len(blob)
         bound = {mode: tol} if self.bounded else {}
         ct = compress_tensor(t, self.name, **bound, **self.params)
-        if self.zstd is not None:
+        if self.zstd is not None and not skipped:
             ct = self.zstd.squeeze(ct, kind)
         return ct, ct.nbytes
 
@@ -192,19 +198,12 @@ class Codec:
 
 #: steps a tensor's range spans from which its codes go into int8 (they need 6 bits or more)
 INT8_MIN_STEPS = 64
-#: the same for a record parked in a store with a file tier (5 bits or more): there the
-#: bytes go to disk and the codec's time is what the step pays. The offload benchmark's
-#: (e), whose tensors span about 50 steps: 1.29-1.35x of plain against 1.50-1.62x with
-#: the codec, writing 36 instead of 20.5 MiB a step, the same values restored
+#: the same for a record parked in a store with a file tier (5 bits or more) whose kind
+#: the zstd stage is not taking: there the bytes go to disk and the codec's time is what
+#: the step pays. The offload benchmark's (e), whose tensors span about 50 steps:
+#: 1.28-1.35x of plain against 1.50-1.62x with the codec, writing 36 instead of 20.5 MiB
+#: a step, the same values restored
 INT8_MIN_STEPS_SPILLED = 32
-
-
-def int8_steps(store) -> int:
-    """``INT8_MIN_STEPS`` in host memory, ``INT8_MIN_STEPS_SPILLED`` in a store with a
-    file tier, 0 (no int8 codes) in a store without one (its host pool is the budget)."""
-    if store is None:
-        return INT8_MIN_STEPS
-    return INT8_MIN_STEPS_SPILLED if getattr(store, "spill", None) is not None else 0
 
 
 @dataclass(frozen=True)
@@ -279,7 +278,10 @@ class Compressed(Held):
         self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
         self.store = store if codec.name != "sz" else None  # sz payloads are host bytes
         self.handle = None
-        self._park(*codec.compress(t, mode, tol, self._kind(), span, int8_steps(store)))
+        spilled = store is not None and getattr(store, "spill", None) is not None
+        if store is not None and not spilled:
+            span = None  # a store's host pool is its budget: no int8 codes there
+        self._park(*codec.compress(t, mode, tol, self._kind(), span, spilled))
         self.tolerance = tol
         super().__init__(self.nbytes, stats, offloaded=self.handle is not None)
 

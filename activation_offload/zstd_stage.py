@@ -50,11 +50,21 @@ class ZstdStage:
         self.level = level
         self._skips: dict = {}  # kind -> tensors held without zstd since it last failed
 
-    def squeeze(self, ct: CompressedTensor, kind) -> CompressedTensor | Squeezed:
+    def skip(self, kind) -> bool:
+        """Whether the next payload of ``kind`` goes without zstd (it did not pay for the
+        kind's last one); counts it as one of the ``RETRY_AFTER`` so held."""
         skips = self._skips.get(kind)
         if skips is not None and skips < RETRY_AFTER:
             self._skips[kind] = skips + 1
-            return ct
+            return True
+        return False
+
+    def squeeze(self, ct: CompressedTensor, kind) -> CompressedTensor | Squeezed:
+        """``ct`` through zstd, or ``ct`` itself where the stage skips ``kind``."""
+        return ct if self.skip(kind) else self.squeeze_now(ct, kind)
+
+    def squeeze_now(self, ct: CompressedTensor, kind) -> CompressedTensor | Squeezed:
+        """``ct`` through zstd (its saving decides whether ``kind`` is skipped next)."""
         sq = squeeze(ct, self.level)
         if sq.nbytes > (1 - MIN_SAVING) * ct.nbytes:
             if len(self._skips) >= MAX_KINDS:

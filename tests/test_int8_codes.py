@@ -109,3 +109,22 @@ def test_records_bound_for_a_stores_files_take_int8_codes_from_fewer_steps(tmp_p
             assert rec.nbytes == t.numel()  # one byte a value, in the store's file
         assert torch.equal(rec.restore(), want)
         assert bool(((rec.restore() - t).abs() <= tol).all())
+
+
+def test_records_bound_for_files_take_int8_codes_where_zstd_does_not_pay(tmp_path, monkeypatch):
+    """With the zstd stage on, a kind's first payload is the codec's, tried through zstd;
+    while the stage skips the kind (zstd saved too little), int8 codes hold it, and
+    after ``RETRY_AFTER`` of those the codec and zstd are tried again."""
+    from tensorpress.activation_offload import TieredStore, zstd_stage
+
+    monkeypatch.setattr(zstd_stage, "RETRY_AFTER", 3)
+    tol = 0.1
+    t = torch.rand(64, 256, generator=torch.Generator().manual_seed(2)) * 9 - 4.5  # noise
+    ac = ActivationCompression(codec="block", abs=tol, zstd=1)
+    kinds = []
+    with TieredStore(0, nvme_dir=tmp_path) as store:
+        for _ in range(6):
+            rec = Compressed(t, ac._codec, "abs", tol, ac.stats, "x", False, store, ValueRange(t))
+            kinds.append(isinstance(rec.payload, Int8Codes))
+            assert bool(((rec.restore() - t).abs() <= tol).all())
+    assert kinds == [False, True, True, True, False, True]
