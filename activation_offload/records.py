@@ -201,8 +201,8 @@ INT8_MIN_STEPS = 64
 #: the same for a record parked in a store with a file tier (5 bits or more) whose kind
 #: the zstd stage is not taking: there the bytes go to disk and the codec's time is what
 #: the step pays. The offload benchmark's (e), whose tensors span about 50 steps:
-#: 1.28-1.35x of plain against 1.50-1.62x with the codec, writing 36 instead of 20.5 MiB
-#: a step, the same values restored
+#: 1.29-1.36x of plain against 1.50-1.62x with the codec, writing 33.8 instead of 20.5
+#: MiB a step, the same values restored
 INT8_MIN_STEPS_SPILLED = 32
 
 
