@@ -59,7 +59,7 @@ def compress_array(
     """
     bf16 = _bfloat16_tensor(x)
     if bf16 is not None:
-        return _compress_bfloat16(bf16, abs, rel, pw_rel, codec, chunk_bytes, codec_params)
+        return _compress_bfloat16(*bf16, abs, rel, pw_rel, codec, chunk_bytes, codec_params)
     arr, order = _as_array(x)
     workers = resolve_workers(workers)
     codec = get_codec(codec, **codec_params)
@@ -152,17 +152,15 @@ def _bfloat16_tensor(x):
     if isinstance(x, np.ndarray) and is_bfloat16(x.dtype):
         import torch
 
-        order = "F" if x.ndim > 1 and x.flags.f_contiguous and not x.flags.c_contiguous else "C"
         bits = np.asarray(x, order="C").view(np.int16)  # 0-d stays 0-d
-        return torch.from_numpy(bits).view(torch.bfloat16), order
+        return torch.from_numpy(bits).view(torch.bfloat16), _layout(x)
     return None
 
 
-def _compress_bfloat16(x, abs, rel, pw_rel, codec, chunk_bytes, codec_params) -> bytes:
+def _compress_bfloat16(t, order, abs, rel, pw_rel, codec, chunk_bytes, codec_params) -> bytes:
     """bfloat16 values through the codec's torch path: ``bytes(compress_tensor(...))``."""
     from .compress.tensor import compress_tensor
 
-    t, order = x
     codec = get_codec(codec, **codec_params)
     if not codec.has_tensor_path:
         raise TypeError(
@@ -185,8 +183,12 @@ def _as_array(x) -> tuple[np.ndarray, str]:
         raise TypeError(f"cannot compress an array of dtype {arr.dtype}; give a numeric array")
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    order = "F" if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
-    return arr, order
+    return arr, _layout(arr)
+
+
+def _layout(arr: np.ndarray) -> str:
+    """'F' for an array laid out in Fortran order only, else 'C'."""
+    return "F" if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
 
 
 def _as_buffer(blob):

@@ -151,17 +151,19 @@ class Codec:
         tol: float | None,
         kind=None,
         span=None,
-        spilled: bool = False,
+        held: str = "memory",
     ):
         """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
         ``kind`` (hashable) groups tensors for the zstd stage's choices; ``span``: t's
-        ValueRange where int8 codes may hold it (``block``, abs); ``spilled``: its bytes
-        go to a store's files, where int8 codes take it from ``INT8_MIN_STEPS_SPILLED``
-        steps unless the zstd stage is taking its kind (int8 codes skip that stage)."""
+        ValueRange where int8 codes may hold it (``block``, abs); ``held``: where the
+        payload goes. In "memory" int8 codes take it from ``INT8_MIN_STEPS`` steps; in
+        "files" (a store's) from ``INT8_MIN_STEPS_SPILLED`` unless the zstd stage is
+        taking its kind (int8 codes skip that stage); in "pool" (a store without files,
+        whose host pool is its budget) never."""
         skipped = False  # the zstd stage has counted this payload as one it skips
-        if self.name == "block" and mode == "abs" and span is not None:
+        if self.name == "block" and mode == "abs" and span is not None and held != "pool":
             steps = INT8_MIN_STEPS
-            if spilled:
+            if held == "files":
                 skipped = self.zstd is not None and self.zstd.skip(kind)
                 steps = INT8_MIN_STEPS_SPILLED if self.zstd is None or skipped else steps
             codes = Int8Codes.of(t, tol, span, steps)
@@ -278,10 +280,8 @@ class Compressed(Held):
         self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
         self.store = store if codec.name != "sz" else None  # sz payloads are host bytes
         self.handle = None
-        spilled = store is not None and getattr(store, "spill", None) is not None
-        if store is not None and not spilled:
-            span = None  # a store's host pool is its budget: no int8 codes there
-        self._park(*codec.compress(t, mode, tol, self._kind(), span, spilled))
+        held = "memory" if self.store is None else "files" if self.store.spill else "pool"
+        self._park(*codec.compress(t, mode, tol, self._kind(), span, held))
         self.tolerance = tol
         super().__init__(self.nbytes, stats, offloaded=self.handle is not None)
 
