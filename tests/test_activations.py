@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from dist_workers import end_worker
 from tensorpress.activation_offload import ActivationCompression, wrap
 from tensorpress.activation_offload.identity import ParameterStorages
 from tensorpress.activation_offload.records import Kept
@@ -443,6 +444,7 @@ def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
     # its Python threads here (the file stays open until the process exits)
     faulthandler.enable(open(f"{out}.{rank}.stacks", "w"))  # noqa: SIM115
     _ddp_steps(rank, world, store, out)
+    end_worker()
 
 
 def _ddp_steps(rank: int, world: int, store: str, out: str) -> None:

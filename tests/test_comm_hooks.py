@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from dist_workers import end_worker
 from tensorpress.compress.comm_hooks import (
     QuantizedAllReduceState,
     hook_wire_nbytes,
@@ -151,6 +152,7 @@ def _worker(rank, world, port, outdir, ranks_per_node):
         with open(os.path.join(outdir, f"{rank}.pkl"), "wb") as f:
             pickle.dump(res, f)
         dist.destroy_process_group()
+    end_worker()
 
 
 def _free_port() -> int:

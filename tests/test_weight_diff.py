@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+from dist_workers import end_worker
 from tensorpress.compress.group_quant import quantize_groups, wire_nbytes
 from tensorpress.compress.sharded_optimizer import ShardedOptimizer
 from tensorpress.compress.weight_diff import WeightDiffQuantizer, shard_numel
@@ -148,6 +149,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         torch.save(results, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+    end_worker()
 
 
 def _free_port() -> int:
