@@ -13,12 +13,15 @@ each payload byte has the same place in its file block as in its memory page: th
 payload's whole pages go to the file in place, and only its first and last partial
 blocks are copied (through this thread's aligned blocks). A write digests the payload
 (one ``xxhash.xxh3_64_intdigest`` call), then writes the header block and the payload
-with one ``pwritev``; a read takes both with one ``preadv`` into a buffer placed like the
-source (``skip`` bytes past a page), else through aligned staging memory, at most
-``STAGE_BYTES`` at a time (the header block travels with the first piece); then it checks
-the header, digests the payload and compares. Given helper threads (``read_into(...,
-helpers=)``), a large record placed like the source comes back in ``PIECE_BYTES`` pieces
-read at once, digested in order as they arrive. Without ``O_DIRECT`` ``skip`` is 0.
+with one ``pwritev``. ``read_record`` reads a record whole, as it lies in its file, into
+one page-aligned buffer (one ``preadv`` in flight, each into one contiguous piece: a read
+split over several buffers, or several reads at once, came back slower from a virtio
+disk), checks the header, digests the payload and
+compares; given helper threads, a large record comes back in ``PIECE_BYTES`` pieces,
+a helper digesting each while the next is read. ``read_into`` reads the payload alone
+into any buffer: one ``preadv`` into a buffer placed like the source (``skip`` bytes
+past a page; the edge blocks through this thread's aligned blocks), else through
+aligned staging memory, ``STAGE_BYTES`` at a time. Without ``O_DIRECT`` ``skip`` is 0.
 
 Methods are thread-safe: a write reserves its offset under a lock and does its I/O
 outside it, so several threads write (and read) at once. A ``SpillDir`` starts no
@@ -52,7 +55,7 @@ import xxhash
 
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
-PIECE_BYTES = 4 << 20  # bytes: pieces of a large in-place read that helpers read at once
+PIECE_BYTES = 8 << 20  # bytes: pieces of a large record read, one in flight, digested by helpers
 PREFIX = "tensorpress-spill-"
 MAGIC = b"TPSPILL3"
 
@@ -452,20 +455,54 @@ class SpillDir:
             bufs.append(tail)
         _pwrite_all(fd, bufs, loc.offset)
 
-    def read_into(self, loc: Location, out, *, helpers: Executor | None = None) -> None:
-        """Read the record at ``loc`` into the first ``loc.nbytes`` bytes of the writable
-        buffer ``out``. ``CorruptRecordError`` if it does not match what was written
-        (or the file is truncated); ``KeyError`` if ``loc`` is not a live record here.
+    def record_bytes(self, loc: Location) -> int:
+        """Bytes the record at ``loc`` takes in its file: header block, ``skip`` zeros,
+        payload and padding to a multiple of ``ALIGN`` (what :meth:`read_record` reads)."""
+        return ALIGN + round_up(loc.skip + loc.nbytes)
 
-        ``helpers``: an executor whose threads may read pieces (``PIECE_BYTES``) of a
-        large record placed in ``out`` as on disk, while this thread reads the first
-        piece and digests the pieces in order (the disk serves several reads at once
-        faster than one). A piece no helper has started is read by this thread, so a
-        caller that is itself one of ``helpers``' threads never waits on a queue."""
+    def read_into(self, loc: Location, out) -> None:
+        """Read the record at ``loc`` into the first ``loc.nbytes`` bytes of the writable
+        buffer ``out`` (any alignment). ``CorruptRecordError`` if it does not match what
+        was written (or the file is truncated); ``KeyError`` if ``loc`` is not a live
+        record here."""
         mv, addr = _bytes_view(out, writable=True)
         if len(mv) < loc.nbytes:
             raise ValueError(f"out holds {len(mv)} bytes, the record {loc.nbytes}")
-        mv = mv[: loc.nbytes]
+        with self._reading(loc) as (slab, tls):
+            digest = self._read_payload(slab, tls, mv[: loc.nbytes], addr, loc)
+            self._verify(slab.path, loc, tls.header, digest)
+
+    def read_record(self, loc: Location, out, *, helpers: Executor | None = None) -> int:
+        """Read the record at ``loc`` whole, as it lies in its file, into the writable
+        buffer ``out`` of at least :meth:`record_bytes` bytes (under ``O_DIRECT`` it
+        must start on a page), and return the offset of its payload in ``out``
+        (``ALIGN + loc.skip``): the payload is ``out[offset : offset + loc.nbytes]``.
+        One read in flight at a time, each into one contiguous buffer (on the virtio disk
+        here reads split over several buffers, or several at once, came back slower).
+        Errors as :meth:`read_into`.
+
+        ``helpers``: an executor whose threads digest each ``PIECE_BYTES`` piece of a
+        large record while this thread reads the next; a piece no helper has started is
+        digested by this thread, so a caller that is itself one of ``helpers``' threads
+        never waits on a queue."""
+        mv, addr = _bytes_view(out, writable=True)
+        span = self.record_bytes(loc)
+        if len(mv) < span:
+            raise ValueError(f"out holds {len(mv)} bytes, the record takes {span}")
+        if self._direct and addr % ALIGN:
+            raise ValueError(
+                f"out starts {addr % ALIGN} bytes past a page; O_DIRECT reads need it on "
+                "a page (use aligned_buffer)"
+            )
+        with self._reading(loc) as (slab, tls):
+            digest = self._read_whole(slab, mv[:span], loc, helpers)
+            self._verify(slab.path, loc, mv[:ALIGN], digest)
+        return ALIGN + loc.skip
+
+    @contextlib.contextmanager
+    def _reading(self, loc: Location):
+        """(slab, this thread's staging) while a read of the live record ``loc`` is in
+        flight; a file that ends inside the record raises ``CorruptRecordError``."""
         with self._lock:
             self._check_open()
             if self._live.get(loc.record_id) != loc:
@@ -474,21 +511,13 @@ class SpillDir:
             slab.users += 1
             self._inflight += 1
         try:
-            tls = self._staging()
-            try:
-                digest = self._read_record(slab.fd, tls, mv, addr, loc, helpers)
-            except _Truncated as e:
-                end = loc.offset + ALIGN + loc.skip + loc.nbytes
-                raise CorruptRecordError(
-                    f"{slab.path} offset {loc.offset}: file ends at byte {e.args[0]}, "
-                    f"before the end of the record ({end})"
-                ) from None
-            self._verify_header(slab.path, loc, tls.header)
-            if digest != loc.digest:
-                raise CorruptRecordError(
-                    f"{slab.path} offset {loc.offset}: payload digest 0x{digest:016x}, "
-                    f"expected 0x{loc.digest:016x}"
-                )
+            yield slab, self._staging()
+        except _Truncated as e:
+            end = loc.offset + ALIGN + loc.skip + loc.nbytes
+            raise CorruptRecordError(
+                f"{slab.path} offset {loc.offset}: file ends at byte {e.args[0]}, "
+                f"before the end of the record ({end})"
+            ) from None
         finally:
             with self._lock:
                 slab.users -= 1
@@ -496,27 +525,32 @@ class SpillDir:
                 self._maybe_drop(slab)
                 self._idle.notify_all()
 
-    def _read_record(self, fd: int, tls, mv: memoryview, addr: int, loc: Location, helpers) -> int:
-        """Fill this thread's header block then ``mv`` with the record at ``loc`` of
-        ``fd`` and return the payload's XXH3-64: one ``preadv`` unless, under
-        ``O_DIRECT``, ``mv`` sits in its page unlike the payload in its block
-        (``addr % ALIGN != loc.skip``), when the record comes through staging
-        (``STAGE_BYTES`` per call), or the record is read in pieces with ``helpers``.
-        ``_Truncated`` when the file ends first."""
-        header, nbytes, skip, offset = tls.header, len(mv), loc.skip, loc.offset
+    def _verify(self, path: pathlib.Path, loc: Location, header, digest: int) -> None:
+        """``CorruptRecordError`` unless ``header`` and the payload's ``digest`` are
+        those written for ``loc``."""
+        self._verify_header(path, loc, header)
+        if digest != loc.digest:
+            raise CorruptRecordError(
+                f"{path} offset {loc.offset}: payload digest 0x{digest:016x}, "
+                f"expected 0x{loc.digest:016x}"
+            )
+
+    def _read_payload(self, slab: _Slab, tls, mv: memoryview, addr: int, loc: Location) -> int:
+        """Fill this thread's header block then ``mv`` with the record at ``loc`` and
+        return the payload's XXH3-64: one ``preadv`` unless, under ``O_DIRECT``, ``mv``
+        sits in its page unlike the payload in its block (``addr % ALIGN != loc.skip``),
+        when the record comes through staging (``STAGE_BYTES`` per call)."""
+        fd, header, nbytes, skip, offset = slab.fd, tls.header, len(mv), loc.skip, loc.offset
         if not self._direct:
             _pread_all(fd, [header, tls.head[:skip], mv], offset)
             return xxhash.xxh3_64_intdigest(mv)
         if addr % ALIGN == skip:  # placed as on disk: whole pages in place
             head, whole = _in_place(nbytes, skip)
             body = mv[head:]
-            first = whole if helpers is None or whole < 2 * PIECE_BYTES else PIECE_BYTES
             bufs = [header, tls.head] if skip else [header]
-            bufs.append(body[:first])
-            if first == whole and whole < len(body):
+            bufs.append(body[:whole])
+            if whole < len(body):
                 bufs.append(tls.tail)
-            if first < whole:
-                return self._read_pieces(fd, tls, mv, loc, head, whole, bufs, helpers)
             _pread_all(fd, bufs, offset)
             mv[:head] = tls.head[skip : skip + head]
             body[whole:] = tls.tail[: len(body) - whole]
@@ -536,42 +570,39 @@ class SpillDir:
             if done >= span:
                 return xxhash.xxh3_64_intdigest(mv)
 
-    def _read_pieces(self, fd, tls, mv, loc: Location, head: int, whole: int, bufs, helpers):
-        """``_read_record``'s in-place read of a large record: ``bufs`` (header block,
-        first block, first piece of the body) by this thread, the body's other pieces by
-        ``helpers`` (or this thread, for a piece none has started), the partial last
-        block last; digested piece by piece as they arrive."""
-        body = mv[head:]
-        start = loc.offset + ALIGN + (ALIGN if loc.skip else 0)  # file offset of body[0]
+    def _read_whole(self, slab: _Slab, buf: memoryview, loc: Location, helpers) -> int:
+        """``read_record``'s reads of ``buf`` (the record as on disk), one call in flight
+        at a time: in one call, or, with ``helpers`` and more than one piece, piece by
+        piece, a helper digesting each piece while this thread reads the next (this
+        thread digests a piece no helper has started). Returns the payload's XXH3-64."""
+        fd, offset = slab.fd, loc.offset
+        lo_payload, hi_payload = ALIGN + loc.skip, ALIGN + loc.skip + loc.nbytes
+        if helpers is None or len(buf) <= PIECE_BYTES:
+            _pread_all(fd, [buf], offset)
+            return xxhash.xxh3_64_intdigest(buf[lo_payload:hi_payload])
+        digest = xxhash.xxh3_64()
+        job = view = None  # the digest of the piece read last, and that piece
 
-        def read(lo: int, hi: int) -> None:
-            _pread_all(fd, [body[lo:hi]], start + lo)
+        def settle() -> None:  # the last piece's digest is done
+            if job is None or job.cancel():
+                digest.update(view)
+            else:
+                job.result()
 
-        los = range(PIECE_BYTES, whole, PIECE_BYTES)
-        spans = [(lo, min(lo + PIECE_BYTES, whole)) for lo in los]
-        futures: list = []
         try:
-            futures += [_submit(helpers, read, lo, hi) for lo, hi in spans]
-            _pread_all(fd, bufs, loc.offset)
-            mv[:head] = tls.head[loc.skip : loc.skip + head]
-            digest = xxhash.xxh3_64(mv[:head])
-            digest.update(body[:PIECE_BYTES])
-            for k, (lo, hi) in enumerate(spans):
-                future, futures[k] = futures[k], None
-                if future is None or future.cancel():  # nobody started it
-                    read(lo, hi)
-                else:
-                    future.result()
-                digest.update(body[lo:hi])
-            if whole < len(body):
-                _pread_all(fd, [tls.tail], start + whole)
-                body[whole:] = tls.tail[: len(body) - whole]
-                digest.update(body[whole:])
+            for lo in range(0, len(buf), PIECE_BYTES):
+                hi = min(lo + PIECE_BYTES, len(buf))
+                _pread_all(fd, [buf[lo:hi]], offset + lo)
+                if view is not None:
+                    settle()
+                view = buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)]
+                job = _submit(helpers, digest.update, view)
+            settle()
+            job = None
             return digest.intdigest()
-        finally:  # no helper may still write into ``mv`` once this returns
-            for future in futures:
-                if future is not None and not future.cancel():
-                    wait([future])
+        finally:  # no helper still reads ``buf`` once this returns
+            if job is not None and not job.cancel():
+                wait([job])
 
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""

@@ -675,19 +675,28 @@ def _needs_direct(sd: SpillDir) -> None:
         pytest.skip("the directory refuses O_DIRECT: records are read in one call")
 
 
+def _read_record(sd: SpillDir, loc: Location, helpers=None, fill: int = 0xEE) -> np.ndarray:
+    """The payload ``sd.read_record`` reads into a fresh page-aligned buffer."""
+    out = np.frombuffer(aligned_buffer(sd.record_bytes(loc)), np.uint8)
+    out[:] = fill
+    at = sd.read_record(loc, out, helpers=helpers)
+    assert at == ALIGN + loc.skip
+    return out[at : at + loc.nbytes]
+
+
 @pytest.mark.parametrize("skip", [0, 7, ALIGN - 1])
 @pytest.mark.parametrize("tail", [0, 5])
-def test_read_in_pieces_with_helpers(tmp_path, monkeypatch, skip, tail):
-    """With ``helpers``, a large record read in place comes back exactly in one call for
-    the header block and first piece, one per further piece (positioned where that piece
-    lies in the file) and one for a partial last block; without, in one call."""
+def test_read_record_in_pieces_with_helpers(tmp_path, monkeypatch, skip, tail):
+    """``read_record`` reads a record as it lies in its file: with ``helpers``, one call
+    per ``PIECE_BYTES`` piece, each into one buffer and positioned where the piece lies;
+    without, one call for the whole record."""
     n = 3 * PIECE_BYTES + tail + (ALIGN - skip if skip else 0)
     src = _placed(_payload(n, seed=skip + tail), skip)
     calls = []
     real = os.preadv
 
     def spy(fd, bufs, offset):
-        calls.append((offset, sum(len(b) for b in bufs)))
+        calls.append((offset, [len(b) for b in bufs]))
         return real(fd, bufs, offset)
 
     with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
@@ -695,21 +704,34 @@ def test_read_in_pieces_with_helpers(tmp_path, monkeypatch, skip, tail):
         sd.write(b"first")
         loc = sd.write(src)
         assert loc.skip == skip
+        span = sd.record_bytes(loc)
+        assert span == ALIGN + -(-(skip + n) // ALIGN) * ALIGN
         monkeypatch.setattr(spill.os, "preadv", spy)
-        out = _placed(np.zeros(n, np.uint8), skip)
-        sd.read_into(loc, out, helpers=helpers)
-        np.testing.assert_array_equal(out, src)
-        body = loc.offset + ALIGN + (ALIGN if skip else 0)
-        expected = {(loc.offset, body - loc.offset + PIECE_BYTES)}
-        expected |= {(body + k * PIECE_BYTES, PIECE_BYTES) for k in (1, 2)}
-        if tail:
-            expected.add((body + 3 * PIECE_BYTES, ALIGN))
+        np.testing.assert_array_equal(_read_record(sd, loc, helpers), src)
+        expected = [
+            (loc.offset + lo, [min(PIECE_BYTES, span - lo)]) for lo in range(0, span, PIECE_BYTES)
+        ]
         assert sorted(calls) == sorted(expected)
         del calls[:]
-        out = _placed(np.zeros(n, np.uint8), skip)
-        sd.read_into(loc, out)
-        np.testing.assert_array_equal(out, src)
-        assert len(calls) == 1
+        np.testing.assert_array_equal(_read_record(sd, loc), src)
+        assert calls == [(loc.offset, [span])]
+
+
+def test_read_record_checks_its_buffer(tmp_path):
+    """A buffer too small for the whole record, or (under O_DIRECT) not on a page, is
+    refused with what to pass; nothing is read into it."""
+    with SpillDir(tmp_path) as sd:
+        loc = sd.write(_payload(5000))
+        span = sd.record_bytes(loc)
+        with pytest.raises(ValueError, match=f"takes {span}"):
+            sd.read_record(loc, aligned_buffer(span - 1))
+        if sd.direct:
+            out = np.frombuffer(aligned_buffer(span + 1), np.uint8)[1:]
+            with pytest.raises(ValueError, match="past a page"):
+                sd.read_record(loc, out)
+            assert not out.any()
+        with pytest.raises(TypeError, match="writable"):
+            sd.read_record(loc, bytes(span))
 
 
 def test_pieces_nobody_started_are_read_by_the_caller(tmp_path):
@@ -722,17 +744,12 @@ def test_pieces_nobody_started_are_read_by_the_caller(tmp_path):
         busy = ThreadPoolExecutor(1)
         release = threading.Event()
         busy.submit(release.wait)
-        out = _payload(n, seed=1)
-        sd.read_into(loc, out, helpers=busy)
-        np.testing.assert_array_equal(out, src)
+        np.testing.assert_array_equal(_read_record(sd, loc, busy), src)
         release.set()
-        out = _payload(n, seed=1)
-        assert busy.submit(sd.read_into, loc, out, helpers=busy).result(timeout=60) is None
-        np.testing.assert_array_equal(out, src)
+        back = busy.submit(_read_record, sd, loc, busy).result(timeout=60)
+        np.testing.assert_array_equal(back, src)
         busy.shutdown()
-        out = _payload(n, seed=1)
-        sd.read_into(loc, out, helpers=busy)
-        np.testing.assert_array_equal(out, src)
+        np.testing.assert_array_equal(_read_record(sd, loc, busy), src)
 
 
 @settings(max_examples=60, deadline=None)
@@ -743,8 +760,9 @@ def test_pieces_nobody_started_are_read_by_the_caller(tmp_path):
 )
 def test_any_record_reads_back_exactly_in_pieces(n, skip, piece_blocks):
     """With pieces of 1-3 blocks, records of any length at any place in their page read
-    back exactly with helpers, into a buffer placed like the record (pieces) or not
-    (staging), and a flipped byte anywhere in the payload is caught."""
+    back exactly: whole with helpers (``read_record``) and the payload alone into a
+    buffer placed like the record (in place) or not (staging) (``read_into``); a
+    flipped byte anywhere in the payload is caught by both."""
     src = _placed(_payload(n, seed=n + skip), skip)
     with (
         pytest.MonkeyPatch.context() as mp,
@@ -754,14 +772,17 @@ def test_any_record_reads_back_exactly_in_pieces(n, skip, piece_blocks):
     ):
         mp.setattr(spill, "PIECE_BYTES", piece_blocks * ALIGN)
         loc = sd.write(src)
+        np.testing.assert_array_equal(_read_record(sd, loc, helpers), src)
         for place in (loc.skip, (loc.skip + 1) % ALIGN):
             out = _placed(np.full(n, 0xEE, np.uint8), place)
-            sd.read_into(loc, out, helpers=helpers)
+            sd.read_into(loc, out)
             np.testing.assert_array_equal(out, src)
         if n:
             _flip(_slab_path(sd, loc), loc.offset + ALIGN + loc.skip + n // 2)
             with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
-                sd.read_into(loc, _placed(np.zeros(n, np.uint8), loc.skip), helpers=helpers)
+                _read_record(sd, loc, helpers)
+            with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
+                sd.read_into(loc, _placed(np.zeros(n, np.uint8), loc.skip))
 
 
 @pytest.mark.parametrize("at", [0, PIECE_BYTES - 1, PIECE_BYTES, 2 * PIECE_BYTES + 9, "last"])
@@ -771,25 +792,23 @@ def test_flipped_byte_in_a_piece(tmp_path, at):
     at = n - 1 if at == "last" else at
     src = _payload(n)
     with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
-        _needs_direct(sd)
         loc = sd.write(src)
         _flip(_slab_path(sd, loc), loc.offset + ALIGN + at)
         with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
-            sd.read_into(loc, _payload(n, seed=1), helpers=helpers)
+            _read_record(sd, loc, helpers)
 
 
 @pytest.mark.parametrize("keep", [ALIGN + PIECE_BYTES, ALIGN + 2 * PIECE_BYTES + 100])
 def test_truncated_piece(tmp_path, keep):
     """A file that ends inside a piece a helper reads raises, and ``out`` is no longer
-    written once ``read_into`` has raised."""
+    written once ``read_record`` has raised."""
     n = 3 * PIECE_BYTES + 10
     with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
-        _needs_direct(sd)
         loc = sd.write(_payload(n))
         os.truncate(_slab_path(sd, loc), loc.offset + keep)
-        out = _payload(n, seed=1)
+        out = np.frombuffer(aligned_buffer(sd.record_bytes(loc)), np.uint8)
         with pytest.raises(CorruptRecordError, match="file ends"):
-            sd.read_into(loc, out, helpers=helpers)
+            sd.read_record(loc, out, helpers=helpers)
         snapshot = out.copy()
         helpers.submit(time.sleep, 0.05).result()
         np.testing.assert_array_equal(out, snapshot)

@@ -220,31 +220,38 @@ def test_flipped_byte_on_disk_raises(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_large_records_read_in_pieces_are_exact(tmp_path, monkeypatch, dtype):
-    """A record of several ``PIECE_BYTES`` comes back bit-exact through ``get`` and
-    ``prefetch``; under O_DIRECT its pieces are read by more than one thread."""
+    """Records of several ``PIECE_BYTES`` come back bit-exact through ``get`` and
+    ``prefetch``, with one file read in flight at a time: the caller's pieces one
+    after another, and two prefetches taking turns rather than reading at once."""
     x = torch.randn(3 * spill.PIECE_BYTES // dtype.itemsize + 1001, dtype=dtype)[1:]
-    readers, helped = set(), threading.Event()
-    real, caller = os.preadv, threading.get_ident()
+    lock, in_flight, most, calls = threading.Lock(), [0], [0], []
+    real = os.preadv
 
-    def spy(fd, bufs, offset):  # the caller's reads wait (10 s at most) for a helper's
-        me = threading.get_ident()
-        readers.add(me)
-        if me != caller:
-            helped.set()
-        elif store.spill.direct:
-            helped.wait(10)
-        return real(fd, bufs, offset)
+    def spy(fd, bufs, offset):  # slow enough for overlapping reads to be seen
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            calls.append([len(b) for b in bufs])
+        try:
+            time.sleep(0.01)
+            return real(fd, bufs, offset)
+        finally:
+            with lock:
+                in_flight[0] -= 1
 
     with TieredStore(0, nvme_dir=tmp_path) as store:
-        hs = [store.put(x) for _ in range(3)]
+        hs = [store.put(x) for _ in range(4)]
         for h in hs:
             store.wait(h)
         monkeypatch.setattr(spill.os, "preadv", spy)
         assert torch.equal(store.get(hs[0]), x)
-        assert helped.is_set() is store.spill.direct
-        assert len(readers) >= 2 if store.spill.direct else readers == {caller}
-        store.prefetch(hs[1])
-        assert torch.equal(store.get(hs[1]), x) and torch.equal(store.get(hs[2]), x)
+        span = store.spill.record_bytes(store._records[hs[0].id].loc)
+        sizes = [min(spill.PIECE_BYTES, span - lo) for lo in range(0, span, spill.PIECE_BYTES)]
+        assert calls == [[n] for n in sizes]
+        for h in hs[1:]:
+            store.prefetch(h)
+        assert all(torch.equal(store.get(h), x) for h in hs[1:])
+        assert len(calls) == 4 * len(sizes) and most[0] == 1
 
 
 def test_close_removes_the_spill_directory(tmp_path):
