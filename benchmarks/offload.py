@@ -447,8 +447,7 @@ def run_disk(args: argparse.Namespace, markdown: bool) -> None:
     missed = [what for ok, what in checks if not ok]
     print(
         f"disk target (TieredStore rows >= {TARGET_DISK_X}x the raw O_DIRECT loop: writes "
-        "x raw, reads x same blocks): "
-        + ("MET" if met else "NOT MET (" + "; ".join(missed) + ")")
+        "x raw, reads x same blocks): " + ("MET" if met else "NOT MET (" + "; ".join(missed) + ")")
     )
 
 
