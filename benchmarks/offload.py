@@ -17,9 +17,10 @@ MiB, in the same run and on the same directory (``--nvme-dir``):
                          record's XXH3-64 is computed on write and checked on read)
   TieredStore put / get  ``TieredStore(cpu_bytes=0, nvme_dir=...)``: put N float32
                          tensors of 16 MiB, wait for all, fsync (write); then ``get``
-                         all in order from the calling thread, each read in 4 MiB
-                         pieces, the store's workers reading all but the first (read)
-  TieredStore prefetch   the same records: ``prefetch`` all, then ``get`` all (read)
+                         all in order from the calling thread, each read in 8 MiB
+                         pieces, one in flight, the store's workers digesting (read)
+  TieredStore prefetch   the same records: ``prefetch`` all, then ``get`` all; the
+                         workers read one record at a time (read)
 
 Each measurement is repeated 3 times (the median is printed); files are deleted
 between measurements and nothing is dropped from the page cache (O_DIRECT bypasses
@@ -32,10 +33,9 @@ file at 1.3 GB/s in some places and at 2.6 in others, in the same minute, while 
 file read at 2.9 throughout. So each read row is also timed against the raw loop's
 reads (8 MiB, one in flight) of the row's own files, just before and just after it
 ("x same blocks"). Target: every ``TieredStore`` row (the store a user runs: put
-through its workers, get reading a large record in pieces on them) >= 0.8x the raw
-loop, writes against the raw loops beside them and reads against the same blocks;
-the ``SpillDir`` rows show its file tier alone, one or two calling threads and no
-helpers, for diagnosis.
+and prefetch through its workers) >= 0.8x the raw loop, writes against the raw loops
+beside them and reads against the same blocks; the ``SpillDir`` rows show its file
+tier alone, one or two calling threads and no helpers, for diagnosis.
 
 Part 2, ``train``: a residual GELU MLP (width 256, 5 blocks of Linear -> GELU, plus
 a residual add; fp32, batch 16384, synthetic data with a fixed seed, labels from a

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import math
 import os
 import random
 import shutil
@@ -29,7 +30,6 @@ from hypothesis import strategies as st
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import (
     ALIGN,
-    PIECE_BYTES,
     STAGE_BYTES,
     CorruptRecordError,
     Location,
@@ -38,6 +38,7 @@ from tensorpress.activation_offload.spill import (
     aligned_buffer,
 )
 
+PIECE = 1 << 20  # bytes: spill.PIECE_BYTES in the tests of pieces (``small_pieces``)
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 9 * 2**20 + 3]
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 # magic, token, record id, payload bytes, payload XXH3-64, skip, XXH3-64 of the fields
@@ -675,6 +676,20 @@ def _needs_direct(sd: SpillDir) -> None:
         pytest.skip("the directory refuses O_DIRECT: records are read in one call")
 
 
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Records of a few MiB come in pieces (``PIECE`` bytes at most)."""
+    monkeypatch.setattr(spill, "PIECE_BYTES", PIECE)
+
+
+def _pieces(span: int) -> list[tuple[int, int]]:
+    """(offset, bytes) of the equal whole-block pieces a record of ``span`` bytes is
+    read in, ``PIECE`` bytes at most each."""
+    count = math.ceil(span / PIECE)
+    step = math.ceil(math.ceil(span / count) / ALIGN) * ALIGN
+    return [(lo, min(step, span - lo)) for lo in range(0, span, step)]
+
+
 def _read_record(sd: SpillDir, loc: Location, helpers=None, fill: int = 0xEE) -> np.ndarray:
     """The payload ``sd.read_record`` reads into a fresh page-aligned buffer."""
     out = np.frombuffer(aligned_buffer(sd.record_bytes(loc)), np.uint8)
@@ -686,11 +701,12 @@ def _read_record(sd: SpillDir, loc: Location, helpers=None, fill: int = 0xEE) ->
 
 @pytest.mark.parametrize("skip", [0, 7, ALIGN - 1])
 @pytest.mark.parametrize("tail", [0, 5])
-def test_read_record_in_pieces_with_helpers(tmp_path, monkeypatch, skip, tail):
-    """``read_record`` reads a record as it lies in its file: with ``helpers``, one call
-    per ``PIECE_BYTES`` piece, each into one buffer and positioned where the piece lies;
-    without, one call for the whole record."""
-    n = 3 * PIECE_BYTES + tail + (ALIGN - skip if skip else 0)
+def test_read_record_in_pieces_with_helpers(tmp_path, monkeypatch, small_pieces, skip, tail):
+    """``read_record`` reads a record as it lies in its file: with ``helpers``, in equal
+    whole-block pieces of at most ``PIECE_BYTES``, one call each into one buffer,
+    positioned where the piece lies, one after another; without, one call for the
+    whole record."""
+    n = 3 * PIECE + tail + (ALIGN - skip if skip else 0)
     src = _placed(_payload(n, seed=skip + tail), skip)
     calls = []
     real = os.preadv
@@ -708,10 +724,8 @@ def test_read_record_in_pieces_with_helpers(tmp_path, monkeypatch, skip, tail):
         assert span == ALIGN + -(-(skip + n) // ALIGN) * ALIGN
         monkeypatch.setattr(spill.os, "preadv", spy)
         np.testing.assert_array_equal(_read_record(sd, loc, helpers), src)
-        expected = [
-            (loc.offset + lo, [min(PIECE_BYTES, span - lo)]) for lo in range(0, span, PIECE_BYTES)
-        ]
-        assert sorted(calls) == sorted(expected)
+        assert calls == [(loc.offset + lo, [size]) for lo, size in _pieces(span)]
+        assert len(calls) == 4 and max(size for _, [size] in calls) <= PIECE
         del calls[:]
         np.testing.assert_array_equal(_read_record(sd, loc), src)
         assert calls == [(loc.offset, [span])]
@@ -734,10 +748,10 @@ def test_read_record_checks_its_buffer(tmp_path):
             sd.read_record(loc, bytes(span))
 
 
-def test_pieces_nobody_started_are_read_by_the_caller(tmp_path):
+def test_pieces_nobody_started_are_read_by_the_caller(tmp_path, small_pieces):
     """Helpers that are all busy, shut down, or the caller's own thread: the caller reads
     the pieces itself (no wait on a queue, no deadlock)."""
-    n = 4 * PIECE_BYTES
+    n = 4 * PIECE
     src = _payload(n)
     with SpillDir(tmp_path) as sd:
         loc = sd.write(src)
@@ -785,10 +799,10 @@ def test_any_record_reads_back_exactly_in_pieces(n, skip, piece_blocks):
                 sd.read_into(loc, _placed(np.zeros(n, np.uint8), loc.skip))
 
 
-@pytest.mark.parametrize("at", [0, PIECE_BYTES - 1, PIECE_BYTES, 2 * PIECE_BYTES + 9, "last"])
-def test_flipped_byte_in_a_piece(tmp_path, at):
+@pytest.mark.parametrize("at", [0, PIECE - 1, PIECE, 2 * PIECE + 9, "last"])
+def test_flipped_byte_in_a_piece(tmp_path, small_pieces, at):
     """A flipped byte in any piece of a record read with helpers is caught."""
-    n = 3 * PIECE_BYTES + 10
+    n = 3 * PIECE + 10
     at = n - 1 if at == "last" else at
     src = _payload(n)
     with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
@@ -798,11 +812,11 @@ def test_flipped_byte_in_a_piece(tmp_path, at):
             _read_record(sd, loc, helpers)
 
 
-@pytest.mark.parametrize("keep", [ALIGN + PIECE_BYTES, ALIGN + 2 * PIECE_BYTES + 100])
-def test_truncated_piece(tmp_path, keep):
+@pytest.mark.parametrize("keep", [ALIGN + PIECE, ALIGN + 2 * PIECE + 100])
+def test_truncated_piece(tmp_path, small_pieces, keep):
     """A file that ends inside a piece a helper reads raises, and ``out`` is no longer
     written once ``read_record`` has raised."""
-    n = 3 * PIECE_BYTES + 10
+    n = 3 * PIECE + 10
     with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
         loc = sd.write(_payload(n))
         os.truncate(_slab_path(sd, loc), loc.offset + keep)
