@@ -88,6 +88,9 @@ class TieredStore:
     ``codec`` None keeps bits exact; ``"block"`` or ``"quant"`` compress floating
     tensors on their own device first (bounds and parameters as in
     :func:`tensorpress.compress.compress_tensor`). ``workers`` background threads.
+    ``max_pending_bytes``: :meth:`put` waits while the tensors put and not yet stored
+    (still where they were, kept alive by the store) would pass this many bytes; one
+    larger than it waits until none are pending. None: no cap.
     A tensor given to :meth:`put` must not be modified in place until its record
     is stored (:meth:`wait`); a modification that is seen raises on :meth:`get`.
     """
@@ -99,6 +102,7 @@ class TieredStore:
         codec: str | None = None,
         *,
         workers: int = 2,
+        max_pending_bytes: int | None = None,
         pin: bool | None = None,
         slab_bytes: int = 1 << 30,
         **codec_params,
@@ -109,7 +113,10 @@ class TieredStore:
             if codec not in ("block", "quant"):
                 raise ValueError(f"store codec must be None, 'block' or 'quant', got {codec!r}")
             compress_tensor(torch.zeros(1), codec, **codec_params)  # bad parameters fail here
+        if max_pending_bytes is not None and max_pending_bytes < 0:
+            raise ValueError(f"max_pending_bytes must be >= 0 or None, got {max_pending_bytes}")
         self.codec, self.codec_params = codec, dict(codec_params)
+        self.max_pending_bytes = max_pending_bytes
         self.pool = HostPool(cpu_bytes, pin=pin)
         self.spill = SpillDir(nvme_dir, slab_bytes=slab_bytes) if nvme_dir is not None else None
         self.stats = StoreStats()
@@ -128,7 +135,8 @@ class TieredStore:
     # ------------------------------------------------------------------ public
 
     def put(self, tensor: torch.Tensor) -> Handle:
-        """Start storing ``tensor``; returns at once."""
+        """Start storing ``tensor``; returns at once (unless ``max_pending_bytes`` makes
+        it wait for earlier puts to be stored)."""
         self._check_open()
         if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
             raise TypeError(f"put takes a strided torch.Tensor, got {type(tensor).__name__}")
@@ -139,9 +147,12 @@ class TieredStore:
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(tensor.device))
         nbytes = tensor.numel() * tensor.element_size()
+        cap = self.max_pending_bytes
         with self._cond:
-            self._records[handle.id] = rec
             s = self.stats
+            while cap is not None and s.pending_bytes and s.pending_bytes + nbytes > cap:
+                self._cond.wait()
+            self._records[handle.id] = rec
             s.puts += 1
             s.put_bytes += nbytes
             s.pending_bytes += nbytes
@@ -275,6 +286,7 @@ class TieredStore:
         finally:
             with self._cond:
                 self.stats.pending_bytes -= t.numel() * t.element_size()
+                self._cond.notify_all()
 
     def _store_on(self, rec: _Record, t: torch.Tensor) -> None:
         if self.codec is not None and t.is_floating_point() and t.numel():

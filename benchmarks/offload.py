@@ -50,7 +50,9 @@ spreads over all of them (an untimed plain warm-up run goes first):
   (c) store cpu       ``offload_activations(store)``, ``TieredStore(cpu_bytes)`` large
                       enough for everything, no file tier
   (d) store nvme      ``cpu_bytes`` = (a)'s activation bytes / ``--cpu-fraction``
-                      (default 16), ``nvme_dir``: the rest spills to files
+                      (default 16), ``nvme_dir``: the rest spills to files;
+                      ``max_pending_bytes`` = ``cpu_bytes`` / 2 (puts wait rather
+                      than keep more tensors alive until they are stored)
   (e) store nvme+blk  (d) under ``ActivationCompression("block", rel=1e-2, store=store)``
 
 Columns: median step time (the steps after 2 warm-ups, of all rounds) and its ratio to
@@ -661,7 +663,8 @@ def run_train(args: argparse.Namespace, markdown: bool) -> None:
 
     def store_variant(cpu_bytes: int, nvme_dir, codec: bool):
         def make():
-            store = TieredStore(cpu_bytes, nvme_dir)
+            pending = cpu_bytes // 2 if nvme_dir is not None else None
+            store = TieredStore(cpu_bytes, nvme_dir, max_pending_bytes=pending)
             if codec:
                 ac = ActivationCompression("block", rel=REL, store=store, min_bytes=MIN_BYTES)
             else:

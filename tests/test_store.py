@@ -149,6 +149,29 @@ def test_get_waits_for_the_background_write(monkeypatch, tmp_path):
         assert store.tier(h) == "nvme" and store.stats.pending_bytes == 0
 
 
+@pytest.mark.parametrize("cap", [None, 2 * 400_000])
+def test_max_pending_bytes_bounds_what_put_keeps_alive(monkeypatch, tmp_path, cap):
+    """With ``max_pending_bytes``, puts wait so that the tensors put and not yet stored
+    never pass it; a tensor larger than the cap is still stored (alone); without a cap
+    slow writes let them pile up."""
+    _slow_store(monkeypatch)
+    xs = [torch.randn(100_000) for _ in range(8)]  # 400 kB each
+    big = torch.randn(500_000)  # 2 MB, over the cap
+    with TieredStore(0, nvme_dir=tmp_path, workers=4, max_pending_bytes=cap) as store:
+        hs = [store.put(x) for x in xs]
+        small_peak = store.stats.peak_pending_bytes
+        hb = store.put(big)
+        assert all(torch.equal(store.get(h), x) for h, x in zip(hs, xs, strict=True))
+        assert torch.equal(store.get(hb), big)
+        peak = store.stats.peak_pending_bytes
+    if cap is None:
+        assert small_peak > 4 * 400_000
+    else:
+        assert small_peak == cap and peak == big.numel() * 4  # the large one alone
+    with pytest.raises(ValueError, match="max_pending_bytes"):
+        TieredStore(0, max_pending_bytes=-1)
+
+
 def test_in_place_change_while_storing_raises(monkeypatch):
     _slow_store(monkeypatch)
     x = torch.randn(100, 100)
