@@ -58,8 +58,8 @@ import xxhash
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
 # bytes: the most read in one call; a larger record comes in equal pieces, one in flight,
-# digested by a helper while the next is read (reads of 16 MiB ran at 1.0-1.6x the speed
-# of 8 MiB ones from the virtio disk here, 1 MiB ones at 0.2-0.9x: each read waits up to
+# digested by a helper while the next is read (reads of 16 MiB ran at 1.1-2.1x the speed
+# of 8 MiB ones from the virtio disk here, 1 MiB ones at 0.2-1.0x: each read waits up to
 # ~3 ms for the disk, however large)
 PIECE_BYTES = 64 << 20
 PREFIX = "tensorpress-spill-"
