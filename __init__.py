@@ -168,7 +168,7 @@ def _compress_bfloat16(t, order, abs, rel, pw_rel, codec, chunk_bytes, codec_par
             "codec='quant', or convert to float32 first"
         )
     ct = compress_tensor(t, codec, abs=abs, rel=rel, pw_rel=pw_rel, chunk_bytes=chunk_bytes)
-    return ct._stream(order)
+    return ct.to_stream(order)
 
 
 def _as_array(x) -> tuple[np.ndarray, str]:

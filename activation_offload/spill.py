@@ -596,7 +596,8 @@ class SpillDir:
             else:
                 job.result()
 
-        step = round_up(-(-len(buf) // -(-len(buf) // PIECE_BYTES)))  # equal pieces
+        count = -(-len(buf) // PIECE_BYTES)
+        step = round_up(-(-len(buf) // count))  # ``count`` equal pieces of whole blocks
         try:
             for lo in range(0, len(buf), step):
                 hi = min(lo + step, len(buf))

@@ -84,12 +84,16 @@ class CompressedTensor:
         return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))
 
     def __bytes__(self) -> bytes:
-        return self._stream("C")
+        return self.to_stream()
 
-    def _stream(self, order: str) -> bytes:
-        """The container stream; ``order`` ("C" or "F") is the layout a reader hands
-        back (the values are in C order either way)."""
+    def to_stream(self, order: str = "C") -> bytes:
+        """The container stream (``bytes(ct)`` is ``ct.to_stream()``); ``order`` ("C"
+        or "F") is the layout a reader hands back (the values are in C order either
+        way)."""
         import tensorpress
+
+        if order not in ("C", "F"):
+            raise ValueError(f"order must be 'C' or 'F', got {order!r}")
 
         return STREAM_IO["write"](
             dtype=_STREAM_DTYPES[self.dtype],

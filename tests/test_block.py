@@ -132,6 +132,20 @@ def test_non_contiguous_tensor_and_moves():
     assert bytes(ct) == tp.compress(t.contiguous().numpy(), codec="block", rel=1e-3)
 
 
+def test_to_stream_names_the_layout_a_reader_hands_back():
+    """``ct.to_stream("F")`` is ``tp.compress`` of the same values in Fortran order: the
+    reader hands back an F-ordered array; a layout other than C or F is refused."""
+    a = np.asfortranarray(np.random.default_rng(3).standard_normal((7, 5)).astype(np.float32))
+    ct = compress_tensor(torch.from_numpy(np.ascontiguousarray(a)), rel=1e-3)
+    assert ct.to_stream() == bytes(ct)
+    blob = ct.to_stream("F")
+    assert blob == tp.compress(a, codec="block", rel=1e-3)
+    back = tp.decompress(blob)
+    assert back.flags.f_contiguous and np.abs(back - a).max() <= ct.bound.tolerance
+    with pytest.raises(ValueError, match="'C' or 'F'"):
+        ct.to_stream("K")
+
+
 def test_constant_and_zero_blocks_cost_next_to_nothing():
     zeros, const = np.zeros(1 << 20, np.float32), np.full(1 << 20, 3.25, np.float32)
     for x, bound in ((zeros, {"rel": 1e-3}), (const, {"abs": 1e-3}), (zeros, {"abs": 0})):
