@@ -178,6 +178,13 @@ def decompress_tensor(ct, device=None) -> torch.Tensor:
     )
 
 
+def bytes_tensor(raw) -> torch.Tensor:
+    """A uint8 CPU tensor holding a copy of the bytes-like ``raw`` (a payload read from
+    a stream), for a codec's torch path."""
+    raw = bytearray(raw)
+    return torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+
+
 def _from_stream(blob, device) -> CompressedTensor:
     f = STREAM_IO["read"](blob)
     codec = get_codec(f["codec_config"])
@@ -186,8 +193,7 @@ def _from_stream(blob, device) -> CompressedTensor:
     name = f["dtype"]
     if name not in _FROM_STREAM:
         raise TypeError(f"cannot decode a {name} stream into a tensor")
-    raw = bytearray(f["payload"])
-    payload = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+    payload = bytes_tensor(f["payload"])
     if device is not None:
         payload = payload.to(device)
     return CompressedTensor(

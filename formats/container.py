@@ -617,9 +617,10 @@ def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndar
         raise FormatError(f"codec {codec.name!r} cannot hold bfloat16 values")
     import torch
 
-    raw = torch.empty(len(payload), dtype=torch.uint8)
-    raw.numpy()[:] = np.frombuffer(payload, np.uint8)
+    from ..compress.tensor import bytes_tensor
+
     rows = max(shape[0], 1) if shape else 1  # the chunk is one chunk of its own rows
+    raw = bytes_tensor(payload)
     t = codec.decode_tensor(raw, [len(payload)], shape, torch.bfloat16, bound, rows)
     chunk = t.contiguous().view(torch.int16).numpy().view(bfloat16()).reshape(shape)
     if out is None:
