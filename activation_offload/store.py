@@ -24,12 +24,18 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..compress import compress_tensor, decompress_tensor
-from .host_memory import ALIGN, HostPool
-from .spill import SpillDir, SpillError
+from .host_memory import BufferCache, HostPool
+from .spill import ALIGN, HUGE_PAGE, SpillDir, SpillError
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
 DELETED = "deleted"
+# the buffers that stores read records into from files and copy device bytes into on
+# their way to files, shared by all stores: the first touch of fresh memory cost 20-50 ms
+# per 18 MiB buffer in the benchmark's process here, a reused buffer nothing; up to
+# 256 MiB of free ones are kept (one comes back per get in order, a dozen with 64
+# prefetches queued at once)
+IO_BUFFERS = BufferCache(256 << 20)
 
 
 @dataclass
@@ -124,9 +130,9 @@ class TieredStore:
         self._records: dict[int, _Record] = {}  # insertion order = age
         self._ids = itertools.count()
         self._workers = ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-store")
-        # one record read from files at a time: two at once, as two prefetches would
-        # read them, came back at 0.6x of one at a time in most probes of the virtio
-        # disk here (1.2x in a few); records read in order came back fastest
+        # one record read from files at a time (its checks run outside): two at once,
+        # as two prefetches would read them, came back at 0.6x of one at a time in most
+        # probes of the virtio disk here (1.2x in a few); records read in order fastest
         self._file_reads = threading.Lock()
         self._streams: dict = {}
         self._warned = False
@@ -304,7 +310,7 @@ class TieredStore:
         if self.spill is not None:
             # host bytes go as they are (the file tier writes their whole pages in
             # place); device bytes come to page-aligned host memory first
-            host = data if not data.is_cuda else _copy_and_wait(_aligned_tensor(n), data)
+            host = data if not data.is_cuda else _copy_and_wait(_io_buffer(n), data)
             try:
                 loc = self.spill.write(host.numpy())
             except SpillError as exc:
@@ -401,10 +407,10 @@ class TieredStore:
                 src = rec.host
             else:
                 loc = rec.loc
-                buf = _aligned_tensor(self.spill.record_bytes(loc))
-                buf[::ALIGN].fill_(0)  # fault its pages in while another record is read
-                with self._file_reads:
-                    at = self.spill.read_record(loc, buf.numpy(), helpers=self._workers)
+                buf = _io_buffer(self.spill.record_bytes(loc))
+                at = self.spill.read_record(
+                    loc, buf.numpy(), helpers=self._workers, io_lock=self._file_reads
+                )
                 src = buf[at : at + loc.nbytes]
                 with self._cond:
                     self.stats.read_bytes += rec.nbytes
@@ -460,13 +466,19 @@ def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return dst
 
 
-def _aligned_tensor(nbytes: int) -> torch.Tensor:
-    """A uint8 host tensor of ``nbytes`` that starts on a page (O_DIRECT reads and writes
-    it in place): a view into a slightly larger allocation of torch's allocator, whose
-    freed pages the next call reuses (a fresh mmap would fault them in every time)."""
+def _io_buffer(nbytes: int) -> torch.Tensor:
+    """A uint8 host tensor of ``nbytes`` that starts on a page, its pages in place, for
+    O_DIRECT to read and write in place: from ``IO_BUFFERS`` from ``HUGE_PAGE`` bytes on
+    (transfers of scattered 4 KiB pages ran at a third of the speed of huge pages'),
+    else a view into a slightly larger allocation of torch's allocator, whose freed
+    pages the next call reuses."""
+    if nbytes >= HUGE_PAGE:
+        return IO_BUFFERS.tensor(nbytes)
     buf = torch.empty(nbytes + ALIGN, dtype=torch.uint8)
     start = -buf.data_ptr() % ALIGN
-    return buf[start : start + nbytes]
+    buf = buf[start : start + nbytes]
+    buf[::ALIGN].fill_(0)  # faulted in now, not in the read (another may be reading)
+    return buf
 
 
 def _shutdown(workers: ThreadPoolExecutor, spill: SpillDir | None, pool: HostPool) -> None:

@@ -4,38 +4,44 @@ saved activations that do not fit in the store's host budget.
 Part 1, ``disk``: sustained write and read bandwidth (GB = 1e9 bytes) of ``--disk-mib``
 MiB, in the same run and on the same directory (``--nvme-dir``):
 
-  raw O_DIRECT loop      ``os.pwritev`` of 8 MiB page-aligned (mmap) buffers to a file
-                         opened with ``O_DIRECT``, ``fsync`` at the end; then ``preadv``
-                         back with ``O_DIRECT``. Every ratio is against this row.
+  raw O_DIRECT loop      ``os.pwritev`` of an 8 MiB ``aligned_buffer`` (page-aligned,
+                         in huge pages where the kernel grants them, as the store's
+                         own buffers) to a file opened with ``O_DIRECT``, ``fsync`` at
+                         the end; then ``preadv`` back with ``O_DIRECT``. Every ratio is
+                         against this row.
+  raw loop, 4 KiB pages  the same loop with a buffer in plain pages (``MADV_NOHUGEPAGE``),
+                         as most programs have: how much the buffer's pages matter
   dd direct              ``dd if=/dev/zero of=F bs=8M count=N oflag=direct`` and
                          ``dd if=F of=/dev/null bs=8M iflag=direct`` (dd's own timing,
                          no fsync; n/a without dd)
-  SpillDir 1/2 threads   ``SpillDir.write`` of 16 MiB records from page-aligned buffers
+  SpillDir 1/2 threads   ``SpillDir.write`` of 16 MiB records from ``aligned_buffer``s
                          (zero copy), from 1 or 2 threads, the slab files fsynced at the
                          end; ``SpillDir.read_record`` back from as many threads,
-                         each record whole into one page-aligned buffer (each
-                         record's XXH3-64 is computed on write and checked on read)
+                         each record whole into one ``aligned_buffer`` (each record's
+                         XXH3-64 is computed on write and checked on read)
   TieredStore put / get  ``TieredStore(cpu_bytes=0, nvme_dir=...)``: put N float32
                          tensors of 16 MiB, wait for all, fsync (write); then ``get``
-                         all in order from the calling thread, each read in 8 MiB
-                         pieces, one in flight, the store's workers digesting (read)
+                         all in order from the calling thread, each record whole in
+                         one read into a buffer of the store's ``IO_BUFFERS`` (read)
   TieredStore prefetch   the same records: ``prefetch`` all, then ``get`` all; the
-                         workers read one record at a time (read)
+                         workers read one record at a time, each checking the record it
+                         read while the other reads the next (read)
 
 Each measurement is repeated 3 times (the median is printed); files are deleted
 between measurements and nothing is dropped from the page cache (O_DIRECT bypasses
 it; whether the SpillDir uses it, ``sd.direct``, is printed). The disk's speed moves
-by 2x and more from minute to minute here, so the raw loop also runs between the
-other rows, and each row's "x raw" is the median over the repeats of its speed over
-the mean of the raw loops just before and just after it. Where a file lies on the disk
-matters too: on the virtio disk here the raw loop read the same freshly written slab
-file at 1.3 GB/s in some places and at 2.6 in others, in the same minute, while its own
-file read at 2.9 throughout. So each read row is also timed against the raw loop's
-reads (8 MiB, one in flight) of the row's own files, just before and just after it
-("x same blocks"). Target: every ``TieredStore`` row (the store a user runs: put
-and prefetch through its workers) >= 0.8x the raw loop, writes against the raw loops
-beside them and reads against the same blocks; the ``SpillDir`` rows show its file
-tier alone, one or two calling threads and no helpers, for diagnosis.
+from minute to minute here, so the raw loop also runs between the other rows, and
+each row's "x raw" is the median over the repeats of its speed over the mean of the
+raw loops just before and just after it. Each read row is also timed against the raw
+loop's reads (8 MiB, one in flight) of the row's own files, just before and just
+after it ("x same blocks"). On the virtio disk here the speed of an O_DIRECT transfer
+follows the pages of the memory it goes to or from: a buffer of scattered 4 KiB pages
+read at 1.3 GB/s, one whose pages lay in runs of 32 KiB at 3.1, one in 2 MiB huge pages
+at 4.2, on the same file in the same minute. Target: every ``TieredStore`` row (the
+store a user runs: put and prefetch through its workers) >= 0.8x the raw loop, writes
+against the raw loops beside them and reads against the same blocks; the ``SpillDir``
+rows show its file tier alone, one or two calling threads and no helpers, for
+diagnosis.
 
 Part 2, ``train``: a residual GELU MLP (width 256, 5 blocks of Linear -> GELU, plus
 a residual add; fp32, batch 16384, synthetic data with a fixed seed, labels from a
@@ -66,9 +72,10 @@ from files per step; the fraction of gets served by a prefetch;
 ``store.stats.pending_bytes`` when a forward ends (max over steps); the process's RSS
 high-water mark over the variant less its RSS at the start (``/proc/self/clear_refs``
 after ``malloc_trim``; all the process touched: activations, the store's in-flight
-copies and staging buffers, the allocator's slack); the final loss and whether the
-per-step losses, the last step's gradients and the final weights are bit-identical to (a);
-on CUDA the largest ``torch.cuda.memory_allocated`` right after a forward and
+copies and staging buffers, the free ones ``IO_BUFFERS`` keeps, the allocator's
+slack); the final loss and whether the per-step losses, the last step's gradients and
+the final weights are bit-identical to (a); on CUDA the largest
+``torch.cuda.memory_allocated`` right after a forward and
 ``torch.cuda.max_memory_allocated`` over the steps, both less what was allocated before
 the variant started (after ``gc.collect``, ``empty_cache`` and
 ``reset_peak_memory_stats``). Target: (e) holds <= 1/10 of (a)'s activation bytes at a
@@ -88,6 +95,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import mmap
 import os
 import platform
 import re
@@ -120,7 +128,7 @@ from tensorpress.activation_offload import (
     TieredStore,
     offload_activations,
 )
-from tensorpress.activation_offload.spill import PREFIX, SpillDir, aligned_buffer
+from tensorpress.activation_offload.spill import ALIGN, PREFIX, SpillDir, aligned_buffer
 
 SEED = 0
 MIB = 2**20
@@ -166,6 +174,15 @@ def _fsync_dir_files(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def plain_pages(nbytes: int) -> memoryview:
+    """A page-aligned buffer in plain 4 KiB pages (no huge pages), placed wherever the
+    kernel puts them, as most programs' buffers are."""
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        m.madvise(mmap.MADV_NOHUGEPAGE)
+    return memoryview(m)
 
 
 def raw_loop(path: Path, total: int, buf: memoryview) -> tuple[float, float]:
@@ -248,15 +265,17 @@ def spilldir_run(parent: Path, total: int, bufs: list[memoryview], threads: int,
                 locs[i] = sd.write(bufs[k])
 
         def read(k: int) -> None:
-            out = aligned_buffer(sd.record_bytes(locs[shares[k][0]]))
             for i in shares[k]:
-                sd.read_record(locs[i], out)
+                sd.read_record(locs[i], outs[k])
 
         with ThreadPoolExecutor(threads) as pool:
             t0 = time.perf_counter()
             list(pool.map(write, range(threads)))
             _fsync_dir_files(sd.path)
             t_write = time.perf_counter() - t0
+            outs = [aligned_buffer(sd.record_bytes(locs[0])) for _ in range(threads)]
+            for out in outs:  # pages in place before the clock starts, as the raw loop's
+                out[::ALIGN] = bytes(len(out[::ALIGN]))
             same = raw_read_files(_slab_files(sd.path), raw_buf)
             t0 = time.perf_counter()
             list(pool.map(read, range(threads)))
@@ -322,6 +341,8 @@ def run_disk(args: argparse.Namespace, markdown: bool) -> None:
         raise SystemExit(f"--disk-mib must be at least {RECORD // MIB}")
     raw_buf = aligned_buffer(RAW_CHUNK)
     _fill(raw_buf, 1)
+    plain_buf = plain_pages(RAW_CHUNK)
+    _fill(plain_buf, 1)
     rec_bufs = [aligned_buffer(RECORD) for _ in range(2)]
     for k, b in enumerate(rec_bufs):
         _fill(b, 2 + k)
@@ -330,6 +351,7 @@ def run_disk(args: argparse.Namespace, markdown: bool) -> None:
     have_dd = shutil.which("dd") is not None
     rows = {
         "raw": DiskRow("raw O_DIRECT loop (8 MiB)", note="pwritev/preadv, fsync"),
+        "plain": DiskRow("raw loop, 4 KiB pages", note="its buffer not in huge pages"),
         "dd": DiskRow("dd direct (bs=8M)", note="no fsync" if have_dd else "dd not found"),
         "sd1": DiskRow("SpillDir 1 thread (16 MiB)"),
         "sd2": DiskRow("SpillDir 2 threads (16 MiB)"),
@@ -344,6 +366,10 @@ def run_disk(args: argparse.Namespace, markdown: bool) -> None:
         rows["raw"].write.append(total / w / GB)
         rows["raw"].read.append(total / r / GB)
         return rows["raw"].write[-1], rows["raw"].read[-1]
+
+    def plain() -> dict:
+        w, r = raw_loop(file, total, plain_buf)
+        return {"plain": (total / w / GB, total / r / GB, None)}
 
     def dd() -> dict:
         nonlocal have_dd
@@ -370,7 +396,7 @@ def run_disk(args: argparse.Namespace, markdown: bool) -> None:
             "pre": (None, total / p / GB, same_p),
         }
 
-    measures = (dd, lambda: spilldir("sd1", 1), lambda: spilldir("sd2", 2), store)
+    measures = (plain, dd, lambda: spilldir("sd1", 1), lambda: spilldir("sd2", 2), store)
     for rep in range(REPEAT):
         before = raw()
         for measure in measures:

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import (
     ALIGN,
+    HUGE_PAGE,
     STAGE_BYTES,
     CorruptRecordError,
     Location,
@@ -322,14 +323,44 @@ def test_read_only_and_multidimensional_inputs(tmp_path):
 
 
 def test_aligned_buffer():
-    for n in (0, 1, 4097, 1 << 20):
+    """Exactly ``n`` zero bytes, writable, on a page; from ``HUGE_PAGE`` bytes on, on a
+    huge page's boundary; buffers never share memory."""
+    bufs = []
+    for n in (0, 1, 4097, 1 << 20, HUGE_PAGE - 1, HUGE_PAGE, 3 * HUGE_PAGE + 5):
         buf = aligned_buffer(n)
         assert len(buf) == n and not buf.readonly
         assert bytes(buf) == bytes(n)
         if n:
-            assert np.frombuffer(buf, np.uint8).__array_interface__["data"][0] % ALIGN == 0
+            addr = np.frombuffer(buf, np.uint8).__array_interface__["data"][0]
+            assert addr % (HUGE_PAGE if n >= HUGE_PAGE else ALIGN) == 0
+            buf[:] = bytes([len(bufs) + 1]) * n
+        bufs.append(buf)
+    for k, buf in enumerate(bufs):
+        assert bytes(buf) == bytes([k + 1]) * len(buf)
     with pytest.raises(ValueError):
         aligned_buffer(-1)
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
+    reason="no transparent huge pages (reads /proc/self/smaps)",
+)
+def test_aligned_buffer_is_private_memory_advised_huge_pages():
+    """The mapping behind a large buffer is private (shared memory gets no transparent
+    huge pages) and carries the kernel's huge-page advice (``hg`` in its VmFlags)."""
+    buf = aligned_buffer(2 * HUGE_PAGE)
+    addr = np.frombuffer(buf, np.uint8).__array_interface__["data"][0]
+    with open("/proc/self/smaps") as f:
+        text = f.read().split("\n")
+    for i, line in enumerate(text):
+        lo, _, hi = line.partition(" ")[0].partition("-")
+        if hi and all(c in "0123456789abcdef" for c in lo + hi):
+            if int(lo, 16) <= addr < int(hi, 16):
+                perms = line.split()[1]
+                flags = next(t for t in text[i + 1 :] if t.startswith("VmFlags:")).split()[1:]
+                break
+    assert perms.endswith("p"), perms
+    assert "hg" in flags, flags
 
 
 # -- O_DIRECT -------------------------------------------------------------------------
@@ -729,6 +760,42 @@ def test_read_record_in_pieces_with_helpers(tmp_path, monkeypatch, small_pieces,
         del calls[:]
         np.testing.assert_array_equal(_read_record(sd, loc), src)
         assert calls == [(loc.offset, [span])]
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_read_record_holds_io_lock_for_its_reads_alone(tmp_path, monkeypatch, pieces):
+    """``io_lock`` is held around every read of the record (all its pieces, so another
+    caller's reads cannot come between them) and not while its digest is taken, so one
+    caller checks a record while another reads the next."""
+    n = 3 * PIECE + 5
+    src = _payload(n)
+    io_lock = threading.Lock()
+    seen = []
+    real_read, real_digest = os.preadv, xxhash.xxh3_64_intdigest
+    with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
+        loc = sd.write(src)
+
+        def read_spy(fd, bufs, offset):
+            seen.append(("read", io_lock.locked()))
+            return real_read(fd, bufs, offset)
+
+        def digest_spy(data):
+            if len(data) == n:
+                seen.append(("digest", io_lock.locked()))
+            return real_digest(data)
+
+        if pieces:
+            monkeypatch.setattr(spill, "PIECE_BYTES", PIECE)
+        monkeypatch.setattr(spill.os, "preadv", read_spy)
+        monkeypatch.setattr(spill.xxhash, "xxh3_64_intdigest", digest_spy)
+        out = np.frombuffer(aligned_buffer(sd.record_bytes(loc)), np.uint8)
+        at = sd.read_record(loc, out, helpers=helpers, io_lock=io_lock)
+        np.testing.assert_array_equal(out[at : at + n], src)
+    reads = [held for what, held in seen if what == "read"]
+    assert reads == [True] * (4 if pieces else 1)
+    if len(reads) == 1:  # the record's one digest, after its read, without the lock
+        assert seen == [("read", True), ("digest", False)]
+    assert not io_lock.locked()
 
 
 def test_read_record_checks_its_buffer(tmp_path):

@@ -278,6 +278,30 @@ def test_large_records_read_in_pieces_are_exact(tmp_path, monkeypatch, dtype):
         assert len(calls) == 16 and most[0] == 1
 
 
+def test_large_records_come_back_in_reused_buffers_never_shared(tmp_path):
+    """Records of ``HUGE_PAGE`` bytes and more are read into ``IO_BUFFERS``: a tensor
+    got and dropped gives its buffer to the next get of its size, while a tensor still
+    held keeps its bytes through many later gets, prefetched or not."""
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(spill.HUGE_PAGE // 4 + 999, generator=g) for _ in range(4)]
+    with TieredStore(0, nvme_dir=tmp_path) as store:
+        hs = [store.put(x) for x in xs]
+        for h in hs:
+            store.wait(h)
+        kept = store.get(hs[0])
+        ptr = store.get(hs[1]).data_ptr()  # dropped at once: its buffer comes back
+        before = store_mod.IO_BUFFERS.reused
+        assert store.get(hs[1]).data_ptr() == ptr
+        assert store_mod.IO_BUFFERS.reused == before + 1
+        for _ in range(3):
+            for h in hs[1:]:
+                store.prefetch(h)
+            for h, x in zip(hs[1:], xs[1:], strict=True):
+                assert torch.equal(store.get(h), x)
+        assert torch.equal(kept, xs[0])
+        assert kept.data_ptr() not in {store.get(h).data_ptr() for h in hs[1:]}
+
+
 def test_close_removes_the_spill_directory(tmp_path):
     store = TieredStore(0, nvme_dir=tmp_path)
     h = store.put(torch.randn(1000))
