@@ -20,6 +20,8 @@ buffer, one ``preadv`` in flight, each into one contiguous piece (reads split ov
 several buffers, or several at once, came back slower from a virtio disk); then it
 checks the header and the payload's digest. Given helper threads, a record larger than
 ``PIECE_BYTES`` comes in equal pieces, a helper digesting each while the next is read.
+Given a reader (an executor of one thread, shared by the callers), that thread runs the
+reads, one after another without a pause, while each caller digests its own record.
 ``read_into`` reads the payload alone into any buffer: one ``preadv`` into a buffer
 placed like the source (``skip`` bytes past a page; the edge blocks through this
 thread's aligned blocks), else through aligned staging memory, ``STAGE_BYTES`` at a
@@ -503,7 +505,12 @@ class SpillDir:
             self._verify(slab.path, loc, tls.header, digest)
 
     def read_record(
-        self, loc: Location, out, *, helpers: Executor | None = None, io_lock=None
+        self,
+        loc: Location,
+        out,
+        *,
+        helpers: Executor | None = None,
+        reader: Executor | None = None,
     ) -> int:
         """Read the record at ``loc`` whole, as it lies in its file, into the writable
         buffer ``out`` of at least :meth:`record_bytes` bytes (under ``O_DIRECT`` it
@@ -518,8 +525,10 @@ class SpillDir:
         digested by this thread, so a caller that is itself one of ``helpers``' threads
         never waits on a queue.
 
-        ``io_lock``: a lock held around the record's reads alone, not its checks, so
-        that callers sharing it read one record at a time while one checks the last."""
+        ``reader``: an executor of one thread that runs the reads instead, in pieces of
+        at most ``PIECE_BYTES`` queued at once, while this thread digests each piece
+        that has arrived: callers sharing it read one after another with no wait
+        between reads, each checking its record while the next is read."""
         mv, addr = _bytes_view(out, writable=True)
         span = self.record_bytes(loc)
         if len(mv) < span:
@@ -530,7 +539,10 @@ class SpillDir:
                 "a page (use aligned_buffer)"
             )
         with self._reading(loc) as (slab, tls):
-            digest = self._read_whole(slab, mv[:span], loc, helpers, io_lock)
+            if reader is not None:
+                digest = self._read_by(reader, slab, mv[:span], loc)
+            else:
+                digest = self._read_whole(slab, mv[:span], loc, helpers)
             self._verify(slab.path, loc, mv[:ALIGN], digest)
         return ALIGN + loc.skip
 
@@ -605,18 +617,16 @@ class SpillDir:
             if done >= span:
                 return xxhash.xxh3_64_intdigest(mv)
 
-    def _read_whole(self, slab: _Slab, buf: memoryview, loc: Location, helpers, io_lock) -> int:
+    def _read_whole(self, slab: _Slab, buf: memoryview, loc: Location, helpers) -> int:
         """``read_record``'s reads of ``buf`` (the record as on disk), one call in flight
-        at a time, under ``io_lock`` if given: in one call, or, with ``helpers`` and more
-        than ``PIECE_BYTES``, in equal pieces (whole blocks) of at most that, a helper
-        digesting each piece while this thread reads the next (this thread digests a
-        piece no helper has started). Returns the payload's XXH3-64."""
+        at a time: in one call, or, with ``helpers`` and more than ``PIECE_BYTES``, in
+        equal pieces (whole blocks) of at most that, a helper digesting each piece while
+        this thread reads the next (this thread digests a piece no helper has started).
+        Returns the payload's XXH3-64."""
         fd, offset = slab.fd, loc.offset
         lo_payload, hi_payload = ALIGN + loc.skip, ALIGN + loc.skip + loc.nbytes
-        held = io_lock if io_lock is not None else contextlib.nullcontext()
         if helpers is None or len(buf) <= PIECE_BYTES:
-            with held:
-                _pread_all(fd, [buf], offset)
+            _pread_all(fd, [buf], offset)
             return xxhash.xxh3_64_intdigest(buf[lo_payload:hi_payload])
         digest = xxhash.xxh3_64()
         job = view = None  # the digest of the piece read last, and that piece
@@ -630,20 +640,45 @@ class SpillDir:
         count = -(-len(buf) // PIECE_BYTES)
         step = round_up(-(-len(buf) // count))  # ``count`` equal pieces of whole blocks
         try:
-            with held:
-                for lo in range(0, len(buf), step):
-                    hi = min(lo + step, len(buf))
-                    _pread_all(fd, [buf[lo:hi]], offset + lo)
-                    if view is not None:
-                        settle()
-                    view = buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)]
-                    job = _submit(helpers, digest.update, view)
+            for lo in range(0, len(buf), step):
+                hi = min(lo + step, len(buf))
+                _pread_all(fd, [buf[lo:hi]], offset + lo)
+                if view is not None:
+                    settle()
+                view = buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)]
+                job = _submit(helpers, digest.update, view)
             settle()
             job = None
             return digest.intdigest()
         finally:  # no helper still reads ``buf`` once this returns
             if job is not None and not job.cancel():
                 wait([job])
+
+    def _read_by(self, reader: Executor, slab: _Slab, buf: memoryview, loc: Location) -> int:
+        """``read_record``'s reads of ``buf`` run by ``reader``'s thread, in pieces of at
+        most ``PIECE_BYTES`` queued at once, this thread digesting each as it arrives.
+        Returns the payload's XXH3-64."""
+        lo_payload, hi_payload = ALIGN + loc.skip, ALIGN + loc.skip + loc.nbytes
+        count = -(-len(buf) // PIECE_BYTES)
+        step = round_up(-(-len(buf) // count))
+        jobs = []
+        digest = xxhash.xxh3_64()
+        try:
+            for lo in range(0, len(buf), step):
+                piece = buf[lo : min(lo + step, len(buf))]
+                job = _submit(reader, _pread_all, slab.fd, [piece], loc.offset + lo)
+                if job is None:  # the reader is shut down: read here
+                    _pread_all(slab.fd, [piece], loc.offset + lo)
+                    job = Future()
+                    job.set_result(None)
+                jobs.append((lo, job))
+            for lo, job in jobs:
+                job.result()
+                hi = min(lo + step, len(buf))
+                digest.update(buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)])
+            return digest.intdigest()
+        finally:  # no read still goes into ``buf`` once this returns
+            wait([job for _, job in jobs if not job.cancel()])
 
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""

@@ -21,11 +21,13 @@ MiB, in the same run and on the same directory (``--nvme-dir``):
                          XXH3-64 is computed on write and checked on read)
   TieredStore put / get  ``TieredStore(cpu_bytes=0, nvme_dir=...)``: put N float32
                          tensors of 16 MiB, wait for all, fsync (write); then ``get``
-                         all in order from the calling thread, each record whole in
-                         one read into a buffer of the store's ``IO_BUFFERS`` (read)
-  TieredStore prefetch   the same records: ``prefetch`` all, then ``get`` all; the
-                         workers read one record at a time, each checking the record it
-                         read while the other reads the next (read)
+                         all in order from the calling thread (each get in order reads
+                         the next record ahead), each record whole in one read into a
+                         buffer of the store's ``IO_BUFFERS`` (read)
+  TieredStore prefetch   the same records: ``prefetch`` all, then ``get`` all (read)
+
+In both, the store's reader thread reads the records one after another while the
+thread that asked for each (a worker, or the caller) checks its digest.
 
 Each measurement is repeated 3 times (the median is printed); files are deleted
 between measurements and nothing is dropped from the page cache (O_DIRECT bypasses

@@ -763,39 +763,44 @@ def test_read_record_in_pieces_with_helpers(tmp_path, monkeypatch, small_pieces,
 
 
 @pytest.mark.parametrize("pieces", [False, True])
-def test_read_record_holds_io_lock_for_its_reads_alone(tmp_path, monkeypatch, pieces):
-    """``io_lock`` is held around every read of the record (all its pieces, so another
-    caller's reads cannot come between them) and not while its digest is taken, so one
-    caller checks a record while another reads the next."""
+def test_read_record_by_a_reader(tmp_path, monkeypatch, pieces):
+    """With ``reader``, the reads run on the reader's thread (in order, in pieces of at
+    most ``PIECE_BYTES``) and the digests on the caller's; a damaged record still
+    raises, and a reader shut down leaves the caller reading itself."""
     n = 3 * PIECE + 5
     src = _payload(n)
-    io_lock = threading.Lock()
     seen = []
-    real_read, real_digest = os.preadv, xxhash.xxh3_64_intdigest
-    with SpillDir(tmp_path) as sd, ThreadPoolExecutor(2) as helpers:
+    real_read = os.preadv
+    if pieces:
+        monkeypatch.setattr(spill, "PIECE_BYTES", PIECE)
+
+    def read_spy(fd, bufs, offset):
+        seen.append((threading.current_thread().name, offset, sum(len(b) for b in bufs)))
+        return real_read(fd, bufs, offset)
+
+    with SpillDir(tmp_path) as sd, ThreadPoolExecutor(1, thread_name_prefix="rd") as reader:
         loc = sd.write(src)
-
-        def read_spy(fd, bufs, offset):
-            seen.append(("read", io_lock.locked()))
-            return real_read(fd, bufs, offset)
-
-        def digest_spy(data):
-            if len(data) == n:
-                seen.append(("digest", io_lock.locked()))
-            return real_digest(data)
-
-        if pieces:
-            monkeypatch.setattr(spill, "PIECE_BYTES", PIECE)
+        span = sd.record_bytes(loc)
         monkeypatch.setattr(spill.os, "preadv", read_spy)
-        monkeypatch.setattr(spill.xxhash, "xxh3_64_intdigest", digest_spy)
-        out = np.frombuffer(aligned_buffer(sd.record_bytes(loc)), np.uint8)
-        at = sd.read_record(loc, out, helpers=helpers, io_lock=io_lock)
+        out = np.frombuffer(aligned_buffer(span), np.uint8)
+        at = sd.read_record(loc, out, reader=reader)
         np.testing.assert_array_equal(out[at : at + n], src)
-    reads = [held for what, held in seen if what == "read"]
-    assert reads == [True] * (4 if pieces else 1)
-    if len(reads) == 1:  # the record's one digest, after its read, without the lock
-        assert seen == [("read", True), ("digest", False)]
-    assert not io_lock.locked()
+        expected = _pieces(span) if pieces else [(0, span)]
+        assert [(o, size) for _, o, size in seen] == [
+            (loc.offset + lo, size) for lo, size in expected
+        ]
+        assert all(t.startswith("rd") for t, _, _ in seen)
+        monkeypatch.setattr(spill.os, "preadv", real_read)
+        with open(sd.path / f"slab_{loc.slab}.bin", "r+b") as f:  # one payload byte
+            f.seek(loc.offset + ALIGN + loc.skip + n // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 1]))
+        with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
+            sd.read_record(loc, out, reader=reader)
+        reader.shutdown()
+        with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
+            sd.read_record(loc, out, reader=reader)
 
 
 def test_read_record_checks_its_buffer(tmp_path):

@@ -302,6 +302,42 @@ def test_large_records_come_back_in_reused_buffers_never_shared(tmp_path):
         assert kept.data_ptr() not in {store.get(h).data_ptr() for h in hs[1:]}
 
 
+def test_gets_in_put_order_read_ahead(tmp_path, monkeypatch):
+    """A get of the record put just after the one got last prefetches the next
+    ``READ_AHEAD`` records that are in files; gets out of order, records in the pool
+    and records already prefetched are not read ahead; a record read ahead and then
+    deleted is freed."""
+    monkeypatch.setattr(store_mod, "READ_AHEAD", 2)
+    xs = [torch.full((1000,), float(k)) for k in range(8)]
+    with TieredStore(0, nvme_dir=tmp_path) as store:
+        hs = [store.put(x) for x in xs]
+        for h in hs:
+            store.wait(h)
+        s = store.stats
+        assert torch.equal(store.get(hs[0]), xs[0]) and s.read_ahead == 0  # nothing before
+        assert torch.equal(store.get(hs[1]), xs[1]) and s.read_ahead == 2  # 2 and 3
+        assert torch.equal(store.get(hs[2]), xs[2]) and s.prefetched_gets == 1
+        assert s.read_ahead == 3  # 3 is under way already: only 4
+        assert torch.equal(store.get(hs[6]), xs[6]) and s.read_ahead == 3  # out of order
+        store.delete(hs[7])
+        assert torch.equal(store.get(hs[5]), xs[5]) and s.read_ahead == 3
+        for h, x in zip(hs[3:5], xs[3:5], strict=True):
+            assert torch.equal(store.get(h), x)
+        assert s.prefetched_gets == 3
+        assert s.read_ahead == 5  # 3 then 4 in order: 5 and 6 (got before) read ahead
+        store.delete(hs[5])  # read ahead and not got: freed with their records
+        store.delete(hs[6])
+        deadline = time.monotonic() + 10
+        while s.nvme_bytes != 5 * 4000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.nvme_bytes == 5 * 4000 and len(store) == 5
+    with TieredStore(MIB) as store:  # records in the pool are not read ahead
+        hs = [store.put(x) for x in xs]
+        for h, x in zip(hs, xs, strict=True):
+            assert torch.equal(store.get(h), x)
+        assert store.stats.read_ahead == 0 and store.stats.prefetched_gets == 0
+
+
 def test_close_removes_the_spill_directory(tmp_path):
     store = TieredStore(0, nvme_dir=tmp_path)
     h = store.put(torch.randn(1000))
