@@ -209,10 +209,9 @@ class TieredStore:
             ready, rec.ready = rec.ready, None
             self.stats.gets += 1
             self.stats.prefetched_gets += ready is not None
-            ahead = self._ahead(handle.id) if handle.id == self._last_got + 1 else []
+            if handle.id == self._last_got + 1:
+                self._read_ahead(handle.id)
             self._last_got = handle.id
-        for nxt in ahead:
-            self.prefetch(nxt.handle)
         t, event = ready.result() if ready is not None else self._bring(rec)
         if event is not None:  # the caller's stream waits for the side stream's copy
             stream = torch.cuda.current_stream(t.device)
@@ -220,12 +219,14 @@ class TieredStore:
             t.record_stream(stream)
         return t
 
-    def _ahead(self, got: int) -> list[_Record]:
-        """The records put just after record ``got`` to read ahead (under the lock)."""
-        window = (self._records.get(nxt) for nxt in range(got + 1, got + 1 + READ_AHEAD))
-        ahead = [r for r in window if r is not None and r.tier == NVME and r.ready is None]
-        self.stats.read_ahead += len(ahead)
-        return ahead
+    def _read_ahead(self, got: int) -> None:
+        """Prefetch the records put just after record ``got`` that are in files and not
+        prefetched (under ``_cond``, so none is deleted meanwhile)."""
+        for nxt in range(got + 1, got + 1 + READ_AHEAD):
+            rec = self._records.get(nxt)
+            if rec is not None and rec.tier == NVME and rec.ready is None:
+                rec.ready = self._workers.submit(self._bring, rec)
+                self.stats.read_ahead += 1
 
     def delete(self, handle: Handle) -> None:
         """Forget ``handle`` and free its bytes (once its background work is done)."""
