@@ -60,9 +60,7 @@ import xxhash
 ALIGN = 4096  # bytes: file offsets, O_DIRECT buffers and sizes are multiples of this
 STAGE_BYTES = 8 << 20  # bytes: largest piece copied through staging memory at once
 # bytes: the most read in one call; a larger record comes in equal pieces, one in flight,
-# digested by a helper while the next is read (reads of 16 MiB ran at 1.1-2.1x the speed
-# of 8 MiB ones from the virtio disk here, 1 MiB ones at 0.2-1.0x: each read waits up to
-# ~3 ms for the disk, however large)
+# each digested while the next is read
 PIECE_BYTES = 64 << 20
 PREFIX = "tensorpress-spill-"
 MAGIC = b"TPSPILL3"
@@ -617,6 +615,20 @@ class SpillDir:
             if done >= span:
                 return xxhash.xxh3_64_intdigest(mv)
 
+    @staticmethod
+    def _pieces(buf: memoryview, loc: Location) -> list[tuple[int, int, memoryview]]:
+        """(start, end, payload bytes in it) of each of the equal pieces (whole blocks,
+        at most ``PIECE_BYTES``) that ``buf``, the record at ``loc`` as on disk, is read
+        in."""
+        lo_payload, hi_payload = ALIGN + loc.skip, ALIGN + loc.skip + loc.nbytes
+        count = -(-len(buf) // PIECE_BYTES)
+        step = round_up(-(-len(buf) // count))
+        pieces = []
+        for lo in range(0, len(buf), step):
+            hi = min(lo + step, len(buf))
+            pieces.append((lo, hi, buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)]))
+        return pieces
+
     def _read_whole(self, slab: _Slab, buf: memoryview, loc: Location, helpers) -> int:
         """``read_record``'s reads of ``buf`` (the record as on disk), one call in flight
         at a time: in one call, or, with ``helpers`` and more than ``PIECE_BYTES``, in
@@ -624,10 +636,9 @@ class SpillDir:
         this thread reads the next (this thread digests a piece no helper has started).
         Returns the payload's XXH3-64."""
         fd, offset = slab.fd, loc.offset
-        lo_payload, hi_payload = ALIGN + loc.skip, ALIGN + loc.skip + loc.nbytes
         if helpers is None or len(buf) <= PIECE_BYTES:
             _pread_all(fd, [buf], offset)
-            return xxhash.xxh3_64_intdigest(buf[lo_payload:hi_payload])
+            return xxhash.xxh3_64_intdigest(buf[ALIGN + loc.skip :][: loc.nbytes])
         digest = xxhash.xxh3_64()
         job = view = None  # the digest of the piece read last, and that piece
 
@@ -637,15 +648,12 @@ class SpillDir:
             else:
                 job.result()
 
-        count = -(-len(buf) // PIECE_BYTES)
-        step = round_up(-(-len(buf) // count))  # ``count`` equal pieces of whole blocks
         try:
-            for lo in range(0, len(buf), step):
-                hi = min(lo + step, len(buf))
+            for lo, hi, payload in self._pieces(buf, loc):
                 _pread_all(fd, [buf[lo:hi]], offset + lo)
                 if view is not None:
                     settle()
-                view = buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)]
+                view = payload
                 job = _submit(helpers, digest.update, view)
             settle()
             job = None
@@ -658,27 +666,21 @@ class SpillDir:
         """``read_record``'s reads of ``buf`` run by ``reader``'s thread, in pieces of at
         most ``PIECE_BYTES`` queued at once, this thread digesting each as it arrives.
         Returns the payload's XXH3-64."""
-        lo_payload, hi_payload = ALIGN + loc.skip, ALIGN + loc.skip + loc.nbytes
-        count = -(-len(buf) // PIECE_BYTES)
-        step = round_up(-(-len(buf) // count))
         jobs = []
         digest = xxhash.xxh3_64()
         try:
-            for lo in range(0, len(buf), step):
-                piece = buf[lo : min(lo + step, len(buf))]
-                job = _submit(reader, _pread_all, slab.fd, [piece], loc.offset + lo)
+            for lo, hi, payload in self._pieces(buf, loc):
+                job = _submit(reader, _pread_all, slab.fd, [buf[lo:hi]], loc.offset + lo)
                 if job is None:  # the reader is shut down: read here
-                    _pread_all(slab.fd, [piece], loc.offset + lo)
-                    job = Future()
-                    job.set_result(None)
-                jobs.append((lo, job))
-            for lo, job in jobs:
-                job.result()
-                hi = min(lo + step, len(buf))
-                digest.update(buf[max(lo, lo_payload) : max(min(hi, hi_payload), lo_payload)])
+                    _pread_all(slab.fd, [buf[lo:hi]], loc.offset + lo)
+                jobs.append((job, payload))
+            for job, payload in jobs:
+                if job is not None:
+                    job.result()
+                digest.update(payload)
             return digest.intdigest()
         finally:  # no read still goes into ``buf`` once this returns
-            wait([job for _, job in jobs if not job.cancel()])
+            wait([job for job, _ in jobs if job is not None and not job.cancel()])
 
     def _verify_header(self, path: pathlib.Path, loc: Location, header) -> None:
         """``CorruptRecordError`` unless ``header`` is the one written for ``loc``."""

@@ -170,7 +170,7 @@ def _fill(buf: memoryview, seed: int) -> None:
 
 def _fsync_dir_files(path: Path) -> None:
     """fsync every regular file under ``path`` (the slab files of a SpillDir)."""
-    for p in sorted(path.glob("slab_*.bin")):
+    for p in _slab_files(path):
         fd = os.open(p, os.O_RDONLY)
         try:
             os.fsync(fd)
