@@ -10,7 +10,7 @@ True
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 import sys  # noqa: E402
 import types  # noqa: E402
@@ -55,7 +55,7 @@ def compress_array(
     Codec; extra keywords are the codec's parameters. ``chunk_bytes`` is the
     target input bytes per chunk; ``workers`` the threads (None: all cores).
     bfloat16 data (a torch tensor, or a numpy array of ``ml_dtypes.bfloat16``) is
-    compressed by the codec's torch path, as ``bytes(compress_tensor(t, ...))``.
+    compressed by the codec's torch path, as ``tensor_to_stream(compress_tensor(t, ...))``.
     """
     bf16 = _bfloat16_tensor(x)
     if bf16 is not None:
@@ -86,7 +86,6 @@ def compress_array(
         bound,
         order=order,
         workers=workers,
-        writer=f"tensorpress {__version__}",
         chunk_bytes=codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes,
     )
 
@@ -158,8 +157,9 @@ def _bfloat16_tensor(x):
 
 
 def _compress_bfloat16(t, order, abs, rel, pw_rel, codec, chunk_bytes, codec_params) -> bytes:
-    """bfloat16 values through the codec's torch path: ``bytes(compress_tensor(...))``."""
+    """bfloat16 values through the codec's torch path, as ``tensor_to_stream`` writes them."""
     from .compress.tensor import compress_tensor
+    from .formats.tensor_stream import tensor_to_stream
 
     codec = get_codec(codec, **codec_params)
     if not codec.has_tensor_path:
@@ -168,7 +168,7 @@ def _compress_bfloat16(t, order, abs, rel, pw_rel, codec, chunk_bytes, codec_par
             "codec='quant', or convert to float32 first"
         )
     ct = compress_tensor(t, codec, abs=abs, rel=rel, pw_rel=pw_rel, chunk_bytes=chunk_bytes)
-    return ct.to_stream(order)
+    return tensor_to_stream(ct, order)
 
 
 def _as_array(x) -> tuple[np.ndarray, str]:

@@ -187,6 +187,7 @@ def run_case(x_dev, x_cpu, codec_kw: dict, bound: tuple | None, dry: bool) -> di
     """One case: compress on the device, on the CPU and with numba; compare; check bounds."""
     import tensorpress as tp
     from tensorpress.compress import compress_tensor, decompress_tensor
+    from tensorpress.formats import tensor_to_stream
 
     kw = dict(codec_kw, chunk_bytes=IDENTITY_CHUNK_BYTES)
     if bound is not None:
@@ -211,7 +212,7 @@ def run_case(x_dev, x_cpu, codec_kw: dict, bound: tuple | None, dry: bool) -> di
                 ct_g.payload.cpu(), ct_c.payload
             )
             if same:
-                same = bytes(ct_g) == bytes(ct_c)
+                same = tensor_to_stream(ct_g) == tensor_to_stream(ct_c)
             checks["bytes gpu=cpu"] = same
             y_g = decompress_tensor(ct_g)
             assert y_g.device == x_dev.device, f"decoded on {y_g.device}"
@@ -220,7 +221,7 @@ def run_case(x_dev, x_cpu, codec_kw: dict, bound: tuple | None, dry: bool) -> di
             outputs.append(y_g)
         x_np = x_cpu.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if bf16 else x_cpu.numpy()
         blob = tp.compress(x_np, **kw)
-        checks["bytes cpu=numba"] = blob == bytes(ct_c)
+        checks["bytes cpu=numba"] = blob == tensor_to_stream(ct_c)
         y_n = np.ascontiguousarray(tp.decompress(blob))
         y_n = (
             torch.from_numpy(y_n.view(np.int16)).view(torch.bfloat16)

@@ -111,7 +111,7 @@ def parse_override(text: str) -> tuple[str, dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tensorpress`` parser with its six subcommands."""
-    from .. import __version__
+    from .._version import __version__
 
     parser = _Parser(
         prog="tensorpress",

@@ -17,11 +17,6 @@ from .bounds import ErrorBound
 
 _REGISTRY: dict[str, type[Codec]] = {}
 
-#: the container stream writer and reader, installed by ``tensorpress.formats``
-#: (which sits above compress/ and cannot be imported from here):
-#: ``write(**fields) -> bytes`` and ``read(blob) -> dict of fields``
-STREAM_IO: dict = {}
-
 
 class Codec:
     """Base class: subclasses set ``name``, ``lossy`` and implement encode/decode."""

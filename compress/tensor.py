@@ -5,8 +5,8 @@ numba.cuda on CUDA) or torch tensor ops — with no copy of the data to the host
 The host learns only small things — the value range for a ``rel`` bound, the
 payload sizes, where the few values that need a second look sit — in a few
 small synchronisations per call.
-``bytes(ct)`` is the same container stream that ``tensorpress.compress``
-writes for the same array, byte for byte.
+``tensorpress.formats.tensor_to_stream(ct)`` is the same container stream that
+``tensorpress.compress`` writes for the same array, byte for byte.
 """
 
 from __future__ import annotations
@@ -18,17 +18,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from .bounds import ErrorBound
-from .registry import STREAM_IO, Codec, chunk_rows_for, get_codec
+from .registry import Codec, chunk_rows_for, get_codec
 
 _TORCH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: how the container names the dtypes it can hold
-_STREAM_DTYPES = {
-    torch.float16: "<f2",
-    torch.bfloat16: "bfloat16",
-    torch.float32: "<f4",
-    torch.float64: "<f8",
-}
-_FROM_STREAM = {name: dtype for dtype, name in _STREAM_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -83,38 +75,6 @@ class CompressedTensor:
         """The same compressed tensor with its payload on ``device``."""
         return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))
 
-    def __bytes__(self) -> bytes:
-        return self.to_stream()
-
-    def to_stream(self, order: str = "C") -> bytes:
-        """The container stream (``bytes(ct)`` is ``ct.to_stream()``); ``order`` ("C"
-        or "F") is the layout a reader hands back (the values are in C order either
-        way)."""
-        import tensorpress
-
-        if order not in ("C", "F"):
-            raise ValueError(f"order must be 'C' or 'F', got {order!r}")
-
-        return STREAM_IO["write"](
-            dtype=_STREAM_DTYPES[self.dtype],
-            shape=self.shape,
-            order=order,
-            codec_config=self.codec.get_config(),
-            bound=self.bound,
-            chunk_rows=self.chunk_rows,
-            payloads=_split(bytes(self.payload.cpu().numpy()), self.lengths),
-            writer=f"tensorpress {tensorpress.__version__}",
-        )
-
-
-def _split(blob: bytes, lengths) -> list:
-    mv = memoryview(blob)
-    out, pos = [], 0
-    for n in lengths:
-        out.append(mv[pos : pos + n])
-        pos += n
-    return out
-
 
 def compress_tensor(
     t: torch.Tensor,
@@ -166,12 +126,15 @@ def compress_tensor(
 def decompress_tensor(ct, device=None) -> torch.Tensor:
     """The tensor back: same shape and dtype, on ``ct``'s device (or ``device``).
 
-    ``ct`` is a :class:`CompressedTensor` or a container stream (bytes) written
-    by a codec with a torch path.
+    A container stream (bytes) becomes a :class:`CompressedTensor` through
+    :func:`tensorpress.formats.tensor_from_stream`.
     """
     if not isinstance(ct, CompressedTensor):
-        ct = _from_stream(ct, device)
-    elif device is not None:
+        raise TypeError(
+            f"decompress_tensor takes a CompressedTensor, got {type(ct).__name__}; for a "
+            "stream use tensorpress.formats.tensor_from_stream(blob) first"
+        )
+    if device is not None:
         ct = ct.to(device)
     return ct.codec.decode_tensor(
         ct.payload, list(ct.lengths), ct.shape, ct.dtype, ct.bound, ct.chunk_rows
@@ -183,28 +146,6 @@ def bytes_tensor(raw) -> torch.Tensor:
     a stream), for a codec's torch path."""
     raw = bytearray(raw)
     return torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
-
-
-def _from_stream(blob, device) -> CompressedTensor:
-    f = STREAM_IO["read"](blob)
-    codec = get_codec(f["codec_config"])
-    if not codec.has_tensor_path:
-        raise ValueError(f"streams of codec {codec.name!r} decode with tensorpress.decompress")
-    name = f["dtype"]
-    if name not in _FROM_STREAM:
-        raise TypeError(f"cannot decode a {name} stream into a tensor")
-    payload = bytes_tensor(f["payload"])
-    if device is not None:
-        payload = payload.to(device)
-    return CompressedTensor(
-        payload,
-        tuple(f["lengths"]),
-        tuple(f["shape"]),
-        _FROM_STREAM[name],
-        codec,
-        f["bound"],
-        f["chunk_rows"],
-    )
 
 
 class ValueRange:

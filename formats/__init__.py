@@ -1,6 +1,5 @@
 """Bytes on disk and on the wire: the v1 container and whole files (see SPEC.md)."""
 
-from ..compress.registry import STREAM_IO
 from .container import (
     DEFAULT_CHUNK_BYTES,
     FORMAT_VERSION,
@@ -65,22 +64,16 @@ __all__ = [
     "open_source",
     "parse_header",
     "read_header",
+    "tensor_from_stream",
+    "tensor_to_stream",
 ]
 
-
-def _read_for_tensors(blob) -> dict:
-    h, payload = verified_payloads(blob)
-    if h.order != "C":
-        raise ValueError("only C-order streams decode into tensors")
-    return {
-        "dtype": stream_dtype(h.dtype),
-        "shape": h.shape,
-        "codec_config": h.codec,
-        "bound": h.bound,
-        "chunk_rows": h.chunk_rows,
-        "lengths": h.lengths,
-        "payload": payload,
-    }
+_TENSOR_API = ("tensor_from_stream", "tensor_to_stream")
 
 
-STREAM_IO.update(write=write_stream, read=_read_for_tensors)
+def __getattr__(name):  # the tensor streams import torch: only on first use
+    if name in _TENSOR_API:
+        from . import tensor_stream
+
+        return getattr(tensor_stream, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

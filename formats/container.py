@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
 
 import numpy as np
 
+from .._version import __version__
 from ..compress.bounds import ErrorBound
 from ..compress.registry import Codec, chunk_rows_for, get_codec
 from ..compress.threads import map_ordered, ordered
@@ -42,6 +43,8 @@ _CRC = struct.Struct("<I")
 _INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), crc32 of the payload
 #: default target size of one chunk of input, in bytes
 DEFAULT_CHUNK_BYTES = 4 << 20
+#: the software named in every stream's header
+WRITER = f"tensorpress {__version__}"
 
 
 def is_bfloat16(dtype) -> bool:
@@ -136,11 +139,10 @@ def encode_array(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     workers: int | None = None,
     order: str = "C",
-    writer: str = "tensorpress",
 ) -> bytes:
     """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None).
 
-    ``order`` records the caller's memory layout; ``writer`` names the software.
+    ``order`` records the caller's memory layout.
     """
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
@@ -156,7 +158,6 @@ def encode_array(
         bound,
         rows,
         [payload for payload, _ in chunks],
-        writer,
         crcs=[crc for _, crc in chunks],
     )
 
@@ -169,19 +170,18 @@ def write_stream(
     bound: ErrorBound | None,
     chunk_rows: int,
     payloads: list,
-    writer: str,
     crcs: list | None = None,
 ) -> bytes:
     """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order) and
     their CRC-32s (computed here when not given)."""
-    pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer)
+    pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows)
     if crcs is None:
         crcs = [crc32(p) for p in payloads]
     index = _index([len(p) for p in payloads], crcs)
     return b"".join([pre, index, *payloads])
 
 
-def _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer) -> bytes:
+def _preamble(dtype, shape, order, codec_config, bound, chunk_rows) -> bytes:
     """Preamble, JSON header and the header's CRC: the bytes before the chunk index."""
     header = {
         "dtype": dtype,
@@ -190,7 +190,7 @@ def _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer) -> b
         "codec": codec_config,
         "bound": None if bound is None else bound.to_dict(),
         "chunk_rows": chunk_rows,
-        "writer": writer,
+        "writer": WRITER,
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     pre = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
@@ -247,11 +247,10 @@ class StreamWriter:
         codec_config: dict,
         bound: ErrorBound | None,
         chunk_rows: int,
-        writer: str,
     ):
         self.sink = sink
         self.nchunks = nchunks_for(shape, chunk_rows)
-        pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows, writer)
+        pre = _preamble(dtype, shape, order, codec_config, bound, chunk_rows)
         self._index_at = len(pre)
         self._lengths: list[int] = []
         self._crcs: list[int] = []

@@ -211,12 +211,6 @@ def value_range(source, chunk_rows: int) -> tuple[float, float]:
     return (0.0, 0.0) if lo > hi else (lo, hi)
 
 
-def _writer_name() -> str:
-    from .. import __version__
-
-    return f"tensorpress {__version__}"
-
-
 def compress_stream(source, sink, name, codec, bound, chunk_bytes, workers, progress) -> tuple:
     """Write ``source`` (array-like, rows by slicing) as a v1 stream into ``sink``.
 
@@ -238,7 +232,6 @@ def compress_stream(source, sink, name, codec, bound, chunk_bytes, workers, prog
         codec.get_config(),
         bound,
         rows,
-        _writer_name(),
     )
     total = math.prod(shape) * dtype.itemsize
     row_bytes = math.prod(shape[1:]) * dtype.itemsize

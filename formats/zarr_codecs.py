@@ -65,7 +65,6 @@ try:
 except ImportError:  # numcodecs without zarr: only the numcodecs codecs exist
     _ArrayBytesCodec = None
 
-from .. import __version__
 from ..compress.bounds import ErrorBound
 from ..compress.registry import get_codec
 from .container import ContainerReader, encode_array
@@ -173,7 +172,6 @@ class _TensorpressNumcodec(_Numcodec):
             chunk_bytes=self._codec.default_chunk_bytes,
             workers=1,
             order=order,
-            writer=f"tensorpress {__version__}",
         )
 
     def _resolve(self, arr: np.ndarray, fill_value) -> ErrorBound | None:

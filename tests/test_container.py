@@ -203,6 +203,6 @@ def test_checksums_made_in_the_encoding_threads_are_the_payloads(field):
     assert len(pairs) == 14 and all(zlib.crc32(p) == c for p, c in pairs)
     assert [p for p, _ in pairs] == list(encode_chunks(field, codec, bound, 3, workers=1))
     args = ("<f4", field.shape, "C", codec.get_config(), bound, 3)
-    given = write_stream(*args, [p for p, _ in pairs], "t", crcs=[c for _, c in pairs])
-    assert given == write_stream(*args, [p for p, _ in pairs], "t")
+    given = write_stream(*args, [p for p, _ in pairs], crcs=[c for _, c in pairs])
+    assert given == write_stream(*args, [p for p, _ in pairs])
     assert np.abs(ContainerReader(given).read() - field).max() <= 1e-3

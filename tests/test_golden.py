@@ -74,11 +74,12 @@ def test_first_block_layout_decodes_on_every_path(name):
     torch ops (and CUDA kernels), which read the current layout only, hand them over."""
     import torch
     from tensorpress.compress import decompress_tensor
+    from tensorpress.formats import tensor_from_stream
     from test_block import torch_ops_on_cpu
 
     blob = (DATA / "v1" / f"{name}.tp").read_bytes()
     want = tp.decompress(blob).reshape(-1).view(np.uint8)
-    assert np.array_equal(decompress_tensor(blob).reshape(-1).view(torch.uint8).numpy(), want)
+    assert np.array_equal(decompress_tensor(tensor_from_stream(blob)).reshape(-1).view(torch.uint8).numpy(), want)
     with torch_ops_on_cpu():
-        got = decompress_tensor(blob)
+        got = decompress_tensor(tensor_from_stream(blob))
     assert np.array_equal(got.reshape(-1).view(torch.uint8).numpy(), want)
