@@ -459,7 +459,7 @@ def orders(n: int, epochs: int, workers: int) -> tuple[np.ndarray, list[np.ndarr
     plan = ShufflePlan(n, epochs=epochs, seed=SEED)
     whole, shares = [], [[] for _ in range(max(1, workers))]
     for e in range(epochs):
-        order = plan.epoch(e)
+        order = plan.indices(e)
         whole.append(order)
         b = np.arange(order.size) // BATCH
         for w, share in enumerate(shares):
@@ -479,12 +479,12 @@ def plan_time() -> tuple[float, float]:
     """(seconds for a first small call, which loads numba's compiled kernel when this
     process has not yet; seconds for all epochs)."""
     t0 = time.perf_counter()
-    ShufflePlan(1000, epochs=1, seed=SEED).epoch(0)
+    ShufflePlan(1000, epochs=1, seed=SEED).indices(0)
     warm = time.perf_counter() - t0
     plan = ShufflePlan(PLAN_SAMPLES, epochs=PLAN_EPOCHS, seed=SEED)
     t0 = time.perf_counter()
     for e in range(PLAN_EPOCHS):
-        plan.epoch(e)
+        plan.indices(e)
     return warm, time.perf_counter() - t0
 
 
@@ -493,7 +493,7 @@ def rank_hit_rate(n: int, shard: str, epochs: int = 3, world: int = 2) -> list[t
     out = []
     for r in range(world):
         plan = ShufflePlan(n, epochs=epochs, seed=SEED, world_size=world, rank=r, shard=shard)
-        order = np.concatenate([plan.epoch(e) for e in range(epochs)])
+        order = np.concatenate([plan.indices(e) for e in range(epochs)])
         cap = len(plan)  # one byte per sample: the rank's share of the dataset
         out.append(
             (

@@ -131,7 +131,7 @@ class _Order:
     def epoch(self, epoch: int) -> np.ndarray:
         p = self.plan
         if self.shuffle:
-            return p.epoch(epoch)
+            return p.indices(epoch)
         return (p.rank + np.arange(p.per_rank, dtype=np.int64) * p.world_size) % p.num_samples
 
 

@@ -146,6 +146,12 @@ def epoch_key(seed: int, epoch: int) -> int:
     return int(hash32(seed & 0xFFFFFFFF, epoch)) ^ int(hash32(seed >> 32, epoch + (1 << 40)))
 
 
+def sub_key(key: int, i: int) -> int:
+    """The 32-bit key of part ``i`` (a rank, the chunk order, a window) of the order keyed
+    ``key``."""
+    return int(hash32(key, i))
+
+
 def permutation(n: int, key: int) -> np.ndarray:
     """The whole permutation of ``[0, n)`` keyed by ``key`` (int64)."""
     out = np.empty(n, dtype=np.int64)

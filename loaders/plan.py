@@ -45,31 +45,46 @@ import os
 import threading
 
 import numpy as np
+from torch.utils.data import Sampler
 
-from ..compress.kernels.hashing import hash32
-from .permutation import SMALL, epoch_key, fill_permuted, fill_windowed, permutation, permuted
+from .permutation import (
+    SMALL,
+    epoch_key,
+    fill_permuted,
+    fill_windowed,
+    permutation,
+    permuted,
+    sub_key,
+)
 
 SHARDS = ("epoch", "fixed")
+EPOCHS = 1 << 20  # epochs a plan covers by default: set_epoch accepts 0 .. EPOCHS - 1
 #: threads that fill one large epoch (fresh threads per call: safe in forked workers)
 THREADS = min(os.cpu_count() or 1, 8)
 
 
-class ShufflePlan:
-    """The sample order of ``epochs`` epochs of ``num_samples`` samples for one rank.
+class ShufflePlan(Sampler[int]):
+    """The sample order of ``epochs`` epochs of ``num_samples`` samples for one rank: a
+    ``torch.utils.data.Sampler`` with ``DistributedSampler``'s roles.
 
-    ``plan.epoch(e)``: the indices (int64) this rank reads in epoch ``e``;
-    ``len(plan)``: how many that is (the same every epoch).
-    ``chunk_samples`` / ``window``: the locality trade-off (module docstring); ``window=0``
-    is the uniform shuffle. ``shard``: ``"epoch"`` (a fresh split over the ranks every
-    epoch, ``DistributedSampler``'s) or ``"fixed"`` (each rank keeps epoch 0's samples).
+    Iterating yields the indices (ints) this rank reads in the current epoch ``plan.epoch``
+    (``set_epoch(e)`` chooses it, as for ``DistributedSampler``); ``len(plan)``: how many
+    that is (the same every epoch). ``plan.indices(e)``: epoch ``e``'s indices (int64
+    array) without changing the current epoch: any epoch is ready at any time, which is
+    what lets a loader look ahead. ``shuffle=False``: the sharded identity order,
+    ``DistributedSampler(shuffle=False)``'s. ``chunk_samples`` / ``window``: the locality
+    trade-off (module docstring); ``window=0`` is the uniform shuffle. ``shard``:
+    ``"epoch"`` (a fresh split over the ranks every epoch, ``DistributedSampler``'s) or
+    ``"fixed"`` (each rank keeps epoch 0's samples). ``seed``: in [0, 2**64).
     """
 
     def __init__(
         self,
         num_samples: int,
         *,
-        epochs: int,
-        seed: int,
+        seed: int = 0,
+        epochs: int = EPOCHS,
+        shuffle: bool = True,
         world_size: int = 1,
         rank: int = 0,
         drop_last: bool = False,
@@ -110,20 +125,36 @@ class ShufflePlan:
         self.window = -(-int(window) // self.chunk_samples) * self.chunk_samples
         #: "fixed" only matters with several ranks
         self.shard = shard if self.world_size > 1 else "epoch"
+        self.shuffle = bool(shuffle)
+        self.epoch = 0  # the epoch iteration yields (set_epoch)
         self._cached: tuple[int, np.ndarray] | None = None  # (epoch, its global order)
         self._share: np.ndarray | None = None  # shard="fixed": epoch 0's indices
 
     def __len__(self) -> int:
         return self.per_rank
 
+    def __iter__(self):
+        return iter(self.indices(self.epoch).tolist())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` (0 .. ``epochs`` - 1) the one iteration yields."""
+        if isinstance(epoch, (bool, np.bool_)) or not isinstance(epoch, (int, np.integer)):
+            raise ValueError(f"epoch must be an integer in [0, {self.epochs}), got {epoch!r}")
+        if not 0 <= epoch < self.epochs:
+            raise ValueError(f"epoch must be an integer in [0, {self.epochs}), got {epoch!r}")
+        self.epoch = int(epoch)
+
     def _key(self, epoch: int) -> int:
         if not 0 <= epoch < self.epochs:
             raise IndexError(f"epoch {epoch} is outside the plan's {self.epochs} epochs")
         return epoch_key(self.seed, epoch)
 
-    def epoch(self, epoch: int) -> np.ndarray:
-        """The sample indices of ``epoch`` for this rank, in reading order."""
+    def indices(self, epoch: int) -> np.ndarray:
+        """The sample indices (int64) of ``epoch`` for this rank, in reading order."""
         key = self._key(epoch)
+        if not self.shuffle:
+            n, step = self.num_samples, self.world_size
+            return (self.rank + np.arange(self.per_rank, dtype=np.int64) * step) % n
         if self.shard == "fixed" and epoch:
             if self._share is None:
                 self._share = self._dealt(self._key(0))
@@ -142,7 +173,7 @@ class ShufflePlan:
 
     def _rank_key(self, key: int) -> int:
         """The key of this rank's own permutation in the epoch keyed ``key``."""
-        return int(hash32(key, 2 + self.rank))
+        return sub_key(key, 2 + self.rank)
 
     def _dealt(self, key: int) -> np.ndarray:
         """The samples the uniform epoch order keyed ``key`` deals this rank, in order."""
@@ -165,11 +196,11 @@ class ShufflePlan:
             return cached[1]
         n, c = self.num_samples, self.chunk_samples
         m = -(-n // c)  # chunks
-        chunks = permutation(m, int(hash32(key, 1)))
+        chunks = permutation(m, sub_key(key, 1))
         partial_at = int(np.flatnonzero(chunks == m - 1)[0]) if n % c else m
         per_window = self.window // c
         windows = -(-m // per_window)
-        wkey = int(hash32(key, 0))
+        wkey = sub_key(key, 0)
         out = np.empty(n, dtype=np.int64)
         parts = min(THREADS, windows) if n >= 1 << 20 else 1
         bounds = np.linspace(0, windows, parts + 1).astype(np.int64)
@@ -188,6 +219,8 @@ class ShufflePlan:
         if not 0 <= position < self.per_rank:
             raise IndexError(f"position {position} is outside [0, {self.per_rank})")
         key = self._key(epoch)
+        if not self.shuffle:
+            return (self.rank + position * self.world_size) % self.num_samples
         if self.shard == "fixed" and epoch:
             position = int(permuted(position, self.per_rank, self._rank_key(key)))
             key = self._key(0)
@@ -199,7 +232,7 @@ class ShufflePlan:
     def batch_chunk_spread(self, epoch: int, batch_size: int) -> float:
         """How spread this rank's batches of ``epoch`` are over chunks, against a uniform
         shuffle: the mean number of distinct chunks (of ``chunk_samples`` samples) among
-        the samples of a batch (``batch_size`` consecutive positions of ``epoch(epoch)``;
+        the samples of a batch (``batch_size`` consecutive positions of ``indices(epoch)``;
         the last, short batch left out when there is a full one), divided by its exact
         expectation for a batch drawn uniformly without replacement from the
         ``num_samples`` samples. 1.0: as spread as a uniform shuffle (up to sampling noise:
@@ -208,7 +241,7 @@ class ShufflePlan:
         ``chunk_samples == 1``."""
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        order = self.epoch(epoch)
+        order = self.indices(epoch)
         b = min(int(batch_size), order.size)
         full = order.size // b
         chunks = np.sort((order[: full * b] // self.chunk_samples).reshape(full, b), axis=1)

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from tensorpress.loaders.permutation import SMALL, fill_permuted, permutation, permuted
 from tensorpress.loaders.plan import ShufflePlan
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader as TorchDataLoader
+from torch.utils.data import DistributedSampler, Sampler
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 1000, SMALL + 1001])
 def test_each_epoch_is_a_permutation(n):
     plan = ShufflePlan(n, epochs=3, seed=5)
-    orders = [plan.epoch(e) for e in range(3)]
+    orders = [plan.indices(e) for e in range(3)]
     for order in orders:
         assert order.dtype == np.int64 and len(order) == len(plan) == n
         assert np.array_equal(np.sort(order), np.arange(n))
@@ -39,7 +40,7 @@ def test_shards_follow_distributed_sampler(n, world, drop_last):
         sampler = DistributedSampler(range(n), num_replicas=world, rank=r, drop_last=drop_last)
         assert len(plan) == len(sampler)
     for e in range(2):
-        shards = [p.epoch(e) for p in plans]
+        shards = [p.indices(e) for p in plans]
         both = np.concatenate(shards)
         counts = np.bincount(both, minlength=n)
         if drop_last:  # disjoint, each sample at most once
@@ -53,14 +54,14 @@ def test_shards_follow_distributed_sampler(n, world, drop_last):
 def test_same_seed_same_order_and_random_access():
     a, b = ShufflePlan(5000, epochs=4, seed=3), ShufflePlan(5000, epochs=4, seed=3)
     c = ShufflePlan(5000, epochs=4, seed=4)
-    assert np.array_equal(a.epoch(2), b.epoch(2))
-    assert not np.array_equal(a.epoch(2), c.epoch(2))
+    assert np.array_equal(a.indices(2), b.indices(2))
+    assert not np.array_equal(a.indices(2), c.indices(2))
     shard = ShufflePlan(SMALL + 77, epochs=2, seed=1, world_size=3, rank=2)
-    order = shard.epoch(1)
+    order = shard.indices(1)
     for pos in (0, 1, 12345, len(shard) - 1):
         assert shard.index(1, pos) == order[pos]
     small = ShufflePlan(10, epochs=1, seed=1)
-    assert [small.index(0, p) for p in range(10)] == small.epoch(0).tolist()
+    assert [small.index(0, p) for p in range(10)] == small.indices(0).tolist()
 
 
 @pytest.mark.parametrize("n", [10, 100])
@@ -132,7 +133,7 @@ def test_bad_arguments():
         ShufflePlan(10, epochs=1, seed=0, world_size=2, rank=2)
     plan = ShufflePlan(10, epochs=2, seed=0)
     with pytest.raises(IndexError, match="epoch"):
-        plan.epoch(2)
+        plan.indices(2)
     with pytest.raises(IndexError, match="position"):
         plan.index(0, 10)
 
@@ -141,10 +142,10 @@ def test_a_forked_worker_computes_large_epochs_after_its_parent():
     """DataLoader workers are forked after the main process planned an epoch: the child
     must compute the same order (numba's OpenMP parallel loops would abort it)."""
     plan = ShufflePlan(SMALL + 1001, epochs=2, seed=4)
-    want = plan.epoch(1)
+    want = plan.indices(1)
     pid = os.fork()
     if pid == 0:  # the child: exit status 0 when it gets the same order
-        os._exit(0 if np.array_equal(plan.epoch(1), want) else 1)
+        os._exit(0 if np.array_equal(plan.indices(1), want) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
@@ -156,7 +157,7 @@ def test_window_zero_is_the_uniform_order_exactly():
     for n in (7, 1000, SMALL + 5):
         base = ShufflePlan(n, epochs=2, seed=8, world_size=3, rank=1)
         same = ShufflePlan(n, epochs=2, seed=8, world_size=3, rank=1, chunk_samples=4, window=0)
-        assert np.array_equal(base.epoch(1), same.epoch(1))
+        assert np.array_equal(base.indices(1), same.indices(1))
         assert same.index(1, 2) == base.index(1, 2)
 
 
@@ -165,17 +166,17 @@ def test_window_zero_is_the_uniform_order_exactly():
 def test_windowed_epochs_are_permutations(n, chunk, window):
     plan = ShufflePlan(n, epochs=3, seed=2, chunk_samples=chunk, window=window)
     assert plan.window % chunk == 0 and plan.window >= window
-    orders = [plan.epoch(e) for e in range(3)]
+    orders = [plan.indices(e) for e in range(3)]
     for order in orders:
         assert order.dtype == np.int64 and len(order) == n
         assert np.array_equal(np.sort(order), np.arange(n))
     if n > 7:
         assert not np.array_equal(orders[0], orders[1])
     again = ShufflePlan(n, epochs=3, seed=2, chunk_samples=chunk, window=window)
-    assert np.array_equal(again.epoch(2), orders[2])
+    assert np.array_equal(again.indices(2), orders[2])
     if n > 7:
         other = ShufflePlan(n, epochs=3, seed=3, chunk_samples=chunk, window=window)
-        assert not np.array_equal(other.epoch(2), orders[2])
+        assert not np.array_equal(other.indices(2), orders[2])
 
 
 @pytest.mark.parametrize("world", [2, 3, 7])
@@ -184,17 +185,17 @@ def test_windowed_epochs_are_permutations(n, chunk, window):
 def test_windowed_shards_are_disjoint_and_cover(n, world, drop_last):
     kw = dict(epochs=2, seed=4, world_size=world, drop_last=drop_last, chunk_samples=4)
     plans = [ShufflePlan(n, rank=r, window=32, **kw) for r in range(world)]
-    whole = ShufflePlan(n, epochs=2, seed=4, chunk_samples=4, window=32).epoch(1)
+    whole = ShufflePlan(n, epochs=2, seed=4, chunk_samples=4, window=32).indices(1)
     padded = -(-n // world) * world
     for r, plan in enumerate(plans):
         sampler = DistributedSampler(range(n), num_replicas=world, rank=r, drop_last=drop_last)
         assert len(plan) == len(sampler)
-        order = plan.epoch(1)
+        order = plan.indices(1)
         want = whole[np.arange(r, len(plan) * world, world) % n]  # the sampler's rule
         assert np.array_equal(order, want)
         for pos in (0, len(plan) // 2, len(plan) - 1):
             assert plan.index(1, pos) == order[pos]
-    counts = np.bincount(np.concatenate([p.epoch(1) for p in plans]), minlength=n)
+    counts = np.bincount(np.concatenate([p.indices(1) for p in plans]), minlength=n)
     if drop_last:
         assert counts.max() <= 1 and counts.sum() == (n // world) * world
     else:
@@ -204,7 +205,7 @@ def test_windowed_shards_are_disjoint_and_cover(n, world, drop_last):
 def test_windowed_large_epoch_and_index():
     n = SMALL + 1001  # the chunk order past SMALL chunks uses the keyed bijection
     plan = ShufflePlan(n, epochs=2, seed=6, chunk_samples=1, window=64)
-    order = plan.epoch(1)
+    order = plan.indices(1)
     assert np.array_equal(np.sort(order), np.arange(n))
     for pos in (0, 77, n - 1):
         assert plan.index(1, pos) == order[pos]
@@ -215,11 +216,11 @@ def test_windows_touch_about_window_over_chunk_chunks():
     (a uniform shuffle touches nearly W distinct chunks)."""
     n, c, w = 40_960, 8, 256
     plan = ShufflePlan(n, epochs=1, seed=1, chunk_samples=c, window=w)
-    order = plan.epoch(0)
+    order = plan.indices(0)
     per = order.reshape(-1, w) // c
     distinct = [np.unique(row).size for row in per]
     assert max(distinct) == w // c and min(distinct) == w // c
-    uniform = ShufflePlan(n, epochs=1, seed=1, chunk_samples=c).epoch(0).reshape(-1, w) // c
+    uniform = ShufflePlan(n, epochs=1, seed=1, chunk_samples=c).indices(0).reshape(-1, w) // c
     assert np.mean([np.unique(row).size for row in uniform]) > 0.8 * w
     # and the chunks themselves come in a random order, the samples in a random order
     assert abs(np.corrcoef(np.arange(n), order)[0, 1]) < 0.05
@@ -268,16 +269,16 @@ def test_fixed_shards_keep_each_ranks_samples_and_reshuffle_them(n, world, drop_
         for r in range(world)
     ]
     for r, plan in enumerate(plans):
-        first = plan.epoch(0)
-        assert np.array_equal(first, dealt[r].epoch(0))  # epoch 0 is DistributedSampler's
+        first = plan.indices(0)
+        assert np.array_equal(first, dealt[r].indices(0))  # epoch 0 is DistributedSampler's
         for e in range(1, 4):
-            order = plan.epoch(e)
+            order = plan.indices(e)
             assert np.array_equal(np.sort(order), np.sort(first))  # the same samples ...
             assert [plan.index(e, p) for p in range(len(plan))] == order.tolist()
         if len(plan) > 20:  # ... in a fresh order every epoch
-            assert not np.array_equal(plan.epoch(1), first)
-            assert not np.array_equal(plan.epoch(1), plan.epoch(2))
-    union = np.concatenate([p.epoch(3) for p in plans])
+            assert not np.array_equal(plan.indices(1), first)
+            assert not np.array_equal(plan.indices(1), plan.indices(2))
+    union = np.concatenate([p.indices(3) for p in plans])
     if drop_last:
         assert np.unique(union).size == union.size == n // world * world
     else:
@@ -293,7 +294,7 @@ def test_fixed_shards_hit_every_access_after_the_first_epoch():
         fixed = ShufflePlan(n, epochs=3, seed=1, world_size=world, rank=r, shard="fixed")
         fresh = ShufflePlan(n, epochs=3, seed=1, world_size=world, rank=r)
         for plan, low, high in ((fixed, 1.0, 1.0), (fresh, 0.5, 0.75)):
-            order = np.concatenate([plan.epoch(e) for e in range(3)])
+            order = np.concatenate([plan.indices(e) for e in range(3)])
             rate = simulate(order, 1, len(plan), warmup=len(plan))
             assert low <= rate <= high
 
@@ -304,3 +305,35 @@ def test_fixed_shard_bad_arguments():
     with pytest.raises(ValueError, match="window=0"):
         ShufflePlan(10, epochs=1, seed=0, world_size=2, shard="fixed", window=4)
     assert ShufflePlan(10, epochs=1, seed=0, shard="fixed").shard == "epoch"  # one rank
+
+
+# ------------------------------------------------------------------ the plan as a torch Sampler
+
+
+def test_the_plan_is_a_sampler_of_the_current_epoch():
+    plan = ShufflePlan(37, seed=3, world_size=2, rank=1)
+    assert isinstance(plan, Sampler) and plan.epoch == 0
+    assert list(plan) == plan.indices(0).tolist() and len(list(plan)) == len(plan) == 19
+    assert list(plan) == list(plan)  # iterating does not move the epoch on
+    plan.set_epoch(4)
+    assert plan.epoch == 4 and list(plan) == plan.indices(4).tolist()
+    # torch's own loader batches it as it batches any sampler
+    batches = [b.tolist() for b in TorchDataLoader(range(37), batch_size=5, sampler=plan)]
+    assert [i for b in batches for i in b] == plan.indices(4).tolist()
+    for bad in (-1, 1 << 20, 1.0, True):
+        with pytest.raises(ValueError, match="epoch"):
+            plan.set_epoch(bad)
+
+
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_an_unshuffled_plan_is_distributed_samplers_unshuffled_order(world, drop_last):
+    for rank in range(world):
+        plan = ShufflePlan(10, shuffle=False, world_size=world, rank=rank, drop_last=drop_last)
+        sampler = DistributedSampler(
+            range(10), num_replicas=world, rank=rank, shuffle=False, drop_last=drop_last
+        )
+        for e in range(2):
+            plan.set_epoch(e)
+            assert list(plan) == list(sampler)
+            assert [plan.index(e, p) for p in range(len(plan))] == list(sampler)
