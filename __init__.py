@@ -10,13 +10,12 @@ True
 
 from __future__ import annotations
 
-from ._version import __version__
-
 import sys  # noqa: E402
 import types  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from ._version import __version__
 from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
 from .formats import (  # noqa: E402
     ContainerReader,

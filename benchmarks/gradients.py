@@ -142,7 +142,7 @@ def _hook_for(variant: str, ranks_per_node: int):
     if variant == POWERSGD_ROW:
         state = powerSGD_hook.PowerSGDState(process_group=None, random_seed=SEED, **POWERSGD)
         return state, powerSGD_hook.powerSGD_hook, True
-    from tensorpress.compress.comm_hooks import QuantizedAllReduceState, quantized_allreduce_hook
+    from tensorpress.distributed.comm_hooks import QuantizedAllReduceState, quantized_allreduce_hook
 
     if variant == TP8:
         kwargs = {"bits": 8, "intra_bits": 8, "hadamard": False, "error_feedback": False}
@@ -208,7 +208,7 @@ def _run_ddp(task, variant, steps, rank, world, ranks_per_node, counter) -> Resu
 
 
 def _run_zero(task, variant, steps, rank, world) -> Result:
-    from tensorpress.compress.sharded_optimizer import ShardedOptimizer
+    from tensorpress.distributed.sharded_optimizer import ShardedOptimizer
 
     model = _model()
     quantizer = QWD if variant == ZERO_QWD else False

@@ -39,7 +39,7 @@ class _TpCodec:
 
 def bench_codecs(workers: int | None) -> list:
     """tensorpress's sz and block codecs, then the installed peers."""
-    from ..compress.peers import available_peers
+    from .peers import available_peers
 
     return [_TpCodec("sz", workers), _TpCodec("block", workers), *available_peers()]
 

@@ -35,7 +35,7 @@ def demo_activation(seed: int = 0) -> np.ndarray:
 def run_demo(args) -> int:
     """``tensorpress demo``: exit 1 if a tensorpress codec broke its bound."""
     from .. import compress, decompress
-    from ..compress.peers import available_peers
+    from .peers import available_peers
 
     rels = args.rel or list(DEFAULT_RELS)
     peers = [p for p in available_peers() if p.lossy]

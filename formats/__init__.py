@@ -15,8 +15,6 @@ from .container import (
     encode_chunks,
     parse_header,
     read_header,
-    stream_dtype,
-    verified_payloads,
     write_stream,
 )
 from .errors import (
@@ -66,6 +64,7 @@ __all__ = [
     "read_header",
     "tensor_from_stream",
     "tensor_to_stream",
+    "write_stream",
 ]
 
 _TENSOR_API = ("tensor_from_stream", "tensor_to_stream")

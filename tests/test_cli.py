@@ -605,7 +605,7 @@ def test_bench_rows(capsys, tmp_path):
 
 
 def test_peers_refuse_what_would_crash_them():
-    from tensorpress.compress.peers import PEERS, ZFP, Zstd, available_peers
+    from tensorpress.cli.peers import PEERS, ZFP, Zstd, available_peers
 
     for peer in PEERS:  # zfpy dies with a bus error on an empty 1-d array
         with pytest.raises(ValueError, match="empty"):

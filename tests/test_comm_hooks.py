@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from dist_workers import end_worker
-from tensorpress.compress.comm_hooks import (
+from tensorpress.distributed.comm_hooks import (
     QuantizedAllReduceState,
     hook_wire_nbytes,
     quantized_allreduce,
@@ -165,7 +165,7 @@ def _launch(tmp_path_factory, world, ranks_per_node):
     outdir = str(tmp_path_factory.mktemp(f"world{world}"))
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     if method == "forkserver":  # import once, not once per process (DDP imports torch._dynamo)
-        preload = ["torch", "torch._dynamo", "tensorpress.compress.comm_hooks"]
+        preload = ["torch", "torch._dynamo", "tensorpress.distributed.comm_hooks"]
         mp.get_context(method).set_forkserver_preload(preload)
     mp.start_processes(
         _worker,

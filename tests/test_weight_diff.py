@@ -23,8 +23,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from dist_workers import end_worker
 from tensorpress.compress.group_quant import quantize_groups, wire_nbytes
-from tensorpress.compress.sharded_optimizer import ShardedOptimizer
-from tensorpress.compress.weight_diff import WeightDiffQuantizer, shard_numel
+from tensorpress.distributed.sharded_optimizer import ShardedOptimizer
+from tensorpress.distributed.weight_diff import WeightDiffQuantizer, shard_numel
 
 WORLD = 2
 NUMEL = 5001  # odd: the last shard is padded

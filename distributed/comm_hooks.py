@@ -8,7 +8,7 @@ Usage::
 A bucket of ``n`` gradients (DDP does not pre-divide) becomes their average over
 the ``W`` ranks of the process group, computed as a quantized reduce-scatter
 followed by a quantized all-gather. Every payload is a uint8 buffer of
-:mod:`.group_quant` rows (groups of ``group`` values, float32 ``lo``/``scale``
+:mod:`tensorpress.compress.group_quant` rows (groups of ``group`` values, float32 ``lo``/``scale``
 per group), moved with ``all_to_all_single`` and ``all_gather``, which gloo and
 NCCL both support; arithmetic is float32 whatever the bucket dtype.
 
@@ -50,7 +50,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .group_quant import BITS, check_args, dequantize_rows, quantize_rows, row_scales, wire_nbytes
+from ..compress.group_quant import (
+    BITS,
+    check_args,
+    dequantize_rows,
+    quantize_rows,
+    row_scales,
+    wire_nbytes,
+)
 
 
 def _check_int(name: str, v) -> int:
