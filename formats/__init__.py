@@ -26,8 +26,7 @@ from .errors import (
 )
 from .files import DatasetReport, compress_file, decompress_file, describe_file
 from .hdf5 import MARKER, MARKER_VERSION
-from .reader import CompressedFile, Dataset, open_compressed
-from .sources import open_source
+from .reader import CompressedFile, Dataset, open_compressed, open_source
 
 #: ``tensorpress.formats.open(path)``: a file's datasets, lazily sliced
 open = open_compressed  # noqa: A001

@@ -7,7 +7,9 @@ datasets are read through h5py (or a memory map) for the rows asked.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections.abc import Mapping
 
 import h5py
@@ -16,7 +18,7 @@ import numpy as np
 from .container import ContainerReader, FileSource
 from .errors import FormatError
 from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
-from .sources import check_input, file_kind, open_npy
+from .sources import check_input, check_no_layout, file_kind, open_npy, open_raw
 
 
 class Dataset:
@@ -182,3 +184,33 @@ def hdf5_datasets(f: h5py.File, workers: int | None = None) -> dict:
             out[path] = CompressedDataset(path, reader, marker["dtype"], attrs)
         first[path] = out[path]
     return out
+
+
+@contextlib.contextmanager
+def open_source(path, *, dtype=None, shape=None):
+    """Yield ``{name: array-like}`` for any input file (``.shape``, ``.dtype``, ``[a:b]``).
+
+    HDF5: every dataset as an h5py Dataset (names are paths without the
+    leading "/"); .npy and raw binary: ``{"data": read-only memory map}``; a
+    compressed file (container, or HDF5 from compress_file): as
+    :func:`open_compressed` gives it.
+    """
+    kind = file_kind(path)
+    path = os.fspath(path)
+    if kind == "raw":
+        yield {"data": open_raw(path, dtype, shape)}
+        return
+    check_no_layout(path, dtype, shape)
+    if kind == "npy":
+        yield {"data": open_npy(path)}
+    elif kind == "container":
+        with open_compressed(path) as cf:
+            yield dict(cf)
+    else:
+        with h5py.File(path, "r") as f:
+            items = [(p, obj) for p, kind, obj in walk(f) if kind == "dataset"]
+            if any(MARKER in obj.attrs for _, obj in items):
+                with open_compressed(path) as cf:
+                    yield dict(cf)
+            else:
+                yield dict(items)

@@ -6,7 +6,6 @@ left, and needs a dtype and a shape). Inputs are opened read-only.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 
@@ -161,42 +160,9 @@ def npy_rows(path):
     return RowFile(path, dtype, shape, offset)
 
 
-def _no_layout(path, dtype, shape) -> None:
+def check_no_layout(path, dtype, shape) -> None:
     if dtype is not None or shape is not None:
         raise ValueError(
             f"dtype and shape describe raw binary inputs only; {path} is self-describing: "
             "leave them out"
         )
-
-
-@contextlib.contextmanager
-def open_source(path, *, dtype=None, shape=None):
-    """Yield ``{name: array-like}`` for any input file (``.shape``, ``.dtype``, ``[a:b]``).
-
-    HDF5: every dataset as an h5py Dataset (names are paths without the
-    leading "/"); .npy and raw binary: ``{"data": read-only memory map}``; a
-    compressed file (container, or HDF5 from compress_file): as
-    :func:`tensorpress.formats.open` gives it.
-    """
-    from .hdf5 import MARKER, walk
-    from .reader import open_compressed
-
-    kind = file_kind(path)
-    path = os.fspath(path)
-    if kind == "raw":
-        yield {"data": open_raw(path, dtype, shape)}
-        return
-    _no_layout(path, dtype, shape)
-    if kind == "npy":
-        yield {"data": open_npy(path)}
-    elif kind == "container":
-        with open_compressed(path) as cf:
-            yield dict(cf)
-    else:
-        with h5py.File(path, "r") as f:
-            items = [(p, obj) for p, kind, obj in walk(f) if kind == "dataset"]
-            if any(MARKER in obj.attrs for _, obj in items):
-                with open_compressed(path) as cf:
-                    yield dict(cf)
-            else:
-                yield dict(items)

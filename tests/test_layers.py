@@ -1,0 +1,148 @@
+"""The layers of DESIGN.md hold: every import of ours points down, and none forms a cycle.
+
+    cli ──► the package root (tensorpress/__init__.py)
+    activation_offload, loaders, distributed ──► formats ──► compress
+
+The integrations in the middle never import each other; ``_version`` is a leaf
+anyone may import. Every ``import`` statement counts, function-level ones too.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = "tensorpress"
+#: a part of the package -> its layer: an import may only go to a lower layer
+LAYERS = {
+    "_version": 0,
+    "compress": 1,
+    "formats": 2,
+    "activation_offload": 3,
+    "loaders": 3,
+    "distributed": 3,
+    "": 4,  # the package root's __init__.py
+    "cli": 5,
+    "__main__": 6,
+}
+NOT_PACKAGE = {"tests", "benchmarks", "docs", "build"}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([PACKAGE, *parts])
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        top = path.relative_to(ROOT).parts[0]
+        if top in NOT_PACKAGE or top.startswith("."):
+            continue
+        out[_module_name(path)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: pathlib.Path) -> set[str]:
+    """The modules of ours that ``name`` imports (a package stands for its __init__)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            targets = [
+                f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target
+                for a in node.names
+            ]
+        else:
+            continue
+        for target in targets:
+            while target not in MODULES and "." in target:
+                target = target.rpartition(".")[0]
+            if target in MODULES and target != name:
+                found.add(target)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _part(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_part_has_a_layer():
+    unknown = sorted({_part(m) for m in MODULES} - set(LAYERS))
+    assert not unknown, f"give these parts a layer in tests/test_layers.py: {unknown}"
+
+
+def test_imports_point_down():
+    wrong = [
+        f"{src} imports {dst}"
+        for src, dsts in sorted(GRAPH.items())
+        for dst in sorted(dsts)
+        if _part(src) != _part(dst) and LAYERS[_part(dst)] >= LAYERS[_part(src)]
+    ]
+    assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    assert not _cycles(), f"modules that import each other: {_cycles()}"
+
+
+def test_the_checker_sees_function_level_and_relative_imports():
+    """The graph is only as good as its parser: a known function-level import and a
+    known relative import of the package root's must be in it."""
+    assert "tensorpress.formats.tensor_stream" in GRAPH["tensorpress"]
+    assert "tensorpress.compress" in GRAPH["tensorpress"]
+
+
+@pytest.mark.parametrize("name", ["tensorpress._version"])
+def test_leaves_import_nothing_of_ours(name):
+    assert GRAPH[name] == set()
