@@ -47,15 +47,16 @@ import numpy as np
 from .byteio import ByteWriter
 from .kernels.quant import quant_decode, quant_encode
 from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
-from .registry import Codec, deliver, register_codec
+from .codec import Codec, deliver
+from .registry import register_codec
 
 MODE_QUANT, MODE_RAW = 0, 1
 _HEAD = 9  # u8 mode + f64 max_error
 _U_SCALE = 2.0**-24
 #: fewest elements per thread worth splitting a chunk's groups among threads
 _PARALLEL_MIN_ELEMENTS = 1 << 18
-#: CPU tensors of these dtypes take the numba kernels (measured: 2.3x the torch ops
-#: compressing, 1.3x decompressing);
+#: CPU tensors of these dtypes take the numba kernels, which run faster than the torch
+#: ops on the CPU (one fused loop a chunk instead of many tensor-wide passes);
 #: tests set HOST_KERNELS[0] = False to check that the torch ops write the same bytes
 HOST_KERNELS = [True]
 _HOST_DTYPES = {
@@ -94,8 +95,8 @@ class QuantCodec(Codec):
     bounded = False
     dtypes = ("float16", "float32", "float64")
     default_chunk_bytes = 1 << 20
-    has_tensor_path = True
-    #: bytes at the start of a payload that :meth:`payload_max_error` reads
+    devices = ("cpu", "cuda")
+    reports_max_error = True
     payload_head_bytes = _HEAD
 
     def __init__(
@@ -120,9 +121,8 @@ class QuantCodec(Codec):
             raise ValueError(f"quant seed must be in [0, 2**31), got {seed!r}")
         self.hadamard = _check_bool("hadamard", hadamard)
 
-    def get_config(self) -> dict:
+    def parameters(self) -> dict:
         return {
-            "id": self.name,
             "bits": self.bits,
             "group": self.group,
             "stochastic": self.stochastic,

@@ -1,8 +1,8 @@
 """Reusable uint8 scratch buffers for the kernels' working memory.
 
 A freshly allocated buffer of a few MiB arrives as untouched pages, and the
-first write to each 4 KiB page costs a page fault (about 3 µs on a virtual
-machine: more than the kernels spend compressing those 4 KiB). Buffers taken
+first write to each 4 KiB page costs a page fault, which takes longer than the
+kernels spend compressing those 4 KiB. Buffers taken
 here return to a small free list and are handed out again, already mapped.
 """
 

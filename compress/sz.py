@@ -61,7 +61,8 @@ from .lossless import (
     zstd_compress,
     zstd_decompress,
 )
-from .registry import Codec, deliver, register_codec
+from .codec import Codec, deliver
+from .registry import register_codec
 from .special_values import (
     from_log_domain,
     log_bound,
@@ -83,8 +84,9 @@ _PREDICTOR_IDS = {
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: a chunk whose last dimension is below this many elements may also be coded as
-#: 1-d (e.g. 3x3 convolution kernels); the 1-d layout runs about 2x faster there
-#: (long lines), so it is chosen unless the shaped one samples 2% fewer bits
+#: 1-d (e.g. 3x3 convolution kernels); the 1-d layout decodes faster there (long
+#: lines instead of very short ones: the conv weight gradient of
+#: benchmarks/compressors.py), so it is chosen unless the shaped one samples 2% fewer bits
 _FLAT_BELOW = 8
 _FLAT_SLACK = 1.02
 #: bounds below this (about 1e-301) are stored losslessly: nothing could be
@@ -127,7 +129,9 @@ class SZCodec(Codec):
         beta: float | None = None,
         radius: int = 32768,
         level: int = 3,
+        **bound,
     ):
+        super().__init__(**bound)
         if predictor not in _PREDICTOR_IDS:
             raise ValueError(
                 f"unknown sz predictor {predictor!r}; use one of {sorted(_PREDICTOR_IDS)}"
@@ -146,9 +150,8 @@ class SZCodec(Codec):
         self.radius = radius
         self.level = check_level(level)
 
-    def get_config(self) -> dict:
+    def parameters(self) -> dict:
         return {
-            "id": self.name,
             "predictor": self.predictor,
             "alpha": self.alpha,
             "beta": self.beta,

@@ -1,15 +1,15 @@
 """Process-wide pools of worker threads for chunk-parallel work.
 
-Starting a thread pool costs about 0.5 ms here, as much as compressing a
-1 MiB chunk, so chunk-parallel callers share persistent pools, one for each
+Starting a thread pool costs about as much as compressing a small chunk, so
+chunk-parallel callers share persistent pools, one for each
 number of threads asked for. A call made from one of the pools' own threads
 runs its tasks inline (waiting on a pool from inside it could deadlock), and a
 forked child starts pools of its own.
 
 ``map_ordered`` works on the calling thread too, instead of waiting: inside a
 training step, torch's own worker thread keeps spinning on one core after each
-operation, and the caller's share of the work then costs no hand-off (a small
-CNN's compressed step: 1.40-1.47x of plain instead of 1.58-1.64x).
+operation, and the caller's share of the work then costs no hand-off (the
+compressed step times of benchmarks/activations.py show it).
 """
 
 from __future__ import annotations
@@ -91,9 +91,9 @@ def map_grouped(fn, items, workers: int, tasks_per_worker: int = 2) -> list:
     """``[fn(item) for item in items]`` on ``workers`` threads, in at most
     ``tasks_per_worker`` tasks per thread, each over a run of consecutive items.
 
-    A task's hand-off costs about 20-40 us of Python under the GIL, as much as a
-    kernel spends on 256 KiB: where items are many and small, fewer tasks leave the
-    threads more time in their (GIL-free) kernels."""
+    A task's hand-off runs Python under the GIL, about as long as a kernel spends on a
+    small item: where items are many and small, fewer tasks leave the threads more
+    time in their (GIL-free) kernels."""
     items = list(items)
     tasks = max(1, workers * tasks_per_worker)
     if workers <= 1 or len(items) <= tasks:

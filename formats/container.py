@@ -17,7 +17,9 @@ import struct
 from dataclasses import dataclass
 from functools import cached_property
 
-try:  # zlib-ng's CRC-32 (zlib's polynomial, same values) runs ~15x faster than zlib's
+# zlib-ng's CRC-32 gives zlib's values many times faster: with zlib's, the checksums are a
+# visible share of a `block` decompress (see benchmarks/compressors.py)
+try:
     from zlib_ng.zlib_ng import crc32
 except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
     from zlib import crc32
@@ -26,7 +28,8 @@ import numpy as np
 
 from .._version import __version__
 from ..compress.bounds import ErrorBound
-from ..compress.registry import Codec, chunk_rows_for, get_codec
+from ..compress.codec import Codec, chunk_rows_for
+from ..compress.registry import get_codec
 from ..compress.threads import map_ordered, ordered
 from .errors import (
     ChecksumError,
@@ -54,7 +57,8 @@ def is_bfloat16(dtype) -> bool:
 
 @functools.cache
 def bfloat16() -> np.dtype:
-    """numpy's bfloat16, from ml_dtypes, imported on first use (it takes ~0.4 s)."""
+    """numpy's bfloat16, from ml_dtypes, imported on first use (a slow import that
+    ``import tensorpress`` should not pay)."""
     import ml_dtypes
 
     return np.dtype(ml_dtypes.bfloat16)
@@ -154,7 +158,7 @@ def encode_array(
         stream_dtype(x.dtype),
         shape,
         order,
-        codec.get_config(),
+        codec.stream_config(),
         bound,
         rows,
         [payload for payload, _ in chunks],

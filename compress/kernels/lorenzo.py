@@ -69,7 +69,7 @@ def _dequantize(c, p, two_eb, radius, prec):
 # the literal flag, so each side compiles without the other's branch; sharing
 # the body guarantees identical arithmetic.
 # Array accesses stay in the loop bodies: numba's IR inlining of helpers that
-# take arrays leaves reference-count calls in the loop (2-3x slower).
+# take arrays leaves reference-count calls in the loop, which slow it down severely.
 
 
 @njit(cache=True, nogil=True)
