@@ -32,9 +32,10 @@ from torch.nn.modules.module import (
 from ..compress.lossless import check_level
 from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
+from .codec import ActivationCodec
 from .derived import BatchNormInputs, Derived, GeluInputs, LayerNormInputs, input_tolerance
 from .identity import ParameterStorages, SavedTable
-from .records import Codec, Compressed, Kept, Offloaded
+from .records import Compressed, Kept, Offloaded
 from .regions import Regions
 from .stats import ActivationStats
 from .store import TieredStore
@@ -147,7 +148,7 @@ class ActivationCompression:
         bounds = {k: config[k] for k in ("abs", "rel", "pw_rel") if config[k] is not None}
         if config["zstd"] is not None:
             check_level(config["zstd"])
-        self._codec = None if codec is None else Codec(codec, params, config["zstd"])
+        self._codec = None if codec is None else ActivationCodec(codec, params, config["zstd"])
         if self._codec is not None and self._codec.bounded:
             if len(bounds) != 1:
                 raise ValueError(

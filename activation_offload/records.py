@@ -7,27 +7,23 @@ or parked in a store) plus, for codecs that do not keep zeros exact (``quant``,
 ``sz``), a 1-bit mask of the exact zeros — ReLU's backward reads its saved
 output's zeros, so the sparsity pattern must survive; under an absolute bound, a
 CPU tensor whose ``block`` codes need 6 to 8 bits (5 to 8 where its bytes go to a
-store's files) is held as int8 codes instead (``Int8Codes``). All release their
+store's files) is held as int8 codes instead (``codec.Int8Codes``). All release their
 bytes from the stats (and the store) when autograd drops them.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 
-from ..compress import compress_tensor, decompress_tensor, get_codec
-from ..compress.block import steps_for
-from . import kernels
+from .codec import ActivationCodec
 from .identity import VersionWatch
 from .stats import ActivationStats
-from .zstd_stage import ZstdStage, unsqueeze
+from .zstd_stage import unsqueeze
 
-#: codecs whose reconstruction keeps exact zeros (q = 0 decodes to 0.0)
-_ZERO_EXACT = frozenset({"block"})
 _SHIFTS = torch.arange(8, dtype=torch.uint8)
 
 
@@ -128,131 +124,6 @@ def _forget(store, handle) -> None:
             pass
 
 
-class Codec:
-    """The codec side of activation compression: one of ``block``, ``sz`` (error-
-    bounded) or ``quant`` (bits-bounded), on tensors of any device; ``zstd``: the level
-    of the lossless stage for payloads in host memory (``zstd_stage.py``), or None."""
-
-    def __init__(self, name: str, params: dict, zstd: int | None = None):
-        if name not in ("block", "sz", "quant"):
-            raise ValueError(
-                f"activation codec must be 'block', 'sz', 'quant' or None, got {name!r}"
-            )
-        get_codec(name, **params)  # bad parameters fail here, not at the first save
-        self.name = name
-        self.params = dict(params)
-        self.bounded = name != "quant"
-        self.zstd = None if zstd is None else ZstdStage(zstd)
-
-    def compress(
-        self,
-        t: torch.Tensor,
-        mode: str | None,
-        tol: float | None,
-        kind=None,
-        span=None,
-        held: str = "memory",
-    ):
-        """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
-        ``kind`` (hashable) groups tensors for the zstd stage's choices; ``span``: t's
-        ValueRange where int8 codes may hold it (``block``, abs); ``held``: where the
-        payload goes. In "memory" int8 codes take it from ``INT8_MIN_STEPS`` steps; in
-        "files" (a store's) from ``INT8_MIN_STEPS_SPILLED`` unless the zstd stage is
-        taking its kind (int8 codes skip that stage); in "pool" (a store without files,
-        whose host pool is its budget) never."""
-        skipped = False  # the zstd stage has counted this payload as one it skips
-        if self.name == "block" and mode == "abs" and span is not None and held != "pool":
-            steps = INT8_MIN_STEPS
-            if held == "files":
-                skipped = self.zstd is not None and self.zstd.skip(kind)
-                steps = INT8_MIN_STEPS_SPILLED if self.zstd is None or skipped else steps
-            codes = Int8Codes.of(t, tol, span, steps)
-            if codes is not None:
-                return codes, codes.nbytes
-        if self.name == "sz":
-            import tensorpress as tp
-
-            if t.dtype == torch.bfloat16:
-                raise TypeError(
-                    "the sz codec cannot hold bfloat16 activations within the bound "
-                    "(numpy has no bfloat16); use codec='block'"
-                )
-            blob = tp.compress(t.detach().cpu().numpy(), codec="sz", **{mode: tol}, **self.params)
-            return blob, len(blob)
-        bound = {mode: tol} if self.bounded else {}
-        ct = compress_tensor(t, self.name, **bound, **self.params)
-        if self.zstd is not None and not skipped:
-            ct = self.zstd.squeeze(ct, kind)
-        return ct, ct.nbytes
-
-    def decompress(self, payload, device) -> torch.Tensor:
-        if isinstance(payload, Int8Codes):
-            return payload.restore()
-        if self.name == "sz":
-            import tensorpress as tp
-
-            arr = tp.decompress(payload)
-            if not arr.flags.writeable:  # a view of the stream's bytes
-                arr = arr.copy()
-            return torch.from_numpy(arr).to(device)
-        return decompress_tensor(unsqueeze(payload))
-
-
-#: steps a tensor's range spans from which its codes go into int8 (they need 6 bits or more)
-INT8_MIN_STEPS = 64
-#: the same for a record parked in a store with a file tier (5 bits or more) whose kind
-#: the zstd stage is not taking: there the bytes go to disk and the codec's time is what
-#: the step pays. The offload benchmark's (e), whose tensors span about 50 steps:
-#: 1.29-1.36x of plain against 1.50-1.62x with the codec, writing 33.8 instead of 20.5
-#: MiB a step, the same values restored
-INT8_MIN_STEPS_SPILLED = 32
-
-
-@dataclass(frozen=True)
-class Int8Codes:
-    """A CPU tensor held as int8 codes ``q = rint(x / step)`` under an absolute bound.
-
-    Where a tensor's codes need 6 to 8 bits (its range spans 64 to 254 steps of twice the
-    bound), one byte a value is at most 4/3 of what the ``block`` codec's densest packing
-    holds, and a single pass writes it: on a small CNN (its batch norms' inputs) the
-    compressed step took 1.26-1.31x of plain instead of 1.40-1.50x, held 19.3x instead
-    of 25.2x. Records bound for a store's files take them from 32 steps (5 bits; see
-    ``INT8_MIN_STEPS_SPILLED``). The values restored are the ``block`` codec's (same
-    step, same rounding).
-    """
-
-    payload: torch.Tensor  # int8, flat
-    step: float
-    shape: tuple
-    dtype: torch.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return self.payload.numel()
-
-    @staticmethod
-    def of(t: torch.Tensor, tol: float, span, min_steps: int = INT8_MIN_STEPS) -> Int8Codes | None:
-        """``t``'s codes within ``tol`` (``span``: its ValueRange), or None where they do
-        not fit int8, its range spans fewer than ``min_steps`` steps, or ``t`` is not a
-        float32/64 CPU tensor."""
-        if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
-            return None
-        lo, hi = span.ends
-        step, inv = steps_for(tol)
-        if not (tol > 0 and (hi - lo) * inv >= min_steps and max(-lo, hi) * inv <= 126):
-            return None  # (NaN and infinities fail here too)
-        x = t.detach().contiguous().reshape(-1)
-        q = torch.empty(x.numel(), dtype=torch.int8)
-        if not kernels.int8_codes(x.numpy(), inv, step, tol, q.numpy()):
-            return None
-        return Int8Codes(q, step, tuple(t.shape), t.dtype)
-
-    def restore(self) -> torch.Tensor:
-        out = torch.empty(self.shape, dtype=self.dtype)
-        kernels.from_int8_codes(self.payload.numpy(), self.step, out.reshape(-1).numpy())
-        return out
-
-
 class Compressed(Held):
     """A codec payload (plus a zero mask where the codec needs one)."""
 
@@ -263,7 +134,7 @@ class Compressed(Held):
     def __init__(
         self,
         t,
-        codec: Codec,
+        codec: ActivationCodec,
         mode,
         tol,
         stats: ActivationStats,
@@ -277,8 +148,8 @@ class Compressed(Held):
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
         self._restored = None
-        self.mask = None if codec.name in _ZERO_EXACT else zero_mask(t)
-        self.store = store if codec.name != "sz" else None  # sz payloads are host bytes
+        self.mask = None if codec.keeps_zeros else zero_mask(t)
+        self.store = store if codec.on_device else None  # host streams stay where they are
         self.handle = None
         held = "memory" if self.store is None else "files" if self.store.spill else "pool"
         self._park(*codec.compress(t, mode, tol, self._kind(), span, held))

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..compress import compress_tensor, decompress_tensor
+from ..compress import available_codecs, compress_tensor, decompress_tensor
+from ..compress.registry import codec_class
 from .host_memory import BufferCache, HostPool
 from .spill import ALIGN, HUGE_PAGE, SpillDir, SpillError
 
@@ -121,9 +122,7 @@ class TieredStore:
         if codec is None and codec_params:
             raise ValueError(f"codec=None takes no codec parameters, got {sorted(codec_params)}")
         if codec is not None:
-            if codec not in ("block", "quant"):
-                raise ValueError(f"store codec must be None, 'block' or 'quant', got {codec!r}")
-            compress_tensor(torch.zeros(1), codec, **codec_params)  # bad parameters fail here
+            _check_codec(codec, codec_params)
         if max_pending_bytes is not None and max_pending_bytes < 0:
             raise ValueError(f"max_pending_bytes must be >= 0 or None, got {max_pending_bytes}")
         self.codec, self.codec_params = codec, dict(codec_params)
@@ -482,6 +481,18 @@ class TieredStore:
         if not self._warned:
             self._warned = True
             warnings.warn(f"TieredStore: {message}", RuntimeWarning, stacklevel=2)
+
+
+def _check_codec(name: str, params: dict) -> None:
+    """Raise unless ``name`` is a codec that compresses torch tensors on their own device
+    (a store's payloads stay tensors), and ``params`` are good for it."""
+    if name not in available_codecs() or not codec_class(name).has_tensor_path:
+        usable = [c for c in available_codecs() if codec_class(c).has_tensor_path]
+        raise ValueError(
+            f"store codec must be None or one with a torch tensor path "
+            f"({', '.join(map(repr, usable))}), got {name!r}"
+        )
+    compress_tensor(torch.zeros(1), name, **params)  # bad parameters fail here
 
 
 def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from square_loss import square_loss_grads as _grads
 from tensorpress.activation_offload import ActivationCompression
 from tensorpress.activation_offload import hooks as hooks_module
+from tensorpress.activation_offload.codec import ActivationCodec
 from tensorpress.activation_offload.derived import (
     GELU_LIPSCHITZ,
     Derived,
@@ -21,7 +22,6 @@ from tensorpress.activation_offload.derived import (
     _relu_of_affine,
 )
 from tensorpress.activation_offload.records import (
-    Codec,
     _pack_bits_ops,
     _unpack_bits_ops,
     pack_bits,
@@ -69,16 +69,16 @@ def test_a_gelu_input_is_restored_once():
     torch.manual_seed(0)
     model, x = MLP(), torch.randn(512, 64)
     calls = []
-    real = Codec.decompress
+    real = ActivationCodec.decompress
     ac = ActivationCompression(codec="block", rel=1e-2, zstd=None, min_bytes=0, model=model)
     with ac:
         loss = model(x).square().mean()
     held = [r for r in ac.stats.rows.values() if r.stored_bytes > 0]
     try:
-        Codec.decompress = lambda self, *a: calls.append(1) or real(self, *a)
+        ActivationCodec.decompress = lambda self, *a: calls.append(1) or real(self, *a)
         loss.backward()
     finally:
-        Codec.decompress = real
+        ActivationCodec.decompress = real
     assert ac.stats.rows["down"].stored_bytes == 0
     assert len(calls) == sum(r.saves for r in held)
 

@@ -1,4 +1,4 @@
-"""Tensors held as int8 codes under an absolute bound (activation_offload/records.py)."""
+"""Tensors held as int8 codes under an absolute bound (activation_offload/codec.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,8 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression
-from tensorpress.activation_offload.records import (
-    INT8_MIN_STEPS,
-    INT8_MIN_STEPS_SPILLED,
-    Compressed,
-    Int8Codes,
-)
+from tensorpress.activation_offload.codec import INT8_MIN_STEPS, INT8_MIN_STEPS_SPILLED, Int8Codes
+from tensorpress.activation_offload.records import Compressed
 from tensorpress.compress.block import steps_for
 from tensorpress.compress.tensor import ValueRange
 

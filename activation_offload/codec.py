@@ -1,0 +1,160 @@
+"""The codec side of activation compression: one registered codec, used on saved tensors.
+
+``ActivationCodec`` turns a saved tensor into a payload and back. What it may do is read
+from the codec's declared class attributes (``lossy``, ``bounded``, ``has_tensor_path``,
+``dtypes``), never from its name: a codec with a torch tensor path compresses on the
+tensor's own device (``compress_tensor``); one without goes through the host and the
+container (``tensorpress.formats``). ``Int8Codes`` stand in for the ``block`` codec's
+payload where one byte a value is all its codes need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
+from ..compress.block import BlockCodec, steps_for
+from ..formats import decode_array, encode_array
+from . import kernels
+from .zstd_stage import ZstdStage, unsqueeze
+
+#: codecs whose reconstruction keeps exact zeros (q = 0 decodes to 0.0), so a saved
+#: ReLU output needs no zero mask; a declared ``keeps_zeros`` capability on the codec
+#: class would replace this tuple
+_ZERO_EXACT = (BlockCodec,)
+
+#: steps a tensor's range spans from which its codes go into int8 (they need 6 bits or more)
+INT8_MIN_STEPS = 64
+#: the same for a record parked in a store with a file tier (5 bits or more) whose kind
+#: the zstd stage is not taking: there the bytes go to disk and the codec's time is what
+#: the step pays, so a single-pass byte a value wins from fewer steps on (see
+#: benchmarks/offload.py, run (e))
+INT8_MIN_STEPS_SPILLED = 32
+
+
+class ActivationCodec:
+    """A registered lossy codec (``name`` with ``params``) applied to saved tensors of any
+    device; ``zstd``: the level of the lossless stage for payloads in host memory
+    (``zstd_stage.py``), or None."""
+
+    def __init__(self, name: str, params: dict, zstd: int | None = None):
+        codec = get_codec(name, **params)  # bad parameters fail here, not at the first save
+        if not codec.lossy:
+            raise ValueError(
+                f"activation codec must be a lossy codec or None, got the lossless {name!r}"
+            )
+        self.codec = codec
+        self.name = name
+        self.params = dict(params)
+        self.bounded = codec.bounded
+        self.keeps_zeros = isinstance(codec, _ZERO_EXACT)
+        # int8 codes hold what BlockCodec restores (same step, same rounding)
+        self.int8_codes = isinstance(codec, BlockCodec)
+        self.zstd = None if zstd is None else ZstdStage(zstd)
+
+    @property
+    def on_device(self) -> bool:
+        """Whether payloads stay on the tensor's device (a torch tensor path); otherwise
+        they are host bytes, which no store holds."""
+        return self.codec.has_tensor_path
+
+    def compress(
+        self,
+        t: torch.Tensor,
+        mode: str | None,
+        tol: float | None,
+        kind=None,
+        span=None,
+        held: str = "memory",
+    ):
+        """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
+        ``kind`` (hashable) groups tensors for the zstd stage's choices; ``span``: t's
+        ValueRange where int8 codes may hold it (abs); ``held``: where the payload goes.
+        In "memory" int8 codes take it from ``INT8_MIN_STEPS`` steps; in "files" (a
+        store's) from ``INT8_MIN_STEPS_SPILLED`` unless the zstd stage is taking its kind
+        (int8 codes skip that stage); in "pool" (a store without files, whose host pool
+        is its budget) never."""
+        skipped = False  # the zstd stage has counted this payload as one it skips
+        if self.int8_codes and mode == "abs" and span is not None and held != "pool":
+            steps = INT8_MIN_STEPS
+            if held == "files":
+                skipped = self.zstd is not None and self.zstd.skip(kind)
+                steps = INT8_MIN_STEPS_SPILLED if self.zstd is None or skipped else steps
+            codes = Int8Codes.of(t, tol, span, steps)
+            if codes is not None:
+                return codes, codes.nbytes
+        bound = {mode: tol} if self.bounded else {}
+        if not self.on_device:
+            blob = self._host_stream(t, bound)
+            return blob, len(blob)
+        ct = compress_tensor(t, self.name, **bound, **self.params)
+        if self.zstd is not None and not skipped:
+            ct = self.zstd.squeeze(ct, kind)
+        return ct, ct.nbytes
+
+    def _host_stream(self, t: torch.Tensor, bound: dict) -> bytes:
+        """``t`` as a container stream, compressed on the host."""
+        if str(t.dtype).removeprefix("torch.") not in self.codec.dtypes:
+            raise TypeError(
+                f"the {self.name} codec cannot hold {t.dtype} activations within the bound "
+                f"(it takes {', '.join(self.codec.dtypes)}); use codec='block'"
+            )
+        arr = t.detach().cpu().numpy()
+        resolved = ErrorBound.from_kwargs(**bound).resolve(arr) if bound else None
+        return encode_array(arr, self.codec, resolved, chunk_bytes=self.codec.default_chunk_bytes)
+
+    def decompress(self, payload, device) -> torch.Tensor:
+        if isinstance(payload, Int8Codes):
+            return payload.restore()
+        if isinstance(payload, bytes):  # a host stream
+            arr = decode_array(payload)
+            if not arr.flags.writeable:  # a view of the stream's bytes
+                arr = arr.copy()
+            return torch.from_numpy(arr).to(device)
+        return decompress_tensor(unsqueeze(payload))
+
+
+@dataclass(frozen=True)
+class Int8Codes:
+    """A CPU tensor held as int8 codes ``q = rint(x / step)`` under an absolute bound.
+
+    Where a tensor's codes need 6 to 8 bits (its range spans 64 to 254 steps of twice the
+    bound), one byte a value is at most 4/3 of what the ``block`` codec's densest packing
+    holds, and a single pass writes it, so the step is faster for a small loss in ratio
+    (see benchmarks/activations.py). Records bound for a store's files take them from 32
+    steps (5 bits; see ``INT8_MIN_STEPS_SPILLED``). The values restored are the ``block``
+    codec's (same step, same rounding).
+    """
+
+    payload: torch.Tensor  # int8, flat
+    step: float
+    shape: tuple
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.payload.numel()
+
+    @staticmethod
+    def of(t: torch.Tensor, tol: float, span, min_steps: int = INT8_MIN_STEPS) -> Int8Codes | None:
+        """``t``'s codes within ``tol`` (``span``: its ValueRange), or None where they do
+        not fit int8, its range spans fewer than ``min_steps`` steps, or ``t`` is not a
+        float32/64 CPU tensor."""
+        if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
+            return None
+        lo, hi = span.ends
+        step, inv = steps_for(tol)
+        if not (tol > 0 and (hi - lo) * inv >= min_steps and max(-lo, hi) * inv <= 126):
+            return None  # (NaN and infinities fail here too)
+        x = t.detach().contiguous().reshape(-1)
+        q = torch.empty(x.numel(), dtype=torch.int8)
+        if not kernels.int8_codes(x.numpy(), inv, step, tol, q.numpy()):
+            return None
+        return Int8Codes(q, step, tuple(t.shape), t.dtype)
+
+    def restore(self) -> torch.Tensor:
+        out = torch.empty(self.shape, dtype=self.dtype)
+        kernels.from_int8_codes(self.payload.numpy(), self.step, out.reshape(-1).numpy())
+        return out
