@@ -61,7 +61,7 @@ def compress_array(
         return _compress_bfloat16(*bf16, abs, rel, pw_rel, codec, chunk_bytes, codec_params)
     arr, order = _as_array(x)
     workers = resolve_workers(workers)
-    codec = get_codec(codec, **codec_params)
+    codec = get_codec(codec, abs=abs, rel=rel, pw_rel=pw_rel, **codec_params)
     if str(arr.dtype) not in codec.dtypes:
         if arr.dtype.kind in "biu" and codec.lossy:
             raise TypeError(
@@ -72,17 +72,10 @@ def compress_array(
             f"codec {codec.name!r} does not accept dtype {arr.dtype}; it takes "
             f"{', '.join(codec.dtypes)}"
         )
-    if codec.bounded:
-        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel).resolve(arr, workers)
-    else:
-        if (abs, rel, pw_rel) != (None, None, None):
-            kind = "lossy but bits-bounded" if codec.lossy else "lossless"
-            raise ValueError(f"codec {codec.name!r} is {kind} and takes no error bound")
-        bound = None
     return encode_array(
         arr,
         codec,
-        bound,
+        codec.resolve_bound(arr, workers),
         order=order,
         workers=workers,
         chunk_bytes=codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes,
@@ -127,7 +120,7 @@ def info(blob) -> dict:
         "writer": h.writer,
     }
     codec = get_codec(h.codec) if h.codec.get("id") in available_codecs() else None
-    if codec is not None and hasattr(codec, "payload_max_error"):  # bits-bounded codecs
+    if codec is not None and codec.reports_max_error:
         mv = memoryview(buf).cast("B")
         out["max_error"] = max(
             (

@@ -5,7 +5,8 @@ Importing this package registers the built-in codecs.
 
 from . import block, lossless, quant, sz  # noqa: F401  (registers the codecs)
 from .bounds import ErrorBound
-from .registry import Codec, available_codecs, get_codec, register_codec
+from .codec import Codec
+from .registry import available_codecs, get_codec, register_codec
 
 __all__ = [
     "Codec",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
-from .registry import Codec, deliver, register_codec
+from .codec import Codec, deliver
+from .registry import register_codec
 
 
 def check_level(level) -> int:
@@ -71,8 +72,8 @@ class ZstdCodec(Codec):
         self.level = check_level(level)
         self.shuffle = bool(shuffle)
 
-    def get_config(self) -> dict:
-        return {"id": self.name, "level": self.level, "shuffle": self.shuffle}
+    def parameters(self) -> dict:
+        return {"level": self.level, "shuffle": self.shuffle}
 
     def encode(self, chunk, bound=None, threads=1, offset=0) -> bytes:
         raw = byte_shuffle(chunk) if self.shuffle else np.ascontiguousarray(chunk).tobytes()

@@ -45,9 +45,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .byteio import ByteWriter
+from .codec import Codec, deliver
 from .kernels.quant import quant_decode, quant_encode
 from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
-from .codec import Codec, deliver
 from .registry import register_codec
 
 MODE_QUANT, MODE_RAW = 0, 1

@@ -43,6 +43,7 @@ import numpy as np
 
 from .bounds import ErrorBound
 from .byteio import ByteReader, ByteWriter
+from .codec import Codec, deliver
 from .huffman import HuffmanDecoder, huffman_encode
 from .kernels.interpolation import (
     ALL,
@@ -61,7 +62,6 @@ from .lossless import (
     zstd_compress,
     zstd_decompress,
 )
-from .codec import Codec, deliver
 from .registry import register_codec
 from .special_values import (
     from_log_domain,

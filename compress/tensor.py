@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from .bounds import ErrorBound
-from .registry import Codec, chunk_rows_for, get_codec
+from .codec import Codec, chunk_rows_for
+from .registry import get_codec
 
 _TORCH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -60,8 +61,7 @@ class CompressedTensor:
     def max_error(self) -> float | None:
         """The largest |error| the chunks record (bits-bounded codecs such as ``quant``);
         None for codecs whose error bound is the contract instead."""
-        read = getattr(self.codec, "payload_max_error", None)
-        if read is None:
+        if not self.codec.reports_max_error:
             return None
         if not self.lengths:
             return 0.0
@@ -69,7 +69,7 @@ class CompressedTensor:
         head = torch.arange(self.codec.payload_head_bytes)
         idx = (starts[:, None] + head).clamp(max=self.nbytes - 1)
         heads = self.payload[idx.to(self.device)].cpu().numpy()
-        return max(read(bytes(h)) for h in heads)
+        return max(self.codec.payload_max_error(bytes(h)) for h in heads)
 
     def to(self, device, non_blocking: bool = False) -> CompressedTensor:
         """The same compressed tensor with its payload on ``device``."""
@@ -93,7 +93,7 @@ def compress_tensor(
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"compress_tensor takes a torch.Tensor, got {type(t).__name__}")
-    codec = get_codec(codec, **codec_params)
+    codec = get_codec(codec, abs=abs, rel=rel, pw_rel=pw_rel, **codec_params)
     if not codec.has_tensor_path:
         raise ValueError(
             f"codec {codec.name!r} has no torch path; use 'block' or 'quant', or "
@@ -105,16 +105,11 @@ def compress_tensor(
         )
     t = t.detach().contiguous()
     shape = tuple(t.shape)
+    bound = None
     if codec.bounded:
-        bound = ErrorBound.from_kwargs(abs=abs, rel=rel, pw_rel=pw_rel)
-        if bound.mode == "rel":
-            bound = bound.resolve_range(*finite_range(t))
-        else:
-            bound = bound.resolve(None)
-    else:
-        if (abs, rel, pw_rel) != (None, None, None):
-            raise ValueError(f"codec {codec.name!r} takes no error bound")
-        bound = None
+        bound = codec.require_bound()
+        lo, hi = finite_range(t) if bound.mode == "rel" else (0.0, 0.0)
+        bound = bound.resolve_range(lo, hi)
     chunk_bytes = codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")

@@ -18,7 +18,8 @@ import h5py
 import numpy as np
 
 from ..compress.bounds import ErrorBound
-from ..compress.registry import chunk_rows_for, get_codec
+from ..compress.codec import chunk_rows_for
+from ..compress.registry import get_codec
 from .container import (
     DEFAULT_CHUNK_BYTES,
     ContainerReader,
@@ -165,9 +166,7 @@ class _Plan:
                     f"codec {self.codec.name!r} needs an error bound: give a dict with one of "
                     "'abs', 'rel', 'pw_rel', e.g. {'rel': 1e-3}"
                 )
-            if not self.codec.bounded and b is not None:
-                kind = "lossy but bits-bounded" if self.codec.lossy else "lossless"
-                raise ValueError(f"codec {self.codec.name!r} is {kind} and takes no error bound")
+            self.codec.with_bound(b)  # refuses a bound the codec does not take
 
     def check_names(self, names: list) -> None:
         """Every override must name a dataset (full path or last component)."""

@@ -33,7 +33,7 @@ def tensor_to_stream(ct: CompressedTensor, order: str = "C") -> bytes:
         _STREAM_DTYPES[ct.dtype],
         ct.shape,
         order,
-        ct.codec.get_config(),
+        ct.codec.stream_config(),
         ct.bound,
         ct.chunk_rows,
         _split(bytes(ct.payload.cpu().numpy()), ct.lengths),

@@ -71,8 +71,6 @@ from .container import ContainerReader, encode_array
 
 __all__ = ["SZ", "Block", "Quant", "Zstd", "NUMCODECS"]
 
-_BOUND_KEYS = ("abs", "rel", "pw_rel")
-
 
 class _TensorpressNumcodec(_Numcodec):
     """A numcodecs codec around one tensorpress codec; chunks are container streams.
@@ -88,25 +86,10 @@ class _TensorpressNumcodec(_Numcodec):
 
     def __init__(self, *, abs=None, rel=None, pw_rel=None, **params):  # noqa: A002
         try:
-            self._codec = get_codec(self.codec_name, **params)
+            self._codec = get_codec(self.codec_name, abs=abs, rel=rel, pw_rel=pw_rel, **params)
+            self._bound = self._codec.require_bound() if self._codec.bounded else None
         except ValueError as exc:
             raise ValueError(f"invalid config for {self.codec_id!r}: {exc}") from None
-        given = {
-            k: v for k, v in zip(_BOUND_KEYS, (abs, rel, pw_rel), strict=True) if v is not None
-        }
-        if self._codec.bounded:
-            try:
-                self._bound = ErrorBound.from_kwargs(**given)
-            except ValueError as exc:
-                raise ValueError(f"{self.codec_id!r}: {exc}") from None
-        elif given:
-            kind = "lossy but bits-bounded" if self._codec.lossy else "lossless"
-            raise ValueError(
-                f"codec {self.codec_id!r} is {kind} and takes no error bound "
-                f"(got {', '.join(given)})"
-            )
-        else:
-            self._bound = None
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -118,7 +101,7 @@ class _TensorpressNumcodec(_Numcodec):
         config = {"id": self.codec_id}
         if self._bound is not None:
             config[self._bound.mode] = self._bound.value
-        config.update((k, v) for k, v in self._codec.get_config().items() if k != "id")
+        config.update(self._codec.parameters())
         return config
 
     @classmethod
