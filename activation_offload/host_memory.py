@@ -2,8 +2,8 @@
 
 One anonymous ``mmap`` of the whole budget (page-aligned, so O_DIRECT can write
 from it and read into it; the pages cost nothing until touched; plain pages: in huge
-pages the first touches of a fresh pool made the benchmark's first step copy slower,
-80.8 against 0.8 MiB still unstored after its forward), registered with
+pages the first touches of a fresh pool slow the first step's copies, see
+benchmarks/offload.py), registered with
 CUDA once (``cudaHostRegister``: the exact size, unlike ``pin_memory()``, which
 rounds up to a power of two) so device copies run asynchronously. It is handed
 out in extents rounded up to ``ALIGN`` bytes, first fit, with freed neighbours
@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 import torch
 
-from .spill import ALIGN, HUGE_PAGE, aligned_buffer, round_up  # as O_DIRECT needs them
+from .spill_io import ALIGN, HUGE_PAGE, aligned_buffer, round_up  # as O_DIRECT needs them
 
 
 class HostPool:
@@ -118,9 +118,9 @@ class BufferCache:
     """Page-aligned host buffers of whole ``HUGE_PAGE`` multiples, in huge pages where
     the kernel grants them, handed out as uint8 tensors and reused: a buffer comes back
     when the last tensor on its memory is freed, and the next :meth:`tensor` of its size
-    gets it with its pages in place. (The first touch of a fresh buffer took 0.3 ms for
-    16 MiB in a quiet process here, 20-50 ms in the offload benchmark's, with no
-    compaction counted.) Free buffers past ``keep_bytes`` in all are unmapped.
+    gets it with its pages in place: the first touch of fresh memory costs page faults
+    (and, for huge pages, compaction) that a reused buffer does not (see
+    benchmarks/offload.py). Free buffers past ``keep_bytes`` in all are unmapped.
     Thread-safe; a tensor may outlive the cache."""
 
     def __init__(self, keep_bytes: int):
@@ -177,3 +177,35 @@ class _Lease(np.ndarray):
             cache = back[0]()
             if cache is not None:
                 cache._give_back(back[1])
+
+
+# the buffers that stores read records into from files and copy device bytes into on
+# their way to files, shared by all stores: a reused buffer has its pages in place (see
+# BufferCache); up to 256 MiB of free ones are kept (one comes back per get in order, a
+# dozen with 64 prefetches queued at once)
+IO_BUFFERS = BufferCache(256 << 20)
+
+
+def copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """Copy ``src`` (any device) into host tensor ``dst``; returns once it is there."""
+    if src.is_cuda:
+        dst.copy_(src, non_blocking=dst.is_pinned())
+        torch.cuda.current_stream(src.device).synchronize()
+    else:
+        dst.copy_(src)
+    return dst
+
+
+def io_buffer(nbytes: int) -> torch.Tensor:
+    """A uint8 host tensor of ``nbytes`` that starts on a page, its pages in place, for
+    O_DIRECT to read and write in place: from ``IO_BUFFERS`` from ``HUGE_PAGE`` bytes on
+    (huge pages reach the disk in fewer, larger transfers than scattered 4 KiB pages),
+    else a view into a slightly larger allocation of torch's allocator, whose freed
+    pages the next call reuses."""
+    if nbytes >= HUGE_PAGE:
+        return IO_BUFFERS.tensor(nbytes)
+    buf = torch.empty(nbytes + ALIGN, dtype=torch.uint8)
+    start = -buf.data_ptr() % ALIGN
+    buf = buf[start : start + nbytes]
+    buf[::ALIGN].fill_(0)  # faulted in now, not while the reader thread reads into it
+    return buf

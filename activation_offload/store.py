@@ -25,20 +25,15 @@ import torch
 
 from ..compress import available_codecs, compress_tensor, decompress_tensor
 from ..compress.registry import codec_class
-from .host_memory import BufferCache, HostPool
-from .spill import ALIGN, HUGE_PAGE, SpillDir, SpillError
+from .host_memory import HostPool, copy_and_wait, io_buffer
+from .spill import SpillDir, SpillError
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
 DELETED = "deleted"
-# the buffers that stores read records into from files and copy device bytes into on
-# their way to files, shared by all stores: the first touch of fresh memory cost 20-50 ms
-# per 18 MiB buffer in the benchmark's process here, a reused buffer nothing; up to
-# 256 MiB of free ones are kept (one comes back per get in order, a dozen with 64
-# prefetches queued at once)
-IO_BUFFERS = BufferCache(256 << 20)
 # records a get in the order of the puts reads ahead: one read is then always queued
-# while the last is checked (gets in order ran at 0.76-0.81x of the raw disk without)
+# while the last is checked, so gets in order keep the disk busy (see
+# benchmarks/offload.py, its in-order reads against the raw loop)
 READ_AHEAD = 1
 
 
@@ -136,9 +131,8 @@ class TieredStore:
         self._workers = ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-store")
         # one thread reads records from files, one at a time, in the order asked, going
         # from one read to the next without a wait (a worker woken to take its turn
-        # started 0.5-1.3 ms late); the worker or caller that asked checks the record.
-        # (Two reads at once came back at 0.6x of one at a time from the virtio disk
-        # here, measured with buffers in plain pages)
+        # would start late); the worker or caller that asked checks the record. Two
+        # reads at once come back slower than one at a time (see benchmarks/offload.py)
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="tensorpress-store-read")
         self._last_got = -2  # the id of the record got last
         self._streams: dict = {}
@@ -333,13 +327,13 @@ class TieredStore:
         n = rec.nbytes = data.numel()
         offset = self._reserve(n)
         if offset is not None:
-            _copy_and_wait(self.pool.view(offset, n), data)
+            copy_and_wait(self.pool.view(offset, n), data)
             self._set_tier(rec, CPU, offset=offset)
             return
         if self.spill is not None:
             # host bytes go as they are (the file tier writes their whole pages in
             # place); device bytes come to page-aligned host memory first
-            host = data if not data.is_cuda else _copy_and_wait(_io_buffer(n), data)
+            host = data if not data.is_cuda else copy_and_wait(io_buffer(n), data)
             try:
                 loc = self.spill.write(host.numpy())
             except SpillError as exc:
@@ -349,7 +343,7 @@ class TieredStore:
                 self._set_tier(rec, NVME, loc=loc)
                 return
         else:
-            host = _copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
+            host = copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
             self._warn("the store's cpu_bytes are full and it has no nvme_dir")
         self._set_tier(rec, HOST, host=host)
 
@@ -436,7 +430,7 @@ class TieredStore:
                 src = rec.host
             else:
                 loc = rec.loc
-                buf = _io_buffer(self.spill.record_bytes(loc))
+                buf = io_buffer(self.spill.record_bytes(loc))
                 at = self.spill.read_record(loc, buf.numpy(), reader=self._reader)
                 src = buf[at : at + loc.nbytes]
                 with self._cond:
@@ -493,31 +487,6 @@ def _check_codec(name: str, params: dict) -> None:
             f"({', '.join(map(repr, usable))}), got {name!r}"
         )
     compress_tensor(torch.zeros(1), name, **params)  # bad parameters fail here
-
-
-def _copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """Copy ``src`` (any device) into host tensor ``dst``; returns once it is there."""
-    if src.is_cuda:
-        dst.copy_(src, non_blocking=dst.is_pinned())
-        torch.cuda.current_stream(src.device).synchronize()
-    else:
-        dst.copy_(src)
-    return dst
-
-
-def _io_buffer(nbytes: int) -> torch.Tensor:
-    """A uint8 host tensor of ``nbytes`` that starts on a page, its pages in place, for
-    O_DIRECT to read and write in place: from ``IO_BUFFERS`` from ``HUGE_PAGE`` bytes on
-    (transfers of scattered 4 KiB pages ran at a third of the speed of huge pages'),
-    else a view into a slightly larger allocation of torch's allocator, whose freed
-    pages the next call reuses."""
-    if nbytes >= HUGE_PAGE:
-        return IO_BUFFERS.tensor(nbytes)
-    buf = torch.empty(nbytes + ALIGN, dtype=torch.uint8)
-    start = -buf.data_ptr() % ALIGN
-    buf = buf[start : start + nbytes]
-    buf[::ALIGN].fill_(0)  # faulted in now, not while the reader thread reads into it
-    return buf
 
 
 def _shutdown(

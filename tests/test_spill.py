@@ -27,7 +27,7 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensorpress.activation_offload import spill
+from tensorpress.activation_offload import spill, spill_read
 from tensorpress.activation_offload.spill import (
     ALIGN,
     HUGE_PAGE,
@@ -39,7 +39,7 @@ from tensorpress.activation_offload.spill import (
     aligned_buffer,
 )
 
-PIECE = 1 << 20  # bytes: spill.PIECE_BYTES in the tests of pieces (``small_pieces``)
+PIECE = 1 << 20  # bytes: spill_read.PIECE_BYTES in the tests of pieces (``small_pieces``)
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 9 * 2**20 + 3]
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 # magic, token, record id, payload bytes, payload XXH3-64, skip, XXH3-64 of the fields
@@ -710,7 +710,7 @@ def _needs_direct(sd: SpillDir) -> None:
 @pytest.fixture
 def small_pieces(monkeypatch):
     """Records of a few MiB come in pieces (``PIECE`` bytes at most)."""
-    monkeypatch.setattr(spill, "PIECE_BYTES", PIECE)
+    monkeypatch.setattr(spill_read, "PIECE_BYTES", PIECE)
 
 
 def _pieces(span: int) -> list[tuple[int, int]]:
@@ -772,7 +772,7 @@ def test_read_record_by_a_reader(tmp_path, monkeypatch, pieces):
     seen = []
     real_read = os.preadv
     if pieces:
-        monkeypatch.setattr(spill, "PIECE_BYTES", PIECE)
+        monkeypatch.setattr(spill_read, "PIECE_BYTES", PIECE)
 
     def read_spy(fd, bufs, offset):
         seen.append((threading.current_thread().name, offset, sum(len(b) for b in bufs)))
@@ -856,7 +856,7 @@ def test_any_record_reads_back_exactly_in_pieces(n, skip, piece_blocks):
         SpillDir(parent) as sd,
         ThreadPoolExecutor(2) as helpers,
     ):
-        mp.setattr(spill, "PIECE_BYTES", piece_blocks * ALIGN)
+        mp.setattr(spill_read, "PIECE_BYTES", piece_blocks * ALIGN)
         loc = sd.write(src)
         np.testing.assert_array_equal(_read_record(sd, loc, helpers), src)
         for place in (loc.skip, (loc.skip + 1) % ALIGN):
@@ -1123,13 +1123,14 @@ def test_removed_at_garbage_collection(tmp_path):
 
 # -- other processes ------------------------------------------------------------------
 
-# load spill.py on its own: fast, and independent of how the package is installed
+# load spill.py and its sibling modules on their own, without the package: fast, and
+# independent of how the package is installed
 _LOAD = f"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("spill", {spill.__file__!r})
-spill = importlib.util.module_from_spec(spec)
-sys.modules["spill"] = spill
-spec.loader.exec_module(spill)
+import importlib, sys, types
+pkg = types.ModuleType("spillpkg")
+pkg.__path__ = [{os.path.dirname(spill.__file__)!r}]
+sys.modules["spillpkg"] = pkg
+spill = importlib.import_module("spillpkg.spill")
 """
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from tensorpress.activation_offload import spill
+from tensorpress.activation_offload import host_memory, spill, spill_read
 from tensorpress.activation_offload import store as store_mod
 from tensorpress.activation_offload.spill import CorruptRecordError, SpillError
 from tensorpress.activation_offload.store import TieredStore
@@ -246,8 +246,8 @@ def test_large_records_read_in_pieces_are_exact(tmp_path, monkeypatch, dtype):
     """Records of several ``PIECE_BYTES`` come back bit-exact through ``get`` and
     ``prefetch``, with one file read in flight at a time: the caller's pieces one
     after another, and two prefetches taking turns rather than reading at once."""
-    monkeypatch.setattr(spill, "PIECE_BYTES", 1 << 20)
-    x = torch.randn(3 * spill.PIECE_BYTES // dtype.itemsize + 1001, dtype=dtype)[1:]
+    monkeypatch.setattr(spill_read, "PIECE_BYTES", 1 << 20)
+    x = torch.randn(3 * spill_read.PIECE_BYTES // dtype.itemsize + 1001, dtype=dtype)[1:]
     lock, in_flight, most, calls = threading.Lock(), [0], [0], []
     real = os.preadv
 
@@ -271,7 +271,7 @@ def test_large_records_read_in_pieces_are_exact(tmp_path, monkeypatch, dtype):
         assert torch.equal(store.get(hs[0]), x)
         span = store.spill.record_bytes(store._records[hs[0].id].loc)
         assert len(calls) == 4 and sum(n for [n] in calls) == span
-        assert max(n for [n] in calls) <= spill.PIECE_BYTES
+        assert max(n for [n] in calls) <= spill_read.PIECE_BYTES
         for h in hs[1:]:
             store.prefetch(h)
         assert all(torch.equal(store.get(h), x) for h in hs[1:])
@@ -290,9 +290,9 @@ def test_large_records_come_back_in_reused_buffers_never_shared(tmp_path):
             store.wait(h)
         kept = store.get(hs[0])
         ptr = store.get(hs[1]).data_ptr()  # dropped at once: its buffer comes back
-        before = store_mod.IO_BUFFERS.reused
+        before = host_memory.IO_BUFFERS.reused
         assert store.get(hs[1]).data_ptr() == ptr
-        assert store_mod.IO_BUFFERS.reused == before + 1
+        assert host_memory.IO_BUFFERS.reused == before + 1
         for _ in range(3):
             for h in hs[1:]:
                 store.prefetch(h)
