@@ -1,12 +1,15 @@
-"""HDF5-aware shuffled-index data loading."""
+"""HDF5-aware shuffled-index data loading: torch's roles (a dataset, a sampler, a loader)
+with an order known in advance. See docs/loaders.md."""
 
 from .buffer import BeladyBuffer, coalesce, next_uses, simulate
+from .chunked import ChunkedDataset
 from .dataloader import DataLoader
 from .h5dataset import H5Dataset
 from .plan import ShufflePlan
 
 __all__ = [
     "BeladyBuffer",
+    "ChunkedDataset",
     "DataLoader",
     "H5Dataset",
     "ShufflePlan",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,10 @@ class BeladyBuffer:
 
     def __contains__(self, sample: Hashable) -> bool:
         return sample in self._held
+
+    def __iter__(self) -> Iterator[Hashable]:
+        """The samples held (in no particular order)."""
+        return iter(list(self._held))
 
     def get(self, sample: Hashable) -> Any:
         """The held value of ``sample`` (a hit), or None (a miss)."""

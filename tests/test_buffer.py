@@ -24,7 +24,7 @@ def _next_uses_brute(order):
 
 def _epochs(n, epochs, seed=0):
     plan = ShufflePlan(n, epochs=epochs, seed=seed)
-    return np.concatenate([plan.epoch(e) for e in range(epochs)])
+    return np.concatenate([plan.indices(e) for e in range(epochs)])
 
 
 # next_uses
@@ -138,7 +138,8 @@ def test_on_drop_sees_every_value_that_leaves_once():
                 admitted.append(t)
         else:
             buf.update(s, t + int(rng.integers(1, 300)))
-    held = [buf._held[s][0] for s in range(40) if s in buf]
+    assert sorted(buf) == [s for s in range(40) if s in buf]
+    held = [buf.get(s) for s in buf]
     assert len(set(dropped)) == len(dropped)
     assert sorted(dropped + held) == admitted
     assert len(held) == len(buf) and dropped
@@ -171,9 +172,9 @@ def test_admits_says_what_offer_does(seed):
         if sample in buf:
             buf.update(sample, nu)
             continue
-        before = (dict(buf._held), buf.bytes_held)
+        before = (sorted(buf), buf.bytes_held, buf.hits, buf.misses)
         admits = buf.admits(nbytes, nu)
-        assert (dict(buf._held), buf.bytes_held) == before  # nothing changed
+        assert (sorted(buf), buf.bytes_held, buf.hits, buf.misses) == before  # unchanged
         assert buf.offer(sample, step, nbytes, nu) == admits
 
 

@@ -14,10 +14,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from tensorpress.loaders.dataloader import DataLoader, _H5Batches
-from tensorpress.loaders.h5dataset import H5Dataset
+from tensorpress.loaders import DataLoader, H5Dataset, ShufflePlan
+from tensorpress.loaders.lookahead import Lookahead
 from torch.utils.data import DataLoader as TorchDataLoader
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, default_collate
 
 FEATURES = 6  # values per sample
 CHUNK = 4  # samples per HDF5 chunk
@@ -122,12 +122,12 @@ def test_every_sample_once(files, n, batch_size, world_size, drop_last, shuffle)
 
 def test_reproducible_and_epochs_differ(files):
     ds = H5Dataset(files(37), "x", label_key="y")
-    a, b = DataLoader(ds, 3, seed=5), DataLoader(ds, 3, seed=5)
+    a, b = DataLoader(ds, 3, seed=5, shuffle=True), DataLoader(ds, 3, seed=5, shuffle=True)
     e0, e1 = _epoch(a), _epoch(a)  # epochs advance by themselves
     assert _epoch(b) == e0 and _epoch(b) == e1
     assert e0 != e1
-    assert _epoch(DataLoader(ds, 3, seed=6)) != e0
-    c = DataLoader(ds, 3, seed=5)
+    assert _epoch(DataLoader(ds, 3, seed=6, shuffle=True)) != e0
+    c = DataLoader(ds, 3, seed=5, shuffle=True)
     c.set_epoch(1)
     assert _epoch(c) == e1 and c.epoch == 2
     c.set_epoch(1)  # set_epoch every epoch, DistributedSampler style
@@ -136,8 +136,8 @@ def test_reproducible_and_epochs_differ(files):
 
 def test_abandoned_iteration_restarts_epoch(files):
     ds = H5Dataset(files(37), "x", label_key="y")
-    loader = DataLoader(ds, 4, seed=1)
-    full = _epoch(DataLoader(ds, 4, seed=1))
+    loader = DataLoader(ds, 4, seed=1, shuffle=True)
+    full = _epoch(DataLoader(ds, 4, seed=1, shuffle=True))
     it = iter(loader)
     next(it)
     assert loader.state_dict()["batches_done"] == 1
@@ -152,22 +152,24 @@ def test_values_equal_h5py(tmp_path):
     with h5py.File(path) as f:
         x, y = f["x"][...], f["y"][...]
     ds = H5Dataset(path, "x", label_key="y")
-    loader = DataLoader(ds, 8, buffer_bytes=300, seed=3)  # small buffer: hits and misses
-    for _ in range(2):
+    # a small buffer, several epochs: hits and misses, slots given back and reused
+    loader = DataLoader(ds, 8, buffer_bytes=300, seed=3, shuffle=True)
+    for _ in range(4):
         seen = []
         for xb, yb in loader:
             idx = yb.numpy()
             assert np.array_equal(xb.numpy(), x[idx]) and np.array_equal(idx, y[idx])
             seen.extend(idx.tolist())
         assert sorted(seen) == list(range(50))
-        reader = loader._wrapped  # every held sample in a slot of its own, none leaked
-        assert reader._slots.taken == len(reader.buffer) > 0
+        assert 0 < loader.stats["buffer_bytes_held"] <= 300
     assert 0 < loader.stats["hits"] and 0 < loader.stats["misses"]
 
 
 def test_a_buffer_the_machine_cannot_reserve_says_what_to_do(tmp_path, monkeypatch):
     path = _make(tmp_path / "m.h5", 20, chunk=4, features=5)
-    loader = DataLoader(H5Dataset(path, "x", label_key="y"), 4, buffer_bytes=10**6, seed=0)
+    loader = DataLoader(
+        H5Dataset(path, "x", label_key="y"), 4, buffer_bytes=10**6, seed=0, shuffle=True
+    )
 
     def no_memory(*args, **kwargs):
         raise MemoryError
@@ -182,7 +184,7 @@ def test_a_buffer_the_machine_cannot_reserve_says_what_to_do(tmp_path, monkeypat
 def _same_as_torch(loader, dataset, collate_fn=None):
     """Our loader's batches equal torch's over the same index lists, epoch by epoch."""
     for epoch in range(2):
-        order = loader._order.epoch(epoch)
+        order = loader.sampler.indices(epoch)
         bs = loader.batch_size
         lists = [order[i : i + bs].tolist() for i in range(0, len(order), bs)]
         if loader.drop_last and len(lists[-1]) < bs:
@@ -196,9 +198,9 @@ def _same_as_torch(loader, dataset, collate_fn=None):
 @pytest.mark.parametrize("labels", [True, False])
 def test_same_as_torch_dataloader(files, labels):
     ds = H5Dataset(files(37), "x", label_key="y" if labels else None, transform=lambda a: a * 2)
-    loader = DataLoader(ds, 8, buffer_bytes=24 * 37, world_size=2, rank=1)
+    loader = DataLoader(ds, 8, buffer_bytes=24 * 37, world_size=2, rank=1, shuffle=True)
     _same_as_torch(loader, ds)
-    loader = DataLoader(ds, 3, drop_last=True, collate_fn=list, buffer_bytes=0)
+    loader = DataLoader(ds, 3, drop_last=True, collate_fn=list, buffer_bytes=0, shuffle=True)
     _same_as_torch(loader, ds, collate_fn=list)
 
 
@@ -226,12 +228,12 @@ def test_batches_read_into_the_collated_tensors_are_torchs(tmp_path, monkeypatch
             "processes": {"num_workers": 2, "worker_init_fn": _init},
         }[workers]
         for batch in (8, 19):  # 19: the rank's whole epoch in one batch
-            loader = DataLoader(ds, batch, buffer_bytes=5 * 24, world_size=2, rank=1, **kw)
-            assert loader._wrapped.collated
-            assert loader.collate_fn is torch.utils.data.default_collate
-            assert (loader._reader_threads is not None) == (workers == "threads")
+            loader = DataLoader(
+                ds, batch, buffer_bytes=5 * 24, world_size=2, rank=1, **kw, shuffle=True
+            )
+            assert loader.collate_fn is default_collate
             _same_as_torch(loader, ds)
-        stats = loader.stats
+        stats = loader.stats  # reading threads count in this process, processes in theirs
         if workers == "processes":
             assert stats is None
         else:
@@ -256,10 +258,10 @@ class _Collated(_Generic):
 
 def test_generic_dataset():
     ds = _Collated(23)
-    loader = DataLoader(ds, 5, collate_fn=lambda batch: batch, seed=2)
+    loader = DataLoader(ds, 5, collate_fn=lambda batch: batch, seed=2, shuffle=True)
     _same_as_torch(loader, ds, collate_fn=lambda batch: batch)
     ds = _Generic(23)
-    loader = DataLoader(ds, 5, seed=2)
+    loader = DataLoader(ds, 5, seed=2, shuffle=True)
     _same_as_torch(loader, ds)
     assert loader.stats is None
     plain = DataLoader(list(range(10)), 4, shuffle=False)
@@ -270,19 +272,11 @@ def test_generic_dataset():
 
 
 @pytest.mark.parametrize("workers", ["threads", "processes"])
-def test_workers_match_single_process(files, monkeypatch, workers):
-    positions = _H5Batches._positions
-
-    def checked(self, batch, indices):  # forked workers inherit the patch
-        rel = positions(self, batch, indices)
-        assert rel is not None, f"batch {batch} reached a worker that did not expect it"
-        return rel
-
-    monkeypatch.setattr(_H5Batches, "_positions", checked)
+def test_workers_match_single_process(files, workers):
     ds = H5Dataset(files(37), "x", label_key="y")
     ranks = []
     for rank in (0, 1):
-        ref = DataLoader(ds, 3, world_size=2, rank=rank, seed=4)
+        ref = DataLoader(ds, 3, world_size=2, rank=rank, seed=4, shuffle=True)
         init = _init if workers == "processes" else None
         par = DataLoader(
             ds,
@@ -293,6 +287,7 @@ def test_workers_match_single_process(files, monkeypatch, workers):
             num_workers=2,
             persistent_workers=True,
             worker_init_fn=init,
+            shuffle=True,
         )
         epochs = [_epoch(par) for _ in range(2)]
         assert epochs == [_epoch(ref) for _ in range(2)]
@@ -317,26 +312,27 @@ def test_worker_error_surfaces():
     gc.collect()  # torch's worker shutdown (a 5 s join) happens here, not in a later test
 
 
-def test_reading_threads_surface_errors_and_time_out(tmp_path, monkeypatch):
+class _Slow(H5Dataset):
+    """Reading samples 20 and on takes 2 s."""
+
+    def read_range(self, start, stop, **kwargs):
+        if stop > 20:
+            time.sleep(2)
+        return super().read_range(start, stop, **kwargs)
+
+
+def test_reading_threads_surface_errors_and_time_out(tmp_path):
     path = _make(tmp_path / "t.h5", 40)
     ds = H5Dataset(path, "x", label_key="y")
-    loader = DataLoader(ds, 4, num_workers=2, buffer_bytes=0)
-    assert loader._reader_threads is not None
+    loader = DataLoader(ds, 4, num_workers=2, buffer_bytes=0, shuffle=True)
+    assert loader.stats is not None  # reading threads
     it = iter(loader)
     next(it)
     os.remove(path)
     with pytest.raises(FileNotFoundError, match="t.h5"):
         list(it)
     path = _make(tmp_path / "t.h5", 40)
-    fetch = _H5Batches.fetch_collated
-
-    def slow(self, token):
-        if token.batch == 3:
-            time.sleep(2)
-        return fetch(self, token)
-
-    monkeypatch.setattr(_H5Batches, "fetch_collated", slow)
-    loader = DataLoader(H5Dataset(path, "x", label_key="y"), 4, num_workers=2, timeout=0.5)
+    loader = DataLoader(_Slow(path, "x", label_key="y"), 4, num_workers=2, timeout=0.5)
     with pytest.raises(RuntimeError, match="timed out after 0.5 seconds"):
         list(loader)
 
@@ -346,25 +342,23 @@ def test_reading_threads_do_not_warn_of_worker_processes(files):
     many = (os.cpu_count() or 1) + 2  # torch warns of more worker processes than CPUs
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        loader = DataLoader(ds, 4, num_workers=many)
-    assert loader._reader_threads is not None and len(list(loader)) == 10
+        loader = DataLoader(ds, 4, num_workers=many, shuffle=True)
+    assert loader.stats is not None and len(list(loader)) == 10  # reading threads
     with pytest.warns(UserWarning, match="worker processes"):
-        DataLoader(ds, 4, num_workers=many, worker_init_fn=_init)
+        DataLoader(ds, 4, num_workers=many, worker_init_fn=_init, shuffle=True)
 
 
 def test_a_newer_iteration_stops_the_reading_threads_of_an_older_one(files):
     ds = H5Dataset(files(37), "x", label_key="y")
-    ref = DataLoader(ds, 4, seed=2, buffer_bytes=10 * 24)
-    loader = DataLoader(ds, 4, seed=2, buffer_bytes=10 * 24, num_workers=2)
+    ref = DataLoader(ds, 4, seed=2, buffer_bytes=10 * 24, shuffle=True)
+    loader = DataLoader(ds, 4, seed=2, buffer_bytes=10 * 24, num_workers=2, shuffle=True)
     old = iter(loader)
     first = next(old)
     assert _equal(first, next(iter(ref)))
-    assert loader._reading is not None
     again = list(loader)  # epoch 0 again: the abandoned iteration restarts it
     assert all(_equal(a, b) for a, b in zip(again, list(ref), strict=True))
     with pytest.raises(RuntimeError, match="newer iteration"):
         next(old)
-    assert loader._reading is None
 
 
 # -- resume -----------------------------------------------------------------------------
@@ -374,23 +368,23 @@ def test_a_newer_iteration_stops_the_reading_threads_of_an_older_one(files):
 def test_resume(files, dataset):
     ds = H5Dataset(files(37), "x", label_key="y") if dataset == "h5" else _Generic(37)
     key = (lambda b: b[1].tolist()) if dataset == "h5" else (lambda b: b["i"].tolist())
-    ref = DataLoader(ds, 4, seed=9)
+    ref = DataLoader(ds, 4, seed=9, shuffle=True)
     _epoch(ref) if dataset == "h5" else list(ref)  # resume inside epoch 1
     full = [key(b) for b in ref]
     nxt = [key(b) for b in ref]
-    loader = DataLoader(ds, 4, seed=9)
+    loader = DataLoader(ds, 4, seed=9, shuffle=True)
     loader.set_epoch(1)
     it = iter(loader)
     head = [key(next(it)) for _ in range(3)]
     state = loader.state_dict()
     assert head == full[:3] and state["epoch"] == 1 and state["batches_done"] == 3
-    resumed = DataLoader(ds, 4, seed=9)
+    resumed = DataLoader(ds, 4, seed=9, shuffle=True)
     resumed.load_state_dict(state)
     assert [key(b) for b in resumed] == full[3:]
     assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["batches_done"] == 0
     assert [key(b) for b in resumed] == nxt
     with pytest.raises(ValueError, match="seed"):
-        DataLoader(ds, 4, seed=8).load_state_dict(state)
+        DataLoader(ds, 4, seed=8, shuffle=True).load_state_dict(state)
 
 
 # -- the buffer -------------------------------------------------------------------------
@@ -409,7 +403,7 @@ def _rate(loader, epochs):
 def test_whole_dataset_buffer_hits(tmp_path):
     n = 400
     ds = H5Dataset(_make(tmp_path / "b.h5", n, chunk=16, features=32), "x")
-    loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes)
+    loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes, shuffle=True)
     _rate(loader, 1)
     rate, chunk_bytes = _rate(loader, 1)
     assert rate >= 0.99 and chunk_bytes == 0
@@ -418,13 +412,13 @@ def test_whole_dataset_buffer_hits(tmp_path):
 def test_quarter_buffer(tmp_path):
     n = 800
     ds = H5Dataset(_make(tmp_path / "q.h5", n, chunk=16, features=32), "x")
-    loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes // 4, seed=1)
+    loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes // 4, seed=1, shuffle=True)
     _rate(loader, 1)
     rate, chunk_bytes = _rate(loader, 2)
     assert rate >= 0.95 * 0.25
     single = H5Dataset(ds.path, "x")  # per-sample reads of the same epochs
     for epoch in (1, 2):
-        for i in loader._order.epoch(epoch).tolist():
+        for i in loader.sampler.indices(epoch).tolist():
             single.read_range(i, i + 1)
     assert chunk_bytes < 0.5 * single.chunk_bytes_read
 
@@ -487,7 +481,7 @@ def test_window_keeps_every_sample_once_and_clusters_chunks(tmp_path):
     with h5py.File(path, "w") as f:
         f.create_dataset("x", data=np.arange(256, dtype=np.float32).reshape(256, 1), chunks=(8, 1))
     ds = H5Dataset(path, "x")
-    loader = DataLoader(ds, batch_size=16, window=32, seed=1)
+    loader = DataLoader(ds, batch_size=16, window=32, seed=1, shuffle=True)
     assert loader.window == 32 and loader.state_dict()["window"] == 32
     order = np.concatenate([b.reshape(-1).numpy() for b in loader]).astype(np.int64)
     assert np.array_equal(np.sort(order), np.arange(256))
@@ -508,6 +502,7 @@ def test_fixed_shards_hit_every_access_after_the_first_epoch(tmp_path):
             rank=rank,
             shard="fixed",
             buffer_bytes=share,
+            shuffle=True,
         )
         epochs = []
         for _ in range(3):
@@ -518,20 +513,22 @@ def test_fixed_shards_hit_every_access_after_the_first_epoch(tmp_path):
         assert loader.state_dict()["shard"] == "fixed"
         seen += epochs[0]
     assert sorted(seen) == list(range(n))  # disjoint and covering
-    fresh = DataLoader(ds, 8, world_size=world, rank=0, buffer_bytes=share)
+    fresh = DataLoader(ds, 8, world_size=world, rank=0, buffer_bytes=share, shuffle=True)
     _rate(fresh, 1)
     rate, chunk_bytes = _rate(fresh, 1)  # DistributedSampler's split changes every epoch
     assert rate < 1.0 and chunk_bytes > 0
 
 
-def test_partial_reads_read_only_the_missed_samples(tmp_path, monkeypatch):
+def test_partial_reads_read_only_the_missed_samples(tmp_path):
     n = 800
     path = _make(tmp_path / "p.h5", n, chunk=16, features=32)
+    with h5py.File(path, "a") as f:  # the same samples behind a filter: whole chunks
+        f.create_dataset("f", data=f["x"][...], chunks=(16, 32), shuffle=True)
 
     def run(partial: bool):
-        ds = H5Dataset(path, "x", label_key="y")
-        monkeypatch.setattr(ds, "_partial", partial)
-        loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes // 8, seed=3)
+        ds = H5Dataset(path, "x" if partial else "f", label_key="y")
+        assert ds.partial_reads == partial
+        loader = DataLoader(ds, 8, buffer_bytes=n * ds.sample_nbytes // 8, seed=3, shuffle=True)
         batches = [[(x.numpy(), y.tolist()) for x, y in loader]]
         first = dict(loader.stats)
         batches.append([(x.numpy(), y.tolist()) for x, y in loader])
@@ -549,22 +546,188 @@ def test_partial_reads_read_only_the_missed_samples(tmp_path, monkeypatch):
     assert partial_rate >= 0.8 / 8  # epoch 2: Belady's on samples, about the buffer's share
 
 
-def test_compressed_misses_are_hinted_before_they_are_read(tmp_path, monkeypatch):
-    """A compressed dataset's missed runs are announced (``will_read``) before they are
-    read; the batches are those of torch's loader all the same."""
+def test_compressed_datasets_give_the_batches_of_their_data(tmp_path):
+    """A dataset compressed losslessly by tensorpress gives the batches its data gives,
+    every sample read (and decoded) once with no buffer."""
     from tensorpress.formats import compress_file
 
     path = _make(tmp_path / "p.h5", 40)
     cpath = tmp_path / "c.h5"
     compress_file(path, cpath, {"abs": 0.0}, codec="block", chunk_bytes=64)
-    hinted = []
-    real = H5Dataset.will_read
-    monkeypatch.setattr(
-        H5Dataset, "will_read", lambda self, runs: hinted.extend(runs) or real(self, runs)
-    )
     ds = H5Dataset(cpath, "x", label_key="y")
     assert ds.compressed
-    ref = [b for b in DataLoader(H5Dataset(path, "x", label_key="y"), 4, seed=3)]
-    got = list(DataLoader(ds, 4, seed=3, buffer_bytes=0))
-    assert all(_equal(a, b) for a, b in zip(got, ref, strict=True))
-    assert {s for a, b in hinted for s in range(a, b)} == set(range(40))  # each one read
+    ref = [b for b in DataLoader(H5Dataset(path, "x", label_key="y"), 4, seed=3, shuffle=True)]
+    loader = DataLoader(ds, 4, seed=3, buffer_bytes=0, shuffle=True)
+    got = list(loader)
+    assert len(got) == len(ref) and all(_equal(a, b) for a, b in zip(got, ref, strict=True))
+    assert loader.stats["misses"] == 40 and loader.stats["hits"] == 0
+
+
+# -- torch's roles: sampler, batch_sampler, the dataset protocol -------------------------
+
+
+def test_unshuffled_by_default_as_torchs(files):
+    ds = H5Dataset(files(10), "x", label_key="y")
+    assert _epoch(DataLoader(ds, 4)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert _epoch(DataLoader(ds, 4)) == [b.tolist() for _, b in TorchDataLoader(ds, 4)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plan_as_sampler_is_the_loaders_own_plan(files, workers):
+    ds = H5Dataset(files(37), "x", label_key="y")
+    kw = dict(seed=7, world_size=2, rank=1, chunk_samples=CHUNK, window=8)
+    plan = ShufflePlan(37, **kw)
+    own = DataLoader(ds, 4, shuffle=True, seed=7, world_size=2, rank=1, window=8)
+    given = DataLoader(ds, 4, sampler=plan, num_workers=workers, buffer_bytes=8 * 24)
+    assert given.sampler is plan and given.state_dict() == own.state_dict()
+    assert _epoch(given) == _epoch(own) and plan.epoch == 1  # epochs advance in the plan
+    plan.set_epoch(5)  # DistributedSampler style: the plan's epoch is the loader's
+    own.set_epoch(5)
+    assert given.epoch == 5 and _epoch(given) == _epoch(own)
+    it = iter(given)
+    head = [next(it)[1].tolist() for _ in range(2)]
+    state = given.state_dict()
+    resumed = DataLoader(ds, 4, sampler=ShufflePlan(37, **kw), num_workers=workers)
+    resumed.load_state_dict(state)
+    assert head + _epoch(resumed) == _epoch(DataLoader(ds, 4, sampler=plan_at(kw, 6)))
+    assert {i for b in _epoch(resumed) for i in b} == set(plan.indices(7).tolist())
+
+
+def plan_at(kw: dict, epoch: int) -> ShufflePlan:
+    plan = ShufflePlan(37, **kw)
+    plan.set_epoch(epoch)
+    return plan
+
+
+@pytest.mark.parametrize("dataset", ["h5", "generic"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_any_sampler_or_batch_sampler_gives_torchs_batches(files, dataset, workers):
+    """A sampler that is no plan is drawn as torch draws it: every sample once per epoch,
+    the batches of torch's loader; resuming skips the batches already done."""
+    ds = H5Dataset(files(37), "x", label_key="y") if dataset == "h5" else _Generic(37)
+    order = np.random.default_rng(1).permutation(37).tolist()
+    lists = [order[i : i + 5] for i in range(0, 37, 5)]
+    for kw in ({"batch_size": 5, "sampler": order}, {"batch_sampler": lists}):
+        loader = DataLoader(ds, num_workers=workers, buffer_bytes=6 * 24, **kw)
+        ref = TorchDataLoader(ds, **kw)
+        for _ in range(2):
+            got = list(loader)
+            assert len(got) == len(loader) == 8
+            assert all(_equal(a, b) for a, b in zip(got, ref, strict=True))
+        assert loader.epoch == 2 and loader.state_dict()["seed"] is None
+        it = iter(loader)
+        next(it)
+        next(it)
+        resumed = DataLoader(ds, num_workers=workers, **kw)
+        resumed.load_state_dict(loader.state_dict())
+        rest = list(resumed)
+        assert len(rest) == 6 and all(
+            _equal(a, b) for a, b in zip(rest, list(ref)[2:], strict=True)
+        )
+    sampled = DataLoader(ds, 5, sampler=torch.utils.data.RandomSampler(ds))
+    assert sorted(int(i) for b in sampled for i in _ids(b)) == list(range(37))
+
+
+def _ids(batch) -> list[int]:
+    return batch[1].tolist() if isinstance(batch, list) else batch["i"].tolist()
+
+
+def test_set_epoch_reaches_a_distributed_sampler(files):
+    ds = H5Dataset(files(37), "x", label_key="y")
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, seed=3)
+    loader = DataLoader(ds, 4, sampler=sampler)
+    loader.set_epoch(3)
+    assert sampler.epoch == 3
+    assert [i for b in _epoch(loader) for i in b] == list(sampler)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"shuffle": True, "sampler": [0, 1]}, "sampler option is mutually exclusive"),
+        ({"batch_sampler": [[0]], "batch_size": 2}, "batch_sampler option is mutually"),
+        ({"batch_sampler": [[0]], "shuffle": True}, "batch_sampler option is mutually"),
+        ({"batch_sampler": [[0]], "sampler": [0]}, "batch_sampler option is mutually"),
+        ({"batch_sampler": [[0]], "drop_last": True}, "batch_sampler option is mutually"),
+        ({"sampler": [0, 1], "seed": 3}, "seed set up the loader's own ShufflePlan"),
+        ({"batch_sampler": [[0]], "window": 4}, "window set up the loader's own"),
+    ],
+)
+def test_torchs_exclusive_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DataLoader(list(range(4)), **kwargs)
+    if "seed" not in kwargs and "window" not in kwargs:  # torch says the same
+        with pytest.raises(ValueError, match=match):
+            TorchDataLoader(list(range(4)), **kwargs)
+
+
+class _Chunks:
+    """A dataset in memory that offers the chunked-read members (and is no H5Dataset):
+    items are ``(2 * x, label)``; ``reads`` counts the samples read."""
+
+    transform = staticmethod(lambda x: 2 * x)
+    chunk_samples, partial_reads, compressed = 4, False, False
+    sample_shape, dtype, label_shape, label_dtype = (FEATURES,), np.dtype("f4"), (), np.dtype("i8")
+
+    def __init__(self, n):
+        self.x, self.y, self.bytes_read = _values(n), np.arange(n), 0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.transform(self.x[i]), self.y[i]
+
+    @property
+    def chunk_bytes_read(self):
+        return self.bytes_read
+
+    def read_range(self, start, stop, *, whole_chunks=True, out=None):
+        self.bytes_read += (stop - start) * self.x[0].nbytes
+        if out is None:
+            return self.x[start:stop].copy()
+        out[...] = self.x[start:stop]
+        return out
+
+    def labels_range(self, start, stop):
+        return self.y[start:stop].copy()
+
+    def will_read(self, ranges):
+        pass
+
+
+def test_the_fast_path_is_chosen_by_what_a_dataset_offers():
+    ds = _Chunks(40)
+    loader = DataLoader(ds, 4, shuffle=True, buffer_bytes=40 * (24 + 8))
+    _same_as_torch(loader, ds)  # two epochs
+    stats = loader.stats  # whole chunks read once, kept: every later access hits
+    assert stats["hits"] + stats["misses"] == 80 and stats["hits"] >= 40
+    assert stats["bytes_read"] == 40 * 24
+    assert DataLoader(_Generic(40), 4).stats is None  # item by item
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_each_worker_foresees_exactly_its_batches(workers):
+    """Batch ``b`` goes to worker ``(b - first) % workers``: its window knows the batch's
+    positions and the next use of each access, and no other worker claims the batch."""
+    plan = ShufflePlan(50, seed=2, epochs=3)
+    bs, batches, first = 4, 13, 2
+    order = plan.indices(1)
+    for w in range(workers):
+        ahead = Lookahead(plan, bs, batches, w, workers)
+        ahead.start(1, first)
+        mine = [b for b in range(first, batches) if (b - first) % workers == w]
+        seq = np.concatenate([order[b * bs : (b + 1) * bs] for b in mine])
+        seq = np.concatenate([seq, ahead.mine(2, 0)[0]])
+        pos = 0
+        for b in range(batches):
+            indices = order[b * bs : (b + 1) * bs]
+            rel = ahead.positions(b, indices)
+            if b not in mine:
+                assert rel is None
+                continue
+            assert rel.tolist() == list(range(pos, pos + indices.size))
+            for t, nu in zip(rel.tolist(), ahead.next_after(rel).tolist(), strict=True):
+                later = np.flatnonzero(seq[t + 1 :] == seq[t])
+                assert nu == ahead.base + (t + 1 + later[0] if later.size else seq.size)
+            pos += indices.size
