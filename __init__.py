@@ -10,32 +10,30 @@ True
 
 from __future__ import annotations
 
-import sys  # noqa: E402
-import types  # noqa: E402
+import sys
+import types
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 from ._version import __version__
-from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
-from .formats import (  # noqa: E402
-    ContainerReader,
-    encode_array,
-    read_header,
-)
-from .formats.container import is_bfloat16, resolve_workers  # noqa: E402
+from .compress import ErrorBound, available_codecs, get_codec
+from .formats import ContainerReader, encode_array, read_header
+from .formats import open_compressed as open  # noqa: A004  (tp.open, as h5py.File reads)
+from .formats.container import is_bfloat16, resolve_workers
 
 __all__ = [
     "ErrorBound",
     "__version__",
     "available_codecs",
     "compress",
-    "compress_array",
     "decompress",
+    "get_codec",
     "info",
+    "open",
 ]
 
 
-def compress_array(
+def _compress(
     x,
     *,
     abs=None,
@@ -83,13 +81,13 @@ def compress_array(
 
 
 class _CallableSubpackage(types.ModuleType):
-    """``tensorpress.compress`` is the codecs subpackage and, called, ``compress_array``.
+    """``tensorpress.compress`` is the codecs subpackage and, called, compresses an array.
 
     So ``tp.compress(x, rel=1e-3)`` works beside ``import tensorpress.compress.sz``.
     """
 
     def __call__(self, x, **kwargs) -> bytes:
-        return compress_array(x, **kwargs)
+        return _compress(x, **kwargs)
 
 
 sys.modules[f"{__name__}.compress"].__class__ = _CallableSubpackage

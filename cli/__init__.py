@@ -16,53 +16,6 @@ finds an element outside its bound, 2 for an error (one line on stderr,
 Set ``TENSORPRESS_TRACEBACK=1`` to see the traceback of an unexpected error.
 """
 
-from .app import COMMANDS, error_message, main
-from .bench import bench_codecs, bench_one, plot_rate_distortion
-from .demo import demo_activation, demo_field
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_VIOLATION, UserError
-from .files import report_dict
-from .output import Progress, bound_text, codec_text, print_table, rate_text, size_text
-from .parser import (
-    build_parser,
-    parse_bound_value,
-    parse_bytes,
-    parse_float_dtype,
-    parse_override,
-    parse_positive_rel,
-    parse_shape,
-    parse_workers,
-)
-from .verify import ErrorCheck, row_blocks
+from .app import main
 
-__all__ = [
-    "COMMANDS",
-    "EXIT_ERROR",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_VIOLATION",
-    "ErrorCheck",
-    "Progress",
-    "UserError",
-    "bench_codecs",
-    "bench_one",
-    "bound_text",
-    "build_parser",
-    "codec_text",
-    "demo_activation",
-    "demo_field",
-    "error_message",
-    "main",
-    "parse_bound_value",
-    "parse_bytes",
-    "parse_float_dtype",
-    "parse_override",
-    "parse_positive_rel",
-    "parse_shape",
-    "parse_workers",
-    "plot_rate_distortion",
-    "print_table",
-    "rate_text",
-    "report_dict",
-    "row_blocks",
-    "size_text",
-]
+__all__ = ["main"]

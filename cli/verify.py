@@ -117,7 +117,7 @@ class ErrorCheck:
 def run_verify(args) -> int:
     """``tensorpress verify``: exit 1 if any element is outside its stored bound."""
     from ..formats import describe_file, open_source
-    from ..formats import open as open_compressed
+    from ..formats import open_compressed
 
     require_input(args.original)
     require_input(args.compressed)

@@ -28,9 +28,6 @@ from .files import DatasetReport, compress_file, decompress_file, describe_file
 from .hdf5 import MARKER, MARKER_VERSION
 from .reader import CompressedFile, Dataset, open_compressed, open_source
 
-#: ``tensorpress.formats.open(path)``: a file's datasets, lazily sliced
-open = open_compressed  # noqa: A001
-
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "FORMAT_VERSION",
@@ -57,7 +54,7 @@ __all__ = [
     "describe_file",
     "encode_array",
     "encode_chunks",
-    "open",
+    "open_compressed",
     "open_source",
     "parse_header",
     "read_header",

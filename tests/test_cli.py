@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from tensorpress import cli
+from tensorpress.cli import app, errors, output, parser, verify
 from tensorpress.cli import main
 from tensorpress.formats import read_header
 
@@ -109,34 +110,34 @@ def field_file(tmp_path):
 
 
 def test_argument_types():
-    assert cli.parse_bytes("4M") == 4 << 20
-    assert cli.parse_bytes("512k") == 512 << 10
-    assert cli.parse_bytes("1GiB") == 1 << 30
-    assert cli.parse_bytes("4096") == 4096
-    assert cli.parse_shape("100,500,500") == (100, 500, 500)
-    assert cli.parse_shape("3x4") == (3, 4)
-    assert cli.parse_override("run1/temperature:abs=0.01") == ("run1/temperature", {"abs": 0.01})
-    assert cli.parse_override("p:pw-rel=1e-3") == ("p", {"pw_rel": 1e-3})
-    assert cli.parse_float_dtype("f8") == "float64"
+    assert parser.parse_bytes("4M") == 4 << 20
+    assert parser.parse_bytes("512k") == 512 << 10
+    assert parser.parse_bytes("1GiB") == 1 << 30
+    assert parser.parse_bytes("4096") == 4096
+    assert parser.parse_shape("100,500,500") == (100, 500, 500)
+    assert parser.parse_shape("3x4") == (3, 4)
+    assert parser.parse_override("run1/temperature:abs=0.01") == ("run1/temperature", {"abs": 0.01})
+    assert parser.parse_override("p:pw-rel=1e-3") == ("p", {"pw_rel": 1e-3})
+    assert parser.parse_float_dtype("f8") == "float64"
     for fn, text in [
-        (cli.parse_bytes, "4Q"),
-        (cli.parse_bytes, "0"),
-        (cli.parse_shape, "3,a"),
-        (cli.parse_override, "temperature=0.01"),
-        (cli.parse_override, "t:sq=1"),
-        (cli.parse_float_dtype, "int16"),
-        (cli.parse_workers, "0"),
+        (parser.parse_bytes, "4Q"),
+        (parser.parse_bytes, "0"),
+        (parser.parse_shape, "3,a"),
+        (parser.parse_override, "temperature=0.01"),
+        (parser.parse_override, "t:sq=1"),
+        (parser.parse_float_dtype, "int16"),
+        (parser.parse_workers, "0"),
     ]:
         with pytest.raises(Exception, match="invalid|not supported"):
             fn(text)
 
 
 def test_row_blocks_cover_the_array():
-    blocks = list(cli.row_blocks((10, 3), 4, 24, align=1))  # 2 rows a block
+    blocks = list(verify.row_blocks((10, 3), 4, 24, align=1))  # 2 rows a block
     assert [b[0].start for b in blocks] == [0, 2, 4, 6, 8] and blocks[-1][0].stop == 10
-    assert [b[0].stop - b[0].start for b in cli.row_blocks((10, 3), 4, 24, align=3)] == [3, 3, 3, 1]
-    assert list(cli.row_blocks((), 8, 24)) == [()]
-    assert list(cli.row_blocks((0, 5), 4, 24)) == []
+    assert [b[0].stop - b[0].start for b in verify.row_blocks((10, 3), 4, 24, align=3)] == [3, 3, 3, 1]
+    assert list(verify.row_blocks((), 8, 24)) == [()]
+    assert list(verify.row_blocks((0, 5), 4, 24)) == []
 
 
 # -- compress / decompress round trips -----------------------------------------------------
@@ -369,11 +370,11 @@ def test_verify_detects_values_outside_the_bound(capsys, tmp_path, h5_file):
 
 
 def test_verify_pw_rel_sign_and_nonfinite():
-    check = cli.ErrorCheck({"mode": "pw_rel", "value": 0.1, "tolerance": 0.1})
+    check = verify.ErrorCheck({"mode": "pw_rel", "value": 0.1, "tolerance": 0.1})
     check.update(np.array([1.0, -2.0, 0.0, np.nan]), np.array([1.05, -1.9, 0.0, np.nan]))
     assert check.result()["violations"] == 0
     for y in ([1.2, -2.0, 0.0, np.nan], [1.0, -2.0, 1e-30, np.nan], [1.0, -2.0, 0.0, 0.0]):
-        check = cli.ErrorCheck({"mode": "pw_rel", "value": 0.1, "tolerance": 0.1})
+        check = verify.ErrorCheck({"mode": "pw_rel", "value": 0.1, "tolerance": 0.1})
         check.update(np.array([1.0, -2.0, 0.0, np.nan]), np.array(y))
         assert check.result()["violations"] == 1, y
 
@@ -531,7 +532,7 @@ def test_interrupt_leaves_no_output(capsys, tmp_path, monkeypatch):
         if done > 0:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.Progress, "__call__", interrupt)
+    monkeypatch.setattr(output.Progress, "__call__", interrupt)
     rc, stdout, err = _run(capsys, "compress", src, out, "--rel", "1e-3", "--chunk", "4K")
     assert rc == 130 and stdout == ""
     assert err.strip().splitlines() == ["tensorpress: interrupted; no output was written"]
@@ -544,12 +545,12 @@ def test_a_reader_that_goes_away_stops_the_command_quietly(capsys, tmp_path, mon
     def closed_pipe(args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setitem(cli.COMMANDS, "demo", closed_pipe)
+    monkeypatch.setitem(app.COMMANDS, "demo", closed_pipe)
     with open(tmp_path / "stdout", "w") as out:
         monkeypatch.setattr(sys, "stdout", out)
         rc = main(["demo"])
         print("after", file=out, flush=True)  # stdout now goes nowhere, without error
-    assert rc == cli.EXIT_ERROR and capsys.readouterr().err == ""
+    assert rc == errors.EXIT_ERROR and capsys.readouterr().err == ""
     assert (tmp_path / "stdout").read_text() == ""
 
 

@@ -495,9 +495,9 @@ def test_interpolation_tuning_out_of_range_is_refused(tuning):
 def test_sz_never_stores_a_chunk_larger_than_its_lossless_form(dtype):
     # float16 under pw_rel: log-domain outliers and sign bits cost more than the data did
     x = _field((60, 61)).astype(dtype)
-    lossless = tp.info(tp.compress_array(x, pw_rel=0.0, workers=1))["compressed_bytes"]
+    lossless = tp.info(tp.compress(x, pw_rel=0.0, workers=1))["compressed_bytes"]
     for kw in ({"pw_rel": 1e-2}, {"pw_rel": 1e-6}, {"rel": 1e-7}):
-        blob = tp.compress_array(x, workers=1, **kw)
+        blob = tp.compress(x, workers=1, **kw)
         assert len(blob) <= lossless + 64  # + the longer JSON of a non-zero bound
         y = tp.decompress(blob)
         if len(blob) > x.nbytes:  # only the lossless form may exceed the data
@@ -513,5 +513,5 @@ def test_read_only_input_such_as_a_memory_map(tmp_path, codec, kw):
     np.save(tmp_path / "x.npy", x)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
     assert not mapped.flags.writeable
-    blob = tp.compress_array(mapped, codec=codec, workers=1, **kw)
-    assert blob == tp.compress_array(x, codec=codec, workers=1, **kw)
+    blob = tp.compress(mapped, codec=codec, workers=1, **kw)
+    assert blob == tp.compress(x, codec=codec, workers=1, **kw)

@@ -18,7 +18,7 @@ from tensorpress.formats import (
     describe_file,
     open_source,
 )
-from tensorpress.formats import open as tp_open
+from tensorpress.formats import open_compressed as tp_open
 
 
 def _smooth(shape, dtype, seed):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from tensorpress.formats import compress_file
-from tensorpress.formats import open as open_compressed
+from tensorpress.formats import open_compressed as open_compressed
 from tensorpress.loaders.h5dataset import DEFAULT_CACHE_BYTES, H5Dataset
 from torch.utils.data import DataLoader
 

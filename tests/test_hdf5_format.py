@@ -23,7 +23,7 @@ from tensorpress.formats import (
     open_source,
 )
 from tensorpress.formats import hdf5 as h5fmt
-from tensorpress.formats import open as tp_open
+from tensorpress.formats import open_compressed as tp_open
 from test_golden import assert_decodes_as_written
 
 REL = 1e-3

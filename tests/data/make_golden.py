@@ -8,6 +8,12 @@ kept), and manifest.json records the dtype, shape and SHA-256 of the decoded arr
 HDF5 file is tests/data/v<version>/hdf5_mixed.h5, described per dataset in
 manifest_hdf5.json. Files of a released version are never regenerated: the
 tests decode them forever.
+
+Exception: the ``block_*`` streams of v1 were written in ``block``'s first chunk
+layout (mode 0), which was dropped; they were written again in the current one
+(delete them and run this script: their decoded values, and so the manifest, are
+unchanged). tests/data/block_first_layout_f32.tp keeps the first layout's
+``block_f32_mixed`` to check that such a stream is refused with a clear error.
 """
 
 import hashlib
@@ -61,7 +67,7 @@ def cases():
     yield "block_f32_mixed", _block_mix(np.float32, 9), {"codec": "block", "rel": 1e-2}
     yield "block_f64_pw_rel", _block_mix(np.float64, 10), {"codec": "block", "pw_rel": 1e-3}
     yield "block_f16_abs", _block_mix(np.float16, 11), {"codec": "block", "abs": 0.01}
-    # the block layout with each index after its codes (chunk mode 2)
+    # block-aligned, with sparse blocks of every index kind
     yield "block2_f32_mixed", _block_mix2(np.float32, 12), {"codec": "block", "rel": 1e-2}
     yield "block2_f64_pw_rel", _block_mix2(np.float64, 13), {"codec": "block", "pw_rel": 1e-3}
     yield "block2_f16_abs", _block_mix2(np.float16, 14), {"codec": "block", "abs": 0.01}
@@ -72,8 +78,9 @@ def cases():
 
 
 def _block_mix(dtype, seed):
-    """Every kind of ``block`` block: dense, sparse (position list and mask), differences,
-    signed and unsigned codes, all-zero, constant and raw blocks, a partial last block."""
+    """Every kind of ``block`` block: dense, sparse (ranks and masks), differences,
+    signed and unsigned codes, all-zero, constant and raw blocks, blocks not aligned
+    to the input's parts, a partial last block."""
     rng = np.random.default_rng(seed)
     parts = [
         np.full(64, np.nan),  # not codable, all equal: stored as one value
@@ -81,7 +88,7 @@ def _block_mix(dtype, seed):
         rng.standard_normal(130),  # noise: signed codes
         np.abs(rng.standard_normal(64)),  # unsigned codes
         np.zeros(128),  # all-zero blocks
-        np.where(rng.random(64) < 0.1, 2.0, 0.0),  # a few non-zeros: position list
+        np.where(rng.random(64) < 0.1, 2.0, 0.0),  # a few non-zeros: ranks
         np.maximum(rng.standard_normal(192), 0.0),  # ReLU-like: mask
         np.where(rng.random(64) < 0.05, np.nan, 1.0),  # NaN: raw
         [np.inf, -np.inf, -0.0, 0.0, 1e-40],
@@ -91,7 +98,7 @@ def _block_mix(dtype, seed):
 
 
 def _block_mix2(dtype, seed):
-    """:func:`_block_mix` for chunk mode 2, block-aligned: sparse blocks whose positions
+    """:func:`_block_mix`, block-aligned: sparse blocks whose positions
     are ranked (up to 14 non-zero codes, in either half or both) or masked, and a sparse
     partial last block."""
     rng = np.random.default_rng(seed)
@@ -165,7 +172,7 @@ def write_hdf5_source(path):
 
 def main_hdf5():
     from tensorpress.formats import compress_file
-    from tensorpress.formats import open as open_file
+    from tensorpress.formats import open_compressed as open_file
 
     out = pathlib.Path(__file__).parent / f"v{FORMAT_VERSION}"
     dst = out / "hdf5_mixed.h5"
