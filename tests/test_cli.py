@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from tensorpress import cli
-from tensorpress.cli import app, errors, output, parser, verify
-from tensorpress.cli import main
+from tensorpress.cli import app, errors, main, output, parser, verify
 from tensorpress.formats import read_header
 
 
@@ -135,7 +134,12 @@ def test_argument_types():
 def test_row_blocks_cover_the_array():
     blocks = list(verify.row_blocks((10, 3), 4, 24, align=1))  # 2 rows a block
     assert [b[0].start for b in blocks] == [0, 2, 4, 6, 8] and blocks[-1][0].stop == 10
-    assert [b[0].stop - b[0].start for b in verify.row_blocks((10, 3), 4, 24, align=3)] == [3, 3, 3, 1]
+    assert [b[0].stop - b[0].start for b in verify.row_blocks((10, 3), 4, 24, align=3)] == [
+        3,
+        3,
+        3,
+        1,
+    ]
     assert list(verify.row_blocks((), 8, 24)) == [()]
     assert list(verify.row_blocks((0, 5), 4, 24)) == []
 
