@@ -9,10 +9,11 @@ that land outside ``[0, n)`` go round again (cycle walking: fewer than 2 passes 
 average, since ``2**k < 2n``). Round keys come from ``hash32`` of the key. Any
 position of any epoch is computable alone, so threads can fill slices of an epoch.
 
-Such a construction is measurably non-uniform on small domains (over 20000 keys, the
-position/value table of n = 10 is 9 standard deviations from uniform, n = 100 is 3,
-n = 1000 is 0.5), so up to ``SMALL`` elements the permutation is a Fisher-Yates
-shuffle driven by ``hash32`` instead (a modulo bias below 2**-12).
+A few rounds of such a construction are not uniform on small domains (a chi-square test
+of the position/value table over many keys tells them apart, the smaller the domain the
+more clearly), so up to ``SMALL`` elements the permutation is a Fisher-Yates shuffle
+driven by ``hash32`` instead (a modulo bias below 2**-12); tests/test_plan.py checks both
+kinds with such tables.
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ def fill_permuted(out, positions_start, positions_step, n, key):
     # in blocks: first the rounds of every position, a loop free of data-dependent
     # branches (independent chains overlap in the CPU), then the cycle walks a pass at a
     # time over the positions still outside [0, n), compacted so that each pass is
-    # branch-free too (about 40% of the values walk at n = 10**7: 1.5x faster than
-    # walking each one to its end)
+    # branch-free too: a large share of the values walk (2**k may approach 2n), and
+    # walking each one to its end would stall on unpredictable branches (the plan's
+    # timing in benchmarks/loader.py shows it)
     walked = np.empty(_BLOCK, np.int64)
     left_at = np.empty(_BLOCK, np.int64)  # block positions still walking
     m = (mul[0], mul[1], mul[2], mul[3])  # in registers (ROUNDS is 4)

@@ -33,6 +33,22 @@ def _data(dtype) -> np.ndarray:
     return rng.integers(-1000, 1000, size=(N, 3, 4)).astype(dtype)
 
 
+def _open_files(path) -> list:
+    """The HDF5 file ids this process has open on ``path``."""
+    name = os.fsencode(os.path.abspath(path))
+    return [f for f in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE) if f.name == name]
+
+
+def _chunk_caches(path, key: str) -> list[tuple[int, int]]:
+    """(slots, bytes) of the chunk cache of each open dataset ``key`` of ``path``."""
+    out = set()
+    for f in _open_files(path):
+        for d in h5py.h5f.get_obj_ids(f, types=h5py.h5f.OBJ_DATASET):
+            if h5py.h5i.get_name(d) == key.encode():
+                out.add((d.id, d.get_access_plist().get_chunk_cache()[:2]))
+    return [cache for _, cache in sorted(out)]
+
+
 def _make(path, data, key="x", labels=None, label_key="y", **kwargs):
     with h5py.File(path, "w") as f:
         f.create_dataset(key, data=data, **kwargs)
@@ -211,16 +227,16 @@ def test_chunk_geometry_and_cache(tmp_path):
     flat = H5Dataset(path, "flat")  # 400 bytes a sample: ~1 MiB is 2621 samples
     assert flat.chunks is None and flat.chunk_samples == round(2**20 / 400)
     small[0]
-    nslots, nbytes, _ = small._x.id.get_access_plist().get_chunk_cache()
+    [(nslots, nbytes)] = _chunk_caches(path, "/small")
     assert nbytes == DEFAULT_CACHE_BYTES and nslots == small.cache_slots > 521
-    _, nslots, nbytes, _ = small._file.id.get_access_plist().get_cache()
+    [(_, nslots, nbytes, _)] = [f.get_access_plist().get_cache() for f in _open_files(path)]
     assert nbytes == DEFAULT_CACHE_BYTES and nslots == small.cache_slots
     other = H5Dataset(path, "flat")
     other[0]  # the file is open twice in this process: its file-level cache is shared ...
     custom = H5Dataset(path, "small", cache_bytes=12345)
     small.close()  # (a dataset open twice in one process shares one chunk cache too)
     custom[0]
-    nslots, nbytes, _ = custom._x.id.get_access_plist().get_chunk_cache()
+    [(nslots, nbytes)] = _chunk_caches(path, "/small")
     assert nbytes == 12345 and nslots == custom.cache_slots  # ... set per dataset instead
     assert all(small.cache_slots % d for d in range(2, int(small.cache_slots**0.5) + 1))
 
@@ -259,26 +275,31 @@ def test_pickle_drops_the_handle(labelled):
     path, data, labels = labelled
     ds = H5Dataset(path, "x", label_key="y")
     ds[3]
-    assert ds._file is not None and ds.bytes_read > 0
+    assert len(_open_files(path)) == 1 and ds.bytes_read > 0
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone._file is None and clone.bytes_read == 0
+    assert len(_open_files(path)) == 1 and clone.bytes_read == 0  # the clone opened none
     x, y = clone[3]
     np.testing.assert_array_equal(x, data[3])
-    assert y == labels[3]
+    assert y == labels[3] and len(_open_files(path)) == 2  # its own handle
     ds.close()
-    assert ds._file is None
+    clone.close()
+    assert _open_files(path) == []
     np.testing.assert_array_equal(ds[4][0], data[4])  # reopens
+    ds.close()
 
 
 # -- fork safety -----------------------------------------------------------------------
 
 
 class _Probe(H5Dataset):
-    """Items carry the reading process's pid and whether its handle is its own."""
+    """Items carry the reading process's pid and the bytes it had read before (its own
+    counters: a process that inherited the parent's handle and counters would carry
+    the parent's reads)."""
 
     def __getitem__(self, index):
+        before = self.bytes_read
         x, y = super().__getitem__(index)
-        return x, y, os.getpid(), self._pid == os.getpid() and self._file is not None
+        return x, y, os.getpid(), before
 
 
 def _epoch(ds, seed):
@@ -298,27 +319,29 @@ def _epoch(ds, seed):
 def test_dataloader_workers(labelled, parent_read_first):
     path, data, labels = labelled
     ds = _Probe(path, "x", label_key="y")
-    assert ds._file is None  # construction opened and closed the file
+    assert _open_files(path) == []  # construction opened and closed the file
     if parent_read_first:  # the pitfall: a handle open before the fork
         ds[0]
-        assert ds._file is not None
-    seen, pids = [], set()
+        assert len(_open_files(path)) == 1
+    parent_bytes = ds.bytes_read
+    seen, first = [], {}  # pid -> the bytes it had read before its first item
     for epoch in range(2):
         batches = _epoch(ds, epoch)
         ys = torch.cat([b[1] for b in batches]).numpy()
         assert sorted(ys.tolist()) == sorted(labels.tolist())  # every sample once
         seen.append(ys)
-        for x, y, pid, own in batches:
+        for x, y, pid, before in batches:
             np.testing.assert_array_equal(x.numpy(), data[y.numpy() // 10])
-            assert own.all()
-            pids.update(pid.tolist())
+            for p, b in zip(pid.tolist(), before.tolist(), strict=True):
+                first.setdefault(p, b)
     assert not np.array_equal(seen[0], seen[1])  # shuffled differently
-    assert os.getpid() not in pids and len(pids) >= 2
+    assert os.getpid() not in first and len(first) >= 2
+    assert set(first.values()) == {0}  # each worker counts (and opens) its own
     if not parent_read_first:
-        assert ds._file is None  # the parent never opened a handle
-    x, y, pid, own = ds[5]  # the parent's own reads are unaffected by the workers
+        assert _open_files(path) == []  # the parent never opened a handle
+    x, y, pid, before = ds[5]  # the parent's own reads are unaffected by the workers
     np.testing.assert_array_equal(x, data[5])
-    assert y == labels[5] and pid == os.getpid() and own
+    assert y == labels[5] and pid == os.getpid() and before == parent_bytes
 
 
 def test_file_deleted_after_construction(labelled):
@@ -341,7 +364,7 @@ def test_file_replaced_or_corrupt(tmp_path):
     path.write_bytes(b"garbage" * 100)
     with pytest.raises(OSError, match=r"r\.h5.*sample 2"):
         ds[2]
-    assert ds._file is None
+    assert _open_files(path) == []
 
 
 # -- datasets compressed by tensorpress -------------------------------------------------
