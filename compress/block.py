@@ -12,7 +12,8 @@ value when all its values are equal; a block equal to the value before it costs
 one header byte. Every step is data-parallel: torch
 tensor ops (``kernels/block_torch.py``) and numba.cuda kernels for CUDA
 tensors (``kernels/block_cuda.py``) write the same bytes as the numba CPU
-kernels (``kernels/block.py``).
+kernels (``kernels/block.py``); all three take the layout's fields and the
+quantizer's rule from ``kernels/block_layout.py``.
 Byte layout: formats/SPEC.md.
 """
 
@@ -23,9 +24,12 @@ import math
 import numpy as np
 
 from .bounds import ErrorBound
+from .codec import Codec, deliver
 from .kernels import block as kb
+from .kernels import block_layout as bl
+from .kernels.block_layout import STEP_MARGIN, steps_for
 from .kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
-from .registry import Codec, deliver, register_codec
+from .registry import register_codec
 from .scratch import scratch
 from .threads import map_grouped
 
@@ -42,17 +46,7 @@ _PREC = {
 }
 
 
-#: the step is this much under 2 * tolerance, so that values half a step away (ties:
-#: common in integer-valued data) stay within the bound after rounding to the dtype
-STEP_MARGIN = 1.0 - 2.0**-12
-
-
-def steps_for(tol: float) -> tuple[float, float]:
-    """(quantization step, its inverse) for an abs tolerance: finite, just under 2*tol."""
-    step = 2.0 * tol * STEP_MARGIN
-    if not math.isfinite(step):
-        step = float(np.finfo(np.float64).max)
-    return step, (1.0 / step if step > 0 else 0.0)  # tolerance 0: only zeros quantize
+__all__ = ["BlockCodec", "STEP_MARGIN", "encode_values", "steps_for"]
 
 
 def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound) -> bytes:
@@ -60,16 +54,16 @@ def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound
     stored bytes ``rawb``; ``prec`` names the stored dtype (bfloat16 included)."""
     n = xv.size
     if n == 0:
-        return bytes([kb.MODE_BLOCKS])
+        return bytes([bl.MODE_BLOCKS])
     itemsize = rawb.size // n
     step, inv = steps_for(bound.tolerance)
     pw = bound.resolved_mode == "pw_rel"
-    worst = 1 + 12 * -(-n // kb.BLOCK) + n * itemsize
+    worst = 1 + 12 * -(-n // bl.BLOCK) + n * itemsize
     with scratch(worst, n * itemsize + 8) as (out, data):
         size = kb.encode_chunk(xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, data, out)
         if size >= 1 + n * itemsize:
-            return bytes([kb.MODE_RAW]) + rawb.tobytes()
-        out[0] = kb.MODE_BLOCKS
+            return bytes([bl.MODE_RAW]) + rawb.tobytes()
+        out[0] = bl.MODE_BLOCKS
         return out[:size].tobytes()
 
 
@@ -79,7 +73,7 @@ class BlockCodec(Codec):
 
     name = "block"
     default_chunk_bytes = 1 << 20
-    has_tensor_path = True
+    devices = ("cpu", "cuda")
 
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
@@ -105,18 +99,15 @@ class BlockCodec(Codec):
         itemsize = dtype.itemsize
         if buf.size < 1:
             raise ValueError("block payload is empty")
-        if buf[0] == kb.MODE_RAW:
+        if buf[0] == bl.MODE_RAW:
             if buf.size != 1 + n * itemsize:
                 raise ValueError(
                     f"raw block chunk has {buf.size - 1} bytes, expected {n * itemsize}"
                 )
             res[:] = buf[1:].view(dtype.newbyteorder("<"))
             return
-        if buf[0] not in (kb.MODE_BLOCKS, kb.MODE_LEGACY):
-            raise ValueError(
-                f"unknown block chunk mode {buf[0]}: written by a newer tensorpress, or "
-                "corrupted; upgrade tensorpress to read it"
-            )
+        if buf[0] != bl.MODE_BLOCKS:
+            raise bl.mode_error(int(buf[0]))
         prec = PREC_BFLOAT16 if bf16 else _PREC[dtype]
         if itemsize >= 4:
             with scratch(buf.size + 8) as (pad,):
@@ -136,10 +127,10 @@ class BlockCodec(Codec):
         blocks' bytes from ``rawb`` laid over them."""
         with np.errstate(over="ignore"):  # raw blocks hold garbage until overlaid
             res[:] = _bfloat16_bits(vals) if bf16 else vals
-        nb = -(-n // kb.BLOCK)
-        raw = (buf[1 : 1 + nb] & 31) == kb.RAW_WIDTH
+        nb = -(-n // bl.BLOCK)
+        raw = bl.is_raw(buf[bl.head_at(0) : bl.head_at(nb)])
         if raw.any():
-            pick = np.repeat(raw, kb.BLOCK * itemsize)[: n * itemsize]
+            pick = np.repeat(raw, bl.BLOCK * itemsize)[: n * itemsize]
             res.view(np.uint8)[pick] = rawb[pick]
 
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
@@ -153,11 +144,7 @@ class BlockCodec(Codec):
         pw = bound.resolved_mode == "pw_rel"
         n = math.prod(shape)
         args = (list(lengths), n, _chunk_elems(shape, chunk_rows), dtype, pw, step)
-        try:
-            flat = _run_kernels("decode", payload.is_cuda, (payload, *args))
-        except kb.LegacyLayout:  # chunks in the first layout, which only the numba kernels read
-            flat = _HostKernels.decode(payload.cpu(), *args).to(payload.device)
-        return flat.reshape(shape)
+        return _run_kernels("decode", payload.is_cuda, (payload, *args)).reshape(shape)
 
 
 _CUDA_KERNELS: list = []  # [module] once loaded, [None] once found unusable

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = r"""
 import math, sys
 import numpy as np
@@ -18,7 +20,8 @@ import torch
 from tensorpress.compress import compress_tensor
 from tensorpress.compress.block import _chunk_elems, encode_values, steps_for, _PREC
 from tensorpress.compress.kernels import block_cuda, block_torch
-from tensorpress.compress.kernels.block import MODE_BLOCKS
+from tensorpress.compress.kernels.block_cuda_device import round_bf16, round_f16
+from tensorpress.compress.kernels.block_layout import MODE_BLOCKS
 from tensorpress.compress.kernels.rounding import PREC_BFLOAT16
 
 # in the simulator (the test) on CPU tensors; on a GPU, without NUMBA_ENABLE_CUDASIM,
@@ -144,7 +147,7 @@ bits = np.concatenate([
 ])
 bits = np.concatenate([bits, bits | np.uint32(0x80000000)])
 f32 = torch.from_numpy(bits.view(np.float32).copy())
-rounders = [(block_cuda._round_f16, torch.float16), (block_cuda._round_bf16, torch.bfloat16)]
+rounders = [(round_f16, torch.float16), (round_bf16, torch.bfloat16)]
 for rnd, dt in rounders if block_cuda.SIM else []:  # device functions: simulator only
     want = f32.to(dt).to(torch.float64).numpy()
     got = np.array([rnd(float(v)) for v in f32.numpy()])
@@ -233,6 +236,7 @@ sys.exit(1 if fails else 0)
 """
 
 
+@pytest.mark.slow  # the simulator runs every CUDA thread as a Python thread
 def test_cuda_kernels_write_the_torch_and_numba_bytes_and_decode_them():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     res = subprocess.run(

@@ -1,6 +1,7 @@
 """Golden streams of every released format version keep decoding, bit for bit (``sz``
 under a ``pw_rel`` bound: within the bound, see :func:`assert_decodes_as_written`)."""
 
+import contextlib
 import hashlib
 import json
 import pathlib
@@ -59,7 +60,9 @@ def _golden_inputs():
 
 
 @pytest.mark.parametrize(
-    "name", ["block2_f32_mixed", "block2_f64_pw_rel", "block2_f16_abs", "block2_bf16_rel"]
+    "name",
+    ["block_f32_mixed", "block_f64_pw_rel", "block_f16_abs"]
+    + ["block2_f32_mixed", "block2_f64_pw_rel", "block2_f16_abs", "block2_bf16_rel"],
 )
 def test_block_encoder_writes_the_golden_bytes(name):
     """The block codec's bytes are fixed by its specification (every implementation, the
@@ -68,18 +71,17 @@ def test_block_encoder_writes_the_golden_bytes(name):
     assert tp.compress(x, **kw) == (DATA / "v1" / f"{name}.tp").read_bytes()
 
 
-@pytest.mark.parametrize("name", ["block_f32_mixed", "block_f64_pw_rel", "block_f16_abs"])
-def test_first_block_layout_decodes_on_every_path(name):
-    """Chunks in the first ``block`` layout (mode 0) decode with the numba kernels; the
-    torch ops (and CUDA kernels), which read the current layout only, hand them over."""
-    import torch
+def test_first_block_layout_is_refused_on_every_path():
+    """A stream in ``block``'s dropped first layout (chunk mode 0) raises an error that
+    names the layout, from the numba kernels and from the torch ops; never wrong values."""
     from tensorpress.compress import decompress_tensor
-    from tensorpress.formats import tensor_from_stream
+    from tensorpress.formats import FormatError, tensor_from_stream
     from test_block import torch_ops_on_cpu
 
-    blob = (DATA / "v1" / f"{name}.tp").read_bytes()
-    want = tp.decompress(blob).reshape(-1).view(np.uint8)
-    assert np.array_equal(decompress_tensor(tensor_from_stream(blob)).reshape(-1).view(torch.uint8).numpy(), want)
-    with torch_ops_on_cpu():
-        got = decompress_tensor(tensor_from_stream(blob))
-    assert np.array_equal(got.reshape(-1).view(torch.uint8).numpy(), want)
+    blob = (DATA / "block_first_layout_f32.tp").read_bytes()
+    with pytest.raises(FormatError, match="first block layout"):
+        tp.decompress(blob)
+    for ops in (False, True):
+        with torch_ops_on_cpu() if ops else contextlib.nullcontext():
+            with pytest.raises(ValueError, match="first block layout"):
+                decompress_tensor(tensor_from_stream(blob))

@@ -14,6 +14,7 @@ from tensorpress.compress.kernels.bits import (
     store_u64,
     trailing_zeros,
 )
+from tensorpress.compress.kernels.block_layout import MODE_BLOCKS
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32
 
 
@@ -125,7 +126,7 @@ def test_block_decoder_refuses_a_short_scratch_and_ignores_what_it_held():
     data = np.empty(x.nbytes + 8, np.uint8)
     size = kb.encode_chunk(x, x.view(np.uint8), 4, PREC_FLOAT32, False, 0.01, step, inv, data, out)
     payload = out[:size].copy()
-    payload[0] = 0  # blocks mode
+    payload[0] = MODE_BLOCKS
 
     def decode(pad):
         y = np.empty_like(x)

@@ -1,8 +1,9 @@
 """Numba kernels of the ``block`` codec: quantize, choose each block's packing, pack, unpack.
 
 One call handles one chunk, sequentially (chunks run in parallel threads; the
-kernels release the GIL). The byte layout is specified in formats/SPEC.md;
-``compress/block_torch.py`` writes the same bytes with torch tensor ops.
+kernels release the GIL). The byte layout is specified in formats/SPEC.md and
+named in ``kernels/block_layout.py``; ``kernels/block_torch.py`` writes the same
+bytes with torch tensor ops.
 """
 
 import math
@@ -10,40 +11,35 @@ import math
 import numpy as np
 from numba import float32, njit
 
+from . import block_layout as bl
 from .bits import (
     bit_length,
     copy_bytes,
     get_bits,
     load_u64,
-    popcount,
     put_bits,
     store_u64,
     trailing_zeros,
 )
+from .block_layout import BLOCK, DELTA, MODE_BLOCKS, QMAX, RAW_WIDTH, SIGNED, SPARSE
 from .positions import CODE_COUNT, cost_bits, decode_index, encode_index, index_size
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 from .rounding import round_via_float32 as to_storage
 
-BLOCK = 64  # elements per block
-QMAX = (1 << 28) - 1  # largest |quantization code|: deltas then fit 30 bits zigzagged
-RAW_WIDTH = 31  # header width field value that marks a raw block
-SIGNED, SPARSE, DELTA = 0x20, 0x40, 0x80
-#: chunk payload modes: blocks with a separate index section (the first layout, still
-#: read), the values as they are, blocks with each index among the block's data
-MODE_LEGACY, MODE_RAW, MODE_BLOCKS = 0, 1, 2
-LIST_MAX = 9  # MODE_LEGACY: at most this many non-zero codes list 6-bit positions
+
+def _inline(f):
+    """A layout helper of ``block_layout`` compiled for these kernels."""
+    return njit(cache=True, nogil=True, inline="always")(f)
 
 
-class LegacyLayout(ValueError):
-    """Raised by the torch and CUDA decoders for a MODE_LEGACY chunk, which only
-    :func:`decode_chunk` reads."""
-
-
-@njit(cache=True, nogil=True, inline="always")
-def index_bytes(nnz):
-    """MODE_LEGACY: bytes that locate the non-zero codes of a sparse block: 6-bit
-    positions or a mask."""
-    return (6 * nnz + 7) // 8 if nnz <= LIST_MAX else 8
+_width = _inline(bl.width)
+_head_at = _inline(bl.head_at)
+_exp_at = _inline(bl.exp_at)
+_counts_at = _inline(bl.counts_at)
+_exp_lo = _inline(bl.exp_lo)
+_exp_hi = _inline(bl.exp_hi)
+_exp_value = _inline(bl.exp_value)
+_within = _inline(bl.codable)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -133,19 +129,10 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
 
 @njit(cache=True, nogil=True, inline="always")
 def _codable(x, t, prec, pw, tol, bstep):
-    """Whether code ``t`` reconstructs ``x`` within the bound (the rule of _quant_block)."""
-    if not abs(t) <= QMAX:
+    """Whether code ``t`` reconstructs ``x`` within the bound (block_layout.codable)."""
+    if not abs(t) <= QMAX:  # before the product: t may be huge
         return False
-    r = to_storage(t * bstep, prec)
-    if pw:  # tol * |x| can overflow: the reconstruction must also be finite
-        return (
-            abs(r - x) <= tol * abs(x)
-            and abs(r) < math.inf
-            and (r * x > 0.0 or (x == 0.0 and math.copysign(1.0, x) > 0.0))
-        )
-    if tol == 0.0 and x == 0.0 and math.copysign(1.0, x) < 0.0:
-        return False
-    return abs(r - x) <= tol
+    return _within(x, t, to_storage(t * bstep, prec), pw, tol)
 
 
 @njit(cache=True, nogil=True)
@@ -161,7 +148,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
     if data.size < n * itemsize + 8:
         raise ValueError("encode_chunk: data scratch too small")
     nb = (n + BLOCK - 1) // BLOCK
-    pos = 1 + nb + (2 * nb if pw else 0)
+    pos = _counts_at(nb, pw)
     prev = 0
     dpos = 0
     qa = np.empty(BLOCK + 1, np.int32)  # the code before the block, then the block's codes
@@ -183,8 +170,8 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
                 lo = min(lo, a) if a != 0.0 else lo
             a2 = tol * (lo if lo != math.inf else 0.0)
             a2 = a2 + a2
-            k = math.frexp(a2)[1] - 1 if math.isfinite(a2) else 1022
-            k = min(max(k, -1022), 1022)
+            k = math.frexp(a2)[1] - 1 if math.isfinite(a2) else bl.EXP_MAX
+            k = min(max(k, bl.EXP_MIN), bl.EXP_MAX)
             bstep = math.ldexp(1.0, k)
             binv = math.ldexp(1.0, -k)
         bad = _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb)
@@ -204,8 +191,8 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
             zz_l = np.int32(zz_l | np.int32((d << 1) ^ (d >> 31)))
         w_d = bit_length(zz_d if or_d < 0 else or_d)
         if pw:
-            out[1 + nb + 2 * b] = 0
-            out[2 + nb + 2 * b] = 0
+            out[_exp_at(nb, b)] = 0
+            out[_exp_at(nb, b) + 1] = 0
         if bad or (m * w_d + 7) // 8 > raw_bytes:
             same = True
             for j in range(itemsize, raw_bytes):
@@ -213,7 +200,7 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
                     same = False
                     break
             cnt = itemsize if same else raw_bytes
-            out[1 + b] = RAW_WIDTH | (SPARSE if same else 0)
+            out[_head_at(b)] = RAW_WIDTH | (SPARSE if same else 0)
             data[dpos : dpos + cnt] = rawb[s * itemsize : s * itemsize + cnt]
             dpos += cnt
             prev = 0
@@ -232,11 +219,11 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         c = 1 + (nz_l * w_l + cost_bits(m, nz_l) + 7) // 8
         if c < best:
             best, head = c, w_l | sg_l | DELTA | SPARSE
-        out[1 + b] = head
+        out[_head_at(b)] = head
         if pw:
-            out[1 + nb + 2 * b] = k & 0xFF
-            out[2 + nb + 2 * b] = (k >> 8) & 0xFF
-        w = head & 31
+            out[_exp_at(nb, b)] = _exp_lo(k)
+            out[_exp_at(nb, b) + 1] = _exp_hi(k)
+        w = _width(head)
         signed = head & SIGNED
         base = BLOCK if head & SPARSE else 0  # a sparse block's codes are moved down later
         if head & DELTA:
@@ -385,43 +372,35 @@ def _reconstruct(qb, m, bstep, prec, out, s):
 
 @njit(cache=True, nogil=True)
 def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
-    """Decode a blocks-mode chunk payload (MODE_BLOCKS or MODE_LEGACY) of ``n`` values
-    into ``out``.
+    """Decode a MODE_BLOCKS chunk payload of ``n`` values into ``out``.
 
     ``out`` (float32/float64) receives the quantized blocks; raw blocks are
     copied byte for byte into ``outb`` (``out``'s own bytes for 32/64-bit
     dtypes). ``buf``: uint8 scratch of at least ``payload.size + 8`` bytes.
-    Returns False when the payload is inconsistent (bad or short).
+    Returns False when the payload is inconsistent (bad or short, or another mode).
     """
     if buf.size < payload.size + 8:
         raise ValueError("decode_chunk: buf scratch too small")
     nb = (n + BLOCK - 1) // BLOCK
     size = payload.size
-    legacy = size > 0 and payload[0] == MODE_LEGACY
-    pos = 1 + nb + (2 * nb if pw else 0)
-    if size < pos:
+    pos = _counts_at(nb, pw)
+    if size < pos or payload[0] != MODE_BLOCKS:
         return False
     nsparse = 0
     for b in range(nb):
-        h = payload[1 + b]
-        w = h & 31
+        h = payload[_head_at(b)]
+        w = _width(h)
         if w == RAW_WIDTH:
             if h & (SIGNED | DELTA):
                 return False
-        elif w > 30:
+        elif w > bl.MAX_WIDTH:
             return False
         elif h & SPARSE:
             nsparse += 1
-    cpos = pos  # one count byte per sparse block (MODE_LEGACY: then the index section)
-    ipos = cpos + nsparse
-    if size < ipos:
+    cpos = pos  # one count byte per sparse block, then the blocks' data
+    pos = cpos + nsparse
+    if size < pos:
         return False
-    pos = ipos
-    if legacy:
-        for i in range(nsparse):
-            pos += index_bytes(payload[cpos + i])
-        if size < pos:
-            return False
     prev = 0
     copy_bytes(buf, 0, payload, 0, size)  # the payload with room for 8-byte reads at its end
     for j in range(size, size + 8):
@@ -432,8 +411,8 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
         s = b * BLOCK
         e = min(s + BLOCK, n)
         m = e - s
-        h = payload[1 + b]
-        w = h & 31
+        h = payload[_head_at(b)]
+        w = _width(h)
         if w == RAW_WIDTH:
             if h & SPARSE:
                 if pos + itemsize > size:
@@ -452,9 +431,9 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
             prev = 0
             continue
         if pw:
-            kb = np.int64(payload[1 + nb + 2 * b]) | (np.int64(payload[2 + nb + 2 * b]) << 8)
-            k = kb - 65536 if kb >= 32768 else kb
-            if k < -1022 or k > 1022:
+            at = _exp_at(nb, b)
+            k = _exp_value(np.int64(payload[at]), np.int64(payload[at + 1]))
+            if k < bl.EXP_MIN or k > bl.EXP_MAX:
                 return False
             bstep = math.ldexp(1.0, k)
         else:
@@ -464,20 +443,16 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
         nbits = m * w
         if h & SPARSE:
             code = payload[cpos]
-            cnt = np.int64(code) if legacy else CODE_COUNT[code]
+            cnt = CODE_COUNT[code]
             cpos += 1
             if cnt < 1 or cnt > m:
                 return False
             nbits = cnt * w
-            if legacy:
-                mask, ok = _legacy_mask(buf, ipos, cnt, m, cb)
-                ipos += index_bytes(cnt)
-            else:
-                ib = index_size(m, code)
-                if pos + (nbits + ib + 7) // 8 > size:
-                    return False
-                mask, ok = decode_index(get_bits(buf, pos, nbits, ib), code, m)
-                nbits += ib
+            ib = index_size(m, code)
+            if pos + (nbits + ib + 7) // 8 > size:
+                return False
+            mask, ok = decode_index(get_bits(buf, pos, nbits, ib), code, m)
+            nbits += ib
             if not ok:
                 return False
         nbytes = (nbits + 7) // 8
@@ -506,23 +481,3 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
         _reconstruct(qb, m, bstep, prec, out, s)
         pos += nbytes
     return pos == size
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _legacy_mask(buf, ipos, cnt, m, cb):
-    """MODE_LEGACY: (the mask of a sparse block's non-zero codes from its index at
-    ``buf[ipos]``, whether it is consistent); ``cb``: int32 scratch of 17 values."""
-    mask = np.uint64(0)
-    if cnt <= LIST_MAX:
-        _unpack(buf, ipos, cnt, 6, cb)
-        last = -1
-        for j in range(cnt):
-            if cb[j] <= last or cb[j] >= m:
-                return mask, False
-            last = cb[j]
-            mask |= np.uint64(1) << np.uint64(cb[j])
-        return mask, True
-    mask = load_u64(buf, ipos)
-    if m < 64 and mask >> np.uint64(m) != 0:
-        return mask, False
-    return mask, np.int64(popcount(mask)) == cnt
