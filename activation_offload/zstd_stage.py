@@ -20,14 +20,12 @@ device to be compressed.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-import zstandard
 
-from ..compress.lossless import zstd_decompress
+from ..compress.lossless import zstd_compress, zstd_decompress
 from ..compress.tensor import CompressedTensor
 from ..compress.threads import map_ordered
 
@@ -35,7 +33,6 @@ PIECE_BYTES = 1 << 18  # payload bytes per zstd frame (about 1.5 MiB of float32 
 MIN_SAVING = 0.2  # zstd stays on for a kind of tensor while it saves this share of bytes
 RETRY_AFTER = 32  # a kind it did not pay for is tried again after this many tensors
 MAX_KINDS = 4096  # kinds remembered (shapes that vary from step to step add kinds)
-_local = threading.local()  # zstd contexts are not shared between threads
 
 
 class ZstdStage:
@@ -108,7 +105,7 @@ def squeeze(ct: CompressedTensor, level: int) -> CompressedTensor | Squeezed:
 
     def one(span) -> bytes | np.ndarray:
         a, b = span
-        frame = _compressor(level).compress(buf[a:b])
+        frame = zstd_compress(buf[a:b], level, checksum=True)
         # strictly shorter, so that a piece held as it is tells itself apart by its size
         return frame if len(frame) <= (b - a) - max((b - a) >> 4, 1) else buf[a:b]
 
@@ -149,10 +146,3 @@ def unsqueeze(sq: CompressedTensor | Squeezed) -> CompressedTensor:
 
     map_ordered(one, range(len(sq.sizes)), torch.get_num_threads())
     return replace(sq.inner, payload=out)
-
-
-def _compressor(level: int) -> zstandard.ZstdCompressor:
-    contexts = _local.__dict__.setdefault("compressors", {})
-    if level not in contexts:
-        contexts[level] = zstandard.ZstdCompressor(level=level, write_checksum=True)
-    return contexts[level]

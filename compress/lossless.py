@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import zstandard
 
@@ -16,17 +18,42 @@ def check_level(level) -> int:
     return level
 
 
-def zstd_compress(data: bytes | memoryview, level: int = 3) -> bytes:
-    """zstd frame of ``data`` (the frame records its decompressed size)."""
-    return zstandard.ZstdCompressor(level=level).compress(data)
+def zstd_compress(data, level: int = 3, checksum: bool = False) -> bytes:
+    """One zstd frame of the bytes-like ``data``; the frame records its decompressed size
+    and, with ``checksum``, a checksum of its bytes that :func:`zstd_decompress` checks.
+
+    This is the one zstd stage of tensorpress: the ``sz`` payloads, the ``zstd`` codec
+    and the activation store's second stage all write their frames here. The bytes
+    depend only on ``data``, ``level`` and ``checksum``.
+    """
+    return _compressor(level, checksum).compress(data)
 
 
-def zstd_decompress(data: bytes | memoryview, max_size: int) -> bytes:
+def zstd_decompress(data, max_size: int) -> bytes:
     """Inverse of :func:`zstd_compress`; refuses output larger than ``max_size`` bytes."""
     try:
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=max_size)
+        return _decompressor().decompress(data, max_output_size=max_size)
     except zstandard.ZstdError as exc:
         raise ValueError(f"corrupted zstd stream: {exc}") from None
+
+
+_local = threading.local()  # zstd contexts are not shared between threads
+
+
+def _compressor(level: int, checksum: bool) -> zstandard.ZstdCompressor:
+    """This thread's context for ``level``: made once, since making one costs more than
+    compressing a small payload."""
+    contexts = _local.__dict__.setdefault("compressors", {})
+    key = (check_level(level), bool(checksum))
+    if key not in contexts:
+        contexts[key] = zstandard.ZstdCompressor(level=level, write_checksum=bool(checksum))
+    return contexts[key]
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    if not hasattr(_local, "decompressor"):
+        _local.decompressor = zstandard.ZstdDecompressor()
+    return _local.decompressor
 
 
 def byte_shuffle(a: np.ndarray) -> bytes:
