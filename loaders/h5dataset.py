@@ -100,6 +100,8 @@ class H5Dataset(Dataset):
     length, any trailing shape); then items are ``(x, y)``. ``transform`` is applied
     to ``x`` only. ``cache_bytes``: the HDF5 chunk cache per dataset, in bytes
     (default max(4 chunks, 64 MiB)). Items are numpy arrays of ``sample_shape``.
+    It offers ``ChunkedDataset``'s members, so ``DataLoader`` reads it through its buffer
+    in chunk-aligned runs.
     """
 
     def __init__(
