@@ -180,8 +180,8 @@ def _run_kernels(name: str, on_cuda: bool, args):
 
 class _HostKernels:
     """The tensor path on CPU tensors: the numba kernels, chunk by chunk, on the tensor's
-    own memory (same signatures as ``kernels.block_torch``; torch ops on a CPU run ~20x
-    slower)."""
+    own memory (same signatures as ``kernels.block_torch``, whose torch ops are much
+    slower on a CPU: ``python benchmarks/gpu_check.py --cpu-dry-run`` compares them)."""
 
     @staticmethod
     def encode(t, chunk_elems: int, pw: bool, tol: float, step: float, inv: float):

@@ -5,17 +5,17 @@ body of ``kernels/block.py``'s ``encode_chunk``; the threads of a CUDA block sha
 the memory traffic of their tile of consecutive blocks (whose values are one
 contiguous range), so that consecutive threads touch consecutive addresses:
 
-1. ``_QUANT`` (the quantization kernel): the tile's values are loaded into shared
+1. ``QUANT`` (the quantization kernel): the tile's values are loaded into shared
    memory together; each thread gives its block's codes (into an int32 scratch,
    transposed: code ``j`` of block ``g`` at ``j * nblocks + g``), step exponent
    and raw flag (quantization, neighbour retry, direct width).
-2. ``_plan_kernel``: with the previous block's raw flag and last code known, the
+2. ``plan_kernel``: with the previous block's raw flag and last code known, the
    delta statistics, the packing choice, the header and count bytes and the byte
    counts.
 3. torch ops on the device: one running sum over all blocks' byte counts gives the
    per-chunk sizes (and raw chunks, and where each chunk's regions start); one
    host sync for the lengths.
-4. ``_write_kernel``: each block's offsets from the running sum; header, exponent
+4. ``write_kernel``: each block's offsets from the running sum; header, exponent
    and count bytes; the data (packed codes and a sparse block's index, staged in
    shared memory, or the bytes of raw blocks and raw chunks) are copied out by the
    whole CUDA block.
@@ -25,10 +25,10 @@ that meet an addition go through ``dmul_rn`` so the compiler cannot fuse them
 into an FMA; 16-bit roundings are integer operations on the float32 bits.
 
 The decoder (``decode``, the values of ``block_torch.decode``): torch ops parse the
-headers and counts and give every block its index and data offsets; ``_scan_kernel``
+headers and counts and give every block its index and data offsets; ``scan_kernel``
 checks each sparse block's index and sums its codes (delta) or takes its last code
 (direct); one host sync rejects inconsistent payloads; a segmented scan gives each
-delta block its carry-in; ``_DECODE`` (the decoding kernel) unpacks, reconstructs, rounds
+delta block its carry-in; ``DECODE`` (the decoding kernel) unpacks, reconstructs, rounds
 to the dtype and puts the values' bits (raw blocks and raw chunks: their bytes) in a
 shared-memory tile that the CUDA block writes out together.
 
