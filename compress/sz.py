@@ -34,10 +34,7 @@ u64 n + n bytes of the byte-shuffled chunk.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -45,15 +42,7 @@ from .bounds import ErrorBound
 from .byteio import ByteReader, ByteWriter
 from .codec import Codec, deliver
 from .huffman import HuffmanDecoder, huffman_encode
-from .kernels.interpolation import (
-    ALL,
-    interp_code,
-    interp_decode,
-    interp_encode,
-    interp_num_levels,
-    interp_pass_sizes,
-)
-from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
+from .kernels.lorenzo import code_summary
 from .kernels.rounding import PREC_FLOAT64, prec_of
 from .lossless import (
     byte_shuffle,
@@ -72,8 +61,24 @@ from .special_values import (
     to_log_domain,
     write_patches,
 )
+from .sz_steps import (
+    CUBIC,
+    LINEAR,
+    LORENZO,
+    RAW,
+    SizedPool,
+    chunk_pool,
+    code_bits,
+    decode_overlapped,
+    decode_with,
+    encode_with,
+    fold_shape,
+    kernel_dtype,
+    sample_blocks,
+    squeezed_shape,
+    worth_threads,
+)
 
-RAW, LORENZO, LINEAR, CUBIC = 0, 1, 2, 3
 _PREDICTOR_IDS = {
     "lorenzo": (LORENZO,),
     "linear": (LINEAR,),
@@ -98,16 +103,6 @@ _MAX_BETA = 2.0**20
 #: (alpha, beta) pairs tried per interpolation when the config leaves them open
 #: (tighter coarse levels pay off for cubic, rarely for linear)
 LEVEL_TUNINGS = {LINEAR: ((1.0, 1.0),), CUBIC: ((1.0, 1.0), (1.25, 2.0))}
-#: predictor choice: sample blocks per chunk, the share of the chunk they cover
-#: (1/8), and the most and fewest elements per block (below that, the whole chunk)
-_SAMPLE_BLOCKS = 4
-_SAMPLE_FRACTION = 8
-_SAMPLE_ELEMENTS = 32768
-_SAMPLE_MIN_ELEMENTS = 2048
-#: below this many elements a chunk is not worth a thread pool
-_PARALLEL_MIN_ELEMENTS = 1 << 19
-#: interpolation passes of at least this many points are split over the threads
-_SPLIT_MIN_POINTS = 1 << 16
 
 
 @register_codec
@@ -181,13 +176,13 @@ class SZCodec(Codec):
             values = work.astype(np.float32) if work.dtype == np.float16 else work
             prec = prec_of(flat.dtype)
 
-        with _pool(threads, values.size) as pool:
-            choice, shape = self._choose(values, _squeezed(chunk.shape), eb, prec, pool)
-            codes, outliers = _encode_with(choice, values, shape, eb, prec, self.radius, pool)
+        with chunk_pool(threads, values.size) as pool:
+            choice, shape = self._choose(values, squeezed_shape(chunk.shape), eb, prec, pool)
+            codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool)
             stream = huffman_encode(codes, pool)
 
         if log_domain:
-            logs = _decode_with(choice, codes, outliers, shape, eb, prec, self.radius, np.float64)
+            logs = decode_with(choice, codes, outliers, shape, eb, prec, self.radius, np.float64)
             y = from_log_domain(logs, signs, flat.dtype)
             missed = pw_rel_violations(work, y, tol)
             patch_idx = np.union1d(np.union1d(patch_idx, zero_idx), missed)
@@ -195,7 +190,7 @@ class SZCodec(Codec):
         pred, alpha, beta = choice
         w = ByteWriter()
         w.u8(pred)
-        as_1d = shape != _squeezed(chunk.shape)
+        as_1d = shape != squeezed_shape(chunk.shape)
         w.u8((FLAG_LOG if log_domain else 0) | (FLAG_FLAT if as_1d else 0))
         w.f64(eb)
         w.f64(alpha)
@@ -240,13 +235,15 @@ class SZCodec(Codec):
         candidates = [(c, layout) for layout in layouts for c in candidates]
         if len(candidates) == 1:
             return candidates[0]
-        samples = {layout: _sample_blocks(values.reshape(_fold(layout, 3))) for layout in layouts}
+        samples = {
+            layout: sample_blocks(values.reshape(fold_shape(layout, 3))) for layout in layouts
+        }
 
         def cost(candidate):
             cand, layout = candidate
-            coded = [_encode_with(cand, b, b.shape, eb, prec, self.radius) for b in samples[layout]]
+            coded = [encode_with(cand, b, b.shape, eb, prec, self.radius) for b in samples[layout]]
             codes = np.concatenate([c for c, _ in coded])
-            return _code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
+            return code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
 
         costs = np.array(list(pool.map(cost, candidates)) if pool else list(map(cost, candidates)))
         if len(layouts) > 1:  # the 1-d layout codes fast: it wins near-ties
@@ -280,7 +277,7 @@ class SZCodec(Codec):
         if not valid:
             raise ValueError("sz payload has an invalid quantizer header")
         decoder = HuffmanDecoder(r.blob(), size)
-        work_dtype = _kernel_dtype(dtype, log_domain)
+        work_dtype = kernel_dtype(dtype, log_domain)
         n_out = r.u64()
         if n_out > size:
             raise ValueError("sz payload claims more outliers than elements")
@@ -296,16 +293,16 @@ class SZCodec(Codec):
         direct = out is not None and not log_domain and work_dtype == dtype
         dest = out.reshape(-1) if direct else np.empty(size, work_dtype)
         choice = (pred, alpha, beta)
-        shape1 = (size,) if flags & FLAG_FLAT else _squeezed(shape)
-        if pred != LORENZO and threads > 1 and size >= _PARALLEL_MIN_ELEMENTS:
-            with _Pool(1) as pool:
-                zeros, top = _decode_overlapped(
+        shape1 = (size,) if flags & FLAG_FLAT else squeezed_shape(shape)
+        if pred != LORENZO and worth_threads(threads, size):
+            with SizedPool(1) as pool:
+                zeros, top = decode_overlapped(
                     pool, choice, decoder, outliers, shape1, eb, prec, radius, dest
                 )
         else:
             codes = decoder.finish()
             zeros, top = code_summary(codes)
-            _decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest)
+            decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest)
         # the kernels never go out of bounds on damaged codes; these catch the rest
         if zeros != n_out:
             raise ValueError("sz payload: outlier count does not match the codes")
@@ -317,214 +314,3 @@ class SZCodec(Codec):
             flat = dest.astype(dtype, copy=False)
         flat[patch_idx] = patch_vals
         return out if direct else deliver(flat, shape, out)
-
-
-# -- helpers: shapes, kernels, cost --------------------------------------------
-
-
-def _kernel_dtype(dtype: np.dtype, log_domain: bool) -> np.dtype:
-    if log_domain or dtype == np.float64:
-        return np.dtype(np.float64)
-    return np.dtype(np.float32)
-
-
-def _squeezed(shape: tuple) -> tuple:
-    """Shape without size-1 dims (at least 1-d)."""
-    dims = tuple(int(d) for d in shape if d != 1)
-    return dims or (1,)
-
-
-def _fold(shape: tuple, ndim: int) -> tuple:
-    """Merge leading dims so at most ``ndim`` remain, then pad with leading 1s to ``ndim``."""
-    if len(shape) > ndim:
-        shape = (math.prod(shape[: len(shape) - ndim + 1]),) + tuple(shape[len(shape) - ndim + 1 :])
-    return (1,) * (ndim - len(shape)) + tuple(shape)
-
-
-class _Pool(ThreadPoolExecutor):
-    """A thread pool that knows its size (``threads``)."""
-
-    def __init__(self, threads: int):
-        super().__init__(threads)
-        self.threads = threads
-
-
-def _pool(threads: int, size: int):
-    """A pool of ``threads`` threads for a chunk of ``size`` elements, if worth one."""
-    worth = threads > 1 and size >= _PARALLEL_MIN_ELEMENTS
-    return _Pool(threads) if worth else contextlib.nullcontext()  # None: one thread
-
-
-def _encode_with(choice, values, shape, eb, prec, radius, pool=None):
-    pred, alpha, beta = choice
-    n = values.size
-    codes = np.empty(n, np.uint16)
-    outliers = np.empty(n, values.dtype)
-    if pred == LORENZO:
-        data = values.reshape(_fold(shape, 4))
-        k = lorenzo_encode(data, eb, radius, prec, codes, outliers)
-    else:
-        data = values.reshape(_fold(shape, 3))
-        levels = _eb_levels(data.shape, eb, alpha, beta)
-        if pool is None:
-            k = interp_encode(data, levels, radius, prec, pred == CUBIC, codes, outliers)
-        else:
-            rec = np.empty_like(data)
-            k = _interp_threaded(pool, data, rec, codes, outliers, levels, radius, prec, pred)
-    return codes, outliers[:k].copy()
-
-
-def _decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None):
-    """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat result."""
-    pred, alpha, beta = choice
-    if dest is None:
-        dest = np.empty(math.prod(shape), work_dtype)
-    if pred == LORENZO:
-        out = dest.reshape(_fold(shape, 4))
-        lorenzo_decode(codes, outliers, eb, radius, prec, out)
-    else:
-        out = dest.reshape(_fold(shape, 3))
-        levels = _eb_levels(out.shape, eb, alpha, beta)
-        interp_decode(codes, outliers, levels, radius, prec, pred == CUBIC, out)
-    return out.reshape(-1)
-
-
-def _decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius, dest):
-    """Interpolation decoding while ``pool``'s thread Huffman-decodes the codes ahead.
-
-    The codes are decoded in pieces (whole small passes, large passes in runs of
-    lines, about 1/8 of the chunk each); each piece is reconstructed as soon as its
-    codes are there. Returns ``code_summary`` of the codes (counted by the decoding
-    thread, piece by piece).
-    """
-    pred, alpha, beta = choice
-    out = dest.reshape(_fold(shape, 3))
-    levels = _eb_levels(out.shape, eb, alpha, beta)
-    pieces = _pieces(interp_pass_sizes(*out.shape), max(_SPLIT_MIN_POINTS, out.size // 8))
-    ready = [threading.Event() for _ in pieces]
-
-    def huffman():
-        zeros, top, start = 0, 0, 0
-        try:
-            for piece, event in zip(pieces, ready, strict=True):
-                decoder.decode_to(piece[-1])
-                event.set()
-                z, t = code_summary(decoder.symbols[start : piece[-1]])
-                zeros, top, start = zeros + z, max(top, t), piece[-1]
-            return zeros, top
-        finally:
-            for event in ready:  # a damaged stream stops the reconstruction too
-                event.set()
-
-    job = pool.submit(huffman)
-    oi = 0
-    try:
-        for (q_lo, q_hi, ln_lo, ln_hi, end), event in zip(pieces, ready, strict=True):
-            event.wait()
-            if decoder.done < end:
-                break
-            oi = interp_code(
-                out, out, decoder.symbols, outliers, levels, radius, prec, pred == CUBIC, True,
-                q_lo, q_hi, ln_lo, ln_hi, oi,
-            )  # fmt: skip
-    finally:
-        summary = job.result()  # the decoder's error first, if any
-    decoder.finish()
-    return summary
-
-
-def _pieces(sizes: np.ndarray, target: int) -> list[tuple]:
-    """Split interpolation passes (``interp_pass_sizes``) into pieces of about ``target``
-    codes: ``(q_lo, q_hi, ln_lo, ln_hi, end)``, passes ``q_lo..q_hi - 1`` (lines
-    ``ln_lo..ln_hi - 1`` of a large one), codes up to ``end``; in coding order."""
-    pieces, q_lo, end = [], 0, 0
-    for q, (lines, per_line) in enumerate(sizes.tolist()):
-        points = lines * per_line
-        if points < target:
-            end += points
-            if q + 1 < len(sizes) and end - (pieces[-1][-1] if pieces else 0) < target:
-                continue
-            pieces.append((q_lo, q + 1, 0, ALL, end))
-        else:
-            if q > q_lo:
-                pieces.append((q_lo, q, 0, ALL, end))
-            parts = min(lines, -(-points // target))
-            for p in range(parts):
-                a, b = lines * p // parts, lines * (p + 1) // parts
-                pieces.append((q, q + 1, a, b, end + b * per_line))
-            end += points
-        q_lo = q + 1
-    return pieces
-
-
-def _interp_threaded(pool, src, rec, codes, outliers, levels, radius, prec, pred):
-    """Interpolation encoding with the large passes split by lines over ``pool``'s threads.
-
-    Codes, outliers and reconstructions are those of ``interp_encode``: each part
-    of a pass writes its own codes and puts its outliers at its first code's index
-    (free: outliers never outnumber codes); they are moved up behind the earlier
-    parts' afterwards. Returns the number of outliers.
-    """
-    parts = pool.threads
-    sizes = interp_pass_sizes(*rec.shape)
-    points = sizes[:, 0] * sizes[:, 1]
-    starts = np.concatenate(([0], np.cumsum(points)))
-    cubic = pred == CUBIC
-
-    def run(q_lo, q_hi, ln_lo, ln_hi, oi, out=outliers):
-        return interp_code(
-            src, rec, codes, out, levels, radius, prec, cubic, False, q_lo, q_hi, ln_lo, ln_hi, oi
-        )
-
-    oi, done = 0, 0  # outliers so far, passes done
-    for q in np.flatnonzero((points >= _SPLIT_MIN_POINTS) & (sizes[:, 0] >= parts)):
-        oi = run(done, q, 0, ALL, oi) if q > done else oi
-        lines = [sizes[q, 0] * p // parts for p in range(parts + 1)]
-        firsts = [int(starts[q] + ln * sizes[q, 1]) for ln in lines]  # first code per part
-        jobs = [pool.submit(run, q, q + 1, lines[0], lines[1], oi)]
-        jobs += [
-            pool.submit(run, q, q + 1, lines[p], lines[p + 1], 0, outliers[firsts[p] :])
-            for p in range(1, parts)
-        ]
-        counts = [j.result() for j in jobs]
-        oi = counts[0]
-        for p in range(1, parts):
-            outliers[oi : oi + counts[p]] = outliers[firsts[p] : firsts[p] + counts[p]]
-            oi += counts[p]
-        done = q + 1
-    return run(done, ALL, 0, ALL, oi) if done < len(sizes) else oi
-
-
-def _eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
-    """Bound per interpolation level (index l = level l; index 0 unused)."""
-    n = interp_num_levels(shape3)
-    levels = np.arange(n + 1, dtype=np.float64)
-    return eb / np.minimum(alpha ** np.maximum(levels - 1, 0), beta)
-
-
-def _sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
-    """``_SAMPLE_BLOCKS`` contiguous sub-blocks spread over the chunk, together
-    about 1/``_SAMPLE_FRACTION`` of it (each at most ``_SAMPLE_ELEMENTS``).
-
-    A block keeps small dimensions whole and halves the largest one until it
-    fits, so it has the same kind of neighbourhoods as the chunk.
-    """
-    per_block = min(_SAMPLE_ELEMENTS, data3.size // (_SAMPLE_FRACTION * _SAMPLE_BLOCKS))
-    if per_block < _SAMPLE_MIN_ELEMENTS:
-        return [np.ascontiguousarray(data3)]
-    block = list(data3.shape)
-    while math.prod(block) > per_block:
-        i = block.index(max(block))
-        block[i] = (block[i] + 1) // 2
-    blocks = []
-    for b in range(_SAMPLE_BLOCKS):
-        frac = (b + 0.5) / _SAMPLE_BLOCKS
-        start = [int((d - s) * frac) for d, s in zip(data3.shape, block, strict=True)]
-        sl = tuple(slice(s, s + n) for s, n in zip(start, block, strict=True))
-        blocks.append(np.ascontiguousarray(data3[sl]))
-    return blocks
-
-
-def _code_bits(codes: np.ndarray) -> float:
-    """Estimated cost of ``codes`` after entropy coding, in bits (zstd on the raw codes)."""
-    return 8.0 * len(zstd_compress(codes.tobytes(), 1))

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import tensorpress as tp
-from tensorpress.compress import sz
+from tensorpress.compress import sz, sz_steps
 from tensorpress.compress.bounds import ErrorBound
 from tensorpress.compress.huffman import HuffmanDecoder, huffman_decode, huffman_encode
 from tensorpress.compress.kernels.interpolation import (
@@ -37,8 +37,8 @@ def _field(shape, dtype=np.float64, seed=0):
 @pytest.fixture
 def many_parts(monkeypatch):
     """Thread pools for every chunk, passes split from 64 points, pieces of 1/8."""
-    monkeypatch.setattr(sz, "_PARALLEL_MIN_ELEMENTS", 1)
-    monkeypatch.setattr(sz, "_SPLIT_MIN_POINTS", 64)
+    monkeypatch.setattr(sz_steps, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(sz_steps, "SPLIT_MIN_POINTS", 64)
 
 
 def test_pass_sizes_add_up_to_the_array():

@@ -1,0 +1,251 @@
+"""The ``sz`` codec's steps around its kernels: shapes, predictor dispatch, threaded
+interpolation, sampling for the predictor choice, and the cost of codes.
+
+The codec itself (config, payload layout, encode and decode) is in ``sz.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .kernels.interpolation import (
+    ALL,
+    interp_code,
+    interp_decode,
+    interp_encode,
+    interp_num_levels,
+    interp_pass_sizes,
+)
+from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
+from .lossless import zstd_compress
+
+#: predictor ids, as a payload's first byte records them
+RAW, LORENZO, LINEAR, CUBIC = 0, 1, 2, 3
+#: predictor choice: sample blocks per chunk, the share of the chunk they cover
+#: (1/8), and the most and fewest elements per block (below that, the whole chunk)
+SAMPLE_BLOCKS = 4
+SAMPLE_FRACTION = 8
+SAMPLE_ELEMENTS = 32768
+SAMPLE_MIN_ELEMENTS = 2048
+#: below this many elements a chunk is not worth a thread pool
+PARALLEL_MIN_ELEMENTS = 1 << 19
+#: interpolation passes of at least this many points are split over the threads
+SPLIT_MIN_POINTS = 1 << 16
+
+
+def kernel_dtype(dtype: np.dtype, log_domain: bool) -> np.dtype:
+    if log_domain or dtype == np.float64:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def squeezed_shape(shape: tuple) -> tuple:
+    """Shape without size-1 dims (at least 1-d)."""
+    dims = tuple(int(d) for d in shape if d != 1)
+    return dims or (1,)
+
+
+def fold_shape(shape: tuple, ndim: int) -> tuple:
+    """Merge leading dims so at most ``ndim`` remain, then pad with leading 1s to ``ndim``."""
+    if len(shape) > ndim:
+        shape = (math.prod(shape[: len(shape) - ndim + 1]),) + tuple(shape[len(shape) - ndim + 1 :])
+    return (1,) * (ndim - len(shape)) + tuple(shape)
+
+
+class SizedPool(ThreadPoolExecutor):
+    """A thread pool that knows its size (``threads``)."""
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        self.threads = threads
+
+
+def worth_threads(threads: int, size: int) -> bool:
+    """Whether a chunk of ``size`` elements is worth ``threads`` threads."""
+    return threads > 1 and size >= PARALLEL_MIN_ELEMENTS
+
+
+def chunk_pool(threads: int, size: int):
+    """A pool of ``threads`` threads for a chunk of ``size`` elements, if worth one."""
+    worth = worth_threads(threads, size)
+    return SizedPool(threads) if worth else contextlib.nullcontext()  # None: one thread
+
+
+def encode_with(choice, values, shape, eb, prec, radius, pool=None):
+    pred, alpha, beta = choice
+    n = values.size
+    codes = np.empty(n, np.uint16)
+    outliers = np.empty(n, values.dtype)
+    if pred == LORENZO:
+        data = values.reshape(fold_shape(shape, 4))
+        k = lorenzo_encode(data, eb, radius, prec, codes, outliers)
+    else:
+        data = values.reshape(fold_shape(shape, 3))
+        levels = eb_levels(data.shape, eb, alpha, beta)
+        if pool is None:
+            k = interp_encode(data, levels, radius, prec, pred == CUBIC, codes, outliers)
+        else:
+            rec = np.empty_like(data)
+            k = interp_threaded(pool, data, rec, codes, outliers, levels, radius, prec, pred)
+    return codes, outliers[:k].copy()
+
+
+def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None):
+    """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat result."""
+    pred, alpha, beta = choice
+    if dest is None:
+        dest = np.empty(math.prod(shape), work_dtype)
+    if pred == LORENZO:
+        out = dest.reshape(fold_shape(shape, 4))
+        lorenzo_decode(codes, outliers, eb, radius, prec, out)
+    else:
+        out = dest.reshape(fold_shape(shape, 3))
+        levels = eb_levels(out.shape, eb, alpha, beta)
+        interp_decode(codes, outliers, levels, radius, prec, pred == CUBIC, out)
+    return out.reshape(-1)
+
+
+def decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius, dest):
+    """Interpolation decoding while ``pool``'s thread Huffman-decodes the codes ahead.
+
+    The codes are decoded in pieces (whole small passes, large passes in runs of
+    lines, about 1/8 of the chunk each); each piece is reconstructed as soon as its
+    codes are there. Returns ``code_summary`` of the codes (counted by the decoding
+    thread, piece by piece).
+    """
+    pred, alpha, beta = choice
+    out = dest.reshape(fold_shape(shape, 3))
+    levels = eb_levels(out.shape, eb, alpha, beta)
+    pieces = split_pieces(interp_pass_sizes(*out.shape), max(SPLIT_MIN_POINTS, out.size // 8))
+    ready = [threading.Event() for _ in pieces]
+
+    def huffman():
+        zeros, top, start = 0, 0, 0
+        try:
+            for piece, event in zip(pieces, ready, strict=True):
+                decoder.decode_to(piece[-1])
+                event.set()
+                z, t = code_summary(decoder.symbols[start : piece[-1]])
+                zeros, top, start = zeros + z, max(top, t), piece[-1]
+            return zeros, top
+        finally:
+            for event in ready:  # a damaged stream stops the reconstruction too
+                event.set()
+
+    job = pool.submit(huffman)
+    oi = 0
+    try:
+        for (q_lo, q_hi, ln_lo, ln_hi, end), event in zip(pieces, ready, strict=True):
+            event.wait()
+            if decoder.done < end:
+                break
+            oi = interp_code(
+                out, out, decoder.symbols, outliers, levels, radius, prec, pred == CUBIC, True,
+                q_lo, q_hi, ln_lo, ln_hi, oi,
+            )  # fmt: skip
+    finally:
+        summary = job.result()  # the decoder's error first, if any
+    decoder.finish()
+    return summary
+
+
+def split_pieces(sizes: np.ndarray, target: int) -> list[tuple]:
+    """Split interpolation passes (``interp_pass_sizes``) into pieces of about ``target``
+    codes: ``(q_lo, q_hi, ln_lo, ln_hi, end)``, passes ``q_lo..q_hi - 1`` (lines
+    ``ln_lo..ln_hi - 1`` of a large one), codes up to ``end``; in coding order."""
+    pieces, q_lo, end = [], 0, 0
+    for q, (lines, per_line) in enumerate(sizes.tolist()):
+        points = lines * per_line
+        if points < target:
+            end += points
+            if q + 1 < len(sizes) and end - (pieces[-1][-1] if pieces else 0) < target:
+                continue
+            pieces.append((q_lo, q + 1, 0, ALL, end))
+        else:
+            if q > q_lo:
+                pieces.append((q_lo, q, 0, ALL, end))
+            parts = min(lines, -(-points // target))
+            for p in range(parts):
+                a, b = lines * p // parts, lines * (p + 1) // parts
+                pieces.append((q, q + 1, a, b, end + b * per_line))
+            end += points
+        q_lo = q + 1
+    return pieces
+
+
+def interp_threaded(pool, src, rec, codes, outliers, levels, radius, prec, pred):
+    """Interpolation encoding with the large passes split by lines over ``pool``'s threads.
+
+    Codes, outliers and reconstructions are those of ``interp_encode``: each part
+    of a pass writes its own codes and puts its outliers at its first code's index
+    (free: outliers never outnumber codes); they are moved up behind the earlier
+    parts' afterwards. Returns the number of outliers.
+    """
+    parts = pool.threads
+    sizes = interp_pass_sizes(*rec.shape)
+    points = sizes[:, 0] * sizes[:, 1]
+    starts = np.concatenate(([0], np.cumsum(points)))
+    cubic = pred == CUBIC
+
+    def run(q_lo, q_hi, ln_lo, ln_hi, oi, out=outliers):
+        return interp_code(
+            src, rec, codes, out, levels, radius, prec, cubic, False, q_lo, q_hi, ln_lo, ln_hi, oi
+        )
+
+    oi, done = 0, 0  # outliers so far, passes done
+    for q in np.flatnonzero((points >= SPLIT_MIN_POINTS) & (sizes[:, 0] >= parts)):
+        oi = run(done, q, 0, ALL, oi) if q > done else oi
+        lines = [sizes[q, 0] * p // parts for p in range(parts + 1)]
+        firsts = [int(starts[q] + ln * sizes[q, 1]) for ln in lines]  # first code per part
+        jobs = [pool.submit(run, q, q + 1, lines[0], lines[1], oi)]
+        jobs += [
+            pool.submit(run, q, q + 1, lines[p], lines[p + 1], 0, outliers[firsts[p] :])
+            for p in range(1, parts)
+        ]
+        counts = [j.result() for j in jobs]
+        oi = counts[0]
+        for p in range(1, parts):
+            outliers[oi : oi + counts[p]] = outliers[firsts[p] : firsts[p] + counts[p]]
+            oi += counts[p]
+        done = q + 1
+    return run(done, ALL, 0, ALL, oi) if done < len(sizes) else oi
+
+
+def eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
+    """Bound per interpolation level (index l = level l; index 0 unused)."""
+    n = interp_num_levels(shape3)
+    levels = np.arange(n + 1, dtype=np.float64)
+    return eb / np.minimum(alpha ** np.maximum(levels - 1, 0), beta)
+
+
+def sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
+    """``SAMPLE_BLOCKS`` contiguous sub-blocks spread over the chunk, together
+    about 1/``SAMPLE_FRACTION`` of it (each at most ``SAMPLE_ELEMENTS``).
+
+    A block keeps small dimensions whole and halves the largest one until it
+    fits, so it has the same kind of neighbourhoods as the chunk.
+    """
+    per_block = min(SAMPLE_ELEMENTS, data3.size // (SAMPLE_FRACTION * SAMPLE_BLOCKS))
+    if per_block < SAMPLE_MIN_ELEMENTS:
+        return [np.ascontiguousarray(data3)]
+    block = list(data3.shape)
+    while math.prod(block) > per_block:
+        i = block.index(max(block))
+        block[i] = (block[i] + 1) // 2
+    blocks = []
+    for b in range(SAMPLE_BLOCKS):
+        frac = (b + 0.5) / SAMPLE_BLOCKS
+        start = [int((d - s) * frac) for d, s in zip(data3.shape, block, strict=True)]
+        sl = tuple(slice(s, s + n) for s, n in zip(start, block, strict=True))
+        blocks.append(np.ascontiguousarray(data3[sl]))
+    return blocks
+
+
+def code_bits(codes: np.ndarray) -> float:
+    """Estimated cost of ``codes`` after entropy coding, in bits (zstd on the raw codes)."""
+    return 8.0 * len(zstd_compress(codes.tobytes(), 1))
