@@ -46,3 +46,9 @@ def _take(nbytes: int) -> np.ndarray:
             if b.size >= nbytes:
                 return _free.pop(i)
     return np.empty(nbytes, np.uint8)
+
+
+def kept_bytes() -> int:
+    """Bytes of buffers waiting in the free list (at most ``KEEP_BYTES``)."""
+    with _lock:
+        return sum(b.size for b in _free)
