@@ -19,7 +19,8 @@ from ._version import __version__
 from .compress import ErrorBound, available_codecs, get_codec
 from .formats import ContainerReader, encode_array, read_header
 from .formats import open_compressed as open  # noqa: A004  (tp.open, as h5py.File reads)
-from .formats.container import is_bfloat16, resolve_workers
+from .formats.stream_header import is_bfloat16
+from .formats.workers import resolve_workers
 
 __all__ = [
     "ErrorBound",

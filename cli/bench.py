@@ -102,7 +102,7 @@ def _over(error: float, bound: float, nonfinite_changed: int) -> float:
 
 def run_bench(args) -> int:
     """``tensorpress bench``: exit 1 if a tensorpress codec broke its bound."""
-    from ..formats import open_source
+    from ..formats.reader import open_source
 
     require_input(args.file)
     if args.plot:

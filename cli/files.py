@@ -178,7 +178,7 @@ def run_decompress(args) -> int:
 
 def run_info(args) -> int:
     """``tensorpress info``: describe a .tp container or a compressed HDF5 file."""
-    from ..formats import MAGIC
+    from ..formats.stream_header import MAGIC
 
     path = args.file
     require_input(path)

@@ -116,8 +116,8 @@ class ErrorCheck:
 
 def run_verify(args) -> int:
     """``tensorpress verify``: exit 1 if any element is outside its stored bound."""
-    from ..formats import describe_file, open_source
-    from ..formats import open_compressed
+    from ..formats import describe_file, open_compressed
+    from ..formats.reader import open_source
 
     require_input(args.original)
     require_input(args.compressed)
@@ -152,7 +152,7 @@ def _stored_ratios(path: str, describe_file) -> dict:
     import h5py
 
     if not h5py.is_hdf5(path):
-        from ..formats import MAGIC
+        from ..formats.stream_header import MAGIC
 
         with open(path, "rb") as f:
             if f.read(len(MAGIC)) != MAGIC:

@@ -1,22 +1,12 @@
-"""Bytes on disk and on the wire: the v1 container and whole files (see SPEC.md)."""
+"""Bytes on disk and on the wire: the v1 container and whole files (see SPEC.md).
 
-from .container import (
-    DEFAULT_CHUNK_BYTES,
-    FORMAT_VERSION,
-    MAGIC,
-    BufferSource,
-    ContainerReader,
-    FileSink,
-    FileSource,
-    Header,
-    StreamWriter,
-    decode_array,
-    encode_array,
-    encode_chunks,
-    parse_header,
-    read_header,
-    write_stream,
-)
+The names here are what a user calls; the helpers behind them (the stream's
+constants and :class:`~tensorpress.formats.stream_header.Header`, byte-range
+sources and sinks, the streaming writer, the HDF5 marker) are imported from
+their modules: ``stream_header``, ``stream_writer``, ``stream_reader``,
+``file_compress``, ``file_decompress``, ``file_output``, ``hdf5``, ``reader``.
+"""
+
 from .errors import (
     ChecksumError,
     FormatError,
@@ -24,27 +14,20 @@ from .errors import (
     UnknownCodecError,
     UnsupportedVersionError,
 )
-from .files import DatasetReport, compress_file, decompress_file, describe_file
-from .hdf5 import MARKER, MARKER_VERSION
-from .reader import CompressedFile, Dataset, open_compressed, open_source
+from .file_compress import compress_file
+from .file_decompress import decompress_file, describe_file
+from .file_output import DatasetReport
+from .reader import CompressedFile, Dataset, open_compressed
+from .stream_reader import ContainerReader, decode_array, read_header
+from .stream_writer import encode_array
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES",
-    "FORMAT_VERSION",
-    "MAGIC",
-    "MARKER",
-    "MARKER_VERSION",
-    "BufferSource",
     "ChecksumError",
     "CompressedFile",
     "ContainerReader",
     "Dataset",
     "DatasetReport",
-    "FileSink",
-    "FileSource",
     "FormatError",
-    "Header",
-    "StreamWriter",
     "TruncatedError",
     "UnknownCodecError",
     "UnsupportedVersionError",
@@ -53,14 +36,10 @@ __all__ = [
     "decompress_file",
     "describe_file",
     "encode_array",
-    "encode_chunks",
     "open_compressed",
-    "open_source",
-    "parse_header",
     "read_header",
     "tensor_from_stream",
     "tensor_to_stream",
-    "write_stream",
 ]
 
 _TENSOR_API = ("tensor_from_stream", "tensor_to_stream")

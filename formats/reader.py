@@ -15,10 +15,10 @@ from collections.abc import Mapping
 import h5py
 import numpy as np
 
-from .container import ContainerReader, FileSource
 from .errors import FormatError
 from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
 from .sources import check_input, check_no_layout, file_kind, open_npy, open_raw
+from .stream_reader import ContainerReader, FileSource
 
 
 class Dataset:

@@ -12,7 +12,7 @@ import os
 import h5py
 import numpy as np
 
-from .container import MAGIC
+from .stream_header import MAGIC
 
 #: extensions of raw binary files (C order, little-endian), as SDRBench names them
 RAW_EXTENSIONS = (".f32", ".f64", ".dat", ".raw", ".bin")

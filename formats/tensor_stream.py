@@ -12,7 +12,9 @@ import torch
 
 from ..compress.registry import get_codec
 from ..compress.tensor import CompressedTensor, bytes_tensor
-from .container import stream_dtype, verified_payloads, write_stream
+from .stream_header import stream_dtype
+from .stream_reader import verified_payloads
+from .stream_writer import write_stream
 
 #: how the container names the dtypes a tensor stream can hold
 _STREAM_DTYPES = {

@@ -67,7 +67,8 @@ except ImportError:  # numcodecs without zarr: only the numcodecs codecs exist
 
 from ..compress.bounds import ErrorBound
 from ..compress.registry import get_codec
-from .container import ContainerReader, encode_array
+from .stream_reader import ContainerReader
+from .stream_writer import encode_array
 
 __all__ = ["SZ", "Block", "Quant", "Zstd", "NUMCODECS"]
 

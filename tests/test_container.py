@@ -194,8 +194,7 @@ def test_checksums_made_in_the_encoding_threads_are_the_payloads(field):
     """``checked_chunks`` yields each payload with its CRC-32 (computed where it was
     encoded), the payloads of ``encode_chunks``; the stream is the same either way."""
     from tensorpress.compress import ErrorBound, get_codec
-    from tensorpress.formats import encode_chunks, write_stream
-    from tensorpress.formats.container import checked_chunks
+    from tensorpress.formats.stream_writer import checked_chunks, encode_chunks, write_stream
 
     codec = get_codec("block")
     bound = ErrorBound.from_kwargs(abs=1e-3).resolve(None)

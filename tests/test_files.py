@@ -11,14 +11,14 @@ import pytest
 import tensorpress as tp
 from tensorpress.formats import (
     ChecksumError,
-    FileSource,
     TruncatedError,
     compress_file,
     decompress_file,
     describe_file,
-    open_source,
 )
 from tensorpress.formats import open_compressed as tp_open
+from tensorpress.formats.reader import open_source
+from tensorpress.formats.stream_reader import FileSource
 
 
 def _smooth(shape, dtype, seed):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from tensorpress.formats import (
-    MARKER,
     ChecksumError,
     ContainerReader,
     FormatError,
@@ -20,10 +19,11 @@ from tensorpress.formats import (
     compress_file,
     decompress_file,
     describe_file,
-    open_source,
 )
 from tensorpress.formats import hdf5 as h5fmt
 from tensorpress.formats import open_compressed as tp_open
+from tensorpress.formats.hdf5 import MARKER
+from tensorpress.formats.reader import open_source
 from test_golden import assert_decodes_as_written
 
 REL = 1e-3

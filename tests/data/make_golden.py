@@ -25,7 +25,7 @@ import tempfile
 import ml_dtypes
 import numpy as np
 import tensorpress as tp
-from tensorpress.formats import FORMAT_VERSION
+from tensorpress.formats.stream_header import FORMAT_VERSION
 
 
 def _smooth(shape, dtype, seed):

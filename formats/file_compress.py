@@ -1,0 +1,293 @@
+"""Compressing whole files: an HDF5, .npy or raw binary file into an HDF5 file (the
+group hierarchy, attributes and dimension scales kept) or a container file.
+
+Every dataset is read and written chunk by chunk (never whole), inputs are opened
+read-only, and outputs appear only when complete (see file_output.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import h5py
+import numpy as np
+
+from ..compress.bounds import ErrorBound
+from ..compress.codec import chunk_rows_for
+from ..compress.registry import get_codec
+from .file_output import (
+    DatasetReport,
+    atomic_output,
+    attach_plain,
+    copy_plain,
+    is_hdf5_path,
+    report_progress,
+)
+from .hdf5 import (
+    DIM_ATTRS,
+    MARKER,
+    DatasetSink,
+    copy_attrs,
+    dimension_scales,
+    is_scale,
+    make_link,
+    make_marker,
+    walk,
+)
+from .sources import RowFile, check_input, file_kind, npy_rows, raw_layout
+from .stream_header import nchunks_for
+from .stream_writer import DEFAULT_CHUNK_BYTES, FileSink, StreamWriter, checked_chunks
+from .workers import resolve_workers
+
+#: dtypes that are compressed; every other dataset is copied as it is
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+def _bound_of(spec, name: str) -> ErrorBound | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"{name} must be a dict with one of 'abs', 'rel', 'pw_rel', e.g. {{'rel': 1e-3}}; "
+            f"got {spec!r}"
+        )
+    unknown = set(spec) - {"abs", "rel", "pw_rel"}
+    if unknown:
+        raise ValueError(
+            f"{name}: unknown error-bound mode(s) {', '.join(map(repr, sorted(unknown)))}; "
+            "use one of 'abs', 'rel', 'pw_rel'"
+        )
+    return ErrorBound.from_kwargs(**spec)
+
+
+class _Plan:
+    """The codec and the error bound of every dataset, checked before writing."""
+
+    def __init__(self, codec, codec_options, bound, overrides):
+        self.codec = get_codec(codec, **(codec_options or {}))
+        self.default = _bound_of(bound, "bound")
+        overrides = dict(overrides or {})
+        self.overrides = {
+            str(k).strip("/"): _bound_of(v, f"override {k!r}") for k, v in overrides.items()
+        }
+        for b in [self.default, *self.overrides.values()]:
+            if self.codec.bounded and b is None:
+                raise ValueError(
+                    f"codec {self.codec.name!r} needs an error bound: give a dict with one of "
+                    "'abs', 'rel', 'pw_rel', e.g. {'rel': 1e-3}"
+                )
+            self.codec.with_bound(b)  # refuses a bound the codec does not take
+
+    def check_names(self, names: list) -> None:
+        """Every override must name a dataset (full path or last component)."""
+        last = {n.rsplit("/", 1)[-1] for n in names}
+        missing = [k for k in self.overrides if k not in names and k not in last]
+        if missing:
+            raise ValueError(
+                f"override(s) {', '.join(map(repr, missing))} match no dataset; datasets: "
+                f"{', '.join(names) or 'none'}"
+            )
+
+    def bound_for(self, name: str) -> ErrorBound | None:
+        if name in self.overrides:
+            return self.overrides[name]
+        return self.overrides.get(name.rsplit("/", 1)[-1], self.default)
+
+    def compresses(self, source) -> bool:
+        """Whether a dataset of this dtype is compressed (floats), else copied."""
+        dtype = np.dtype(source.dtype)
+        if dtype.kind != "f" or dtype.name not in FLOAT_DTYPES:
+            return False
+        if dtype.name not in self.codec.dtypes:
+            raise ValueError(
+                f"codec {self.codec.name!r} does not accept {dtype.name} data; it takes "
+                f"{', '.join(self.codec.dtypes)}: choose another codec"
+            )
+        return True
+
+
+def value_range(source, chunk_rows: int) -> tuple[float, float]:
+    """(min, max) of the finite values of ``source``, read ``chunk_rows`` rows at a time."""
+    shape = tuple(source.shape)
+    lo, hi = math.inf, -math.inf
+    for i in range(nchunks_for(shape, chunk_rows)):
+        block = np.asarray(
+            source[()] if not shape else source[i * chunk_rows : (i + 1) * chunk_rows]
+        )
+        finite = block[np.isfinite(block)]
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+    return (0.0, 0.0) if lo > hi else (lo, hi)
+
+
+def compress_stream(source, sink, name, codec, bound, chunk_bytes, workers, progress) -> tuple:
+    """Write ``source`` (array-like, rows by slicing) as a v1 stream into ``sink``.
+
+    Returns (resolved bound, stream length in bytes). ``rel`` bounds take one
+    extra pass over the data for the value range, as :func:`tensorpress.compress`
+    resolves them.
+    """
+    dtype = np.dtype(source.dtype)
+    shape = tuple(int(d) for d in source.shape)
+    rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
+    if bound is not None:
+        lo, hi = value_range(source, rows) if bound.mode == "rel" else (0.0, 0.0)
+        bound = bound.resolve_range(lo, hi)
+    writer = StreamWriter(
+        sink,
+        dtype.newbyteorder("<").str,
+        shape,
+        "C",
+        codec.get_config(),
+        bound,
+        rows,
+    )
+    total = math.prod(shape) * dtype.itemsize
+    row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    report_progress(progress, name, 0, total)
+    chunks = checked_chunks(source, codec, bound, rows, workers=workers)
+    for i, (payload, crc) in enumerate(chunks):
+        writer.add(payload, crc)
+        report_progress(
+            progress, name, min(total, (i + 1) * rows * row_bytes) if shape else total, total
+        )
+    return bound, writer.finish()
+
+
+def _compressed_report(name, source, codec, bound, nbytes, t0) -> DatasetReport:
+    dtype = np.dtype(source.dtype)
+    return DatasetReport(
+        name,
+        True,
+        tuple(int(d) for d in source.shape),
+        dtype.name,
+        codec.get_config(),
+        None if bound is None else bound.to_dict(),
+        math.prod(source.shape) * dtype.itemsize,
+        nbytes,
+        time.perf_counter() - t0,
+    )
+
+
+def compress_file(
+    src,
+    dst,
+    bound,
+    *,
+    overrides=None,
+    codec="sz",
+    codec_options=None,
+    chunk_bytes=DEFAULT_CHUNK_BYTES,
+    workers=None,
+    dtype=None,
+    shape=None,
+    overwrite=False,
+    progress=None,
+) -> list[DatasetReport]:
+    """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
+
+    ``bound``: a dict with one of "abs", "rel", "pw_rel" (None for a codec that
+    takes no bound); ``overrides``: dataset name (full path or last
+    component) -> such a dict. ``dst`` ending in .h5/.hdf5 is HDF5 (a
+    single-array input becomes the dataset "data"), anything else a container.
+    ``chunk_bytes``: input bytes per chunk (None: the codec's default);
+    ``workers``: threads (None: all cores); ``dtype``/``shape`` describe raw
+    binary inputs. ``progress(name, done_bytes, total_bytes)`` is called when
+    a dataset starts and after each chunk. Returns one report per dataset.
+    """
+    src = check_input(src)
+    plan = _Plan(codec, codec_options, bound, overrides)
+    if chunk_bytes is None:
+        chunk_bytes = plan.codec.default_chunk_bytes
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    workers = resolve_workers(workers)
+    kind = file_kind(src)
+    if kind == "container":
+        raise ValueError(f"{src} is already a tensorpress file: decompress it instead")
+    if kind == "hdf5":
+        if dtype is not None or shape is not None:
+            raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is HDF5")
+        if not is_hdf5_path(dst):
+            raise ValueError(
+                f"{src} is HDF5: its compressed form is HDF5 too; give a destination "
+                "ending in .h5 or .hdf5"
+            )
+        with h5py.File(src, "r") as fin:
+            return _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress)
+    if kind == "npy":
+        if dtype is not None or shape is not None:
+            raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is .npy")
+        array = npy_rows(src)
+    else:
+        array = RowFile(src, *raw_layout(src, dtype, shape))
+    try:
+        plan.check_names(["data"])
+        if not plan.compresses(array):
+            raise ValueError(f"{src} holds {array.dtype} data; only float16/32/64 are compressed")
+        return [_compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, progress)]
+    finally:
+        if isinstance(array, RowFile):
+            array.close()
+
+
+def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, progress):
+    bound = plan.bound_for("data")
+    t0 = time.perf_counter()
+    with atomic_output(src, dst, overwrite) as tmp:
+        if is_hdf5_path(dst):
+            with h5py.File(tmp, "w") as fout:
+                sink = DatasetSink(fout, "data")
+                bound, nbytes = compress_stream(
+                    array, sink, "data", plan.codec, bound, chunk_bytes, workers, progress
+                )
+                sink.close().attrs[MARKER] = make_marker(
+                    array, [[] for _ in array.shape], ["" for _ in array.shape]
+                )
+        else:
+            with open(tmp, "wb") as f:
+                bound, nbytes = compress_stream(
+                    array, FileSink(f), "data", plan.codec, bound, chunk_bytes, workers, progress
+                )
+    return _compressed_report("data", array, plan.codec, bound, nbytes, t0)
+
+
+def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress):
+    items = list(walk(fin))
+    for _, kind, obj in items:
+        if kind == "dataset" and MARKER in obj.attrs:
+            raise ValueError(f"{src} is already compressed by tensorpress: decompress it instead")
+    plan.check_names([p for p, kind, _ in items if kind == "dataset"])
+    reports = []
+    with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+        copy_attrs(fin, fout, skip=DIM_ATTRS)
+        plain = []
+        for path, kind, obj in items:
+            t0 = time.perf_counter()
+            if kind == "group":
+                copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
+            elif kind != "dataset":
+                make_link(fout, path, kind, obj)
+            elif obj.shape is not None and not is_scale(obj) and plan.compresses(obj):
+                dims, labels = dimension_scales(obj)
+                sink = DatasetSink(fout, path)
+                bound, nbytes = compress_stream(
+                    obj,
+                    sink,
+                    path,
+                    plan.codec,
+                    plan.bound_for(path),
+                    chunk_bytes,
+                    workers,
+                    progress,
+                )
+                out = sink.close()
+                copy_attrs(obj, out, skip=(*DIM_ATTRS, "DIMENSION_LABELS"))
+                out.attrs[MARKER] = make_marker(obj, dims, labels)
+                reports.append(_compressed_report(path, obj, plan.codec, bound, nbytes, t0))
+            else:
+                reports.append(copy_plain(obj, fout, path, progress, t0))
+                plain.append((path, obj))
+        attach_plain(plain, fout)
+    return reports

@@ -1,0 +1,207 @@
+"""Decompressing whole files written by :func:`~tensorpress.formats.compress_file`, and
+describing them. Every dataset is decoded chunk by chunk (never whole) and outputs
+appear only when complete (see file_output.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import h5py
+import numpy as np
+
+from .errors import FormatError
+from .file_output import (
+    DatasetReport,
+    atomic_output,
+    attach_plain,
+    copy_plain,
+    is_hdf5_path,
+    ratio,
+    report_progress,
+)
+from .hdf5 import (
+    DIM_ATTRS,
+    MARKER,
+    DatasetSource,
+    attach_scales,
+    copy_attrs,
+    fill_value,
+    make_link,
+    read_marker,
+    walk,
+)
+from .reader import open_compressed
+from .sources import RAW_EXTENSIONS, check_input, file_kind, has_extension
+from .stream_header import is_bfloat16
+from .stream_reader import ContainerReader, FileSource
+from .workers import resolve_workers
+
+
+def decompress_file(src, dst, *, workers=None, overwrite=False, progress=None) -> list:
+    """Restore the original data of a file written by :func:`compress_file`.
+
+    HDF5 -> HDF5 (``dst`` .h5/.hdf5): every dataset with its dtype, shape,
+    attributes, fill value and dimension scales. A container -> .npy, raw
+    little-endian bytes when ``dst`` ends in .f32/.f64/.dat/.raw/.bin, or an
+    HDF5 file with the dataset "data" when it ends in .h5/.hdf5.
+    """
+    src = check_input(src)
+    workers = resolve_workers(workers)
+    kind = file_kind(src)
+    if kind == "hdf5":
+        if not is_hdf5_path(dst):
+            raise ValueError(f"{src} is HDF5: give a destination ending in .h5 or .hdf5")
+        with h5py.File(src, "r") as fin:
+            return _decompress_hdf5(fin, src, dst, workers, overwrite, progress)
+    if kind != "container":
+        raise ValueError(f"{src} is not a tensorpress-compressed file (it is {kind})")
+    source = FileSource(src)
+    try:
+        reader = ContainerReader(source, workers=workers)
+        if is_bfloat16(reader.dtype) and not has_extension(dst, RAW_EXTENSIONS):
+            raise ValueError(
+                f"{src} holds bfloat16 values, which .npy and HDF5 files cannot name: give a "
+                "raw destination (.bin, .raw, .dat) or read it with tensorpress.decompress"
+            )
+        t0 = time.perf_counter()
+        with atomic_output(src, dst, overwrite) as tmp:
+            if is_hdf5_path(dst):
+                with h5py.File(tmp, "w") as fout:
+                    out = fout.create_dataset("data", shape=reader.shape, dtype=reader.dtype)
+                    _decode_into(reader, "data", out, workers, progress)
+            else:
+                with open(tmp, "wb") as f:
+                    if not has_extension(dst, RAW_EXTENSIONS):
+                        _write_npy_header(f, reader.dtype, reader.shape)
+                    _decode_into(reader, "data", _RawWriter(f), workers, progress)
+        return [_decoded_report("data", reader, reader.dtype, t0)]
+    finally:
+        source.close()
+
+
+class _RawWriter:
+    """Rows assigned in order become little-endian C-order bytes in a file."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __setitem__(self, key, chunk):
+        flat = np.ascontiguousarray(chunk, chunk.dtype.newbyteorder("<")).reshape(-1)
+        self.f.write(flat.view(np.uint8).data)  # as bytes: bfloat16 has no buffer format
+
+
+def _write_npy_header(f, dtype, shape) -> None:
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+        "fortran_order": False,
+        "shape": tuple(shape),
+    }
+    try:
+        np.lib.format.write_array_header_1_0(f, header)
+    except ValueError:  # header longer than version 1.0 allows
+        np.lib.format.write_array_header_2_0(f, header)
+
+
+def _decode_into(reader, name, out, workers, progress) -> None:
+    """Decode ``reader`` chunk by chunk into ``out[a:b]`` (``out[()]`` for a 0-d array)."""
+    h = reader.header
+    total = h.original_bytes
+    row_bytes = math.prod(h.shape[1:]) * h.dtype.itemsize
+    report_progress(progress, name, 0, total)
+    for start, chunk in reader.iter_chunks(workers):
+        if not h.shape:
+            out[()] = chunk
+        else:
+            out[start : start + len(chunk)] = chunk
+        done = (start + len(chunk)) * row_bytes if h.shape else total
+        report_progress(progress, name, done, total)
+
+
+def _decoded_report(name, reader, dtype, t0) -> DatasetReport:
+    h = reader.header
+    return DatasetReport(
+        name,
+        True,
+        h.shape,
+        np.dtype(dtype).name,
+        h.codec,
+        None if h.bound is None else h.bound.to_dict(),
+        h.original_bytes,
+        h.compressed_bytes,
+        time.perf_counter() - t0,
+    )
+
+
+def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
+    items = list(walk(fin))
+    reports = []
+    with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+        copy_attrs(fin, fout, skip=DIM_ATTRS)
+        plain, restored = [], []
+        for path, kind, obj in items:
+            t0 = time.perf_counter()
+            if kind == "group":
+                copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
+                continue
+            if kind != "dataset":
+                make_link(fout, path, kind, obj)
+                continue
+            marker = read_marker(obj)
+            if marker is None:
+                reports.append(copy_plain(obj, fout, path, progress, t0))
+                plain.append((path, obj))
+                continue
+            reader = ContainerReader(DatasetSource(obj), workers=workers)
+            if reader.shape != marker["shape"]:
+                raise FormatError(f"{path}: the stream's shape disagrees with its marker")
+            out = fout.create_dataset(
+                path,
+                shape=marker["shape"],
+                dtype=marker["dtype"],
+                chunks=None if marker["chunks"] is None else tuple(marker["chunks"]),
+                maxshape=None if marker["maxshape"] is None else tuple(marker["maxshape"]),
+                fillvalue=fill_value(marker),
+            )
+            _decode_into(reader, path, out, workers, progress)
+            copy_attrs(obj, out, skip=(*DIM_ATTRS, MARKER))
+            restored.append((out, marker))
+            reports.append(_decoded_report(path, reader, marker["dtype"], t0))
+        attach_plain(plain, fout)
+        for out, marker in restored:
+            attach_scales(out, marker["dims"], marker["labels"])
+    return reports
+
+
+def describe_file(path) -> list[dict]:
+    """One dict per dataset: name, compressed, shape, dtype, codec, bound, sizes, version."""
+    with open_compressed(path) as cf:
+        out = []
+        for name, ds in cf.items():
+            if ds.compressed:
+                h = ds.reader.header
+                original, stored, version, codec = (
+                    h.original_bytes,
+                    h.compressed_bytes,
+                    h.version,
+                    h.codec,
+                )
+            else:
+                original = stored = ds.size * ds.dtype.itemsize
+                version, codec = None, None
+            out.append(
+                {
+                    "name": name,
+                    "compressed": ds.compressed,
+                    "shape": list(ds.shape),
+                    "dtype": ds.dtype.name,
+                    "codec": codec,
+                    "bound": ds.bound,
+                    "original_bytes": original,
+                    "stored_bytes": stored,
+                    "ratio": ratio(original, stored),
+                    "format_version": version,
+                }
+            )
+        return out

@@ -1,0 +1,118 @@
+"""What compressing and decompressing whole files share: each output is written to a
+temporary file beside its destination and renamed onto it only when complete; plain
+HDF5 datasets are copied as they are; every dataset gets a :class:`DatasetReport`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import time
+from dataclasses import dataclass
+
+from .hdf5 import DIM_ATTRS, attach_scales, dimension_scales
+from .sources import HDF5_EXTENSIONS, has_extension
+
+
+@dataclass
+class DatasetReport:
+    """What happened to one dataset: sizes in bytes, time in seconds."""
+
+    name: str
+    compressed: bool
+    shape: tuple
+    dtype: str
+    codec: dict | None
+    bound: dict | None
+    original_bytes: int
+    stored_bytes: int
+    seconds: float
+
+    @property
+    def ratio(self) -> float:
+        """original_bytes / stored_bytes (1.0 for an empty dataset)."""
+        return ratio(self.original_bytes, self.stored_bytes)
+
+
+def ratio(original: int, stored: int) -> float:
+    """``original / stored`` (bytes), 1.0 when both are empty."""
+    if stored == 0:
+        return 1.0 if original == 0 else math.inf
+    return original / stored
+
+
+def report_progress(progress, name: str, done: int, total: int) -> None:
+    """Call ``progress(name, done_bytes, total_bytes)`` when one is given."""
+    if progress is not None:
+        progress(name, done, total)
+
+
+def is_hdf5_path(path) -> bool:
+    """Whether ``path`` names an HDF5 file (.h5, .hdf5)."""
+    return has_extension(path, HDF5_EXTENSIONS)
+
+
+@contextlib.contextmanager
+def atomic_output(src: str, dst, overwrite: bool):
+    """Yield a temporary path beside ``dst``; on success it replaces ``dst``.
+
+    On any exception (KeyboardInterrupt included) the temporary file is
+    removed and ``dst`` is left as it was.
+    """
+    dst = os.fspath(dst)
+    if os.path.exists(dst):
+        if os.path.samefile(src, dst):
+            raise ValueError(f"source and destination are the same file: {dst}")
+        if not overwrite:
+            raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
+        if os.path.isdir(dst):
+            raise IsADirectoryError(f"{dst} is a directory, not a file")
+    folder = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"destination folder does not exist: {folder}")
+    while True:  # a new name in dst's folder, created with the default permissions
+        tmp = os.path.join(folder, f".{os.path.basename(dst)}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            break
+        except FileExistsError:
+            continue
+    try:
+        yield tmp
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def plain_report(name, ds, t0: float) -> DatasetReport:
+    """The report of a dataset copied as it is, started at ``t0`` (perf_counter)."""
+    shape = tuple(ds.shape or ())
+    nbytes = int(ds.size or 0) * ds.dtype.itemsize if ds.shape is not None else 0
+    return DatasetReport(
+        name, False, shape, str(ds.dtype), None, None, nbytes, nbytes, time.perf_counter() - t0
+    )
+
+
+def copy_plain(ds, fout, path, progress, t0: float) -> DatasetReport:
+    """Copy an HDF5 dataset as it is (HDF5 copies it piecewise), without scale references."""
+    report = plain_report(path, ds, t0)
+    report_progress(progress, path, 0, report.original_bytes)
+    fout.copy(ds, path)
+    for name in DIM_ATTRS:
+        if name in fout[path].attrs:
+            del fout[path].attrs[name]
+    report_progress(progress, path, report.original_bytes, report.original_bytes)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def attach_plain(plain, fout) -> None:
+    """Re-attach the dimension scales of the copied datasets (their paths are the same)."""
+    for path, ds in plain:
+        if ds.shape and "DIMENSION_LIST" in ds.attrs:
+            dims, _ = dimension_scales(ds)
+            attach_scales(fout[path], dims, [])

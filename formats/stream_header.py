@@ -1,0 +1,225 @@
+"""Container v1's header: the constants of its layout, the :class:`Header` a stream
+describes itself with, and the bytes before the payloads (preamble, JSON header,
+chunk index), written and parsed here. The byte layout is specified in SPEC.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+
+# zlib-ng's CRC-32 gives zlib's values many times faster: with zlib's, the checksums are a
+# visible share of a `block` decompress (see benchmarks/compressors.py)
+try:
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover - a platform without zlib-ng wheels
+    from zlib import crc32
+
+import numpy as np
+
+from .._version import __version__
+from ..compress.bounds import ErrorBound
+from .errors import ChecksumError, FormatError, TruncatedError, UnsupportedVersionError
+
+MAGIC = b"\x89TPRESS\n"
+FORMAT_VERSION = 1
+PREAMBLE = struct.Struct("<8sHHI")  # magic, version, flags, header length (bytes)
+CRC = struct.Struct("<I")
+INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), crc32 of the payload
+#: the software named in every stream's header
+WRITER = f"tensorpress {__version__}"
+
+
+def is_bfloat16(dtype) -> bool:
+    """Whether ``dtype`` is bfloat16 (``ml_dtypes.bfloat16``, the one numpy knows)."""
+    return getattr(dtype, "name", None) == "bfloat16"
+
+
+@functools.cache
+def bfloat16() -> np.dtype:
+    """numpy's bfloat16, from ml_dtypes, imported on first use (a slow import that
+    ``import tensorpress`` should not pay)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def stream_dtype(dtype) -> str:
+    """How a stream's header names ``dtype``: numpy's little-endian string (``"<f4"``),
+    or ``"bfloat16"``, which numpy spells as raw bytes (``"<V2"``)."""
+    dtype = np.dtype(dtype)
+    return "bfloat16" if is_bfloat16(dtype) else dtype.newbyteorder("<").str
+
+
+def nchunks_for(shape: tuple, chunk_rows: int) -> int:
+    """How many chunks a stream of ``shape`` cut every ``chunk_rows`` rows holds."""
+    if math.prod(shape) == 0:
+        return 0
+    return 1 if not shape else -(-shape[0] // chunk_rows)
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a stream says about itself (JSON header plus chunk index)."""
+
+    version: int
+    dtype: np.dtype
+    shape: tuple
+    order: str
+    codec: dict
+    bound: ErrorBound | None
+    chunk_rows: int
+    lengths: tuple  # payload bytes per chunk
+    crcs: tuple
+    payload_offset: int  # byte offset of the first payload in the stream
+    writer: str
+
+    @property
+    def nchunks(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def compressed_bytes(self) -> int:
+        return self.payload_offset + sum(self.lengths)
+
+    @property
+    def original_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @cached_property
+    def offsets(self) -> tuple:
+        """Byte offset of each chunk's payload in the stream."""
+        return tuple(itertools.accumulate(self.lengths[:-1], initial=self.payload_offset))
+
+    def chunk_span(self, i: int) -> tuple[int, int]:
+        """Rows [start, stop) of chunk ``i`` along the first axis."""
+        if not self.shape:
+            return 0, 1
+        start = i * self.chunk_rows
+        return start, min(start + self.chunk_rows, self.shape[0])
+
+    def chunk_shape(self, i: int) -> tuple:
+        if not self.shape:
+            return ()
+        start, stop = self.chunk_span(i)
+        return (stop - start,) + tuple(self.shape[1:])
+
+
+# -- writing -------------------------------------------------------------------------
+
+
+def encode_preamble(dtype: str, shape, order, codec_config, bound, chunk_rows) -> bytes:
+    """Preamble, JSON header and the header's CRC: the bytes before the chunk index."""
+    header = {
+        "dtype": dtype,
+        "shape": [int(d) for d in shape],
+        "order": order,
+        "codec": codec_config,
+        "bound": None if bound is None else bound.to_dict(),
+        "chunk_rows": chunk_rows,
+        "writer": WRITER,
+    }
+    head = json.dumps(header, separators=(",", ":")).encode()
+    pre = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
+    return pre + CRC.pack(crc32(pre))
+
+
+def index_size(nchunks: int) -> int:
+    """Bytes of the chunk index of ``nchunks`` chunks: count, entries and CRC."""
+    return 8 + nchunks * INDEX_ENTRY.size + CRC.size
+
+
+def encode_index(lengths, crcs) -> bytes:
+    """Chunk count, index entries and their CRC."""
+    index = struct.pack("<Q", len(lengths)) + b"".join(
+        INDEX_ENTRY.pack(n, c) for n, c in zip(lengths, crcs, strict=True)
+    )
+    return index + CRC.pack(crc32(index))
+
+
+# -- parsing -------------------------------------------------------------------------
+
+
+def parse_header(source) -> Header:
+    """Parse and check the preamble, JSON header and chunk index of a stream.
+
+    ``source`` has ``size`` (bytes) and ``read(offset, length)`` returning a
+    bytes-like object (shorter only past the end); only the header and the
+    index are read.
+    """
+    size = source.size
+    version, flags, end = _check_preamble(source)
+    if size < end + CRC.size + 8:
+        raise TruncatedError("stream is truncated inside its header")
+    mv = memoryview(source.read(0, end + CRC.size + 8)).cast("B")
+    if CRC.unpack_from(mv, end)[0] != crc32(mv[:end]):
+        raise ChecksumError("header checksum mismatch: the stream is corrupted")
+    if flags != 0:
+        raise FormatError(f"unknown header flags {flags:#x}")
+    fields = _header_fields(mv[PREAMBLE.size : end])
+    lengths, crcs, payload_offset = _parse_index(source, mv, end + CRC.size, fields)
+    header = Header(version, *fields[:6], lengths, crcs, payload_offset, fields[6])
+    if size < header.compressed_bytes:
+        raise TruncatedError(
+            f"stream is truncated: {size} bytes, its index needs {header.compressed_bytes}"
+        )
+    return header
+
+
+def _check_preamble(source) -> tuple[int, int, int]:
+    """(version, flags, end of the JSON header in bytes) from the fixed preamble."""
+    size = source.size
+    pre = source.read(0, min(size, PREAMBLE.size))
+    if size < PREAMBLE.size or bytes(pre[:8]) != MAGIC:
+        if size < 8 and MAGIC.startswith(bytes(pre)):
+            raise TruncatedError("stream is truncated inside its preamble")
+        raise FormatError("not a tensorpress stream (bad magic number)")
+    _, version, flags, hlen = PREAMBLE.unpack_from(pre)
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(
+            f"stream is format version {version}; this tensorpress reads up to version "
+            f"{FORMAT_VERSION}: upgrade tensorpress to read it"
+        )
+    if version < 1:
+        raise FormatError(f"invalid format version {version}")
+    return version, flags, PREAMBLE.size + hlen
+
+
+def _header_fields(text) -> tuple:
+    """(dtype, shape, order, codec, bound, chunk rows, writer) from the JSON header."""
+    try:
+        h = json.loads(bytes(text))
+        dtype = bfloat16() if h["dtype"] == "bfloat16" else np.dtype(h["dtype"])
+        shape = tuple(int(d) for d in h["shape"])
+        rows = int(h["chunk_rows"])
+        codec = dict(h["codec"])
+        bound = None if h["bound"] is None else ErrorBound.from_dict(h["bound"])
+        order = h["order"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"invalid stream header: {exc}") from None
+    if any(d < 0 for d in shape) or rows < 1 or order not in ("C", "F"):
+        raise FormatError("invalid stream header: bad shape, chunk rows or order")
+    return dtype, shape, order, codec, bound, rows, str(h.get("writer", ""))
+
+
+def _parse_index(source, head: memoryview, pos: int, fields: tuple) -> tuple:
+    """(payload lengths, payload CRCs, offset of the first payload) from the chunk index
+    at byte ``pos``; ``head`` holds the stream's bytes up to the index's count."""
+    (nchunks,) = struct.unpack_from("<Q", head, pos)
+    index_end = pos + 8 + nchunks * INDEX_ENTRY.size
+    if source.size < index_end + CRC.size:
+        raise TruncatedError("stream is truncated inside its chunk index")
+    index = memoryview(source.read(pos, index_end + CRC.size - pos)).cast("B")
+    if CRC.unpack_from(index, index_end - pos)[0] != crc32(index[: index_end - pos]):
+        raise ChecksumError("chunk index checksum mismatch: the stream is corrupted")
+    entries = [INDEX_ENTRY.unpack_from(index, 8 + i * INDEX_ENTRY.size) for i in range(nchunks)]
+    shape, rows = fields[1], fields[5]
+    expected = nchunks_for(shape, rows)
+    if nchunks != expected:
+        raise FormatError(f"chunk index lists {nchunks} chunks, the shape needs {expected}")
+    return tuple(e[0] for e in entries), tuple(e[1] for e in entries), index_end + CRC.size

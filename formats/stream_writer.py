@@ -1,0 +1,186 @@
+"""Writing container v1 streams: whole arrays (:func:`encode_array`), payloads already
+encoded (:func:`write_stream`), or payloads that arrive one at a time
+(:class:`StreamWriter`). Arrays are split into chunks of whole rows along the first
+axis, encoded in parallel threads (the kernels release the GIL); see SPEC.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ..compress.bounds import ErrorBound
+from ..compress.codec import Codec, chunk_rows_for
+from ..compress.threads import ordered
+from .stream_header import (
+    crc32,
+    encode_index,
+    encode_preamble,
+    index_size,
+    nchunks_for,
+    stream_dtype,
+)
+from .workers import inner_threads, resolve_workers
+
+#: default target size of one chunk of input, in bytes
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+
+def encode_array(
+    x: np.ndarray,
+    codec: Codec,
+    bound: ErrorBound | None,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    workers: int | None = None,
+    order: str = "C",
+) -> bytes:
+    """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None).
+
+    ``chunk_bytes`` is the target input size of a chunk; ``order`` records the
+    caller's memory layout.
+    """
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    x = np.ascontiguousarray(x) if x.ndim else x.reshape(())
+    shape = tuple(int(d) for d in x.shape)
+    rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
+    chunks = list(checked_chunks(x, codec, bound, rows, workers=workers))
+    return write_stream(
+        stream_dtype(x.dtype),
+        shape,
+        order,
+        codec.stream_config(),
+        bound,
+        rows,
+        [payload for payload, _ in chunks],
+        crcs=[crc for _, crc in chunks],
+    )
+
+
+def write_stream(
+    dtype: str,
+    shape: tuple,
+    order: str,
+    codec_config: dict,
+    bound: ErrorBound | None,
+    chunk_rows: int,
+    payloads: list,
+    crcs: list | None = None,
+) -> bytes:
+    """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order) and
+    their CRC-32s (computed here when not given)."""
+    pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows)
+    if crcs is None:
+        crcs = [crc32(p) for p in payloads]
+    index = encode_index([len(p) for p in payloads], crcs)
+    return b"".join([pre, index, *payloads])
+
+
+class FileSink:
+    """A seekable binary file object seen as a place to write bytes at offsets."""
+
+    def __init__(self, fileobj, start: int = 0):
+        self._f = fileobj
+        self._start = start  # where the stream begins in the file (bytes)
+        self._pos = None
+
+    def write_at(self, offset: int, data) -> None:
+        if offset != self._pos:
+            self._f.seek(self._start + offset)
+        self._f.write(data)
+        self._pos = offset + len(memoryview(data).cast("B"))
+
+
+class StreamWriter:
+    """Write a v1 stream whose chunk payloads arrive one at a time, in chunk order.
+
+    The preamble, header and a zero-filled index of the fixed size ``12 N + 12``
+    bytes are written first, the payloads after them as :meth:`add` receives
+    them, and :meth:`finish` writes the real index over the placeholder. The
+    bytes equal :func:`write_stream`'s for the same payloads. ``sink`` has
+    ``write_at(offset, data)`` (offsets in bytes from the start of the stream),
+    e.g. a :class:`FileSink`.
+    """
+
+    def __init__(
+        self,
+        sink,
+        dtype: str,
+        shape: tuple,
+        order: str,
+        codec_config: dict,
+        bound: ErrorBound | None,
+        chunk_rows: int,
+    ):
+        self.sink = sink
+        self.nchunks = nchunks_for(shape, chunk_rows)
+        pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows)
+        self._index_at = len(pre)
+        self._lengths: list[int] = []
+        self._crcs: list[int] = []
+        sink.write_at(0, pre)
+        sink.write_at(self._index_at, bytes(index_size(self.nchunks)))
+        self.nbytes = self._index_at + index_size(self.nchunks)
+
+    def add(self, payload, crc: int | None = None) -> None:
+        """Append the next chunk's payload (bytes-like) and its CRC-32 (computed here
+        when not given)."""
+        if len(self._lengths) == self.nchunks:
+            raise ValueError(f"the stream holds {self.nchunks} chunks; got one more")
+        payload = memoryview(payload).cast("B")
+        self.sink.write_at(self.nbytes, payload)
+        self._lengths.append(len(payload))
+        self._crcs.append(crc32(payload) if crc is None else crc)
+        self.nbytes += len(payload)
+
+    def finish(self) -> int:
+        """Write the chunk index; returns the stream's length in bytes."""
+        if len(self._lengths) != self.nchunks:
+            raise ValueError(f"the stream needs {self.nchunks} chunks, got {len(self._lengths)}")
+        self.sink.write_at(self._index_at, encode_index(self._lengths, self._crcs))
+        return self.nbytes
+
+
+def encode_chunks(
+    source, codec: Codec, bound: ErrorBound | None, chunk_rows: int, *, workers: int | None = None
+):
+    """Yield the payload of each chunk of ``source`` in order, encoding in threads.
+
+    ``source`` has ``.shape`` and ``.dtype`` and gives rows by slicing
+    (``source[a:b]``: a numpy array, memory map or h5py dataset). Chunks are
+    read in the calling thread, ``workers`` are encoded at a time and as many
+    more wait their turn, so memory stays near twice ``workers`` times the chunk
+    size. The payloads do not depend on ``workers``.
+    """
+    for payload, _ in checked_chunks(source, codec, bound, chunk_rows, workers=workers):
+        yield payload
+
+
+def checked_chunks(
+    source, codec: Codec, bound: ErrorBound | None, chunk_rows: int, *, workers: int | None = None
+):
+    """As :func:`encode_chunks`, yielding ``(payload, its CRC-32)``: the checksums are
+    computed in the encoding threads, not after them in the one writing the stream."""
+    shape = tuple(int(d) for d in source.shape)
+    n = nchunks_for(shape, chunk_rows)
+    workers = resolve_workers(workers)
+    inner = inner_threads(workers, n)
+    row_size = math.prod(shape[1:])
+
+    def read(i):
+        block = source[()] if not shape else source[i * chunk_rows : (i + 1) * chunk_rows]
+        block = np.asarray(block)
+        if not block.dtype.isnative:
+            block = block.astype(block.dtype.newbyteorder("="))
+        block = np.ascontiguousarray(block)
+        return block if block.flags.writeable else block.copy()  # the kernels take writable arrays
+
+    def encode(i, block):
+        payload = codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
+        return payload, crc32(payload)
+
+    calls = (functools.partial(encode, i, read(i)) for i in range(n))
+    yield from ordered(calls, workers if n > 1 else 1)
