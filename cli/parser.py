@@ -109,41 +109,34 @@ def parse_override(text: str) -> tuple[str, dict]:
 # -- the parser ----------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tensorpress`` parser with its six subcommands."""
-    from .._version import __version__
+def _common(p, *, writes: bool = False, workers: bool = False) -> None:
+    """Options every subcommand takes; ``writes``: it writes OUTPUT; ``workers``: it
+    runs threads."""
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no table")
+    if writes:
+        p.add_argument("-f", "--force", action="store_true", help="overwrite OUTPUT")
+    if workers:
+        p.add_argument(
+            "--workers",
+            type=parse_workers,
+            default=None,
+            metavar="N",
+            help="worker threads (default: all cores); the output does not depend on it",
+        )
 
-    parser = _Parser(
-        prog="tensorpress",
-        description="Error-bounded compression of arrays and tensors.",
-        epilog="Exit status: 0 success; 1 verify (or bench, demo) found an element outside "
-        "its bound; 2 an error; 130 interrupted. 'tensorpress COMMAND --help' for a command.",
+
+def _raw_options(p) -> None:
+    """How a raw binary input is read: its dtype and shape."""
+    p.add_argument(
+        "--dtype", type=parse_float_dtype, help="raw input: float32 or float64 (little-endian)"
     )
-    parser.add_argument("--version", action="version", version=f"tensorpress {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p.add_argument(
+        "--shape", type=parse_shape, help="raw input: sizes in C order, e.g. 100,500,500"
+    )
 
-    def common(p, *, writes: bool = False, workers: bool = False):
-        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no table")
-        if writes:
-            p.add_argument("-f", "--force", action="store_true", help="overwrite OUTPUT")
-        if workers:
-            p.add_argument(
-                "--workers",
-                type=parse_workers,
-                default=None,
-                metavar="N",
-                help="worker threads (default: all cores); the output does not depend on it",
-            )
 
-    def raw_options(p):
-        p.add_argument(
-            "--dtype", type=parse_float_dtype, help="raw input: float32 or float64 (little-endian)"
-        )
-        p.add_argument(
-            "--shape", type=parse_shape, help="raw input: sizes in C order, e.g. 100,500,500"
-        )
-
+def _add_compress(sub) -> None:
     p = sub.add_parser(
         "compress",
         help="compress an HDF5, .npy or raw file",
@@ -180,20 +173,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME:MODE=E",
         help="another bound for one dataset, e.g. temperature:abs=0.01 (repeatable)",
     )
-    raw_options(p)
-    common(p, writes=True, workers=True)
+    _raw_options(p)
+    _common(p, writes=True, workers=True)
 
+
+def _add_decompress(sub) -> None:
     p = sub.add_parser("decompress", help="restore a compressed file")
     p.add_argument("input", metavar="INPUT")
     p.add_argument(
         "output", metavar="OUTPUT", help=".h5 for HDF5 input; .npy or raw (.f32, .f64, ...)"
     )
-    common(p, writes=True, workers=True)
+    _common(p, writes=True, workers=True)
 
+
+def _add_info(sub) -> None:
     p = sub.add_parser("info", help="describe a compressed file")
     p.add_argument("file", metavar="FILE", help="a file written by tensorpress")
-    common(p)
+    _common(p)
 
+
+def _add_verify(sub) -> None:
     p = sub.add_parser(
         "verify",
         help="check a compressed file against its original",
@@ -202,9 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("original", metavar="ORIGINAL")
     p.add_argument("compressed", metavar="COMPRESSED")
-    raw_options(p)
-    common(p)
+    _raw_options(p)
+    _common(p)
 
+
+def _add_bench(sub) -> None:
     p = sub.add_parser(
         "bench",
         help="compare codecs on a file's float datasets",
@@ -230,9 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeat", type=parse_workers, default=3, metavar="N", help="timed runs (median)"
     )
     p.add_argument("--plot", metavar="PNG", help="write a rate-distortion plot (matplotlib)")
-    raw_options(p)
-    common(p, workers=True)
+    _raw_options(p)
+    _common(p, workers=True)
 
+
+def _add_demo(sub) -> None:
     p = sub.add_parser(
         "demo", help="compress a built-in scientific field and activation tensor, verify, report"
     )
@@ -242,4 +245,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="value-range relative bound (repeatable; default 1e-2, 1e-3, 1e-4)",
     )
+
+
+#: the subcommands, in the order ``--help`` lists them
+SUBCOMMANDS = (_add_compress, _add_decompress, _add_info, _add_verify, _add_bench, _add_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tensorpress`` parser with its six subcommands."""
+    from .._version import __version__
+
+    parser = _Parser(
+        prog="tensorpress",
+        description="Error-bounded compression of arrays and tensors.",
+        epilog="Exit status: 0 success; 1 verify (or bench, demo) found an element outside "
+        "its bound; 2 an error; 130 interrupted. 'tensorpress COMMAND --help' for a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"tensorpress {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
