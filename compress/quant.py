@@ -256,21 +256,14 @@ class QuantCodec(Codec):
         n = t.numel()
         if n == 0:
             return torch.empty(0, dtype=torch.uint8, device=t.device), []
-        rows = t.shape[0] if t.dim() else 1
-        m = chunk_rows * (n // rows)
+        m = chunk_rows * (n // (t.shape[0] if t.dim() else 1))
         if _host_dtype(t.dtype, t.device) is not None:
             host = t.reshape(-1).numpy()
             parts = [self.encode(host[a : a + m], offset=a) for a in range(0, n, m)]
             payload = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
             return payload, [len(p) for p in parts]
-        nfull = rows // chunk_rows
-        flat = t.reshape(-1)
-        parts = []  # (values [chunks, m], offset of the first)
-        if nfull:
-            parts.append((flat[: nfull * m].view(nfull, m), 0))
-        if n > nfull * m:
-            parts.append((flat[nfull * m :].view(1, n - nfull * m), nfull * m))
-        encoded = [self._encode_rows(x, base, pdt) for x, base in parts]
+        rows = [(x, c * m) for c, x in _equal_chunks(t.reshape(-1), m)]  # (values, offset)
+        encoded = [self._encode_rows(x, base, pdt) for x, base in rows]
         raw = torch.cat([~torch.isfinite(err) for _, err in encoded]).tolist()  # the one sync
         if not any(raw):
             payload = torch.cat([enc.reshape(-1) for enc, _ in encoded])
@@ -278,7 +271,7 @@ class QuantCodec(Codec):
         pieces, lengths = [], []
         flags = iter(raw)
         one = torch.ones(1, dtype=torch.uint8, device=t.device)
-        for (x, _), (enc, _) in zip(parts, encoded, strict=True):
+        for (x, _), (enc, _) in zip(rows, encoded, strict=True):
             for row in range(x.shape[0]):
                 if next(flags):
                     pieces += [one, x[row].view(torch.uint8)]
@@ -288,49 +281,41 @@ class QuantCodec(Codec):
                     lengths.append(enc.shape[1])
         return torch.cat(pieces), lengths
 
+    def _signs(self, ngroups: int, device):
+        """Hadamard signs ``[1, ngroups, group]`` keyed on the chunk-local position (None
+        without hadamard), so a chunk decodes on its own."""
+        if not self.hadamard:
+            return None
+        import torch
+
+        from .kernels import quant_torch as qt
+
+        pos = torch.arange(ngroups * self.group, device=device)
+        return qt.signs(self.seed, pos).view(1, ngroups, self.group)
+
     def _encode_rows(self, x, base: int, pdt):
         """Mode-0 payloads ``[chunks, bytes]`` of the equal chunks in the rows of ``x`` (the
         first at element ``base``) and their max errors (not finite: store raw)."""
         import torch
 
+        from . import group_quant as gq
         from .kernels import quant_torch as qt
 
         nch, m = x.shape
-        G = self.group
         ngroups, ncodes, _ = self._layout(m)
-        width = ngroups * G
-        maxc = float((1 << self.bits) - 1)
-        pos = None
-        if self.hadamard or self.stochastic:
-            pos = qt.positions(base, nch, m, width, x.device)
-        if self.hadamard:  # signs keyed on the chunk-local position
-            signs = qt.signs(self.seed, torch.arange(width, device=x.device)[None, :])
-            v = torch.mul(torch.nn.functional.pad(x, (0, width - m)), signs)  # in float64
-            v = qt.fwht(v.view(nch, ngroups, G))
-        else:  # pad a short last group with copies of its last value (min/max unchanged)
-            v = x if width == m else torch.cat([x, x[:, -1:].expand(nch, width - m)], 1)
-            v = v.view(nch, ngroups, G)  # x's dtype: upcast exactly inside the ops below
-        lo_p = (v.amin(-1).to(torch.float64) + 0.0).to(pdt)  # + 0.0: either zero may be min
-        lo = lo_p.to(torch.float64)
-        hi = v.amax(-1).to(torch.float64) + 0.0
-        scale_p = ((hi - lo) / maxc).to(pdt)
-        scale = scale_p.to(torch.float64)[..., None]
-        lo = lo[..., None]
-        # groups with scale <= 0 divide by inf instead: (v - lo) / inf + u floors to code 0
-        q = torch.sub(v, lo).div_(torch.where(scale > 0.0, scale, math.inf))
-        if self.stochastic:
-            u = qt.hash32_torch(2 * self.seed, pos).bitwise_right_shift_(8).to(torch.float64)
-            q.add_(u.view(nch, ngroups, G), alpha=_U_SCALE)  # exact product: same as q + u
-        else:
-            q.add_(0.5)
-        q = q.floor_().clamp_(0.0, maxc).view(nch, width)
-        codes = qt.pack(q[:, :ncodes].to(torch.uint8), self.bits)
-        rec = q.view(nch, ngroups, G).mul_(scale).add_(lo)  # lo + code * scale
-        if self.hadamard:
-            rec = qt.fwht(rec).view(nch, width).mul_(signs).div_(G)
-        rec = rec.view(nch, width)[:, :m]
+        signs = self._signs(ngroups, x.device)
+        noise = None
+        if self.stochastic:  # keyed on the element's index in the whole array
+            pos = qt.positions(base, nch, m, ngroups * self.group, x.device)
+            noise = qt.uniform_noise(self.seed, pos).view(nch, ngroups, self.group)
+        arith = {"compute_dtype": torch.float64, "signs": signs}
+        q, lo_p, scale_p = gq.quantize(
+            x, self.bits, self.group, param_dtype=pdt, noise=noise, **arith
+        )
+        codes = gq.pack(q[:, :ncodes], self.bits)
+        rec = gq.dequantize(q, lo_p, scale_p, m, self.group, **arith)
         if x.dtype != torch.float64:
-            rec.copy_(rec.to(torch.float32).to(x.dtype))
+            rec.copy_(qt.to_storage(rec, x.dtype))
         err = rec.sub_(x).abs_().amax(1)
         head = torch.zeros(nch, 1, dtype=torch.uint8, device=x.device)
         fields = [head, err.view(torch.uint8).view(nch, 8)]
@@ -343,116 +328,134 @@ class QuantCodec(Codec):
 
         from .kernels import quant_torch as qt
 
-        pdt = qt.param_dtype(dtype)
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        psize = torch.empty(0, dtype=pdt).element_size()
+        qt.param_dtype(dtype)  # TypeError for a dtype the codec does not take
         shape = tuple(int(d) for d in shape)
         n = math.prod(shape)
-        if payload.dtype != torch.uint8 or payload.dim() != 1:
-            raise ValueError("decode_tensor needs a 1-d uint8 payload tensor")
-        lengths = [int(v) for v in lengths]
-        if sum(lengths) != payload.numel():
-            raise ValueError(
-                f"chunk lengths add up to {sum(lengths)} bytes but the payload has "
-                f"{payload.numel()}"
-            )
-        dev = payload.device
+        lengths = _check_lengths(payload, lengths, n)
         if n == 0:
-            if lengths:
-                raise ValueError(f"an empty tensor has no chunks, got {len(lengths)}")
-            return torch.empty(shape, dtype=dtype, device=dev)
-        if not lengths or min(lengths) < 1:
-            raise ValueError("every chunk of a non-empty tensor needs a non-empty payload")
+            return torch.empty(shape, dtype=dtype, device=payload.device)
         payload = payload.contiguous()
         starts = [0, *itertools.accumulate(lengths[:-1])]
-        modes = payload[torch.tensor(starts, device=dev)].tolist()  # the one sync
-        rows = shape[0] if shape else 1
-        row_size = n // rows
-
-        def expected(mode, size):
-            if mode == MODE_RAW:
-                return 1 + size * itemsize
-            return self.payload_size(size, psize) if mode == MODE_QUANT else -1
-
-        def fits(cr):
-            k = len(lengths)
-            if -(-rows // cr) != k:
-                return False
-            sizes = [cr * row_size] * (k - 1) + [(rows - (k - 1) * cr) * row_size]
-            return all(
-                expected(md, sz) == ln for md, sz, ln in zip(modes, sizes, lengths, strict=True)
-            )
-
-        if not fits(_check_int("chunk_rows", chunk_rows)):
-            bad = [i for i, md in enumerate(modes) if md not in (MODE_QUANT, MODE_RAW)]
-            if bad:
-                raise ValueError(f"unknown quant chunk mode {modes[bad[0]]} in chunk {bad[0]}")
-            raise ValueError(
-                f"{len(lengths)} chunk payloads of {lengths[:4]}... bytes do not match "
-                f"shape {shape} in chunks of {chunk_rows} rows"
-            )
-        m = chunk_rows * row_size
-        host = _host_dtype(dtype, dev)
+        modes = payload[torch.tensor(starts, device=payload.device)].tolist()  # the one sync
+        chunk_rows = _check_int("chunk_rows", chunk_rows)
+        self._check_chunks(modes, lengths, shape, dtype, chunk_rows)
+        m = chunk_rows * (n // (shape[0] if shape else 1))
+        chunks = [payload[a : a + ln] for a, ln in zip(starts, lengths, strict=True)]
+        host = _host_dtype(dtype, payload.device)
         if host is not None:
-            buf, res = payload.numpy(), np.empty(n, host)
-            for i, (at, length) in enumerate(zip(starts, lengths, strict=True)):
+            res = np.empty(n, host)
+            for i, p in enumerate(chunks):
                 size = min(m, n - i * m)
-                res[i * m : i * m + size] = self.decode(buf[at : at + length], (size,), host)
+                res[i * m : i * m + size] = self.decode(p.numpy(), (size,), host)
             return torch.from_numpy(res).view(shape)
-        out = torch.empty(n, dtype=dtype, device=dev)
-        nfull = rows // chunk_rows
-        groups = [(list(range(nfull)), m)] if nfull else []
-        if n > nfull * m:
-            groups.append(([nfull], n - nfull * m))
-        for chunks, size in groups:
-            quant = [c for c in chunks if modes[c] == MODE_QUANT]
-            if quant:
-                span = lengths[quant[0]]
-                if len(quant) == nfull and chunks[0] == 0:
-                    enc = payload[: nfull * span].view(nfull, span)
-                else:
-                    enc = torch.stack([payload[starts[c] : starts[c] + span] for c in quant])
-                first = torch.tensor(quant, device=dev, dtype=torch.int64) * m
-                dec = qt.to_storage(self._decode_rows(enc, size, first, pdt), dtype)
-                dst = out[chunks[0] * m : chunks[0] * m + len(chunks) * size]
-                dst = dst.view(len(chunks), size)
-                if len(quant) == len(chunks):
-                    dst.copy_(dec)
-                else:
-                    idx = torch.tensor([c - chunks[0] for c in quant], device=dev)
-                    dst[idx] = dec
-            for c in chunks:
-                if modes[c] == MODE_RAW:
-                    raw = payload[starts[c] + 1 : starts[c] + lengths[c]]
-                    out[c * m : c * m + size] = qt.bytes_as(raw, dtype)
+        out = torch.empty(n, dtype=dtype, device=payload.device)
+        for c, dst in _equal_chunks(out, m):  # equal chunks decode in one batch
+            self._decode_run(chunks[c : c + dst.shape[0]], modes[c : c + dst.shape[0]], dst)
         return out.view(shape)
 
-    def _decode_rows(self, enc, m: int, first, pdt):
-        """Values ``[chunks, m]`` of the mode-0 payloads in the rows of ``enc`` (``first``: int64
-        tensor of each chunk's first element index), float64 before storage rounding."""
+    def _check_chunks(self, modes, lengths, shape, dtype, chunk_rows: int) -> None:
+        """ValueError unless each payload's mode and length fit a chunk of ``chunk_rows`` rows
+        of a ``dtype`` tensor of ``shape``."""
         import torch
 
         from .kernels import quant_torch as qt
 
-        nch = enc.shape[0]
-        G = self.group
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        psize = torch.empty(0, dtype=qt.param_dtype(dtype)).element_size()
+        rows = shape[0] if shape else 1
+        row_size = math.prod(shape) // rows
+        k = len(lengths)
+        if -(-rows // chunk_rows) == k:
+            sizes = [chunk_rows * row_size] * (k - 1) + [(rows - (k - 1) * chunk_rows) * row_size]
+            expected = {
+                MODE_RAW: lambda size: 1 + size * itemsize,
+                MODE_QUANT: lambda size: self.payload_size(size, psize),
+            }
+            if all(
+                mode in expected and expected[mode](size) == length
+                for mode, size, length in zip(modes, sizes, lengths, strict=True)
+            ):
+                return
+        bad = [i for i, mode in enumerate(modes) if mode not in (MODE_QUANT, MODE_RAW)]
+        if bad:
+            raise ValueError(f"unknown quant chunk mode {modes[bad[0]]} in chunk {bad[0]}")
+        raise ValueError(
+            f"{k} chunk payloads of {lengths[:4]}... bytes do not match "
+            f"shape {shape} in chunks of {chunk_rows} rows"
+        )
+
+    def _decode_run(self, chunks: list, modes: list, dst) -> None:
+        """Decode chunk payloads of one size into the rows of ``dst [chunks, size]``."""
+        import torch
+
+        from .kernels import quant_torch as qt
+
+        pdt = qt.param_dtype(dst.dtype)
+        quant = [i for i, mode in enumerate(modes) if mode == MODE_QUANT]
+        if len(quant) == len(chunks):  # equal payloads, one after another: view them as rows
+            span = chunks[0].numel()
+            enc = chunks[0].as_strided((len(chunks), span), (span, 1))
+            dst.copy_(qt.to_storage(self._decode_rows(enc, dst.shape[1], pdt), dst.dtype))
+        elif quant:
+            enc = torch.stack([chunks[i] for i in quant])
+            dec = qt.to_storage(self._decode_rows(enc, dst.shape[1], pdt), dst.dtype)
+            dst[torch.tensor(quant, device=dst.device)] = dec
+        for i, mode in enumerate(modes):
+            if mode == MODE_RAW:
+                dst[i] = qt.bytes_as(chunks[i][1:], dst.dtype)
+
+    def _decode_rows(self, enc, m: int, pdt):
+        """Values ``[chunks, m]`` (float64, before storage rounding) of the mode-0 payloads in
+        the rows of ``enc``."""
+        import torch
+
+        from . import group_quant as gq
+        from .kernels import quant_torch as qt
+
         ngroups, ncodes, _ = self._layout(m)
-        width = ngroups * G
         psize = 8 if pdt == torch.float64 else 4
         at = _HEAD + ngroups * psize
-        lo = qt.bytes_as(enc[:, _HEAD:at], pdt).to(torch.float64)[..., None]
-        scale = qt.bytes_as(enc[:, at : at + ngroups * psize], pdt).to(torch.float64)[..., None]
-        codes = qt.unpack(enc[:, at + ngroups * psize :], self.bits, ncodes)
-        if ncodes < width:
-            codes = torch.nn.functional.pad(codes, (0, width - ncodes))
-        rec = codes.view(nch, ngroups, G).to(torch.float64).mul_(scale).add_(lo)
-        if self.hadamard:
-            pos = torch.arange(width, device=enc.device)[None, :]  # chunk-local positions
-            rec = qt.fwht(rec).view(nch, width).mul_(qt.signs(self.seed, pos)).div_(G)
-        return rec.view(nch, width)[:, :m]
+        lo = qt.bytes_as(enc[:, _HEAD:at], pdt)
+        scale = qt.bytes_as(enc[:, at : at + ngroups * psize], pdt)
+        codes = gq.unpack(enc[:, at + ngroups * psize :], self.bits, ncodes)
+        codes = torch.nn.functional.pad(codes, (0, ngroups * self.group - ncodes))
+        signs = self._signs(ngroups, enc.device)
+        return gq.dequantize(
+            codes, lo, scale, m, self.group, compute_dtype=torch.float64, signs=signs
+        )
 
 
 # -- helpers -------------------------------------------------------------------------
+
+
+def _check_lengths(payload, lengths, n: int) -> list[int]:
+    """``lengths`` as ints, after checking that they cut the uint8 ``payload`` into the
+    chunks of an ``n``-value tensor (none when ``n`` is 0, none empty otherwise)."""
+    import torch
+
+    if payload.dtype != torch.uint8 or payload.dim() != 1:
+        raise ValueError("decode_tensor needs a 1-d uint8 payload tensor")
+    lengths = [int(v) for v in lengths]
+    if sum(lengths) != payload.numel():
+        raise ValueError(
+            f"chunk lengths add up to {sum(lengths)} bytes but the payload has {payload.numel()}"
+        )
+    if n == 0 and lengths:
+        raise ValueError(f"an empty tensor has no chunks, got {len(lengths)}")
+    if n and (not lengths or min(lengths) < 1):
+        raise ValueError("every chunk of a non-empty tensor needs a non-empty payload")
+    return lengths
+
+
+def _equal_chunks(flat, m: int):
+    """``(first chunk index, view [chunks, size])`` of the runs of equal-size chunks of
+    ``m`` values in 1-d ``flat``: the whole chunks, then a short last one."""
+    n = flat.numel()
+    whole = n // m
+    if whole:
+        yield 0, flat[: whole * m].view(whole, m)
+    if n > whole * m:
+        yield whole, flat[whole * m :].view(1, n - whole * m)
 
 
 def _split(count: int, parts: int) -> list[tuple[int, int]]:

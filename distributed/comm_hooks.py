@@ -8,8 +8,8 @@ Usage::
 A bucket of ``n`` gradients (DDP does not pre-divide) becomes their average over
 the ``W`` ranks of the process group, computed as a quantized reduce-scatter
 followed by a quantized all-gather. Every payload is a uint8 buffer of
-:mod:`tensorpress.compress.group_quant` rows (groups of ``group`` values, float32 ``lo``/``scale``
-per group), moved with ``all_to_all_single`` and ``all_gather``, which gloo and
+:mod:`.wire` rows (groups of ``group`` values, float32 ``lo``/``scale`` per
+group), moved with ``all_to_all_single`` and ``all_gather``, which gloo and
 NCCL both support; arithmetic is float32 whatever the bucket dtype.
 
 Layout: ``L`` ranks per node, ``N = W / L`` nodes, rank ``r = node * L + local``
@@ -39,7 +39,7 @@ telescope: the running sum of the hook's outputs stays within one step's error
 of the running sum of exact averages, however many steps run.
 
 Bytes sent by one rank for a bucket of ``n`` values (payload addressed to other
-ranks; :func:`hook_wire_nbytes`, with ``B(m, b) = group_quant.wire_nbytes(m, b,
+ranks; :func:`hook_wire_nbytes`, with ``B(m, b) = wire.wire_nbytes(m, b,
 group)``)::
 
     (L - 1) * B(N * s, intra_bits) [if L > 1] + (N - 1) * B(s, bits) + (W - 1) * B(s, bits)
@@ -50,7 +50,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..compress.group_quant import (
+from .wire import (
     BITS,
     check_args,
     dequantize_rows,

@@ -9,7 +9,7 @@ rank r owns elements ``[r * shard_numel, (r + 1) * shard_numel)``. One
    ``all_to_all_single`` (gloo has it; its ``reduce_scatter`` is recent): each rank
    sends piece j of its gradient to rank j and sums what it receives, in rank
    order. With ``grad_bits`` each piece travels as uint8 group-quantized codes
-   (:func:`tensorpress.compress.group_quant.quantize_rows`, groups of ``GRAD_GROUP``, nearest
+   (:func:`.wire.quantize_rows`, groups of ``GRAD_GROUP``, nearest
    rounding) instead of float32;
 2. the inner optimizer (``optimizer_factory([shard])``) steps this rank's float32
    master shard, so optimizer state is sharded too;
@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.distributed as dist
 
-from ..compress.group_quant import BITS, dequantize_rows, quantize_rows
 from .weight_diff import FP32_BYTES, WeightDiffQuantizer, shard_numel, world_and_rank
+from .wire import BITS, dequantize_rows, quantize_rows
 
 __all__ = ["GRAD_GROUP", "ShardedOptimizer"]
 

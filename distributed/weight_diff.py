@@ -4,7 +4,7 @@ In ZeRO-style training every rank updates one shard of the flat float32 weights
 and all ranks then all-gather the shards to rebuild the full model. qWD sends,
 instead of the new shard, the difference between it and the previous step's
 *reconstructed* weights of that shard, quantized to ``bits`` bits in groups of
-``group`` values (:func:`tensorpress.compress.group_quant.quantize_groups`). Every rank, the owner
+``group`` values (:func:`.wire.quantize_groups`). Every rank, the owner
 included, rebuilds ``weights = previous + dequantize(diff)`` from the same wire
 bytes, so all ranks hold bit-identical weights, and the quantization error of
 one step is part of the next step's difference (error feedback by
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..compress.group_quant import (
+from .wire import (
     BITS,
     GroupQuantized,
     dequantize_groups,

@@ -27,7 +27,7 @@ from tensorpress.distributed.comm_hooks import (
     ring_allreduce_nbytes,
     shard_size,
 )
-from tensorpress.compress.group_quant import wire_nbytes
+from tensorpress.distributed.wire import wire_nbytes
 
 N = 3001  # bucket values: not a multiple of world size * group, so the hook pads
 STEPS = 40  # error-feedback steps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensorpress.compress.group_quant import (
+from tensorpress.distributed.wire import (
     GroupQuantized,
     dequantize_groups,
     dequantize_rows,

@@ -22,9 +22,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 from dist_workers import end_worker
-from tensorpress.compress.group_quant import quantize_groups, wire_nbytes
 from tensorpress.distributed.sharded_optimizer import ShardedOptimizer
 from tensorpress.distributed.weight_diff import WeightDiffQuantizer, shard_numel
+from tensorpress.distributed.wire import quantize_groups, wire_nbytes
 
 WORLD = 2
 NUMEL = 5001  # odd: the last shard is padded

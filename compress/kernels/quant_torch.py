@@ -1,6 +1,7 @@
-"""The ``quant`` codec's torch tensor ops (any device): parameter dtypes, the
-Walsh-Hadamard transform, random signs, bit packing. The arithmetic contract is
-in ``compress/quant.py``'s docstring; ``kernels/quant.py`` is its numba twin.
+"""Torch tensor ops of group quantization (any device): parameter dtypes, the
+Walsh-Hadamard transform, random signs and rounding noise, bit packing. The
+arithmetic is defined in ``compress/group_quant.py``; ``kernels/quant.py`` is
+the numba twin the ``quant`` codec runs on numpy chunks.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def signs(seed: int, pos):
     """+1.0/-1.0 (float64) from bit 0 of hash32(2*seed + 1, pos)."""
     bit = hash32_torch(2 * seed + 1, pos).bitwise_and_(1).to(torch.float64)
     return bit.mul_(-2.0).add_(1.0)
+
+
+def uniform_noise(seed: int, pos):
+    """float64 draws in [0, 1) keyed on ``pos``: ``(hash32(2*seed, pos) >> 8) * 2**-24``,
+    exact in float64 (24 bits), so adding one rounds once, as the numba kernel does."""
+    return hash32_torch(2 * seed, pos).bitwise_right_shift_(8).to(torch.float64).mul_(2.0**-24)
 
 
 def fwht(v):
