@@ -152,13 +152,13 @@ def _compress_bfloat16(t, order, abs, rel, pw_rel, codec, chunk_bytes, codec_par
     from .compress.tensor import compress_tensor
     from .formats.tensor_stream import tensor_to_stream
 
-    codec = get_codec(codec, **codec_params)
+    codec = get_codec(codec, abs=abs, rel=rel, pw_rel=pw_rel, **codec_params)
     if not codec.has_tensor_path:
         raise TypeError(
             f"codec {codec.name!r} does not take bfloat16 values: use codec='block' or "
             "codec='quant', or convert to float32 first"
         )
-    ct = compress_tensor(t, codec, abs=abs, rel=rel, pw_rel=pw_rel, chunk_bytes=chunk_bytes)
+    ct = compress_tensor(t, codec, chunk_bytes=chunk_bytes)
     return tensor_to_stream(ct, order)
 
 
