@@ -2,37 +2,32 @@
 
 For activations and gradients that only need a fixed number of bits, not an
 error bound. Two implementations write identical bytes: numba kernels on numpy
-chunks (:meth:`QuantCodec.encode`/``decode``) and torch tensor ops that run
-unchanged on CPU and GPU (:meth:`QuantCodec.encode_tensor`/``decode_tensor``,
-which hand float16/32/64 CPU tensors to the numba kernels).
+chunks (:meth:`QuantCodec.encode`/``decode``, :mod:`.kernels.quant`) and the
+torch ops of :mod:`.group_quant`, which run unchanged on CPU and GPU
+(:meth:`QuantCodec.encode_tensor`/``decode_tensor``, which hand float16/32/64
+CPU tensors to the numba kernels).
 
-Arithmetic per chunk of ``n`` values (C order), all in float64 except where a
-value is rounded to the parameter dtype P (float64 for float64 data, else
-float32) or to the chunk dtype (``R``: float16 and bfloat16 via float32):
+Each chunk of ``n`` values (C order) is one row of :mod:`.group_quant`'s
+arithmetic with these choices:
 
-1. groups of ``group`` values (the last may be short); with ``hadamard`` every
-   group is zero-padded to ``group`` values and ``group`` codes are stored;
-2. hadamard: ``v = FWHT(s * x)`` (unnormalised butterflies, h = 1, 2, 4, ...)
-   with signs ``s_j = 1 - 2 * (hash32(2*seed + 1, j) & 1)``, j the position in
-   the chunk (so a chunk decodes on its own); else v = x;
-3. ``lo = min(v) + 0.0`` and ``hi = max(v) + 0.0`` (the ``+ 0.0`` makes a zero
-   minimum +0.0 whichever zero min/max picks), ``lo_p = P(lo)``,
-   ``scale_p = P((hi - lo_p) / (2**bits - 1))``;
-4. ``code = clamp(floor((v - lo_p) / scale_p + u), 0, 2**bits - 1)``, every code
-   0 if ``scale_p <= 0``; u = 0.5, or with ``stochastic``
-   ``(hash32(2*seed, offset + k) >> 8) * 2**-24`` for code index k;
-5. ``v' = lo_p + code * scale_p``; ``x' = R(s * FWHT(v') / group)`` or ``R(v')``;
-6. ``max_error = max |x' - x|``. If it is not finite (a NaN or infinity in the
-   chunk, or an overflow of the range) the chunk is stored raw instead.
+* compute dtype float64; parameter dtype P float64 for float64 data, else float32;
+* with ``hadamard`` every group is zero-padded to ``group`` values and ``group``
+  codes are stored; the signs are ``s_j = 1 - 2 * (hash32(2*seed + 1, j) & 1)``,
+  j the position in the chunk (so a chunk decodes on its own);
+* with ``stochastic``, ``u = (hash32(2*seed, offset + k) >> 8) * 2**-24`` for code
+  index k, ``offset`` the index of the chunk's first element in the whole array;
+* the values rebuilt are rounded to the chunk dtype (``R``: float16 and bfloat16
+  via float32), and ``max_error = max |x' - x|``. If it is not finite (a NaN or
+  infinity in the chunk, or an overflow of the range) the chunk is stored raw.
 
-``offset`` is the index of the chunk's first element in the whole array (it
-seeds only the rounding noise) and ``hash32`` is :func:`.kernels.hashing.hash32`.
+``hash32`` is :func:`.kernels.hashing.hash32`.
 
-Payload, little-endian. Mode 0: ``u8 0, f64 max_error, P[ngroups] lo_p,
-P[ngroups] scale_p``, then the codes packed LSB-first (2 bits: ``c0 | c1<<2 |
+Payload, little-endian. Mode 0: ``u8 0, f64 max_error, P[ngroups] lo,
+P[ngroups] scale``, then the codes packed LSB-first (2 bits: ``c0 | c1<<2 |
 c2<<4 | c3<<6``, 4 bits: ``c0 | c1<<4``, 8 bits: a byte each; the last byte
-zero-padded). An empty chunk is ``u8 0, f64 0.0``. Mode 1 (raw): ``u8 1`` then
-the chunk's little-endian bytes.
+zero-padded; without ``hadamard`` only the ``n`` codes of the values). An empty
+chunk is ``u8 0, f64 0.0``. Mode 1 (raw): ``u8 1`` then the chunk's
+little-endian bytes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""Group quantization: error bound per value, wire layout, rows, stochastic rounding."""
+"""Group quantization: the quantizer (compress.group_quant) in both compute dtypes, and the
+wire rows on top of it (distributed.wire): error bound per value, wire layout, rows,
+stochastic rounding."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from tensorpress.compress import group_quant as gq
+from tensorpress.compress.kernels import quant_torch as qt
 from tensorpress.distributed.wire import (
     GroupQuantized,
     dequantize_groups,
@@ -205,3 +209,62 @@ def test_bad_inputs_raise():
         dequantize_rows(buf[None], 200, 4, 32)
     with pytest.raises(ValueError, match="n must be"):
         wire_nbytes(-1, 4, 32)
+
+
+# -- the quantizer itself ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("compute", [torch.float32, torch.float64])
+@pytest.mark.parametrize("hadamard", [False, True])
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_quantizer_round_trip_within_half_scale(device, compute, hadamard, bits):
+    x = _outliers(3 * 300, seed=bits).view(3, 300).to(device)
+    signs = qt.signs(5, torch.arange(64, device=device)) if hadamard else None
+    arith = {"compute_dtype": compute, "signs": signs}
+    codes, lo, scale = gq.quantize(x, bits, 64, param_dtype=torch.float32, **arith)
+    assert codes.shape == (3, 320) and codes.dtype == compute
+    assert lo.shape == scale.shape == (3, 5) and lo.dtype == scale.dtype == torch.float32
+    maxc = (1 << bits) - 1
+    assert ((codes == codes.floor()) & (codes >= 0) & (codes <= maxc)).all()
+    packed = gq.pack(codes, bits)
+    assert packed.dtype == torch.uint8 and packed.shape == (3, 320 * bits // 8)
+    assert torch.equal(gq.unpack(packed, bits, 320).to(compute), codes)
+    y = gq.dequantize(gq.unpack(packed, bits, 320), lo, scale, 300, 64, **arith)
+    assert y.shape == (3, 300) and y.dtype == compute
+    assert torch.equal(gq.dequantize(codes, lo, scale, 300, 64, **arith), y)  # codes reused
+    half = scale.double().repeat_interleave(64, 1)[:, :300] / 2
+    eps = torch.finfo(compute).eps
+    slack = 4 * eps * x.abs().amax(1, keepdim=True).double() * (64 if hadamard else 1)
+    assert ((y.double() - x.double()).abs() <= half + slack).all()
+
+
+def test_quantizer_rounding_noise_and_degenerate_groups():
+    x = torch.tensor([[0.0, 1.0, 2.0, 3.0, 0.4, 0.4, 0.4, 0.4]], dtype=torch.float64)
+    kw = {"param_dtype": torch.float64, "compute_dtype": torch.float64}
+    codes, lo, scale = gq.quantize(x, 2, 4, **kw)
+    # a constant group has scale 0 and codes 0; it rebuilds exactly from lo
+    assert codes.tolist() == [[0, 1, 2, 3, 0, 0, 0, 0]] and scale.tolist() == [[1.0, 0.0]]
+    assert torch.equal(gq.dequantize(codes, lo, scale, 8, 4, compute_dtype=torch.float64), x)
+    # noise just below 1 rounds 0.4 steps up, noise 0 rounds it down
+    x = torch.tensor([[0.0, 0.4, 3.0]], dtype=torch.float64)
+    up = gq.quantize(x, 2, 4, noise=torch.full((1, 1, 4), 0.99, dtype=torch.float64), **kw)[0]
+    down = gq.quantize(x, 2, 4, noise=torch.zeros(1, 1, 4, dtype=torch.float64), **kw)[0]
+    assert up[0, :3].tolist() == [0, 1, 3] and down[0, :3].tolist() == [0, 0, 3]
+    # the padding of a short group copies its last value: its codes are the last code's
+    assert up[0, 3] == up[0, 2]
+
+
+def test_quantizer_reads_nothing_back_to_the_host():
+    """On meta tensors (shapes only) the whole path runs: no value is read on the host, so
+    on CUDA it queues kernels without waiting for them."""
+    x = torch.empty(4, 1000, device="meta")
+    signs = qt.signs(3, torch.arange(128, device="meta"))
+    noise = torch.empty(4, 8, 128, device="meta", dtype=torch.float64)
+    arith = {"compute_dtype": torch.float64, "signs": signs}
+    codes, lo, scale = gq.quantize(x, 2, 128, param_dtype=torch.float32, noise=noise, **arith)
+    assert codes.shape == (4, 1024) and codes.device.type == "meta"
+    assert gq.dequantize(codes, lo, scale, 1000, 128, **arith).shape == (4, 1000)
+    wire = quantize_rows(x, bits=4, group=128, hadamard=True)
+    assert wire.shape == (4, wire_nbytes(1000, 4, 128)) and wire.device.type == "meta"
+    assert dequantize_rows(wire, 1000, 4, 128, hadamard=True).shape == (4, 1000)

@@ -2,9 +2,10 @@
 
 One call handles the groups ``g0 <= g < g1`` of one chunk (the caller may
 split a chunk's groups among threads: the kernels release the GIL and a
-group's packed codes start on a byte boundary). All arithmetic is float64
-in the order the contract in :mod:`tensorpress.compress.quant` fixes, so
-the torch path there writes the same bytes.
+group's packed codes start on a byte boundary). The arithmetic is
+:mod:`tensorpress.compress.group_quant`'s, in float64 and in the same order,
+with the codec's choices (:mod:`tensorpress.compress.quant`), so its torch
+path writes the same bytes.
 """
 
 import math
