@@ -3,17 +3,23 @@
 from .adaptive import AdaptiveBounds
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
 from .optimizer import OptimizerOffload, offload_optimizer_state
+from .rules import RULES, Rules
+from .settings import Adaptive, Offload
 from .stats import ActivationStats, ModuleRow
 from .store import Handle, StoreStats, TieredStore
 
 __all__ = [
+    "RULES",
     "ActivationCompression",
     "ActivationStats",
+    "Adaptive",
     "AdaptiveBounds",
     "CompressedActivations",
     "Handle",
     "ModuleRow",
+    "Offload",
     "OptimizerOffload",
+    "Rules",
     "StoreStats",
     "TieredStore",
     "offload_activations",

@@ -44,10 +44,11 @@ from .stats import ActivationStats
 #: the largest |GELU'(x)|: 1.12890 exact, 1.12899 with the tanh approximation
 GELU_LIPSCHITZ = 1.13
 _EXACT = (torch.float32, torch.float64)
-_GELU_OUTPUT = "GeluBackward0"
-_RELU_OUTPUT = "ReluBackward0"
-_BATCH_NORM = "NativeBatchNormBackward0"
-_LAYER_NORM = "NativeLayerNormBackward0"
+#: the autograd node names the rules key on (``rules.py``)
+GELU_NODE = "GeluBackward0"
+RELU_NODE = "ReluBackward0"
+BATCH_NORM_NODE = "NativeBatchNormBackward0"
+LAYER_NORM_NODE = "NativeLayerNormBackward0"
 #: nodes of reshapes (a linear layer flattens its input to 2-d): the same values in C order
 RESHAPES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0"})
 
@@ -135,7 +136,7 @@ class GeluInputs(_Inputs):
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`GeluOfInput` record for ``t`` if it is GELU's output whose input is held
         tightly enough for ``tol``; else None."""
-        made = self._made_by(t, _GELU_OUTPUT)
+        made = self._made_by(t, GELU_NODE)
         if made is None:
             return None
         fn, rec, magnitude, _ = made
@@ -202,10 +203,10 @@ class BatchNormInputs(_NormInputs):
         """A :class:`ReluOfBatchNorm` record for ``t`` if it is ReLU's output of a batch
         norm (training mode) whose input is held tightly enough for ``tol``; else None."""
         fn = t.grad_fn
-        if type(fn).__name__ != _RELU_OUTPUT or t.dtype not in _EXACT:
+        if type(fn).__name__ != RELU_NODE or t.dtype not in _EXACT:
             return None
         norm, nr = fn.next_functions[0]
-        if type(norm).__name__ != _BATCH_NORM or nr != 0 or not norm._saved_training:
+        if type(norm).__name__ != BATCH_NORM_NODE or nr != 0 or not norm._saved_training:
             return None
         source = self._source(norm, t)
         if source is None or source[0].shape != tuple(t.shape):
@@ -242,7 +243,7 @@ class LayerNormInputs(_NormInputs):
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`LayerNormOfInput` record for ``t`` if it is a layer norm's output
         (or a reshape of it) whose input is held tightly enough for ``tol``; else None."""
-        made = self._made_by(t, _LAYER_NORM)
+        made = self._made_by(t, LAYER_NORM_NODE)
         if made is None:
             return None
         fn, rec, magnitude, module = made

@@ -20,7 +20,6 @@ in-place edit after saving raises), then the tensor is restored on its device.
 from __future__ import annotations
 
 import fnmatch
-import os
 import weakref
 
 import torch
@@ -33,10 +32,12 @@ from ..compress.lossless import check_level
 from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
-from .derived import BatchNormInputs, Derived, GeluInputs, LayerNormInputs, input_tolerance
+from .derived import Derived, input_tolerance
 from .identity import ParameterStorages, SavedTable
 from .records import Compressed, Kept, Offloaded
-from .regions import Regions
+from .regions import LOG_SOFTMAX_NODE
+from .rules import ALL_RULES, RULES, Rules
+from .settings import Adaptive, Offload, as_adaptive, as_offload
 from .stats import ActivationStats
 from .store import TieredStore
 
@@ -44,11 +45,10 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: a loss's log-probabilities (cross entropy saves them): an error e becomes a factor
 #: exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get the
 #: absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
-#: of their range (at rel 5e-2 of the range they alone cost a byte-level LM 7%
-#: validation loss), and adaptive bounds give them the ceiling (a byte-level LM lost
-#: nothing measurable with them at 0.05: benchmarks/RESULTS.md); a codec without a bound
-#: (``quant``) keeps them exact
-_LOG_PROBS_OF = frozenset({"LogSoftmaxBackward0"})
+#: of their range (a bound relative to the range moves the probabilities enough to
+#: cost validation loss), and adaptive bounds give them the ceiling (see
+#: benchmarks/activations.py); a codec without a bound (``quant``) keeps them exact
+_LOG_PROBS_OF = frozenset({LOG_SOFTMAX_NODE})
 DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
 TOP = "(top)"  # the outermost module
 OUTSIDE = "(outside)"  # saved outside every module (a loss function, say)
@@ -59,24 +59,23 @@ _compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_c
 class ActivationCompression:
     """Context manager: the forward pass inside it saves compressed activations.
 
-    ``codec``: ``"block"`` or ``"sz"`` (error-bounded: exactly one of ``abs``,
-    ``rel`` — of each tensor's value range — or ``pw_rel``), ``"quant"`` (low-bit,
-    e.g. ``bits=2``), or None (nothing compressed; tensors are kept exactly).
-    ``adaptive`` (``abs``/``rel`` only): per-layer bounds from gradient statistics,
-    between the given bound and ``ceiling`` (same unit; default 5x the bound),
-    re-derived every ``update_every`` forward passes; the rule is in ``adaptive.py``.
+    ``codec``: a registered lossy codec, e.g. ``"block"`` or ``"sz"`` (error-bounded:
+    exactly one of ``abs``, ``rel`` — of each tensor's value range — or ``pw_rel``) or
+    ``"quant"`` (low-bit, e.g. ``bits=2``), or None (nothing compressed; tensors are
+    kept exactly). Other keywords go to the codec.
+    ``adaptive`` (``abs``/``rel`` only): :class:`Adaptive` per-layer bounds from
+    gradient statistics (True: its defaults); the rule is in ``adaptive.py``.
+    ``rules``: the opt-in :class:`Rules` that restore some outputs from other records
+    (GELU, norms, views of held memory); ``Rules(())`` for the core alone.
+    ``offload``: :class:`Offload` settings (or a bare :class:`TieredStore`): what is held
+    moves out of device memory until backward.
     ``min_bytes``: smaller tensors are kept as they are.
-    ``zstd``: payloads in host memory go through zstd at this level (lossless; about
-    1.7x fewer bytes on a byte-level LM's activations) where it saves a fifth of their
-    bytes (``zstd_stage.py``), or None.
+    ``zstd``: payloads in host memory go through zstd at this level (lossless) where it
+    saves a fifth of their bytes (``zstd_stage.py``), or None.
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
     ``model``: names the rows of ``stats`` (found on the fly otherwise).
     ``debug``: check every restored tensor against its bound (keeps a copy).
-    ``offload``: ``"cpu"`` or ``"nvme"`` moves what is held (payloads; with
-    ``codec=None`` the tensors, exactly) out of device memory into ``store`` (a
-    :class:`TieredStore`; for ``"cpu"`` without one, a store of a quarter of the
-    machine's memory), ``prefetch`` records ahead of backward.
-    Other keywords go to the codec. ``stats`` counts bytes of the last step.
+    ``stats`` counts bytes of the last step.
     """
 
     def __init__(
@@ -86,32 +85,33 @@ class ActivationCompression:
         abs=None,
         rel=None,
         pw_rel=None,
-        adaptive: bool = False,
-        ceiling: float | None = None,
-        gradient_error: float = 1e-3,
-        update_every: int = 50,
+        adaptive: Adaptive | bool = False,
+        rules: Rules = ALL_RULES,
+        offload: Offload | TieredStore | None = None,
         min_bytes: int = 1 << 16,
         zstd: int | None = 1,
         exclude=(),
         model: torch.nn.Module | None = None,
         debug: bool = False,
-        offload: str | None = None,
-        store: TieredStore | None = None,
-        prefetch: int = 2,
         **codec_params,
     ):
+        adaptive = as_adaptive(adaptive)
+        if not isinstance(rules, Rules):
+            raise TypeError(f"rules takes Rules(...), got {type(rules).__name__}")
         self._configure(
             {
                 "codec": codec,
                 "abs": abs,
                 "rel": rel,
                 "pw_rel": pw_rel,
-                "adaptive": adaptive,
-                "ceiling": ceiling,
-                "gradient_error": gradient_error,
-                "update_every": update_every,
+                "adaptive": adaptive is not None,
+                "ceiling": None if adaptive is None else adaptive.ceiling,
+                "gradient_error": (adaptive or Adaptive()).gradient_error,
+                "update_every": (adaptive or Adaptive()).update_every,
                 "min_bytes": min_bytes,
                 "zstd": zstd,
+                "rules": list(rules.enabled),
+                "untested": rules.untested,
                 "codec_params": codec_params,
             }
         )
@@ -120,10 +120,9 @@ class ActivationCompression:
         if bad:
             raise TypeError(f"exclude takes module names (str) or module types, got {bad!r}")
         self.debug = bool(debug)
-        self.store = _offload_store(offload, store)
-        if not (isinstance(prefetch, int) and prefetch >= 0):
-            raise ValueError(f"prefetch must be a non-negative integer, got {prefetch!r}")
-        self.prefetch = prefetch
+        offload = as_offload(offload)
+        self.store = None if offload is None else offload.resolve()
+        self.prefetch = 2 if offload is None else offload.prefetch
         self._order: list = []  # weak references to the offloaded records, in save order
         self._next = 0  # the highest position not prefetched yet
         self._positions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -135,15 +134,20 @@ class ActivationCompression:
             self._name_modules(model)
         self._stack: list = []
         self._table = SavedTable()
-        self._gelu_inputs = GeluInputs()
-        self._norm_inputs = (BatchNormInputs(), LayerNormInputs())
-        self._regions = Regions()
-        # what saved tensors are derived from, in the order they are tried
-        self._inputs = (self._gelu_inputs, *self._norm_inputs, self._regions)
         self._active = None
 
+    def _use_rules(self, rules: Rules) -> None:
+        """Make the per-pass state of the rules to use on this torch."""
+        made = {rule.name: rule.make() for rule in rules.active()}
+        self._gelu_inputs = made.get("gelu")
+        self._norm_inputs = tuple(made[n] for n in ("batch_norm", "layer_norm") if n in made)
+        self._regions = made.get("regions")
+        # what saved tensors are derived from, in the order they are tried
+        self._inputs = tuple(made.values())
+
     def _configure(self, config: dict) -> None:
-        config = {"zstd": None, **config}  # settings saved before the zstd stage existed
+        # settings saved before the zstd stage, or the rules, existed
+        config = {"zstd": None, "rules": list(RULES), "untested": "warn", **config}
         codec, params = config["codec"], dict(config["codec_params"])
         bounds = {k: config[k] for k in ("abs", "rel", "pw_rel") if config[k] is not None}
         if config["zstd"] is not None:
@@ -161,22 +165,12 @@ class ActivationCompression:
         elif bounds:
             raise ValueError(f"codec {codec!r} takes no error bound (got {sorted(bounds)})")
         if config["adaptive"]:
-            if not ("abs" in bounds or "rel" in bounds):
-                raise ValueError("adaptive=True needs an error-bounded codec with abs= or rel=")
-            ((mode, value),) = bounds.items()
-            if config["ceiling"] is None:
-                config = dict(config, ceiling=DEFAULT_CEILING * value)
-            if not (isinstance(config["ceiling"], (int, float)) and config["ceiling"] >= value):
-                raise ValueError(
-                    f"ceiling must be a number no smaller than {mode}={value}, "
-                    f"got {config['ceiling']!r}"
-                )
-        elif config["ceiling"] is not None:
-            raise ValueError("ceiling= is the limit of adaptive bounds: pass adaptive=True")
+            config = _adaptive_ceiling(config, bounds)
         if not (isinstance(config["min_bytes"], int) and config["min_bytes"] >= 0):
             raise ValueError(
                 f"min_bytes must be a non-negative integer, got {config['min_bytes']!r}"
             )
+        self._use_rules(Rules(tuple(config["rules"]), config["untested"]))
         self.config = config
         self.bounds = (
             AdaptiveBounds(config["gradient_error"], config["update_every"])
@@ -250,7 +244,7 @@ class ActivationCompression:
             return
         if self.bounds is not None and self.bounds.observing(self.step):
             self.bounds.observe(name, module, output)
-        if self._abs_bounds() and not excluded:
+        if self._regions is not None and self._abs_bounds() and not excluded:
             self._regions.add_layer(module, args, output, self._table)
 
     def _abs_bounds(self) -> bool:
@@ -328,14 +322,14 @@ class ActivationCompression:
         else:
             span = ValueRange(t)  # one pass over t for all that needs its range
             mode, tol = "abs", self._tolerance(t, module, name, span)
-            if isinstance(module, torch.nn.GELU):
+            if self._gelu_inputs is not None and isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.config["rel"], span)
             elif norm_inputs is not None:
                 tol = norm_inputs.tolerance(name, tol)
             rec = self._derived(t, tol, name)
         if rec is None:
             rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store, span)
-            if mode == "abs":
+            if mode == "abs" and self._regions is not None:
                 self._regions.add_held(t, rec)
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
@@ -383,6 +377,8 @@ class ActivationCompression:
         tol = (c["rel"] if c["abs"] is None else c["abs"]) * scale
         if self.bounds is not None:
             tol = self.bounds.tolerance(name, layer_kind(module), tol, c["ceiling"] * scale)
+        if self._regions is None:
+            return tol
         return self._regions.tolerance(name, t, tol)  # as views derived from it need
 
     def _unpack(self, rec):
@@ -419,31 +415,31 @@ class ActivationCompression:
             self.bounds.load_state_dict(state["bounds"])
 
 
+def _adaptive_ceiling(config: dict, bounds: dict) -> dict:
+    """``config`` with its adaptive ceiling checked (and defaulted) against its bound."""
+    if not ("abs" in bounds or "rel" in bounds):
+        raise ValueError("adaptive bounds need an error-bounded codec with abs= or rel=")
+    ((mode, value),) = bounds.items()
+    if config["ceiling"] is None:
+        config = dict(config, ceiling=DEFAULT_CEILING * value)
+    if not (isinstance(config["ceiling"], (int, float)) and config["ceiling"] >= value):
+        raise ValueError(
+            f"ceiling must be a number no smaller than {mode}={value}, got {config['ceiling']!r}"
+        )
+    return config
+
+
 def _log_probs(t: torch.Tensor) -> bool:
     return type(t.grad_fn).__name__ in _LOG_PROBS_OF
 
 
-def _offload_store(offload: str | None, store: TieredStore | None) -> TieredStore | None:
-    if offload not in (None, "cpu", "nvme"):
-        raise ValueError(f"offload must be None, 'cpu' or 'nvme', got {offload!r}")
-    if store is not None and not isinstance(store, TieredStore):
-        raise TypeError(f"store must be a TieredStore, got {type(store).__name__}")
-    if offload is None:
-        return store
-    if store is None:
-        if offload == "nvme":
-            raise ValueError("offload='nvme' needs store=TieredStore(cpu_bytes=..., nvme_dir=...)")
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return TieredStore(memory // 4)
-    if offload == "nvme" and store.spill is None:
-        raise ValueError("offload='nvme' needs a store with an nvme_dir")
-    return store
-
-
-def offload_activations(store: TieredStore, **kwargs) -> ActivationCompression:
+def offload_activations(
+    store: TieredStore, *, prefetch: int = 2, **kwargs
+) -> ActivationCompression:
     """Context manager: the forward pass inside it moves its saved activations, exactly,
-    into ``store`` (keywords as :class:`ActivationCompression`)."""
-    return ActivationCompression(None, store=store, **kwargs)
+    into ``store``, prefetching ``prefetch`` records ahead in backward (other keywords
+    as :class:`ActivationCompression`)."""
+    return ActivationCompression(None, offload=Offload(store, prefetch), **kwargs)
 
 
 class CompressedActivations(torch.nn.Module):

@@ -41,14 +41,15 @@ from .identity import VersionWatch
 from .stats import ActivationStats
 
 _EXACT = (torch.float32, torch.float64)
+#: a loss's log-probabilities: rebuilt from a layer's rebuilt output
+LOG_SOFTMAX_NODE = "LogSoftmaxBackward0"
 _FORWARDS = {
     cls: cls.forward for cls in (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 }
 #: a layer's output is rebuilt only where an element sums at most this many products
-#: (a linear layer's inputs, a convolution's channels times its kernel). On 2 CPU cores,
-#: in training, rebuilding a byte LM's q, k and v (128 products) took 2.1 ms against
-#: 10.8 ms for coding and restoring them; a 256-wide MLP's GELU inputs cost about as
-#: much to rebuild as to code (its step went from 1.55x to 1.59x of plain)
+#: (a linear layer's inputs, a convolution's channels times its kernel): a rebuild costs
+#: that many multiply-adds an element, and past about this many it costs as much as
+#: coding and restoring the output (see benchmarks/activations.py)
 MAX_TERMS = 128
 #: a view asks its source for a bound at most 2 ** (4 n / m) times tighter (n, m: the
 #: view's and the source's sizes): 4 bits a value of the view, about what holding the
@@ -280,7 +281,7 @@ class Regions:
         elements within ``tol``; else None."""
         if t.dtype not in _EXACT or t.numel() == 0:
             return None
-        if type(t.grad_fn).__name__ == "LogSoftmaxBackward0":
+        if type(t.grad_fn).__name__ == LOG_SOFTMAX_NODE:
             return self._log_softmax(t, tol, stats, name, debug)
         regions = self._by_storage.get(StorageWeakRef(t.untyped_storage()).cdata, ())
         holding = [r for r in regions if r.holds(t)]

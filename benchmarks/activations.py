@@ -11,8 +11,9 @@ moves by tens of percent from minute to minute, moves all of them alike:
   checkpoint         ``torch.utils.checkpoint.checkpoint(use_reentrant=False)`` per conv
                      stage / transformer block (BatchNorm running stats are not updated again
                      by the recomputation)
-  tp block adaptive  ``ActivationCompression(codec="block", rel=2e-2, adaptive=True,
-                     ceiling=--ceiling)``: per-layer bounds between rel 2e-2 and the ceiling
+  tp block adaptive  ``ActivationCompression(codec="block", rel=2e-2,
+                     adaptive=Adaptive(ceiling=--ceiling))``: per-layer bounds between rel
+                     2e-2 and the ceiling
   tp block rel=1e-2  ``ActivationCompression(codec="block", rel=1e-2)``
   tp quant 2-bit     ``ActivationCompression(codec="quant", bits=2)``
 
@@ -438,12 +439,12 @@ def tp_variants(ceiling: float, notes: list[str]) -> list[tuple[str, Callable[[]
     """The tensorpress rows as (name, ActivationCompression factory or None if skipped)."""
     names = (TP_ADAPTIVE, "tp block rel=1e-2", "tp quant 2-bit")
     try:
-        from tensorpress.activation_offload import ActivationCompression
+        from tensorpress.activation_offload import ActivationCompression, Adaptive
     except ImportError as exc:
         notes.append(f"tensorpress.activation_offload not importable ({exc}): tp rows skipped")
         return [(name, None) for name in names]
     kwargs = (
-        {"codec": "block", "rel": ADAPTIVE_REL, "adaptive": True, "ceiling": ceiling},
+        {"codec": "block", "rel": ADAPTIVE_REL, "adaptive": Adaptive(ceiling=ceiling)},
         {"codec": "block", "rel": 1e-2, "adaptive": False},
         {"codec": "quant", "bits": 2},
     )

@@ -24,13 +24,13 @@ import tempfile
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tensorpress.activation_offload import ActivationCompression, TieredStore
+from tensorpress.activation_offload import ActivationCompression, Adaptive, TieredStore
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
 
 CODECS = (
     {"codec": "block", "rel": 1e-2},
-    {"codec": "block", "rel": 1e-2, "adaptive": True, "update_every": 1},
+    {"codec": "block", "rel": 1e-2, "adaptive": Adaptive(update_every=1)},
     {"codec": "quant", "bits": 2},
     {"codec": "sz", "rel": 1e-2},
 )
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
         offloaded = {}
         for tier, (cpu_bytes, nvme) in {"cpu": (64 << 20, None), "nvme": (0, spill.name)}.items():
             with TieredStore(cpu_bytes, nvme_dir=nvme) as store:
-                ac = ActivationCompression(None, store=store, min_bytes=0)
+                ac = ActivationCompression(None, offload=store, min_bytes=0)
                 offloaded[tier] = (
                     grads(model, ac, x, y),
                     store.pool.pinned,

@@ -61,7 +61,7 @@ spreads over all of them (an untimed plain warm-up run goes first):
                       (default 16), ``nvme_dir``: the rest spills to files;
                       ``max_pending_bytes`` = ``cpu_bytes`` / 2 (puts wait rather
                       than keep more tensors alive until they are stored)
-  (e) store nvme+blk  (d) under ``ActivationCompression("block", rel=1e-2, store=store)``
+  (e) store nvme+blk  (d) under ``ActivationCompression("block", rel=1e-2, offload=store)``
 
 Columns: median step time (the steps after 2 warm-ups, of all rounds) and its ratio to
 (a); peak bytes held in process memory for activations (a: the bytes autograd saves in
@@ -681,7 +681,7 @@ def run_train(args: argparse.Namespace, markdown: bool) -> None:
             pending = cpu_bytes // 2 if nvme_dir is not None else None
             store = TieredStore(cpu_bytes, nvme_dir, max_pending_bytes=pending)
             if codec:
-                ac = ActivationCompression("block", rel=REL, store=store, min_bytes=MIN_BYTES)
+                ac = ActivationCompression("block", rel=REL, offload=store, min_bytes=MIN_BYTES)
             else:
                 ac = offload_activations(store, min_bytes=MIN_BYTES)
             return (lambda: ac), ac, store

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from dist_workers import end_worker
-from tensorpress.activation_offload import ActivationCompression, wrap
+from tensorpress.activation_offload import ActivationCompression, Adaptive, wrap
 from tensorpress.activation_offload.identity import ParameterStorages
 from tensorpress.activation_offload.records import Kept
 
@@ -94,7 +94,7 @@ def test_exact_setting_gives_bit_identical_gradients():
         {"codec": "block", "pw_rel": 1e-2},
         {"codec": "sz", "rel": 1e-2},
         {"codec": "quant", "bits": 4},
-        {"codec": "block", "rel": 1e-2, "adaptive": True, "update_every": 1},
+        {"codec": "block", "rel": 1e-2, "adaptive": Adaptive(update_every=1)},
     ],
 )
 def test_restored_activations_keep_the_bound_and_gradients_stay_close(kw):
@@ -309,7 +309,8 @@ def test_stats_per_module_and_exclusions():
 
 def test_adaptive_state_travels_in_state_dict():
     torch.manual_seed(0)
-    w = wrap(Mixed(), codec="block", rel=5e-2, adaptive=True, update_every=2, gradient_error=1e-3)
+    adaptive = Adaptive(update_every=2, gradient_error=1e-3)
+    w = wrap(Mixed(), codec="block", rel=5e-2, adaptive=adaptive)
     x, y = batch()
     for _ in range(3):
         F.cross_entropy(w(x), y).backward()
@@ -347,7 +348,8 @@ def test_layer_kinds():
 
 
 @pytest.mark.parametrize(
-    "rel, adaptive, tol", [(1e-2, {}, 1e-2), (5e-2, {}, 5e-2), (1e-2, {"ceiling": 0.03}, 0.03)]
+    "rel, adaptive, tol",
+    [(1e-2, False, 1e-2), (5e-2, False, 5e-2), (1e-2, Adaptive(ceiling=0.03), 0.03)],
 )
 def test_log_probabilities_get_an_absolute_bound(rel, adaptive, tol):
     """Under ``rel`` a loss's log-probabilities are held within ``rel`` (absolute), not
@@ -356,8 +358,7 @@ def test_log_probabilities_get_an_absolute_bound(rel, adaptive, tol):
     g = torch.Generator().manual_seed(0)
     x = (6 * torch.randn(256, 512, generator=g)).requires_grad_()  # log-probs span ~-60..0
     target = torch.randint(0, 512, (256,), generator=g)
-    kw = dict(adaptive, adaptive=bool(adaptive), debug=True)  # debug: bound checked
-    ac = ActivationCompression(codec="block", rel=rel, **kw)
+    ac = ActivationCompression(codec="block", rel=rel, adaptive=adaptive, debug=True)  # checked
     with ac:
         loss = F.cross_entropy(x, target)  # saves log_softmax's output
     n = x.numel() * 4
@@ -408,12 +409,12 @@ def test_compiled_model_matches_eager():
         ({"codec": "quant", "rel": 1e-2}, "takes no error bound"),
         ({"codec": "zfp", "rel": 1e-2}, "unknown codec 'zfp'"),
         ({"codec": "zstd"}, "activation codec must be a lossy codec"),
-        ({"codec": "block", "pw_rel": 1e-2, "adaptive": True}, "adaptive=True needs"),
+        ({"codec": "block", "pw_rel": 1e-2, "adaptive": True}, "adaptive bounds need"),
         ({"codec": "block", "rel": -1.0}, "non-negative"),
         ({"codec": None, "min_bytes": -1}, "min_bytes"),
-        ({"codec": "block", "rel": 1e-2, "ceiling": 0.05}, "pass adaptive=True"),
+        ({"codec": "block", "rel": 1e-2, "ceiling": 0.05}, "ceiling"),  # Adaptive(ceiling=)
         ({"codec": "quant", "bits": 3}, "bits"),
-        ({"codec": "block", "rel": 1e-2, "adaptive": True, "ceiling": 1e-3}, "no smaller than"),
+        ({"codec": "block", "rel": 1e-2, "adaptive": Adaptive(ceiling=1e-3)}, "no smaller than"),
     ],
 )
 def test_bad_settings_say_what_to_do(kw, match):
@@ -456,14 +457,11 @@ def _ddp_steps(rank: int, world: int, store: str, out: str) -> None:
     try:
         x, y = batch(seed=rank, n=16)  # each rank its own data
         results = {}
-        for codec, kw in ((None, {}), ("block", {"rel": 1e-2, "adaptive": True})):
+        adaptive = Adaptive(update_every=1)
+        for codec, kw in ((None, {}), ("block", {"rel": 1e-2, "adaptive": adaptive})):
             torch.manual_seed(0)
             model = Mixed()
-            w = (
-                wrap(model, codec, min_bytes=0, update_every=1, **kw)
-                if codec
-                else wrap(model, None)
-            )
+            w = wrap(model, codec, min_bytes=0, **kw) if codec else wrap(model, None)
             ddp = DDP(w)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
             for _ in range(2):

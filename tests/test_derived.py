@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from square_loss import square_loss_grads as _grads
-from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload import RULES, ActivationCompression, Adaptive, Rules
 from tensorpress.activation_offload import hooks as hooks_module
 from tensorpress.activation_offload.codec import ActivationCodec
 from tensorpress.activation_offload.derived import (
@@ -44,7 +44,7 @@ class MLP(nn.Module):
 @pytest.mark.parametrize("shape", [(512, 64), (8, 64, 64)])  # 3-d: the linear layer reshapes
 @pytest.mark.parametrize(
     "bound",
-    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": Adaptive(update_every=1)}],
 )
 def test_gelu_output_is_derived_within_its_bound(approximate, shape, bound):
     torch.manual_seed(0)
@@ -62,6 +62,38 @@ def test_gelu_output_is_derived_within_its_bound(approximate, shape, bound):
     # the input is held tightly enough for the output's bound
     assert GELU_LIPSCHITZ * rows["act"].tolerance <= rows["down"].tolerance
     assert float((got - exact).norm() / exact.norm()) < 0.05
+
+
+def test_rules_are_opt_in_and_the_core_compresses_alone():
+    """With ``Rules(())`` no output is derived: GELU's output is compressed like any
+    other and restored within its bound; with the gelu rule alone it is derived."""
+    torch.manual_seed(0)
+    model, x = MLP(), 3 * torch.randn(512, 64)
+    exact = _grads(model, x)
+    for rules, derived in ((Rules(()), False), (Rules(("gelu",)), True)):
+        ac = ActivationCompression(
+            codec="block", rel=1e-2, zstd=None, debug=True, model=model, rules=rules
+        )
+        got = _grads(model, x, ac)
+        assert (ac.stats.rows["down"].stored_bytes == 0) == derived
+        assert float((got - exact).norm() / exact.norm()) < 0.05
+        state = ac.state_dict()
+        assert state["config"]["rules"] == list(rules.enabled)
+
+
+def test_a_rule_not_tested_with_this_torch_is_left_out_with_a_warning():
+    with pytest.warns(RuntimeWarning, match="tested with torch"):
+        assert Rules().active("1.0.0") == []
+    assert [r.name for r in Rules(untested="use").active("1.0.0")] == list(RULES)
+    assert Rules(untested="skip").active("1.0.0") == []
+    assert [r.name for r in Rules(("regions", "gelu")).active()] == ["gelu", "regions"]
+    for rule in RULES.values():  # each rule names its autograd nodes and tested torches
+        assert rule.nodes and all(n.endswith("Backward0") for n in rule.nodes)
+        assert rule.torch_versions
+    with pytest.raises(ValueError, match="unknown rules"):
+        Rules(("softmax",))
+    with pytest.raises(TypeError, match="tuple of rule names"):
+        Rules("gelu")
 
 
 def test_a_gelu_input_is_restored_once():
@@ -184,7 +216,7 @@ def _relu_bytes(model: ConvNet, x: torch.Tensor) -> int:
 @pytest.mark.parametrize("relu", ["inplace", "module", "functional"])
 @pytest.mark.parametrize(
     "bound",
-    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": Adaptive(update_every=1)}],
 )
 def test_relu_of_batch_norm_is_derived_within_its_bound(relu, bound):
     torch.manual_seed(0)
@@ -337,7 +369,7 @@ def test_relu_of_batch_norm_with_the_norm_input_in_a_store(tmp_path):
     in_memory = ActivationCompression(codec="block", rel=1e-2, zstd=None, model=model)
     with TieredStore(0, nvme_dir=tmp_path) as store:
         offloaded = ActivationCompression(
-            codec="block", rel=1e-2, zstd=None, debug=True, store=store, model=model
+            codec="block", rel=1e-2, zstd=None, debug=True, offload=store, model=model
         )
         for _ in range(2):
             want, got = _grads(model, x, in_memory), _grads(model, x, offloaded)
@@ -389,7 +421,7 @@ class PreNorm(nn.Module):
 @pytest.mark.parametrize("shape", [(512, 64), (8, 64, 64)])
 @pytest.mark.parametrize(
     "bound",
-    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": Adaptive(update_every=1)}],
 )
 def test_layer_norm_output_is_derived_within_its_bound(affine, shape, bound):
     torch.manual_seed(0)

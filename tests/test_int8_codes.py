@@ -8,8 +8,14 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression
-from tensorpress.activation_offload.codec import INT8_MIN_STEPS, INT8_MIN_STEPS_SPILLED, Int8Codes
+from tensorpress.activation_offload.codec import (
+    INT8_MIN_STEPS,
+    INT8_MIN_STEPS_SPILLED,
+    ActivationCodec,
+    Int8Codes,
+)
 from tensorpress.activation_offload.records import Compressed
+from tensorpress.activation_offload.stats import ActivationStats
 from tensorpress.compress.block import steps_for
 from tensorpress.compress.tensor import ValueRange
 
@@ -93,11 +99,11 @@ def test_records_bound_for_a_stores_files_take_int8_codes_from_fewer_steps(tmp_p
     steps = float(t.max() - t.min()) * inv
     assert INT8_MIN_STEPS_SPILLED <= steps < INT8_MIN_STEPS
     want = decompress_tensor(compress_tensor(t, "block", abs=tol))
-    ac = ActivationCompression(codec="block", abs=tol, zstd=None)
-    in_memory = Compressed(t, ac._codec, "abs", tol, ac.stats, "x", False, None, ValueRange(t))
+    codec, stats = ActivationCodec("block", {}, zstd=None), ActivationStats()
+    in_memory = Compressed(t, codec, "abs", tol, stats, "x", False, None, ValueRange(t))
     assert not isinstance(in_memory.payload, Int8Codes)
     with TieredStore(0 if nvme else 1 << 20, nvme_dir=tmp_path if nvme else None) as store:
-        rec = Compressed(t, ac._codec, "abs", tol, ac.stats, "x", False, store, ValueRange(t))
+        rec = Compressed(t, codec, "abs", tol, stats, "x", False, store, ValueRange(t))
         assert isinstance(rec.payload, Int8Codes) == nvme
         if nvme:
             store.wait(rec.handle)
@@ -116,11 +122,11 @@ def test_records_bound_for_files_take_int8_codes_where_zstd_does_not_pay(tmp_pat
     monkeypatch.setattr(zstd_stage, "RETRY_AFTER", 3)
     tol = 0.1
     t = torch.rand(64, 256, generator=torch.Generator().manual_seed(2)) * 9 - 4.5  # noise
-    ac = ActivationCompression(codec="block", abs=tol, zstd=1)
+    codec, stats = ActivationCodec("block", {}, zstd=1), ActivationStats()
     kinds = []
     with TieredStore(0, nvme_dir=tmp_path) as store:
         for _ in range(6):
-            rec = Compressed(t, ac._codec, "abs", tol, ac.stats, "x", False, store, ValueRange(t))
+            rec = Compressed(t, codec, "abs", tol, stats, "x", False, store, ValueRange(t))
             kinds.append(isinstance(rec.payload, Int8Codes))
             assert bool(((rec.restore() - t).abs() <= tol).all())
     assert kinds == [False, True, True, True, False, True]

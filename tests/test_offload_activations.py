@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tensorpress.activation_offload import (
     ActivationCompression,
+    Offload,
     TieredStore,
     offload_activations,
 )
@@ -80,7 +81,7 @@ def test_prefetch_follows_the_reverse_save_order(tmp_path, monkeypatch):
 def test_block_codec_with_cpu_offload_keeps_the_bound():
     model, x, y = _data()
     with TieredStore(1 << 20) as store:
-        ac = ActivationCompression("block", abs=1e-3, min_bytes=0, store=store, debug=True)
+        ac = ActivationCompression("block", abs=1e-3, min_bytes=0, offload=store, debug=True)
         got = _grads(model, ac, x, y)
         assert ac.stats.ratio > 1 and ac.stats.peak_device_bytes < ac.stats.peak_stored_bytes
     want = _grads(model, torch.enable_grad(), x, y)
@@ -100,14 +101,15 @@ def test_in_place_change_after_saving_still_raises(tmp_path):
 
 
 def test_offload_arguments(tmp_path):
-    with pytest.raises(ValueError, match="nvme_dir"):
-        ActivationCompression(None, offload="nvme")
-    with pytest.raises(ValueError, match="offload must be"):
+    with pytest.raises(TypeError, match="offload takes"):
         ActivationCompression(None, offload="disk")
-    with TieredStore(1024) as store, pytest.raises(ValueError, match="nvme_dir"):
-        ActivationCompression(None, offload="nvme", store=store)
     with pytest.raises(TypeError, match="TieredStore"):
-        ActivationCompression(None, store=object())
-    ac = ActivationCompression(None, offload="cpu")
-    assert ac.store is not None and ac.store.spill is None
+        Offload(store=object())
+    with pytest.raises(ValueError, match="prefetch"):
+        Offload(prefetch=-1)
+    with TieredStore(1024) as store:
+        ac = ActivationCompression(None, offload=store)
+        assert ac.store is store and ac.prefetch == 2
+    ac = ActivationCompression(None, offload=Offload(prefetch=3))
+    assert ac.store is not None and ac.store.spill is None and ac.prefetch == 3
     ac.store.close()

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from square_loss import square_loss_grads as _grads
-from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload import ActivationCompression, Adaptive
 from tensorpress.activation_offload import regions as regions_module
 from tensorpress.activation_offload.regions import _product_eps
 
@@ -62,7 +62,7 @@ def _passes(model, x, passes: int, bound: dict) -> tuple[list[str], dict]:
 
 @pytest.mark.parametrize(
     "bound",
-    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": True, "update_every": 1}],
+    [{"abs": 0.05}, {"rel": 1e-2}, {"rel": 2e-2, "adaptive": Adaptive(update_every=1)}],
 )
 def test_views_of_attention_are_derived_within_their_bounds(bound):
     torch.manual_seed(0)

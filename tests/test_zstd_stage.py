@@ -135,7 +135,7 @@ def test_activation_compression_holds_fewer_bytes_and_the_same_gradients(tier, t
             kw = {}
             if tier is not None:
                 cpu_bytes = 1 << 30 if tier == "cpu" else 0
-                kw = {"store": stack.enter_context(TieredStore(cpu_bytes, nvme_dir=tmp_path))}
+                kw = {"offload": stack.enter_context(TieredStore(cpu_bytes, nvme_dir=tmp_path))}
             ac = ActivationCompression(codec="block", rel=1e-2, zstd=zstd, debug=True, **kw)
             with ac:
                 loss = model(x).square().mean()
