@@ -358,7 +358,8 @@ def _positive_bits(t: torch.Tensor) -> torch.Tensor:
 
 def _relu_of_affine(x, alpha, beta, mask, inner: int) -> torch.Tensor:
     """ReLU of ``x * alpha + beta`` (per channel, dim 1), zero where ``mask``'s bit is
-    not set, by the CPU kernel (on one thread: split between two, it ran slower)."""
+    not set, by the CPU kernel on one thread (the pass is memory-bound: a second thread
+    does not pay for itself; see benchmarks/activations.py)."""
     out = torch.empty_like(x)
     table = kernels.BIT_FACTORS[x.dtype == torch.float32]
     tiny = table.dtype.type(torch.finfo(x.dtype).tiny)

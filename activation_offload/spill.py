@@ -330,8 +330,8 @@ class SpillDir:
         buffer ``out`` of at least :meth:`record_bytes` bytes (under ``O_DIRECT`` it
         must start on a page), and return the offset of its payload in ``out``
         (``ALIGN + loc.skip``): the payload is ``out[offset : offset + loc.nbytes]``.
-        One read in flight at a time, each into one contiguous buffer (on the virtio disk
-        here reads split over several buffers, or several at once, came back slower).
+        One read in flight at a time, each into one contiguous buffer (see
+        ``spill_read.py`` for why).
         Errors as :meth:`read_into`.
 
         ``helpers``: an executor whose threads digest each piece of a record larger than
