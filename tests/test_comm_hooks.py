@@ -12,13 +12,12 @@ from __future__ import annotations
 import math
 import os
 import pickle
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from dist_workers import end_worker
+from dist_workers import end_worker, free_port
 from tensorpress.distributed.comm_hooks import (
     QuantizedAllReduceState,
     hook_wire_nbytes,
@@ -155,12 +154,6 @@ def _worker(rank, world, port, outdir, ranks_per_node):
     end_worker()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(tmp_path_factory, world, ranks_per_node):
     outdir = str(tmp_path_factory.mktemp(f"world{world}"))
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
@@ -169,7 +162,7 @@ def _launch(tmp_path_factory, world, ranks_per_node):
         mp.get_context(method).set_forkserver_preload(preload)
     mp.start_processes(
         _worker,
-        args=(world, _free_port(), outdir, ranks_per_node),
+        args=(world, free_port(), outdir, ranks_per_node),
         nprocs=world,
         start_method=method,
     )
@@ -277,7 +270,7 @@ def test_formula_by_hand():
 @pytest.fixture
 def single_rank_group():
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     yield
     dist.destroy_process_group()

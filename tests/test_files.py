@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
+from fields import smooth
 from tensorpress.formats import (
     ChecksumError,
     TruncatedError,
@@ -20,16 +21,9 @@ from tensorpress.formats import open_compressed as tp_open
 from tensorpress.formats.reader import open_source
 
 
-def _smooth(shape, dtype, seed):
-    x = np.random.default_rng(seed).standard_normal(shape)
-    for ax in range(len(shape)):
-        x = np.cumsum(x, axis=ax)
-    return x.astype(dtype)
-
-
 @pytest.fixture(scope="module")
 def field():
-    return _smooth((50, 40, 30), np.float32, 0)
+    return smooth((50, 40, 30), np.float32, 0)
 
 
 @pytest.fixture
@@ -226,7 +220,7 @@ def test_streaming_memory(tmp_path):
     with open(src, "wb") as f:
         f.truncate(4 * n)  # sparse: zeros after the smooth head
     mm = np.memmap(src, dtype=np.float32, mode="r+")
-    mm[: 2 << 20] = _smooth((2 << 20,), np.float32, 1)
+    mm[: 2 << 20] = smooth((2 << 20,), np.float32, 1)
     mm[-1] = 3.0
     del mm
     out = subprocess.run(

@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
+from fields import smooth
 from tensorpress.formats import (
     ChecksumError,
     ContainerReader,
@@ -29,13 +30,6 @@ from test_golden import assert_decodes_as_written
 REL = 1e-3
 
 
-def _smooth(shape, dtype, seed):
-    x = np.random.default_rng(seed).standard_normal(shape)
-    for ax in range(len(shape)):
-        x = np.cumsum(x, axis=ax)
-    return x.astype(dtype)
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     path = tmp_path_factory.mktemp("h5") / "in.h5"
@@ -48,15 +42,15 @@ def source(tmp_path_factory):
         time = f.create_dataset("run1/time", data=np.linspace(0, 1, 40))
         time.make_scale("time")
         t = g.create_dataset(
-            "temperature", data=_smooth((40, 30, 20), np.float32, 0), chunks=(8, 30, 20)
+            "temperature", data=smooth((40, 30, 20), np.float32, 0), chunks=(8, 30, 20)
         )
         t.attrs["units"] = "K"
         t.dims[0].attach_scale(time)
         t.dims[0].label = "t"
         t.dims[2].label = "z"
-        g.create_dataset("pressure", data=_smooth((40, 30), ">f8", 1), fillvalue=-1.5)
-        g.create_dataset("wind", data=_smooth((6, 5, 4, 3), np.float16, 2))
-        f.create_dataset("signal", data=_smooth((500,), np.float64, 3))
+        g.create_dataset("pressure", data=smooth((40, 30), ">f8", 1), fillvalue=-1.5)
+        g.create_dataset("wind", data=smooth((6, 5, 4, 3), np.float16, 2))
+        f.create_dataset("signal", data=smooth((500,), np.float64, 3))
         f.create_dataset("empty", shape=(0, 5), dtype=np.float32)
         f.create_dataset("scalar", data=np.float64(2.718))
         f.create_dataset("nanfill", data=np.zeros(5, np.float32), fillvalue=np.float32(np.nan))

@@ -14,14 +14,13 @@ they saw; the tests check it here:
 from __future__ import annotations
 
 import datetime
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
-from dist_workers import end_worker
+from dist_workers import end_worker, free_port
 from tensorpress.distributed.sharded_optimizer import ShardedOptimizer
 from tensorpress.distributed.weight_diff import WeightDiffQuantizer, shard_numel
 from tensorpress.distributed.wire import quantize_groups, wire_nbytes
@@ -152,16 +151,10 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     end_worker()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("qwd")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
     return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 
 
