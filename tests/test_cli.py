@@ -435,61 +435,26 @@ def test_truncated_file(capsys, tmp_path, h5_file, ext):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["compress", "{dir}/missing.h5", "{dir}/o.h5", "--rel", "1e-3"], "missing.h5"),
+        ("compress {dir}/missing.h5 {dir}/o.h5 --rel 1e-3", "missing.h5"),
         (
-            [
-                "compress",
-                "{dir}/x.f32",
-                "{dir}/o.tp",
-                "--rel",
-                "1e-3",
-                "--dtype",
-                "int16",
-                "--shape",
-                "10,10",
-            ],
+            "compress {dir}/x.f32 {dir}/o.tp --rel 1e-3 --dtype int16 --shape 10,10",
             "float32 or float64",
         ),
+        ("compress {dir}/x.f32 {dir}/o.tp --rel 1e-3 --dtype float32 --shape 10,11", "400 bytes"),
+        ("compress {dir}/x.f32 {dir}/o.tp --rel 1e-3", "shape"),
         (
-            [
-                "compress",
-                "{dir}/x.f32",
-                "{dir}/o.tp",
-                "--rel",
-                "1e-3",
-                "--dtype",
-                "float32",
-                "--shape",
-                "10,11",
-            ],
-            "400 bytes",
-        ),
-        (["compress", "{dir}/x.f32", "{dir}/o.tp", "--rel", "1e-3"], "shape"),
-        (
-            [
-                "compress",
-                "{dir}/x.f32",
-                "{dir}/o.tp",
-                "--rel",
-                "1e-3",
-                "--codec",
-                "lz77",
-                "--dtype",
-                "float32",
-                "--shape",
-                "10,10",
-            ],
+            "compress {dir}/x.f32 {dir}/o.tp --rel 1e-3 --codec lz77 --dtype float32 --shape 10,10",
             "unknown codec 'lz77'",
         ),
-        (["compress", "{dir}/x.f32", "{dir}/o.tp", "--rel", "-1"], "invalid bound"),
-        (["compress", "{dir}/x.f32", "{dir}/o.tp", "--abs", "nan"], "invalid bound"),
-        (["compress", "{dir}/x.f32", "{dir}/o.tp", "--abs", "1", "--rel", "1"], "not allowed"),
-        (["compress", "{dir}/x.f32", "{dir}/o.tp"], "required"),
-        (["compress", "{dir}/x.f32", "{dir}/o.tp", "--rel", "1e-3", "--chunk", "4Q"], "size"),
-        (["decompress", "{dir}/missing.tp", "{dir}/o.npy"], "missing.tp"),
-        (["verify", "{dir}/missing.h5", "{dir}/x.f32"], "missing.h5"),
-        (["bench", "{dir}/missing.h5"], "missing.h5"),
-        (["frobnicate"], "invalid choice"),
+        ("compress {dir}/x.f32 {dir}/o.tp --rel -1", "invalid bound"),
+        ("compress {dir}/x.f32 {dir}/o.tp --abs nan", "invalid bound"),
+        ("compress {dir}/x.f32 {dir}/o.tp --abs 1 --rel 1", "not allowed"),
+        ("compress {dir}/x.f32 {dir}/o.tp", "required"),
+        ("compress {dir}/x.f32 {dir}/o.tp --rel 1e-3 --chunk 4Q", "size"),
+        ("decompress {dir}/missing.tp {dir}/o.npy", "missing.tp"),
+        ("verify {dir}/missing.h5 {dir}/x.f32", "missing.h5"),
+        ("bench {dir}/missing.h5", "missing.h5"),
+        ("frobnicate", "invalid choice"),
     ],
     ids=[
         "missing",
@@ -510,7 +475,7 @@ def test_truncated_file(capsys, tmp_path, h5_file, ext):
 )
 def test_errors_are_one_line(capsys, tmp_path, argv, needle):
     np.zeros(100, np.float32).tofile(tmp_path / "x.f32")
-    rc, out, err = _run(capsys, *[a.format(dir=tmp_path) for a in argv])
+    rc, out, err = _run(capsys, *[a.format(dir=tmp_path) for a in argv.split()])
     _assert_one_line_error(rc, out, err)
     assert needle in err
     assert not (tmp_path / "o.tp").exists() and not (tmp_path / "o.h5").exists()
