@@ -36,19 +36,14 @@ def lorenzo_roundtrip(x, eb, radius=RADIUS):
     """Encode/decode x (any float dtype, 1-4 d); check everything; return (n_out, codes)."""
     xin, prec = _prepare(x)
     x4 = _as_nd(xin, 4)
-    codes = np.empty(x.size, np.uint16)
-    outliers = np.empty(x.size, x4.dtype)
-    n = lorenzo_encode(x4, float(eb), radius, prec, codes, outliers)
-    assert 0 <= n <= x.size
-    assert codes.max(initial=0) <= 2 * radius - 1
-    assert np.count_nonzero(codes == 0) == n
-    outs = []
-    for _ in range(2):
-        out = np.full_like(x4, np.nan)
-        lorenzo_decode(codes, outliers[:n].copy(), float(eb), radius, prec, out)
-        outs.append(out)
-    assert np.array_equal(outs[0], outs[1])  # deterministic (no NaN left: all written)
-    _check_decoded(x, outs[0].reshape(x.shape), eb)
+    n, codes, _ = _roundtrip(
+        x,
+        x4,
+        eb,
+        radius,
+        lambda codes, outliers: lorenzo_encode(x4, float(eb), radius, prec, codes, outliers),
+        lambda codes, outliers, out: lorenzo_decode(codes, outliers, float(eb), radius, prec, out),
+    )
     return n, codes
 
 
@@ -56,21 +51,36 @@ def interp_roundtrip(x, eb, cubic=True, radius=RADIUS, eb_levels=None):
     """As lorenzo_roundtrip for the interpolation kernels (1-3 d)."""
     xin, prec = _prepare(x)
     x3 = _as_nd(xin, 3)
-    L = interp_num_levels(x3.shape)
     if eb_levels is None:
-        eb_levels = np.full(L + 1, float(eb))
+        eb_levels = np.full(interp_num_levels(x3.shape) + 1, float(eb))
+    return _roundtrip(
+        x,
+        x3,
+        eb,
+        radius,
+        lambda codes, outliers: interp_encode(x3, eb_levels, radius, prec, cubic, codes, outliers),
+        lambda codes, outliers, out: interp_decode(
+            codes, outliers, eb_levels, radius, prec, cubic, out
+        ),
+    )
+
+
+def _roundtrip(x, xn, eb, radius, encode, decode):
+    """Encode ``xn`` (``x`` in the kernels' dtype and dims), check the codes, decode twice
+    (the same values both times, every one written) and check the bound:
+    (outlier count, codes, decoded values in ``x``'s shape)."""
     codes = np.empty(x.size, np.uint16)
-    outliers = np.empty(x.size, x3.dtype)
-    n = interp_encode(x3, eb_levels, radius, prec, cubic, codes, outliers)
+    outliers = np.empty(x.size, xn.dtype)
+    n = encode(codes, outliers)
     assert 0 <= n <= x.size
     assert codes.max(initial=0) <= 2 * radius - 1
     assert np.count_nonzero(codes == 0) == n
     outs = []
     for _ in range(2):
-        out = np.full_like(x3, np.nan)
-        interp_decode(codes, outliers[:n].copy(), eb_levels, radius, prec, cubic, out)
+        out = np.full_like(xn, np.nan)
+        decode(codes, outliers[:n].copy(), out)
         outs.append(out)
-    assert np.array_equal(outs[0], outs[1])
+    assert np.array_equal(outs[0], outs[1])  # deterministic (no NaN left: all written)
     _check_decoded(x, outs[0].reshape(x.shape), eb)
     return n, codes, outs[0].reshape(x.shape)
 
