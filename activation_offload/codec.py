@@ -16,14 +16,9 @@ import torch
 
 from ..compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
 from ..compress.block import BlockCodec, steps_for
+from ..compress.int8 import int8_decode, int8_encode
 from ..formats import decode_array, encode_array
-from . import kernels
 from .zstd_stage import ZstdStage, unsqueeze
-
-#: codecs whose reconstruction keeps exact zeros (q = 0 decodes to 0.0), so a saved
-#: ReLU output needs no zero mask; a declared ``keeps_zeros`` capability on the codec
-#: class would replace this tuple
-_ZERO_EXACT = (BlockCodec,)
 
 #: steps a tensor's range spans from which its codes go into int8 (they need 6 bits or more)
 INT8_MIN_STEPS = 64
@@ -49,8 +44,8 @@ class ActivationCodec:
         self.name = name
         self.params = dict(params)
         self.bounded = codec.bounded
-        self.keeps_zeros = isinstance(codec, _ZERO_EXACT)
-        # int8 codes hold what BlockCodec restores (same step, same rounding)
+        self.keeps_zeros = codec.keeps_zeros
+        # the int8 codec restores what BlockCodec restores (same step, same rounding)
         self.int8_codes = isinstance(codec, BlockCodec)
         self.zstd = None if zstd is None else ZstdStage(zstd)
 
@@ -129,13 +124,18 @@ class Int8Codes:
     """
 
     payload: torch.Tensor  # int8, flat
-    step: float
+    tol: float  # the absolute bound the codes were made for
     shape: tuple
     dtype: torch.dtype
 
     @property
     def nbytes(self) -> int:
         return self.payload.numel()
+
+    @property
+    def step(self) -> float:
+        """The quantization step the codes count in."""
+        return steps_for(self.tol)[0]
 
     @staticmethod
     def of(t: torch.Tensor, tol: float, span, min_steps: int = INT8_MIN_STEPS) -> Int8Codes | None:
@@ -145,16 +145,15 @@ class Int8Codes:
         if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
             return None
         lo, hi = span.ends
-        step, inv = steps_for(tol)
+        inv = steps_for(tol)[1]
         if not (tol > 0 and (hi - lo) * inv >= min_steps and max(-lo, hi) * inv <= 126):
             return None  # (NaN and infinities fail here too)
-        x = t.detach().contiguous().reshape(-1)
-        q = torch.empty(x.numel(), dtype=torch.int8)
-        if not kernels.int8_codes(x.numpy(), inv, step, tol, q.numpy()):
+        codes = int8_encode(t.detach().contiguous().reshape(-1).numpy(), tol)
+        if codes is None:
             return None
-        return Int8Codes(q, step, tuple(t.shape), t.dtype)
+        return Int8Codes(torch.from_numpy(codes), tol, tuple(t.shape), t.dtype)
 
     def restore(self) -> torch.Tensor:
         out = torch.empty(self.shape, dtype=self.dtype)
-        kernels.from_int8_codes(self.payload.numpy(), self.step, out.reshape(-1).numpy())
+        int8_decode(self.payload.numpy(), self.tol, out.reshape(-1).numpy())
         return out

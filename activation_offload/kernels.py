@@ -1,6 +1,6 @@
 """Numba kernels for the hooks' per-element loops on CPU tensors (torch ops do the same
-elsewhere): the 1-bit mask of a ReLU output's positives, that output restored from its
-batch norm's input, and int8 codes of a tensor within an absolute bound.
+elsewhere): the 1-bit mask of a ReLU output's positives, and that output restored from
+its batch norm's input.
 
 Each is one pass over the values; the ReLU restore takes 8 values a mask byte, its bits
 spread into 0.0/1.0 factors by a table of the 256 bytes.
@@ -55,25 +55,3 @@ def relu_of_affine(x, alpha, beta, mask, inner, tiny, factors, out):
                 if y < tiny:  # a positive whose norm came back <= 0
                     y = tiny
                 out[i] = y * f[j]
-
-
-@njit(cache=True, nogil=True)
-def int8_codes(x, inv, step, tol, out):
-    """out = rint(x * inv) as int8 (flat float32/64 ``x``); returns whether every value
-    comes back within ``tol`` as ``q * step`` rounded to x's dtype (False: a code past
-    ±127, NaN, an infinity; ``out`` then holds garbage)."""
-    ok = True
-    for i in range(x.size):
-        v = float(x[i])
-        t = np.rint(v * inv)
-        r = float(x.dtype.type(t * step))  # as from_int8_codes restores it
-        ok &= (abs(t) <= 127.0) & (abs(r - v) <= tol)
-        out[i] = np.int8(t if abs(t) <= 127.0 else 0.0)
-    return ok
-
-
-@njit(cache=True, nogil=True)
-def from_int8_codes(q, step, out):
-    """out = q * step (float64), rounded to out's dtype."""
-    for i in range(q.size):
-        out[i] = q[i] * step

@@ -74,6 +74,7 @@ class BlockCodec(Codec):
     name = "block"
     default_chunk_bytes = 1 << 20
     devices = ("cpu", "cuda")
+    keeps_zeros = True
 
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)

@@ -6,9 +6,9 @@ config, ``get_config()``, holds JSON values: ``"id"`` (the codec's name), its
 parameters and, for an error-bounded codec, its bound as one of ``abs``,
 ``rel`` or ``pw_rel`` (``{"id": "sz", "rel": 1e-3}``, as numcodecs' ZFPY keeps
 its tolerance). ``get_codec(config)`` rebuilds an equal codec. What a codec can
-do is declared on its class (``lossy``, ``bounded``, ``dtypes``, ``devices``,
-``reports_max_error``), never found by name. Shape, dtype, chunking and
-checksums are the container's business (``tensorpress.formats``), which
+do is declared on its class (``lossy``, ``bounded``, ``bound_modes``, ``dtypes``,
+``devices``, ``keeps_zeros``, ``reports_max_error``), never found by name. Shape,
+dtype, chunking and checksums are the container's business (``tensorpress.formats``), which
 records a codec's config without its bound beside the bound resolved for the
 data (see formats/SPEC.md).
 """
@@ -38,6 +38,11 @@ class Codec(abc.ABC):
     #: whether the codec takes an error bound (abs/rel/pw_rel); lossless codecs
     #: and bits-bounded quantizers take none
     bounded: ClassVar[bool] = True
+    #: the bound modes a bounded codec takes
+    bound_modes: ClassVar[tuple[str, ...]] = MODES
+    #: whether an exact 0.0 always comes back as 0.0 (a saved ReLU output then needs no
+    #: mask of its zeros)
+    keeps_zeros: ClassVar[bool] = False
     #: dtypes the codec accepts
     dtypes: ClassVar[tuple[str, ...]] = ("float16", "float32", "float64")
     #: input bytes per chunk when the caller does not choose
@@ -184,7 +189,12 @@ def bound_spec(cls: type[Codec], given: dict) -> ErrorBound | None:
     if not cls.bounded:
         kind = "lossy but bits-bounded" if cls.lossy else "lossless"
         raise ValueError(f"codec {cls.name!r} is {kind} and takes no error bound")
-    return ErrorBound.from_kwargs(**given)
+    bound = ErrorBound.from_kwargs(**given)
+    if bound.mode not in cls.bound_modes:
+        raise ValueError(
+            f"codec {cls.name!r} takes {' or '.join(cls.bound_modes)} bounds, not {bound.mode}"
+        )
+    return bound
 
 
 def deliver(flat: np.ndarray, shape: tuple, out: np.ndarray | None) -> np.ndarray:

@@ -75,6 +75,12 @@ def cases():
     bf16 = _block_mix2(ml_dtypes.bfloat16, 15)
     yield "block2_bf16_rel", bf16, {"codec": "block", "rel": 1e-2}
     yield "quant_bf16_4bit", bf16, {"codec": "quant", "bits": 4}
+    # int8: chunks of codes and a raw chunk (a NaN and values past 127 steps)
+    mixed = np.random.default_rng(16).uniform(-1.0, 1.0, (12, 50)).astype(np.float32)
+    mixed[8, 3], mixed[9, 0] = np.nan, 40.0
+    yield "int8_f32_abs", mixed, {"codec": "int8", "abs": 0.01, "chunk_bytes": 800}
+    wave = np.sin(np.linspace(0.0, 6.0, 600)).reshape(30, 20)
+    yield "int8_f64_rel", wave, {"codec": "int8", "rel": 1e-2}
 
 
 def _block_mix(dtype, seed):
