@@ -15,10 +15,8 @@ Every ``update_every`` steps the controller measures ||g_y||^2 (a hook on the
 layer's output) and ||G||^2 (a hook after the weight's gradient is accumulated)
 and re-derives e for each such layer, held between the user's bound and the
 ceiling. Every other saved tensor keeps the user's bound: the rule says nothing
-about them, and loosening them measurably hurt (benchmarks/activations.py: with the
-tensors of activation functions and attention at the ceiling of 5x the bound the
-CNN lost 1.9 points of accuracy, and on a small attention model the gradient error
-grew from 0.8% to 7.5%). A tensor saved by a weighted layer and by another op (a
+about them, and loosening them (activation functions' and attention's tensors at the
+ceiling) cost accuracy and gradient error in benchmarks/activations.py. A tensor saved by a weighted layer and by another op (a
 ReLU output is also the next convolution's input) is held once, under the tighter
 bound.
 

@@ -3,13 +3,12 @@
 The ``block`` codec packs each block of 64 codes at one fixed bit width. The codes
 of activations still hold what an entropy coder takes over a fixed width, and rows
 that repeat (one token's activations wherever it occurs, say) repeat their bytes:
-zstd at a low level takes both. On a byte-level LM's activations at ``rel`` 1e-2 it
-held 9.5x where the payloads alone held 5.7x; per thread, level 1 compressed the
-payloads of 2.3 GB of activations a second and restored those of 4.4 GB.
+zstd at a low level takes both, at a speed a training step can afford
+(``benchmarks/activations.py``, the byte-level LM).
 
-``ZstdStage`` keeps zstd to the kinds of tensor it pays for: on a small CNN's
-ReLU outputs, whose payloads the codec's sparse packings already hold tightly, it
-saved 12% of the bytes for 0.45x more step time.
+``ZstdStage`` keeps zstd to the kinds of tensor it pays for: a small CNN's ReLU
+outputs, whose payloads the codec's sparse packings already hold tightly, save little
+and pay its time (the same benchmark's CNN).
 
 A payload is cut into pieces of about ``PIECE_BYTES`` that the shared worker threads
 compress and restore at the same time; each frame carries a checksum of its bytes, so
