@@ -15,15 +15,16 @@ Every ``update_every`` steps the controller measures ||g_y||^2 (a hook on the
 layer's output) and ||G||^2 (a hook after the weight's gradient is accumulated)
 and re-derives e for each such layer, held between the user's bound and the
 ceiling. Every other saved tensor keeps the user's bound: the rule says nothing
-about them, and loosening them (activation functions' and attention's tensors at the
-ceiling) cost accuracy and gradient error in benchmarks/activations.py. A tensor saved by a weighted layer and by another op (a
-ReLU output is also the next convolution's input) is held once, under the tighter
-bound.
+about them, and loosening them (activation functions' and attention's tensors at
+the ceiling) cost accuracy and gradient error in benchmarks/activations.py. A tensor
+saved by a weighted layer and by another op (a ReLU output is also the next
+convolution's input) is held once, under the tighter bound.
 
 The default ``gradient_error`` is 1e-3, not the 1e-2 the derivation alone would
 suggest: rounding errors are not independent where inputs repeat (tokens that
-attention has made alike round the same way), and on a small attention model a
-layer whose rule allowed a 3% gradient error showed 10%.
+attention has made alike round the same way), so a layer's real gradient error can
+be several times what its rule allowed (benchmarks/activations.py, the attention
+model).
 """
 
 from __future__ import annotations
