@@ -1,11 +1,10 @@
 """Activation compression and tiered offload (saved-tensor hooks)."""
 
-from .adaptive import AdaptiveBounds
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
 from .optimizer import OptimizerOffload, offload_optimizer_state
 from .rules import RULES, Rules
 from .settings import Adaptive, Offload
-from .stats import ActivationStats, ModuleRow
+from .stats import ActivationStats
 from .store import Handle, StoreStats, TieredStore
 
 __all__ = [
@@ -13,10 +12,8 @@ __all__ = [
     "ActivationCompression",
     "ActivationStats",
     "Adaptive",
-    "AdaptiveBounds",
     "CompressedActivations",
     "Handle",
-    "ModuleRow",
     "Offload",
     "OptimizerOffload",
     "Rules",

@@ -1,7 +1,7 @@
 """HDF5-aware shuffled-index data loading: torch's roles (a dataset, a sampler, a loader)
 with an order known in advance. See docs/loaders.md."""
 
-from .buffer import BeladyBuffer, coalesce, next_uses, simulate
+from .buffer import BeladyBuffer, simulate
 from .chunked import ChunkedDataset
 from .dataloader import DataLoader
 from .h5dataset import H5Dataset
@@ -13,7 +13,5 @@ __all__ = [
     "DataLoader",
     "H5Dataset",
     "ShufflePlan",
-    "coalesce",
-    "next_uses",
     "simulate",
 ]
