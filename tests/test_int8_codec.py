@@ -7,18 +7,14 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from hypothesis import given
+from test_block import block_kwargs
 from test_bound_properties import FAST, assert_contract, cases
 
 INT8_CASES = cases().filter(lambda c: c.dtype != "float16" and c.mode != "pw_rel")
 
 
 def int8_kwargs(case, x) -> dict:
-    return {
-        case.mode: case.bound_value(x),
-        "codec": "int8",
-        "chunk_bytes": case.chunk_bytes,
-        "workers": case.workers,
-    }
+    return {**block_kwargs(case, x), "codec": "int8"}
 
 
 @FAST
