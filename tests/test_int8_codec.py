@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from hypothesis import given
+from tensorpress.formats import read_header
 from test_block import block_kwargs
 from test_bound_properties import FAST, assert_contract, cases
 
@@ -22,6 +23,8 @@ def int8_kwargs(case, x) -> dict:
 def test_bound_holds_on_every_element(case):
     x = case.array()
     blob = tp.compress(x, **int8_kwargs(case, x))
+    lengths = read_header(blob).lengths
+    assert sum(lengths) <= x.nbytes + len(lengths)  # never more than raw and a mode byte
     assert_contract(x, tp.decompress(blob), blob)
 
 
