@@ -28,7 +28,7 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
-from ..compress.lossless import check_level
+from ..compress.stages import check_level
 from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec

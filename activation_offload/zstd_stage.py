@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..compress.lossless import zstd_compress, zstd_decompress
+from ..compress.stages import zstd_compress, zstd_decompress
 from ..compress.tensor import CompressedTensor
 from ..compress.threads import map_ordered
 

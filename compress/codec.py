@@ -22,6 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from .bounds import MODES, ErrorBound
+from .stages import Stage, get_stage
 
 
 class Codec(abc.ABC):
@@ -58,6 +59,9 @@ class Codec(abc.ABC):
     has_tensor_path: ClassVar[bool] = False
     #: the bound this codec compresses under, as given (unresolved), or None
     bound: ErrorBound | None = None
+    #: bytes-to-bytes stages run on each chunk payload after :meth:`encode`, in order
+    #: (config key ``"stages"``; see ``stages.py``)
+    stages: tuple[Stage, ...] = ()
 
     def __init__(self, *, abs=None, rel=None, pw_rel=None):  # noqa: A002
         self.bound = bound_spec(type(self), {"abs": abs, "rel": rel, "pw_rel": pw_rel})
@@ -74,8 +78,12 @@ class Codec(abc.ABC):
         return {}
 
     def stream_config(self) -> dict:
-        """``"id"`` and the parameters: what a stream records beside its resolved bound."""
-        return {"id": self.name, **self.parameters()}
+        """``"id"``, the parameters and the stages: what a stream records beside its
+        resolved bound."""
+        config = {"id": self.name, **self.parameters()}
+        if self.stages:
+            config["stages"] = [stage.get_config() for stage in self.stages]
+        return config
 
     def get_config(self) -> dict:
         """The whole identity: ``"id"`` first, the parameters, then the bound if any."""
@@ -90,10 +98,15 @@ class Codec(abc.ABC):
         bound = {k: params.pop(k) for k in MODES if k in params}
         if bound_spec(cls, bound) is not None:
             params.update((k, v) for k, v in bound.items() if v is not None)
+        stages = params.pop("stages", ())
+        if not isinstance(stages, (list, tuple)):
+            raise ValueError(f"stages must be a list of stage configs, got {stages!r}")
         try:
-            return cls(**params)
+            codec = cls(**params)
         except TypeError as exc:
             raise ValueError(f"invalid config for codec {cls.name!r}: {exc}") from None
+        codec.stages = tuple(get_stage(s) for s in stages)
+        return codec
 
     def with_bound(self, bound: ErrorBound | None) -> Codec:
         """The same codec under another bound (an unresolved :class:`ErrorBound`)."""
@@ -148,6 +161,32 @@ class Codec(abc.ABC):
         written there and ``out`` is returned. ``threads``: how many threads the
         codec may use inside the chunk.
         """
+
+    # -- chunks through the pipeline: the codec, then its stages -----------------
+
+    def encode_chunk(
+        self, chunk: np.ndarray, bound: ErrorBound | None, threads: int = 1, offset: int = 0
+    ) -> bytes:
+        """:meth:`encode`, then each stage in order: a chunk payload of a stream."""
+        payload = self.encode(chunk, bound, threads, offset)
+        for stage in self.stages:
+            payload = stage.encode(payload)
+        return payload
+
+    def unstage(self, payload, shape: tuple, dtype) -> bytes:
+        """A chunk payload of a stream with the stages undone, in reverse order: what
+        :meth:`decode` (or :meth:`decode_tensor`) reads."""
+        if not self.stages:
+            return payload
+        limit = 2 * math.prod(shape) * np.dtype(dtype).itemsize + 4096  # no codec writes more
+        for stage in reversed(self.stages):
+            payload = stage.decode(payload, limit)
+        return payload
+
+    def decode_chunk(self, payload, shape, dtype, bound, out=None, threads=1) -> np.ndarray:
+        """Inverse of :meth:`encode_chunk`."""
+        payload = self.unstage(payload, shape, dtype)
+        return self.decode(payload, shape, dtype, bound, out=out, threads=threads)
 
     # -- torch tensors (codecs with ``devices``) ----------------------------------
 

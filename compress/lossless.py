@@ -1,59 +1,12 @@
-"""The lossless stage (zstd) and the ``zstd`` codec for data that must stay exact."""
+"""The ``zstd`` codec for data that must stay exact: a byte shuffle, then the zstd stage."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
-import zstandard
 
 from .codec import Codec, deliver
 from .registry import register_codec
-
-
-def check_level(level) -> int:
-    """Validate a zstd compression level (an integer in -7..22)."""
-    if isinstance(level, bool) or not isinstance(level, int) or not -7 <= level <= 22:
-        raise ValueError(f"zstd level must be an integer in -7..22, got {level!r}")
-    return level
-
-
-def zstd_compress(data, level: int = 3, checksum: bool = False) -> bytes:
-    """One zstd frame of the bytes-like ``data``; the frame records its decompressed size
-    and, with ``checksum``, a checksum of its bytes that :func:`zstd_decompress` checks.
-
-    This is the one zstd stage of tensorpress: the ``sz`` payloads, the ``zstd`` codec
-    and the activation store's second stage all write their frames here. The bytes
-    depend only on ``data``, ``level`` and ``checksum``.
-    """
-    return _compressor(level, checksum).compress(data)
-
-
-def zstd_decompress(data, max_size: int) -> bytes:
-    """Inverse of :func:`zstd_compress`; refuses output larger than ``max_size`` bytes."""
-    try:
-        return _decompressor().decompress(data, max_output_size=max_size)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"corrupted zstd stream: {exc}") from None
-
-
-_local = threading.local()  # zstd contexts are not shared between threads
-
-
-def _compressor(level: int, checksum: bool) -> zstandard.ZstdCompressor:
-    """This thread's context for ``level``: made once, since making one costs more than
-    compressing a small payload."""
-    contexts = _local.__dict__.setdefault("compressors", {})
-    key = (check_level(level), bool(checksum))
-    if key not in contexts:
-        contexts[key] = zstandard.ZstdCompressor(level=level, write_checksum=bool(checksum))
-    return contexts[key]
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    if not hasattr(_local, "decompressor"):
-        _local.decompressor = zstandard.ZstdDecompressor()
-    return _local.decompressor
+from .stages import check_level, zstd_compress, zstd_decompress
 
 
 def byte_shuffle(a: np.ndarray) -> bytes:

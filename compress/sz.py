@@ -44,13 +44,7 @@ from .codec import Codec, deliver
 from .huffman import HuffmanDecoder, huffman_encode
 from .kernels.lorenzo import code_summary
 from .kernels.rounding import PREC_FLOAT64, prec_of
-from .lossless import (
-    byte_shuffle,
-    byte_unshuffle,
-    check_level,
-    zstd_compress,
-    zstd_decompress,
-)
+from .lossless import byte_shuffle, byte_unshuffle
 from .registry import register_codec
 from .special_values import (
     from_log_domain,
@@ -61,6 +55,7 @@ from .special_values import (
     to_log_domain,
     write_patches,
 )
+from .stages import check_level, zstd_compress, zstd_decompress
 from .sz_steps import (
     CUBIC,
     LINEAR,

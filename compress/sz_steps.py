@@ -22,7 +22,7 @@ from .kernels.interpolation import (
     interp_pass_sizes,
 )
 from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
-from .lossless import zstd_compress
+from .stages import zstd_compress
 
 #: predictor ids, as a payload's first byte records them
 RAW, LORENZO, LINEAR, CUBIC = 0, 1, 2, 3

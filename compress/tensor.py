@@ -94,10 +94,10 @@ def compress_tensor(
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"compress_tensor takes a torch.Tensor, got {type(t).__name__}")
     codec = get_codec(codec, abs=abs, rel=rel, pw_rel=pw_rel, **codec_params)
-    if not codec.has_tensor_path:
+    if not codec.has_tensor_path or codec.stages:
         raise ValueError(
-            f"codec {codec.name!r} has no torch path; use 'block' or 'quant', or "
-            "tensorpress.compress on a CPU array"
+            f"codec {codec.get_config()} has no torch path (stages run on host bytes); use "
+            "'block' or 'quant' without stages, or tensorpress.compress on a CPU array"
         )
     if t.dtype not in _TORCH_DTYPES:
         raise TypeError(

@@ -144,7 +144,7 @@ class ContainerReader:
             if is_bfloat16(h.dtype):
                 chunk = _decode_bfloat16(self.codec, payload, h.chunk_shape(i), h.bound, out)
             else:
-                chunk = self.codec.decode(
+                chunk = self.codec.decode_chunk(
                     payload, h.chunk_shape(i), h.dtype, h.bound, out=out, threads=threads
                 )
         except FormatError:
@@ -237,8 +237,8 @@ class ContainerReader:
 def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndarray:
     """One bfloat16 chunk, decoded by the codec's torch path on the CPU (the bytes its
     ``compress_tensor`` wrote), as a numpy bfloat16 array (into ``out`` if given)."""
-    if not codec.has_tensor_path:
-        raise FormatError(f"codec {codec.name!r} cannot hold bfloat16 values")
+    if not codec.has_tensor_path or codec.stages:
+        raise FormatError(f"codec {codec.name!r} (with its stages) cannot hold bfloat16 values")
     import torch
 
     from ..compress.tensor import bytes_tensor

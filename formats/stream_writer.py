@@ -179,7 +179,7 @@ def checked_chunks(
         return block if block.flags.writeable else block.copy()  # the kernels take writable arrays
 
     def encode(i, block):
-        payload = codec.encode(block, bound, threads=inner, offset=i * chunk_rows * row_size)
+        payload = codec.encode_chunk(block, bound, inner, offset=i * chunk_rows * row_size)
         return payload, crc32(payload)
 
     calls = (functools.partial(encode, i, read(i)) for i in range(n))

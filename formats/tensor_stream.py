@@ -52,8 +52,10 @@ def tensor_from_stream(blob, device=None) -> CompressedTensor:
     if h.order != "C":
         raise ValueError("only C-order streams decode into tensors")
     codec = get_codec(h.codec)
-    if not codec.has_tensor_path:
-        raise ValueError(f"streams of codec {codec.name!r} decode with tensorpress.decompress")
+    if not codec.has_tensor_path or codec.stages:
+        raise ValueError(
+            f"streams of codec {codec.stream_config()} decode with tensorpress.decompress"
+        )
     name = stream_dtype(h.dtype)
     if name not in _FROM_STREAM:
         raise TypeError(f"cannot decode a {name} stream into a tensor")

@@ -22,7 +22,7 @@ from tensorpress.compress.kernels.interpolation import (
     interp_num_levels,
     interp_pass_sizes,
 )
-from tensorpress.compress.lossless import zstd_compress, zstd_decompress
+from tensorpress.compress.stages import zstd_compress, zstd_decompress
 
 SHAPES = [(1, 1, 1000), (1, 37, 64), (5, 17, 33), (16, 16, 16), (1, 2, 4097), (9, 1, 130)]
 

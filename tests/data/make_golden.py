@@ -81,6 +81,18 @@ def cases():
     yield "int8_f32_abs", mixed, {"codec": "int8", "abs": 0.01, "chunk_bytes": 800}
     wave = np.sin(np.linspace(0.0, 6.0, 600)).reshape(30, 20)
     yield "int8_f64_rel", wave, {"codec": "int8", "rel": 1e-2}
+    # a bytes-to-bytes stage after the codec
+    rows = np.maximum(np.random.default_rng(18).standard_normal((4, 64)), 0.0)
+    stages = [{"id": "zstd", "level": 3, "checksum": True}]
+    yield (
+        "block_zstd_f32",
+        np.tile(rows, (16, 1)).astype(np.float32),
+        {
+            "codec": "block",
+            "abs": 1e-3,
+            "stages": stages,
+        },
+    )
 
 
 def _block_mix(dtype, seed):
