@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from .bench import run_bench
 from .demo import run_demo
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, UserError
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError
 from .files import run_compress, run_decompress, run_info
 from .parser import build_parser
 from .verify import run_verify
@@ -31,14 +34,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_OK
     try:
-        return COMMANDS[args.command](args)
+        with terminate_as_interrupt():
+            return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"tensorpress: {name} received; no output was written", file=sys.stderr, flush=True)
+        return 128 + exc.signum
     except BrokenPipeError:  # the reader went away (`tensorpress demo | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return EXIT_ERROR
-    except (UserError, OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+    except Exception as exc:  # every error that is not a found violation: one line, exit 2
         if os.environ.get("TENSORPRESS_TRACEBACK"):
             raise
         msg = error_message(exc)
@@ -49,19 +57,49 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+#: what a job scheduler, a container runtime or ``timeout`` sends to end a program
+TERMINATION_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """Raise :class:`Terminated` on SIGTERM and SIGHUP while the block runs, so that they
+    unwind like Ctrl-C (temporary outputs removed); the old handlers come back after.
+    Signals are only handled in the main thread: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in TERMINATION_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def error_message(exc: BaseException) -> str:
     """One line that says what went wrong (and, where it helps, what to do)."""
     from ..formats import ChecksumError, TruncatedError
 
-    if isinstance(exc, FileExistsError):
+    if isinstance(exc, MemoryError):
+        msg = f"out of memory: {exc}" if str(exc) else "out of memory"
+    elif isinstance(exc, FileExistsError):
         what = exc.filename or str(exc).split(" exists")[0]
         msg = f"{what} exists: pass --force to overwrite it"
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         msg = f"{exc.filename}: {exc.strerror[0].lower()}{exc.strerror[1:]}"
     elif isinstance(exc, KeyError):
         msg = f"{exc.args[0] if exc.args else exc}"
-    else:
+    elif isinstance(exc, (UserError, OSError, ValueError, TypeError, RuntimeError)):
         msg = str(exc) or type(exc).__name__
+    else:  # not an error tensorpress raises on purpose: name its kind
+        msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc, ChecksumError) and "checksum" not in msg.lower():
         msg = f"checksum mismatch: {msg}"
     if isinstance(exc, TruncatedError) and "truncated" not in msg.lower():

@@ -9,6 +9,7 @@ import contextlib
 import math
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ def is_hdf5_path(path) -> bool:
 def atomic_output(src: str, dst, overwrite: bool):
     """Yield a temporary path beside ``dst``; on success it replaces ``dst``.
 
+    An existing ``dst`` is replaced only if it is a regular file and ``overwrite``.
     On any exception (KeyboardInterrupt included) the temporary file is
     removed and ``dst`` is left as it was.
     """
@@ -69,22 +71,26 @@ def atomic_output(src: str, dst, overwrite: bool):
             raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
         if os.path.isdir(dst):
             raise IsADirectoryError(f"{dst} is a directory, not a file")
+        if not stat.S_ISREG(os.stat(dst).st_mode):  # a FIFO or a device: never rename over it
+            raise ValueError(f"{dst} is not a regular file (a FIFO, device or socket)")
     folder = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"destination folder does not exist: {folder}")
-    while True:  # a new name in dst's folder, created with the default permissions
-        tmp = os.path.join(folder, f".{os.path.basename(dst)}.{secrets.token_hex(4)}.tmp")
-        try:
-            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-            break
-        except FileExistsError:
-            continue
-    try:
+    tmp = None
+    try:  # from the name's creation on, so that a signal arriving then removes it too
+        while True:  # a new name in dst's folder, created with the default permissions
+            tmp = os.path.join(folder, f".{os.path.basename(dst)}.{secrets.token_hex(4)}.tmp")
+            try:
+                os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+                break
+            except FileExistsError:
+                tmp = None  # another file's name: not ours to remove
         yield tmp
         os.replace(tmp, dst)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
 
 
