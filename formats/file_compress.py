@@ -1,5 +1,5 @@
 """Compressing whole files: an HDF5, .npy or raw binary file into an HDF5 file (the
-group hierarchy, attributes and dimension scales kept) or a container file.
+group hierarchy, attributes, dimension scales and references kept) or a container file.
 
 Every dataset is read and written chunk by chunk (never whole), inputs are opened
 read-only, and outputs appear only when complete (see file_output.py).
@@ -35,6 +35,7 @@ from .hdf5 import (
     make_marker,
     walk,
 )
+from .hdf5_refs import carry_references, region_targets
 from .sources import RowFile, check_input, file_kind, npy_rows, raw_layout
 from .stream_header import nchunks_for
 from .stream_writer import DEFAULT_CHUNK_BYTES, FileSink, StreamWriter, checked_chunks
@@ -259,6 +260,7 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
         if kind == "dataset" and MARKER in obj.attrs:
             raise ValueError(f"{src} is already compressed by tensorpress: decompress it instead")
     plan.check_names([p for p, kind, _ in items if kind == "dataset"])
+    regions = region_targets(fin, items)  # kept as they are, so that the regions still hold
     reports = []
     with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
         copy_attrs(fin, fout, skip=DIM_ATTRS)
@@ -269,7 +271,12 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
                 copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
             elif kind != "dataset":
                 make_link(fout, path, kind, obj)
-            elif obj.shape is not None and not is_scale(obj) and plan.compresses(obj):
+            elif (
+                obj.shape is not None
+                and not is_scale(obj)
+                and obj.id not in regions
+                and plan.compresses(obj)
+            ):
                 dims, labels = dimension_scales(obj)
                 sink = DatasetSink(fout, path)
                 bound, nbytes = compress_stream(
@@ -290,4 +297,5 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
                 reports.append(copy_plain(obj, fout, path, progress, t0))
                 plain.append((path, obj))
         attach_plain(plain, fout)
+        carry_references(fin, fout, items)
     return reports

@@ -32,6 +32,7 @@ from .hdf5 import (
     read_marker,
     walk,
 )
+from .hdf5_refs import carry_references, refuse_compressed_regions
 from .reader import open_compressed
 from .sources import RAW_EXTENSIONS, check_input, file_kind, has_extension
 from .stream_header import is_bfloat16
@@ -43,7 +44,8 @@ def decompress_file(src, dst, *, workers=None, overwrite=False, progress=None) -
     """Restore the original data of a file written by :func:`compress_file`.
 
     HDF5 -> HDF5 (``dst`` .h5/.hdf5): every dataset with its dtype, shape,
-    attributes, fill value and dimension scales. A container -> .npy, raw
+    attributes, fill value and dimension scales; references point at the objects
+    at the same paths. A container -> .npy, raw
     little-endian bytes when ``dst`` ends in .f32/.f64/.dat/.raw/.bin, or an
     HDF5 file with the dataset "data" when it ends in .h5/.hdf5.
     """
@@ -136,6 +138,7 @@ def _decoded_report(name, reader, dtype, t0) -> DatasetReport:
 
 def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
     items = list(walk(fin))
+    refuse_compressed_regions(fin, items)
     reports = []
     with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
         copy_attrs(fin, fout, skip=DIM_ATTRS)
@@ -171,6 +174,7 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
         attach_plain(plain, fout)
         for out, marker in restored:
             attach_scales(out, marker["dims"], marker["labels"])
+        carry_references(fin, fout, items)
     return reports
 
 
