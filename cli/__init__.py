@@ -11,8 +11,9 @@
 Every command takes ``--json`` (one JSON document on stdout) and ``--quiet``;
 those that write take ``--force`` and ``--workers N``. Exit status: 0 on
 success, 1 when ``verify`` (or ``bench``/``demo`` for tensorpress's own codecs)
-finds an element outside its bound, 2 for an error (one line on stderr,
-``tensorpress: error: ...``), 130 when interrupted (no output is left behind).
+finds an element outside its bound, 2 for any other error (one line on stderr,
+``tensorpress: error: ...``), 130 when interrupted, 128 + the signal for SIGTERM and
+SIGHUP (no output is left behind).
 Set ``TENSORPRESS_TRACEBACK=1`` to see the traceback of an unexpected error.
 """
 
