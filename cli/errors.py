@@ -24,11 +24,15 @@ class Terminated(BaseException):
 
 
 def require_input(path: str) -> None:
-    """OSError for ``main`` when ``path`` is missing or is a directory."""
+    """OSError for ``main`` when ``path`` is missing or is a directory; UserError when it
+    is something else that is not a regular file: a FIFO would block the first read
+    forever, and every input is read at offsets, more than once."""
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file or directory", path)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise UserError(f"{path} is not a regular file (a FIFO, device or socket): give a file")
 
 
 def require_output(path: str, force: bool) -> None:

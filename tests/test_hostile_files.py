@@ -54,6 +54,28 @@ def test_force_refuses_a_fifo(capsys, tmp_path, command):
         )
 
 
+@pytest.mark.parametrize("command", ["info", "compress", "decompress", "verify"])
+def test_an_input_that_is_not_a_regular_file_is_refused(tmp_path, command):
+    """A FIFO as input would block the first read forever: refused before it is opened."""
+    fifo, npy = tmp_path / "pipe", tmp_path / "x.npy"
+    os.mkfifo(fifo)
+    np.save(npy, smooth((16, 8), np.float32, 11))
+    argv = {
+        "info": [fifo],
+        "compress": [fifo, tmp_path / "o.tp", "--rel", "1e-3"],
+        "decompress": [fifo, tmp_path / "o.npy"],
+        "verify": [npy, fifo],
+    }[command]
+    done = subprocess.run(
+        [sys.executable, "-m", "tensorpress", command, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    _assert_one_line_error(done.returncode, done.stdout, done.stderr, "not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "x.npy"]
+
+
 # -- termination signals ----------------------------------------------------------------
 
 
