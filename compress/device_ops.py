@@ -1,0 +1,75 @@
+"""The device codes as ``torch.library`` custom ops: ``tensorpress::device_codes`` and
+``tensorpress::device_restore`` (the layout is in ``device_codes.py``).
+
+Their fake implementations compute the outputs' shapes from the layout alone, so the
+codes run on meta tensors (the CPU's proof that nothing is read back) and trace as one
+opaque node each under ``torch.compile(fullgraph=True)``. On CUDA, with ``triton``
+installed (the ``gpu`` extra), the ops run the Triton kernels; elsewhere the torch
+reference. ``TENSORPRESS_DEVICE_CODES=torch`` picks the reference on CUDA too.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+
+import torch
+
+from .kernels import device_codes_torch as reference
+from .kernels.device_codes_layout import N_SCALARS, STEP_MARGIN, code_bits, payload_bytes, steps
+
+
+@functools.cache
+def _triton():
+    """The Triton kernels' module, or None where triton is missing or not wanted."""
+    if os.environ.get("TENSORPRESS_DEVICE_CODES", "") == "torch":
+        return None
+    try:
+        from .kernels import device_codes_triton
+    except ImportError:
+        return None
+    return device_codes_triton
+
+
+def _kernels(device: torch.device):
+    return _triton() if device.type == "cuda" else None
+
+
+@torch.library.custom_op("tensorpress::device_codes", mutates_args=())
+def device_codes(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(payload uint8, scalars float64 ``[lo, hi, step]``) of ``x`` under ``rel``."""
+    nsteps, bits = steps(rel), code_bits(rel)
+    triton = _kernels(x.device)
+    if triton is not None and x.numel() > 0:
+        return triton.compress(x.contiguous(), rel, nsteps, bits, STEP_MARGIN)
+    return reference.compress(x, rel, nsteps, bits, STEP_MARGIN)
+
+
+@device_codes.register_fake
+def _(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tensor]:
+    nbytes = payload_bytes(x.numel(), code_bits(rel))
+    payload = x.new_empty(nbytes, dtype=torch.uint8)
+    return payload, x.new_empty(N_SCALARS, dtype=torch.float64)
+
+
+@torch.library.custom_op("tensorpress::device_restore", mutates_args=())
+def device_restore(
+    payload: torch.Tensor,
+    scalars: torch.Tensor,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    rel: float,
+) -> torch.Tensor:
+    """The tensor of ``shape`` and ``dtype`` that ``payload`` and ``scalars`` hold."""
+    nsteps, bits = steps(rel), code_bits(rel)
+    triton = _kernels(payload.device)
+    if triton is not None and math.prod(shape) > 0:
+        return triton.restore(payload, scalars, tuple(shape), dtype, nsteps, bits)
+    return reference.restore(payload, scalars, tuple(shape), dtype, nsteps, bits)
+
+
+@device_restore.register_fake
+def _(payload, scalars, shape, dtype, rel) -> torch.Tensor:
+    return payload.new_empty(tuple(shape), dtype=dtype)
