@@ -4,6 +4,7 @@ with an order known in advance. See docs/loaders.md."""
 from .buffer import BeladyBuffer, simulate
 from .chunked import ChunkedDataset
 from .dataloader import DataLoader
+from .file_identity import FileChangedError
 from .h5dataset import H5Dataset
 from .plan import ShufflePlan
 
@@ -11,6 +12,7 @@ __all__ = [
     "BeladyBuffer",
     "ChunkedDataset",
     "DataLoader",
+    "FileChangedError",
     "H5Dataset",
     "ShufflePlan",
     "simulate",

@@ -9,6 +9,11 @@ drops the handle. The file is opened with a chunk cache sized for the dataset
 reads. ``bytes_read`` / ``chunk_bytes_read`` count what this process asked for and
 what HDF5 had to fetch (whole chunks).
 
+A dataset reads only the file it was created on (``file_identity.py``): when the file
+at its path has been replaced (an atomic rename by a data pipeline) or rewritten, every
+open and every read after it raises ``FileChangedError``, never the new file's bytes
+read at the old file's addresses or paired with the old labels.
+
 Datasets compressed by tensorpress (``tensorpress compress in.h5 out.h5 --rel ...``)
 are read the same way: the process that reads opens the stream's lazy reader, a run of
 samples decodes only the stream chunks it touches (in that process: the loader's
@@ -29,15 +34,13 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..formats import ContainerReader
-from ..formats.hdf5 import DatasetSource, DirectRows, read_marker
+from ..formats.hdf5 import DirectRows
+from .file_identity import FileChangedError, FileIdentity
+from .h5_layout import DEFAULT_CACHE_BYTES, MIB, cache_size, chunk_nbytes, lookup, samples
 
-__all__ = ["H5Dataset"]
+__all__ = ["DEFAULT_CACHE_BYTES", "FileChangedError", "H5Dataset"]
 
-MIB = 1 << 20
-DEFAULT_CACHE_BYTES = 64 * MIB  # bytes: the chunk cache's floor (per dataset)
 CONTIGUOUS_READ_BYTES = MIB  # bytes: target read size for contiguous datasets
-_MAX_SLOTS = 1 << 20  # chunk-cache hash slots: 8 MiB of pointers at most
-_LISTED = 8  # datasets named in a missing-key error
 _pid_lock = threading.Lock()  # one thread forgets an inherited handle; the others wait
 
 
@@ -49,48 +52,6 @@ def _new_pid_lock() -> None:
 os.register_at_fork(after_in_child=_new_pid_lock)
 CACHE_W0 = 0.75  # HDF5's default chunk-cache preemption policy
 LABEL_MEMORY_BYTES = 16 * MIB  # bytes: labels up to this size are read once and kept
-
-
-def _next_prime(n: int) -> int:
-    """The smallest prime >= ``n`` (n small: trial division)."""
-    n = max(n, 2)
-    while True:
-        if n == 2 or (n % 2 and all(n % d for d in range(3, math.isqrt(n) + 1, 2))):
-            return n
-        n += 1
-
-
-def _list_datasets(f: h5py.File) -> str:
-    names: list[str] = []
-
-    def visit(name: str, obj: Any) -> bool | None:
-        if isinstance(obj, h5py.Dataset):
-            names.append(name)
-        return True if len(names) > _LISTED else None
-
-    f.visititems(visit)
-    if not names:
-        return "none"
-    shown = ", ".join(repr(n) for n in names[:_LISTED])
-    return shown + (", ..." if len(names) > _LISTED else "")
-
-
-def _lookup(f: h5py.File, key: str, path: str, role: str) -> h5py.Dataset:
-    """The dataset ``key`` of ``f``, validated as a sample array (raises otherwise)."""
-    try:
-        obj = f.get(key)
-    except (KeyError, ValueError, TypeError):
-        obj = None
-    if obj is None:
-        raise KeyError(f"{role} {key!r} not found in {path}; datasets there: {_list_datasets(f)}")
-    if not isinstance(obj, h5py.Dataset):
-        kind = "a group" if isinstance(obj, h5py.Group) else type(obj).__name__
-        raise TypeError(f"{role} {key!r} in {path} is {kind}, not a dataset")
-    if obj.shape is None or len(obj.shape) == 0:
-        raise ValueError(
-            f"{role} {key!r} in {path} is 0-d (shape {obj.shape}); need a sample axis first"
-        )
-    return obj
 
 
 class H5Dataset(Dataset):
@@ -128,8 +89,9 @@ class H5Dataset(Dataset):
         except OSError as exc:
             raise OSError(f"cannot open {self.path} as HDF5: {exc}") from exc
         with f:
-            x = _lookup(f, key, self.path, "key")
-            source, self._shape, self._dtype, self._chunks = _samples(x)
+            self._identity = FileIdentity.of_open(f, self.path)
+            x = lookup(f, key, self.path, "key")
+            source, self._shape, self._dtype, self._chunks = samples(x)
             self._packed = isinstance(source, ContainerReader)
             #: unfiltered chunks spanning whole samples: a sample's bytes lie contiguous in
             #: the file, so a run of samples of one chunk is one positioned read
@@ -144,8 +106,8 @@ class H5Dataset(Dataset):
             self._label_dtype: np.dtype | None = None
             self._label_chunks: tuple[int, ...] | None = None
             if label_key is not None:
-                y = _lookup(f, label_key, self.path, "label_key")
-                _, y_shape, y_dtype, y_chunks = _samples(y)
+                y = lookup(f, label_key, self.path, "label_key")
+                _, y_shape, y_dtype, y_chunks = samples(y)
                 if y_shape[0] != self._shape[0]:
                     raise ValueError(
                         f"{self.path}: {key!r} has {self._shape[0]} samples but label_key "
@@ -157,16 +119,11 @@ class H5Dataset(Dataset):
                     y_chunks,
                 )
         chunk_bytes = [
-            _chunk_nbytes(c, d)
+            chunk_nbytes(c, d)
             for c, d in ((self._chunks, self._dtype), (self._label_chunks, self._label_dtype))
             if c is not None
         ]
-        largest = max(chunk_bytes, default=0)
-        if cache_bytes is None:
-            cache_bytes = max(4 * largest, DEFAULT_CACHE_BYTES)
-        self.cache_bytes = int(cache_bytes)
-        fits = self.cache_bytes // largest if largest else 0
-        self.cache_slots = _next_prime(min(max(100 * fits, 521), _MAX_SLOTS))
+        self.cache_bytes, self.cache_slots = cache_size(cache_bytes, max(chunk_bytes, default=0))
         self._file: h5py.File | None = None
         self._x: h5py.Dataset | ContainerReader | None = None
         self._y: h5py.Dataset | ContainerReader | None = None
@@ -351,8 +308,14 @@ class H5Dataset(Dataset):
                 out[...] = ds[start:stop]
             else:
                 ds.read_direct(out, np.s_[start:stop])
+            # what was read is the dataset's file only if that file is still at its path:
+            # reads that open the path would otherwise read a replacement's bytes
+            self._identity.check_path(self.path)
         except OSError as exc:
             self._failed(exc, where)
+        except Exception as exc:  # bad bytes (a stream's checksum): a replaced file's?
+            self._failed_if_changed(exc, where)
+            raise
         requested = out.nbytes
         touched = requested
         if isinstance(ds, ContainerReader):
@@ -361,7 +324,7 @@ class H5Dataset(Dataset):
         elif chunks is not None and not direct:
             rows = (stop - 1) // chunks[0] - start // chunks[0] + 1
             across = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
-            touched = rows * across * _chunk_nbytes(chunks, dtype)
+            touched = rows * across * chunk_nbytes(chunks, dtype)
         with self._lock:
             self._bytes_read += requested
             self._chunk_bytes_read += touched
@@ -370,9 +333,20 @@ class H5Dataset(Dataset):
     def _failed(self, exc: OSError, where: str) -> None:
         """Close the handle and raise what a failed read of ``where`` means."""
         self.close()
+        if isinstance(exc, FileChangedError):
+            raise FileChangedError(f"{self.path}: cannot read {where}: {exc}") from exc
         if isinstance(exc, FileNotFoundError) or not os.path.exists(self.path):
             raise FileNotFoundError(f"{self.path}: file not found while reading {where}") from exc
         raise OSError(f"{self.path}: cannot read {where}: {exc}") from exc
+
+    def _failed_if_changed(self, exc: Exception, where: str) -> None:
+        """Raise ``FileChangedError`` (from ``exc``) if the file at the path is no longer
+        this dataset's: that, not the bytes, is what went wrong."""
+        try:
+            self._identity.check_path(self.path)
+        except OSError as changed:
+            self.close()
+            raise FileChangedError(f"{self.path}: cannot read {where}: {changed}") from exc
 
     # -- the handle: one per process --------------------------------------------------
 
@@ -406,6 +380,7 @@ class H5Dataset(Dataset):
                     f"{self.path}: file not found while reading {where}"
                 ) from exc
             try:
+                self._identity.check(FileIdentity.of_open(f, self.path))
                 x, x_layout = self._open_dataset(f, self.key)
                 y, y_layout = (
                     self._open_dataset(f, self.label_key)
@@ -414,7 +389,7 @@ class H5Dataset(Dataset):
                 )
                 expected = (self._shape, self._dtype, self._label_shape, self._label_dtype)
                 if x is None or (*x_layout, *y_layout) != expected:
-                    raise OSError(
+                    raise FileChangedError(
                         f"{self.key!r} (or its labels) changed since the dataset was created"
                     )
                 labels = None
@@ -446,7 +421,7 @@ class H5Dataset(Dataset):
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
         dapl.set_chunk_cache(self.cache_slots, self.cache_bytes, CACHE_W0)
         ds = h5py.Dataset(h5py.h5d.open(f.id, key.encode(), dapl=dapl))
-        source, shape, dtype, _ = _samples(ds, self.path)
+        source, shape, dtype, _ = samples(ds, self.path)
         return source, (shape, dtype)
 
     def close(self) -> None:
@@ -472,27 +447,3 @@ class H5Dataset(Dataset):
             f"H5Dataset({self.path!r}, {self.key!r}{labels}: {len(self)} samples of "
             f"{self.sample_shape} {self._dtype}, chunks {self._chunks})"
         )
-
-
-def _samples(
-    ds: h5py.Dataset, path: str | None = None
-) -> tuple[Any, tuple[int, ...], np.dtype, tuple | None]:
-    """(what to read rows from, shape, dtype, chunk shape or None) of the samples ``ds``
-    holds: ``ds`` itself as stored, or for a dataset compressed by tensorpress the lazy
-    reader of its stream (decoding in the calling thread; with ``path``, the stream's
-    bytes are read with positioned reads where they are unfiltered), its marker's shape
-    and dtype and the stream's chunks."""
-    marker = read_marker(ds)
-    if marker is None:
-        return ds, tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
-    shape = tuple(marker["shape"])
-    if not shape:
-        raise ValueError(f"{ds.name} is a compressed 0-d array; need a sample axis first")
-    source = DirectRows.of(path, ds) if path is not None else None
-    reader = ContainerReader(source or DatasetSource(ds), workers=1)
-    return reader, shape, np.dtype(marker["dtype"]), (reader.header.chunk_rows, *shape[1:])
-
-
-def _chunk_nbytes(chunks: tuple[int, ...], dtype: np.dtype) -> int:
-    """Uncompressed bytes of one chunk."""
-    return math.prod(chunks) * dtype.itemsize

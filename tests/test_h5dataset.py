@@ -13,7 +13,7 @@ import pytest
 import torch
 from tensorpress.formats import compress_file
 from tensorpress.formats import open_compressed as open_compressed
-from tensorpress.loaders.h5dataset import DEFAULT_CACHE_BYTES, H5Dataset
+from tensorpress.loaders.h5dataset import DEFAULT_CACHE_BYTES, FileChangedError, H5Dataset
 from torch.utils.data import DataLoader
 
 N = 37  # samples: not a multiple of any chunk size below
@@ -359,7 +359,7 @@ def test_file_replaced_or_corrupt(tmp_path):
     path = _make(tmp_path / "r.h5", np.zeros((6, 2), "f4"))
     ds = H5Dataset(path, "x")
     _make(path, np.zeros((7, 2), "f4"))  # a different file under the same name
-    with pytest.raises(OSError, match=r"r\.h5: cannot read sample 1: 'x' .*changed"):
+    with pytest.raises(FileChangedError, match=r"r\.h5: cannot read sample 1: .*changed"):
         ds[1]
     path.write_bytes(b"garbage" * 100)
     with pytest.raises(OSError, match=r"r\.h5.*sample 2"):
