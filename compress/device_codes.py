@@ -11,8 +11,10 @@ The layout (one tensor of ``n`` elements, bound ``rel``):
   float64 device scalars; ``nsteps = ceil(1 / (rel * STEP_MARGIN))``.
 - code ``q = rint((x - lo) / step)`` in ``0..nsteps`` for a finite ``x``;
   ``nsteps + 1`` NaN, ``nsteps + 2`` +Inf, ``nsteps + 3`` -Inf (restored as NaN, +Inf,
-  -Inf; a NaN's payload bits are not kept).
-- ``bits = ceil(log2(nsteps + 4))``; the codes of the elements in C order form one
+  -Inf; a NaN's payload bits are not kept), ``nsteps + 4`` zero (restored as +0.0: a
+  ReLU's backward reads which of its saved outputs are zero, and ``lo + q * step``
+  is exactly zero only where ``lo`` is).
+- ``bits = ceil(log2(nsteps + 5))``; the codes of the elements in C order form one
   bitstream, each code LSB first, packed LSB first into ``ceil(n * bits / 8)`` uint8
   bytes (``payload``). ``scalars`` = float64 ``[lo, hi, step]`` on the same device.
 - restore: ``r = lo + q * step`` in float64, clamped to ``[lo, hi]``, rounded to the
@@ -32,7 +34,7 @@ What this layout refuses, and the callers keep on their existing paths: ``abs`` 
 ``pw_rel`` bounds, per-layer bounds that change step to step (adaptive), float64 and
 integer tensors, ``rel`` below ``MIN_REL``. The next stage, ``abs``: the range is
 still taken on the device, and the width comes from the previous step's tensor of the
-same kind (``ceil(log2(range / step + 4))``, kept on the device); a tensor whose range
+same kind (``ceil(log2(range / step + 5))``, kept on the device); a tensor whose range
 needs more bits than its slot holds is widened on the device into a spare slot of the
 widest width allowed (codes past the slot's width raise a device flag instead of a host
 read), and the next step's width is taken from the flag.

@@ -34,14 +34,15 @@ CUDA = torch.cuda.is_available()
 
 
 def assert_within(x: torch.Tensor, y: torch.Tensor, rel: float) -> None:
-    """Every finite element of ``y`` within rel of x's finite range of ``x`` (compared in
-    float64), NaN where x is NaN, the same infinities."""
+    """Every finite element of ``y`` within rel of the finite range of ``x`` (compared in
+    float64), NaN where x is NaN, the same infinities, zero where x is zero."""
     assert y.shape == x.shape and y.dtype == x.dtype
     x64, y64 = x.double().reshape(-1), y.double().reshape(-1)
     fin = torch.isfinite(x64)
     assert torch.equal(torch.isnan(x64), torch.isnan(y64))
     inf = torch.isinf(x64)
     assert torch.equal(x64[inf], y64[inf])
+    assert bool((y64[x64 == 0] == 0).all())
     if bool(fin.any()):
         lo, hi = float(x64[fin].min()), float(x64[fin].max())
         err = (x64[fin] - y64[fin]).abs()
@@ -94,14 +95,15 @@ def test_largest_values_stay_finite(dtype):
 def test_widths_follow_the_bound_alone():
     assert steps(1e-2) == 101 and code_bits(1e-2) == 7
     assert code_bits(1e-3) == 10 and code_bits(MIN_REL) == 20
-    assert code_bits(0.5) == 3  # codes 0..3, then NaN, +Inf, -Inf
+    assert code_bits(0.5) == 3  # codes 0..3, then NaN, +Inf, -Inf, zero
+    assert code_bits(1.0 / 3.9) == 4  # codes 0..4, then the four: 9 codes
 
 
 def test_payload_is_an_lsb_first_bitstream():
-    x = torch.tensor([0.0, 1.0, math.nan, math.inf, -math.inf, 0.5, 1.0])
-    codes = compress_codes(x, 0.5)  # step 0.5 * (1 - 2**-7): codes 0, 2, .., 1, 2
+    x = torch.tensor([0.0, 1.0, math.nan, math.inf, -math.inf, 0.5, 1.0, 0.01])
+    codes = compress_codes(x, 0.5)  # step 0.5 * (1 - 2**-7): codes 0, 2, .., 1, 2, 0
     bits, top = code_bits(0.5), steps(0.5)
-    expected = [0, 2, top + 1, top + 2, top + 3, 1, 2]
+    expected = [top + 4, 2, top + 1, top + 2, top + 3, 1, 2, 0]
     stream = sum(q << (i * bits) for i, q in enumerate(expected))
     want = stream.to_bytes(payload_bytes(len(expected), bits), "little")
     assert bytes(codes.payload.numpy()) == want
@@ -178,7 +180,8 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for n in (1, 9, 1003, 4100):
         x = (torch.randn(n, generator=g) * 7).to(dtype)
         if n > 8:
-            x[1], x[3], x[4], x[8] = math.nan, math.inf, -math.inf, torch.finfo(dtype).tiny / 4
+            x[1], x[2], x[3], x[4] = math.nan, 0.0, math.inf, -math.inf
+            x[8] = torch.finfo(dtype).tiny / 4
         x = x.to(dev)
         for rel in (1e-6, 1e-3, 1e-2, 0.5):
             ns, bits = steps(rel), code_bits(rel)

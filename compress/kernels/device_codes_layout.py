@@ -14,7 +14,7 @@ STEP_MARGIN = 1.0 - 2.0**-7
 MIN_REL = 1e-6
 #: the dtypes a payload holds: every value of them is exact in float64 and float32
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-SPECIAL_CODES = 3  # NaN, +Inf, -Inf after the finite codes
+SPECIAL_CODES = 4  # NaN, +Inf, -Inf and an exact zero after the finite codes
 N_SCALARS = 3  # lo, hi, step (float64)
 
 

@@ -36,6 +36,7 @@ def quantize(flat: torch.Tensor, rel: float, nsteps: int, margin: float):
     q = torch.where(torch.isnan(x), nsteps + 1, q)
     q = torch.where(x == math.inf, nsteps + 2, q)
     q = torch.where(x == -math.inf, nsteps + 3, q)
+    q = torch.where(x == 0, nsteps + 4, q)
     return q, torch.stack([lo, hi, step])
 
 
@@ -79,6 +80,7 @@ def dequantize(codes, scalars, dtype: torch.dtype, nsteps: int) -> torch.Tensor:
     y = torch.where(codes == nsteps + 1, math.nan, y)
     y = torch.where(codes == nsteps + 2, math.inf, y)
     y = torch.where(codes == nsteps + 3, -math.inf, y)
+    y = torch.where(codes == nsteps + 4, 0.0, y)
     return y.to(dtype)
 
 

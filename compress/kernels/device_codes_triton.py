@@ -102,6 +102,7 @@ def _codes_kernel(
     q = tl.where(x != x, NSTEPS + 1, q)
     q = tl.where(x == float("inf"), NSTEPS + 2, q)
     q = tl.where(x == float("-inf"), NSTEPS + 3, q)
+    q = tl.where(x == 0, NSTEPS + 4, q)
     q = tl.where(idx < n, q, 0)
     for b in tl.static_range(W):
         shift = k * W - 8 * b  # where code k's bits start, from byte b's first bit
@@ -152,6 +153,7 @@ def _restore_kernel(
     y = tl.where(q == NSTEPS + 1, float("nan"), y)
     y = tl.where(q == NSTEPS + 2, float("inf"), y)
     y = tl.where(q == NSTEPS + 3, float("-inf"), y)
+    y = tl.where(q == NSTEPS + 4, 0.0, y)
     if KIND == 2:
         y16 = (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16)
         tl.store(out_ptr + idx, y16, mask=inside)
