@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -17,9 +18,16 @@ import numpy as np
 
 from ._version import __version__
 from .compress import ErrorBound, available_codecs, get_codec
-from .formats import ContainerReader, encode_array, read_header
+from .formats import ContainerReader, FormatError, encode_array
 from .formats import open_compressed as open  # noqa: A004  (tp.open, as h5py.File reads)
-from .formats.stream_header import is_bfloat16
+from .formats.stream_header import is_bfloat16, parse_header
+from .formats.stream_reader import (
+    BufferSource,
+    FileSource,
+    check_length,
+    read_payload,
+    stream_codec,
+)
 from .formats.workers import resolve_workers
 
 __all__ = [
@@ -100,9 +108,26 @@ def decompress(blob, *, workers=None) -> np.ndarray:
 
 
 def info(blob) -> dict:
-    """What a stream holds: codec, config, dtype, shape, bound, sizes, format version."""
-    buf = _as_buffer(blob)
-    h = read_header(buf)
+    """What a stream holds: codec, config, dtype, shape, bound, sizes, format version.
+
+    ``blob`` is a stream (bytes-like) or the path of a file holding one (read in pieces).
+    Everything but the decoding is checked first (FormatError otherwise), as ``checked``
+    says: the header's fields, the header's, the index's and every chunk's checksum, and
+    that the stream ends after its last chunk.
+    """
+    source = FileSource(blob) if isinstance(blob, (str, os.PathLike)) else None
+    try:
+        return _info(source or BufferSource(_as_buffer(blob)))
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _info(source) -> dict:
+    h = parse_header(source)
+    known = h.codec["id"] in available_codecs()
+    codec = stream_codec(h) if known else None
+    check_length(source, h)
     out = {
         "format_version": h.version,
         "codec": h.codec["id"],
@@ -117,17 +142,20 @@ def info(blob) -> dict:
         "compressed_bytes": h.compressed_bytes,
         "ratio": h.original_bytes / h.compressed_bytes,
         "writer": h.writer,
+        "checked": "header, index and chunk checksums, header fields, stream length",
     }
-    codec = get_codec(h.codec) if h.codec.get("id") in available_codecs() else None
+    errors = []
+    for i in range(h.nchunks):
+        payload = read_payload(source, h, i)
+        if codec is not None and codec.reports_max_error:
+            try:
+                errors.append(
+                    codec.payload_max_error(codec.unstage(payload, h.chunk_shape(i), h.dtype))
+                )
+            except ValueError as exc:
+                raise FormatError(f"chunk {i} cannot be read: {exc}") from None
     if codec is not None and codec.reports_max_error:
-        mv = memoryview(buf).cast("B")
-        out["max_error"] = max(
-            (
-                codec.payload_max_error(mv[o : o + n])
-                for o, n in zip(h.offsets, h.lengths, strict=False)
-            ),
-            default=0.0,
-        )
+        out["max_error"] = max(errors, default=0.0)
     return out
 
 

@@ -150,7 +150,10 @@ class QuantCodec(Codec):
             raise ValueError(f"unknown quant chunk mode {head[0]}")
         if len(head) < _HEAD:
             raise ValueError(f"quant payload of {len(head)} bytes has no max_error field")
-        return struct.unpack_from("<d", head, 1)[0]
+        max_error = struct.unpack_from("<d", head, 1)[0]
+        if not 0.0 <= max_error < math.inf:  # a chunk whose error is not finite is stored raw
+            raise ValueError(f"quant payload records max_error {max_error!r}")
+        return max_error
 
     # -- numpy / numba path --------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""Container v1's header: the constants of its layout, the :class:`Header` a stream
+"""The container's header: the constants of its layout, the :class:`Header` a stream
 describes itself with, and the bytes before the payloads (preamble, JSON header,
-chunk index), written and parsed here. The byte layout is specified in SPEC.md.
+chunk index), written and parsed here; every field is checked before anything is
+decoded. The byte layout (format versions 1 and 2) is specified in SPEC.md.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import functools
 import itertools
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,10 +29,16 @@ from ..compress.bounds import ErrorBound
 from .errors import ChecksumError, FormatError, TruncatedError, UnsupportedVersionError
 
 MAGIC = b"\x89TPRESS\n"
-FORMAT_VERSION = 1
+#: the version written; version 1 (chunk CRCs of the payload alone) still decodes
+FORMAT_VERSION = 2
 PREAMBLE = struct.Struct("<8sHHI")  # magic, version, flags, header length (bytes)
 CRC = struct.Struct("<I")
-INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), crc32 of the payload
+INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), CRC-32 of the chunk (below)
+CHUNK_POSITION = struct.Struct("<Q")  # from v2, a chunk's index follows its payload in its CRC
+#: the dtypes a header may name (numpy's little-endian strings, and bfloat16)
+HEADER_DTYPES = frozenset(
+    ["|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8", "bfloat16"]
+)
 #: the software named in every stream's header
 WRITER = f"tensorpress {__version__}"
 
@@ -54,6 +62,34 @@ def stream_dtype(dtype) -> str:
     or ``"bfloat16"``, which numpy spells as raw bytes (``"<V2"``)."""
     dtype = np.dtype(dtype)
     return "bfloat16" if is_bfloat16(dtype) else dtype.newbyteorder("<").str
+
+
+def chunk_crc(payload, i: int, version: int = FORMAT_VERSION) -> int:
+    """The CRC-32 the chunk index records for chunk ``i``'s payload: from format version 2
+    that of the payload followed by ``i`` as a u64, so a chunk moved to another position
+    fails its check; in version 1 that of the payload alone."""
+    crc = crc32(payload)
+    return crc if version < 2 else crc32(CHUNK_POSITION.pack(i), crc)
+
+
+@functools.cache
+def machine_memory() -> int | None:
+    """Bytes of physical memory of this machine, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+
+
+def check_fits_in_memory(nbytes: int, what: str) -> None:
+    """FormatError when ``nbytes`` (what ``what`` needs) exceed this machine's memory: a
+    stream that says so is refused before anything is allocated."""
+    memory = machine_memory()
+    if memory is not None and nbytes > memory:
+        raise FormatError(
+            f"{what} needs {nbytes} bytes, more than the {memory} bytes of memory of this "
+            "machine: the stream is corrupted or was not made to be decoded here"
+        )
 
 
 def nchunks_for(shape: tuple, chunk_rows: int) -> int:
@@ -162,6 +198,7 @@ def parse_header(source) -> Header:
     if flags != 0:
         raise FormatError(f"unknown header flags {flags:#x}")
     fields = _header_fields(mv[PREAMBLE.size : end])
+    check_fits_in_memory(_largest_chunk_bytes(fields), "one chunk of the stream")
     lengths, crcs, payload_offset = _parse_index(source, mv, end + CRC.size, fields)
     header = Header(version, *fields[:6], lengths, crcs, payload_offset, fields[6])
     if size < header.compressed_bytes:
@@ -169,6 +206,14 @@ def parse_header(source) -> Header:
             f"stream is truncated: {size} bytes, its index needs {header.compressed_bytes}"
         )
     return header
+
+
+def _largest_chunk_bytes(fields: tuple) -> int:
+    """Bytes of the first (largest) chunk of a stream whose header has these fields."""
+    dtype, shape, rows = fields[0], fields[1], fields[5]
+    if not shape:
+        return dtype.itemsize
+    return min(rows, shape[0]) * math.prod(shape[1:]) * dtype.itemsize
 
 
 def _check_preamble(source) -> tuple[int, int, int]:
@@ -191,20 +236,59 @@ def _check_preamble(source) -> tuple[int, int, int]:
 
 
 def _header_fields(text) -> tuple:
-    """(dtype, shape, order, codec, bound, chunk rows, writer) from the JSON header."""
+    """(dtype, shape, order, codec, bound, chunk rows, writer) from the JSON header, each
+    checked: FormatError names the first field that is not what SPEC.md allows."""
     try:
         h = json.loads(bytes(text))
-        dtype = bfloat16() if h["dtype"] == "bfloat16" else np.dtype(h["dtype"])
-        shape = tuple(int(d) for d in h["shape"])
-        rows = int(h["chunk_rows"])
-        codec = dict(h["codec"])
-        bound = None if h["bound"] is None else ErrorBound.from_dict(h["bound"])
-        order = h["order"]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        raise FormatError(f"invalid stream header: not JSON ({type(exc).__name__})") from None
+    if not isinstance(h, dict):
+        raise FormatError("invalid stream header: not a JSON object")
+    missing = [k for k in ("dtype", "shape", "order", "codec", "bound", "chunk_rows") if k not in h]
+    if missing:
+        raise FormatError(f"invalid stream header: no {', '.join(missing)}")
+    if not isinstance(h["dtype"], str) or h["dtype"] not in HEADER_DTYPES:
+        raise FormatError(f"invalid stream header: dtype {h['dtype']!r} is not one a stream holds")
+    dtype = bfloat16() if h["dtype"] == "bfloat16" else np.dtype(h["dtype"])
+    shape, rows = h["shape"], h["chunk_rows"]
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise FormatError(f"invalid stream header: shape {shape!r} is not a list of sizes")
+    if not _is_count(rows) or rows < 1:
+        raise FormatError(f"invalid stream header: chunk_rows {rows!r} is not a positive integer")
+    if h["order"] not in ("C", "F"):
+        raise FormatError(f"invalid stream header: order {h['order']!r} is not 'C' or 'F'")
+    codec = h["codec"]
+    if not isinstance(codec, dict) or not isinstance(codec.get("id"), str):
+        raise FormatError("invalid stream header: the codec config has no string 'id'")
+    writer = h.get("writer", "")
+    return dtype, tuple(shape), h["order"], codec, _bound(h["bound"]), rows, str(writer)
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _bound(d) -> ErrorBound | None:
+    """The header's resolved bound: its tolerance a finite number >= 0, equal to the value
+    for ``abs`` and ``pw_rel`` bounds (``rel`` ones resolve against the data's range)."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise FormatError(f"invalid stream header: bound {d!r} is not an object or null")
+    try:
+        bound = ErrorBound(d.get("mode"), d.get("value"), d.get("tolerance"))
+    except ValueError as exc:
         raise FormatError(f"invalid stream header: {exc}") from None
-    if any(d < 0 for d in shape) or rows < 1 or order not in ("C", "F"):
-        raise FormatError("invalid stream header: bad shape, chunk rows or order")
-    return dtype, shape, order, codec, bound, rows, str(h.get("writer", ""))
+    tol = bound.tolerance
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)):
+        raise FormatError(f"invalid stream header: bound tolerance {tol!r} is not a number")
+    if not (math.isfinite(tol) and tol >= 0):
+        raise FormatError(f"invalid stream header: bound tolerance {tol!r} is not finite and >= 0")
+    if bound.mode != "rel" and tol != bound.value:
+        raise FormatError(
+            f"invalid stream header: a {bound.mode} bound of {bound.value!r} has tolerance {tol!r}"
+        )
+    return ErrorBound(bound.mode, bound.value, float(tol))
 
 
 def _parse_index(source, head: memoryview, pos: int, fields: tuple) -> tuple:

@@ -1,21 +1,29 @@
-"""Reading container v1 streams: :class:`ContainerReader` gives random access, decoding
+"""Reading container streams: :class:`ContainerReader` gives random access, decoding
 only the chunks a slice touches (each checksum verified first), in parallel threads; the
 byte-range sources it reads from (a buffer, a file read with positioned reads). The byte
-layout is specified in SPEC.md.
+layout is specified in SPEC.md, with what a decoder validates.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import numpy as np
 
 from ..compress.codec import Codec
-from ..compress.registry import get_codec
+from ..compress.registry import available_codecs, get_codec
 from ..compress.threads import map_ordered, ordered
 from .errors import ChecksumError, FormatError, TruncatedError, UnknownCodecError
-from .stream_header import Header, bfloat16, crc32, is_bfloat16, parse_header
+from .stream_header import (
+    Header,
+    bfloat16,
+    check_fits_in_memory,
+    chunk_crc,
+    is_bfloat16,
+    parse_header,
+)
 from .workers import inner_threads, resolve_workers
 
 
@@ -36,7 +44,14 @@ class BufferSource:
 
 
 class FileSource:
-    """Bytes of a file read on demand with positioned reads (no memory map)."""
+    """Bytes of a file read on demand with positioned reads.
+
+    Not a memory map: a file that shrinks while it is open (replaced by a copy over it)
+    gives short reads, which raise :class:`TruncatedError`, where a map's pages would
+    kill the process with SIGBUS. ``size`` is the file's size when it was opened.
+    """
+
+    _fd = None
 
     def __init__(self, path):
         self.path = os.fspath(path)
@@ -44,6 +59,10 @@ class FileSource:
         self.size = os.fstat(self._fd).st_size
 
     def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only past ``size``)."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        want = max(0, min(length, self.size - offset))
         parts = []
         while length > 0:
             part = os.pread(self._fd, length, offset)
@@ -51,12 +70,38 @@ class FileSource:
                 break
             parts.append(part)
             offset, length = offset + len(part), length - len(part)
-        return b"".join(parts)
+        data = b"".join(parts)
+        if len(data) < want:
+            raise TruncatedError(
+                f"{self.path} is truncated: it shrank to {offset} bytes while open, "
+                f"from {self.size}"
+            )
+        return data
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def __del__(self):
+        self.close()
+
+
+def read_payload(source, h: Header, i: int):
+    """The bytes of chunk ``i`` of the stream ``source`` whose header is ``h``, checksum
+    verified (TruncatedError, ChecksumError)."""
+    payload = source.read(h.offsets[i], h.lengths[i])
+    if len(payload) != h.lengths[i]:
+        raise TruncatedError(f"chunk {i} is truncated: the stream ends inside it")
+    if chunk_crc(payload, i, h.version) != h.crcs[i]:
+        raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
+    return payload
+
+
+def check_length(source, h: Header) -> None:
+    """FormatError when ``source`` holds bytes after the stream's last chunk."""
+    if source.size > h.compressed_bytes:
+        raise FormatError(f"{source.size - h.compressed_bytes} trailing bytes after the stream")
 
 
 def read_header(buf) -> Header:
@@ -66,35 +111,43 @@ def read_header(buf) -> Header:
 
 
 class ContainerReader:
-    """Random access to a v1 stream: ``reader[a:b]`` decodes only the chunks it touches.
+    """Random access to a stream: ``reader[a:b]`` decodes only the chunks it touches.
 
-    ``source`` is a bytes-like object, a path (read through a memory map), or
-    a byte-range source (an object with ``size`` and ``read(offset, length)``,
-    e.g. :class:`FileSource`), of which only the header, the index and the
-    payloads of the chunks touched are read.
+    ``source`` is a bytes-like object, a path (read with positioned reads, see
+    :class:`FileSource`; :meth:`close` closes it), or a byte-range source (an
+    object with ``size`` and ``read(offset, length)``), of which only the header,
+    the index and the payloads of the chunks touched are read.
     """
 
     def __init__(self, source, *, workers: int | None = None):
+        self._owned = None
         if isinstance(source, (str, os.PathLike)):
-            if os.path.getsize(source) == 0:
-                raise TruncatedError(f"{os.fspath(source)} is empty, not a tensorpress stream")
-            source = np.memmap(source, dtype=np.uint8, mode="r")
-        if not (hasattr(source, "size") and callable(getattr(source, "read", None))):
+            source = self._owned = FileSource(source)
+            if source.size == 0:
+                source.close()
+                raise TruncatedError(f"{source.path} is empty, not a tensorpress stream")
+        elif not (hasattr(source, "size") and callable(getattr(source, "read", None))):
             source = BufferSource(source)
         self._source = source
-        self.header = parse_header(source)
-        self.workers = resolve_workers(workers)
         try:
-            self.codec = get_codec(self.header.codec)
-        except ValueError as exc:
-            raise UnknownCodecError(
-                f"stream uses codec {self.header.codec.get('id')!r}, which this installation "
-                f"cannot decode ({exc})"
-            ) from None
-        if source.size > self.header.compressed_bytes:
-            raise FormatError(
-                f"{source.size - self.header.compressed_bytes} trailing bytes after the stream"
-            )
+            self.header = parse_header(source)
+            self.codec = stream_codec(self.header)
+            check_length(source, self.header)
+        except BaseException:
+            self.close()
+            raise
+        self.workers = resolve_workers(workers)
+
+    def close(self) -> None:
+        """Close the file this reader opened (a source given to it stays open)."""
+        if self._owned is not None:
+            self._owned.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     @property
     def shape(self) -> tuple:
@@ -111,13 +164,7 @@ class ContainerReader:
 
     def payload(self, i: int) -> memoryview:
         """The bytes of chunk ``i``, checksum verified."""
-        h = self.header
-        payload = self._source.read(h.offsets[i], h.lengths[i])
-        if len(payload) != h.lengths[i]:
-            raise TruncatedError(f"chunk {i} is truncated: the stream ends inside it")
-        if crc32(payload) != h.crcs[i]:
-            raise ChecksumError(f"chunk {i} checksum mismatch: the stream is corrupted")
-        return payload
+        return read_payload(self._source, self.header, i)
 
     def will_read_rows(self, ranges) -> None:
         """Tell the source that the payloads of the rows of ``ranges`` (``(start, stop)``
@@ -191,6 +238,8 @@ class ContainerReader:
     def _rows(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         h = self.header
         if out is None:
+            row_bytes = math.prod(h.shape[1:]) * h.dtype.itemsize
+            check_fits_in_memory((stop - start) * row_bytes, f"rows {start}..{stop}")
             out = np.empty((stop - start,) + tuple(h.shape[1:]), h.dtype)
         if stop <= start or out.size == 0:
             return out
@@ -234,6 +283,34 @@ class ContainerReader:
         return self.read()[key]
 
 
+def stream_codec(h: Header) -> Codec:
+    """The codec a stream's header names, checked against the header: the codec exists,
+    holds the header's dtype, and has a bound exactly when it is bounded (FormatError,
+    or UnknownCodecError for a codec this installation lacks)."""
+    try:
+        codec = get_codec(h.codec)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        if h.codec["id"] in available_codecs():
+            raise FormatError(f"invalid codec config {h.codec}: {exc}") from None
+        raise UnknownCodecError(
+            f"stream uses codec {h.codec['id']!r}, which this installation cannot decode ({exc})"
+        ) from None
+    if is_bfloat16(h.dtype):
+        holds = codec.has_tensor_path and not codec.stages
+    else:
+        holds = h.dtype.name in codec.dtypes
+    if not holds:
+        raise FormatError(f"codec {codec.name!r} (with its stages) does not hold {h.dtype} values")
+    if codec.bounded != (h.bound is not None):
+        has, does = ("has an", "does not take") if h.bound is not None else ("has no", "needs")
+        raise FormatError(
+            f"the stream's header {has} error bound, which codec {codec.name!r} {does}"
+        )
+    if h.bound is not None and h.bound.mode not in codec.bound_modes:
+        raise FormatError(f"codec {codec.name!r} takes no {h.bound.mode} bound")
+    return codec
+
+
 def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndarray:
     """One bfloat16 chunk, decoded by the codec's torch path on the CPU (the bytes its
     ``compress_tensor`` wrote), as a numpy bfloat16 array (into ``out`` if given)."""
@@ -255,7 +332,7 @@ def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndar
 
 def verified_payloads(buf) -> tuple[Header, memoryview]:
     """(header, the payload bytes of all chunks in order), every checksum verified."""
-    reader = ContainerReader(buf)
+    reader = ContainerReader(buf, workers=1)
     for i in range(reader.header.nchunks):
         reader.payload(i)
     h = reader.header
@@ -263,5 +340,6 @@ def verified_payloads(buf) -> tuple[Header, memoryview]:
 
 
 def decode_array(buf, *, workers: int | None = None) -> np.ndarray:
-    """Decompress a whole v1 stream."""
-    return ContainerReader(buf, workers=workers).read()
+    """Decompress a whole stream."""
+    with ContainerReader(buf, workers=workers) as reader:
+        return reader.read()

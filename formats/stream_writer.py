@@ -1,5 +1,5 @@
-"""Writing container v1 streams: whole arrays (:func:`encode_array`), payloads already
-encoded (:func:`write_stream`), or payloads that arrive one at a time
+"""Writing container streams (format version 2): whole arrays (:func:`encode_array`),
+payloads already encoded (:func:`write_stream`), or payloads that arrive one at a time
 (:class:`StreamWriter`). Arrays are split into chunks of whole rows along the first
 axis, encoded in parallel threads (the kernels release the GIL); see SPEC.md.
 """
@@ -15,7 +15,7 @@ from ..compress.bounds import ErrorBound
 from ..compress.codec import Codec, chunk_rows_for
 from ..compress.threads import ordered
 from .stream_header import (
-    crc32,
+    chunk_crc,
     encode_index,
     encode_preamble,
     index_size,
@@ -37,7 +37,7 @@ def encode_array(
     workers: int | None = None,
     order: str = "C",
 ) -> bytes:
-    """Compress ``x`` (any layout) into a v1 stream; ``bound`` must be resolved (or None).
+    """Compress ``x`` (any layout) into a stream; ``bound`` must be resolved (or None).
 
     ``chunk_bytes`` is the target input size of a chunk; ``order`` records the
     caller's memory layout.
@@ -70,11 +70,12 @@ def write_stream(
     payloads: list,
     crcs: list | None = None,
 ) -> bytes:
-    """Assemble a v1 stream from encoded chunk payloads (bytes-like, in chunk order) and
-    their CRC-32s (computed here when not given)."""
+    """Assemble a stream from encoded chunk payloads (bytes-like, in chunk order) and
+    their checksums (:func:`~tensorpress.formats.stream_header.chunk_crc`, computed here
+    when not given)."""
     pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows)
     if crcs is None:
-        crcs = [crc32(p) for p in payloads]
+        crcs = [chunk_crc(p, i) for i, p in enumerate(payloads)]
     index = encode_index([len(p) for p in payloads], crcs)
     return b"".join([pre, index, *payloads])
 
@@ -95,7 +96,7 @@ class FileSink:
 
 
 class StreamWriter:
-    """Write a v1 stream whose chunk payloads arrive one at a time, in chunk order.
+    """Write a stream whose chunk payloads arrive one at a time, in chunk order.
 
     The preamble, header and a zero-filled index of the fixed size ``12 N + 12``
     bytes are written first, the payloads after them as :meth:`add` receives
@@ -126,14 +127,15 @@ class StreamWriter:
         self.nbytes = self._index_at + index_size(self.nchunks)
 
     def add(self, payload, crc: int | None = None) -> None:
-        """Append the next chunk's payload (bytes-like) and its CRC-32 (computed here
-        when not given)."""
+        """Append the next chunk's payload (bytes-like) and its checksum
+        (:func:`~tensorpress.formats.stream_header.chunk_crc`, computed here when not
+        given)."""
         if len(self._lengths) == self.nchunks:
             raise ValueError(f"the stream holds {self.nchunks} chunks; got one more")
         payload = memoryview(payload).cast("B")
         self.sink.write_at(self.nbytes, payload)
         self._lengths.append(len(payload))
-        self._crcs.append(crc32(payload) if crc is None else crc)
+        self._crcs.append(chunk_crc(payload, len(self._crcs)) if crc is None else crc)
         self.nbytes += len(payload)
 
     def finish(self) -> int:
@@ -162,8 +164,9 @@ def encode_chunks(
 def checked_chunks(
     source, codec: Codec, bound: ErrorBound | None, chunk_rows: int, *, workers: int | None = None
 ):
-    """As :func:`encode_chunks`, yielding ``(payload, its CRC-32)``: the checksums are
-    computed in the encoding threads, not after them in the one writing the stream."""
+    """As :func:`encode_chunks`, yielding ``(payload, its checksum)`` (``chunk_crc``): the
+    checksums are computed in the encoding threads, not after them in the one writing
+    the stream."""
     shape = tuple(int(d) for d in source.shape)
     n = nchunks_for(shape, chunk_rows)
     workers = resolve_workers(workers)
@@ -180,7 +183,7 @@ def checked_chunks(
 
     def encode(i, block):
         payload = codec.encode_chunk(block, bound, inner, offset=i * chunk_rows * row_size)
-        return payload, crc32(payload)
+        return payload, chunk_crc(payload, i)
 
     calls = (functools.partial(encode, i, read(i)) for i in range(n))
     yield from ordered(calls, workers if n > 1 else 1)

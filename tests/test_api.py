@@ -49,7 +49,7 @@ def test_info_fields():
     assert meta["bound"]["tolerance"] == pytest.approx(1e-3 * float(x.max() - x.min()))
     assert meta["original_bytes"] == x.nbytes
     assert meta["ratio"] == pytest.approx(x.nbytes / meta["compressed_bytes"])
-    assert meta["format_version"] == 1
+    assert meta["format_version"] == 2
 
 
 def test_torch_input_comes_back_as_numpy():

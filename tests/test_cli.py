@@ -254,7 +254,7 @@ def test_info_hdf5(capsys, tmp_path, h5_file):
     assert rows["run1/labels"][3] == "copied"
     doc = _json(capsys, "info", comp)
     temp = {d["name"]: d for d in doc["datasets"]}["run1/fields/temperature"]
-    assert temp["shape"] == [24, 20, 16] and temp["format_version"] == 1
+    assert temp["shape"] == [24, 20, 16] and temp["format_version"] == 2
     assert temp["codec"]["id"] == "block" and temp["ratio"] == pytest.approx(
         temp["original_bytes"] / temp["stored_bytes"]
     )

@@ -1,4 +1,4 @@
-"""Container v1: header, index, checksums, truncation, slicing, versions."""
+"""The container: header, index, checksums, truncation, slicing, versions."""
 
 import struct
 import zlib
@@ -15,6 +15,7 @@ from tensorpress.formats import (
     UnsupportedVersionError,
     read_header,
 )
+from tensorpress.formats.stream_header import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def _rewrite_header(blob, version=None, edit=None):
 
 def test_newer_version_refused(blob):
     with pytest.raises(UnsupportedVersionError, match="upgrade"):
-        tp.decompress(_rewrite_header(blob, version=2))
+        tp.decompress(_rewrite_header(blob, version=FORMAT_VERSION + 1))
 
 
 def test_unknown_codec_refused(blob):
@@ -200,15 +201,19 @@ def test_will_read_rows_hints_the_payload_spans(blob):
 
 
 def test_checksums_made_in_the_encoding_threads_are_the_payloads(field):
-    """``checked_chunks`` yields each payload with its CRC-32 (computed where it was
-    encoded), the payloads of ``encode_chunks``; the stream is the same either way."""
+    """``checked_chunks`` yields each payload with its checksum (computed where it was
+    encoded: the CRC-32 of the payload and its position), the payloads of
+    ``encode_chunks``; the stream is the same either way."""
     from tensorpress.compress import ErrorBound, get_codec
     from tensorpress.formats.stream_writer import checked_chunks, encode_chunks, write_stream
 
     codec = get_codec("block")
     bound = ErrorBound.from_kwargs(abs=1e-3).resolve(None)
     pairs = list(checked_chunks(field, codec, bound, 3, workers=2))
-    assert len(pairs) == 14 and all(zlib.crc32(p) == c for p, c in pairs)
+    assert len(pairs) == 14
+    assert all(
+        zlib.crc32(struct.pack("<Q", i), zlib.crc32(p)) == c for i, (p, c) in enumerate(pairs)
+    )
     assert [p for p, _ in pairs] == list(encode_chunks(field, codec, bound, 3, workers=1))
     args = ("<f4", field.shape, "C", codec.get_config(), bound, 3)
     given = write_stream(*args, [p for p, _ in pairs], crcs=[c for _, c in pairs])

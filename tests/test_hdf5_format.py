@@ -158,7 +158,7 @@ def test_describe(compressed):
     info = {d["name"]: d for d in describe_file(compressed[0])}
     t = info["run1/fields/temperature"]
     assert t["compressed"] and t["shape"] == [40, 30, 20] and t["dtype"] == "float32"
-    assert t["codec"]["id"] == "sz" and t["format_version"] == 1
+    assert t["codec"]["id"] == "sz" and t["format_version"] == 2
     assert t["original_bytes"] == 40 * 30 * 20 * 4 and t["ratio"] == pytest.approx(
         t["original_bytes"] / t["stored_bytes"]
     )

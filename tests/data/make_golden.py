@@ -6,8 +6,10 @@
 Each new stream is written to tests/data/v<version>/NAME.tp (existing ones are
 kept), and manifest.json records the dtype, shape and SHA-256 of the decoded array. The compressed
 HDF5 file is tests/data/v<version>/hdf5_mixed.h5, described per dataset in
-manifest_hdf5.json. Files of a released version are never regenerated: the
-tests decode them forever.
+manifest_hdf5.json; it is written when the HDF5 layout's version changes (still
+1: tests/data/v1/hdf5_mixed.h5; its tests expect the marker's version to be the
+directory's). Files of a released version are never regenerated: the tests
+decode them forever.
 
 Exception: the ``block_*`` streams of v1 were written in ``block``'s first chunk
 layout (mode 0), which was dropped; they were written again in the current one
