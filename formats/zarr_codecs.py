@@ -168,7 +168,12 @@ class _TensorpressNumcodec(_Numcodec):
 
     def decode(self, buf, out=None) -> np.ndarray:
         """The array a container stream holds (dtype and shape from the stream), or ``out``
-        filled with it."""
+        filled with it.
+
+        ``out`` is an array of the stream's dtype and shape, a 1-d one of its dtype and
+        size, or untyped memory (``bytearray``, a byte ``memoryview``) of its size in
+        bytes; anything else raises ValueError rather than reinterpreting the values.
+        """
         stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
         arr = ContainerReader(stream, workers=1).read()
         if out is None:
@@ -177,6 +182,13 @@ class _TensorpressNumcodec(_Numcodec):
         if dst.shape == arr.shape and dst.dtype == arr.dtype:
             np.copyto(dst, arr)  # element by element, whatever the two memory orders
             return dst
+        untyped = not isinstance(out, np.ndarray) and dst.dtype == np.uint8 and dst.ndim == 1
+        flat = dst.dtype == arr.dtype and dst.shape == (arr.size,)
+        if not (flat or (untyped and dst.nbytes == arr.nbytes)):
+            raise ValueError(
+                f"chunk holds a {arr.dtype} array of shape {arr.shape}; out is {dst.dtype} of "
+                f"shape {dst.shape}"
+            )
         return ndarray_copy(arr, dst)  # a flat buffer gets the chunk's memory order
 
     def __repr__(self) -> str:

@@ -108,6 +108,35 @@ def test_decode_into_out_and_fortran_order():
     assert codec.decode(blob).flags.f_contiguous
 
 
+@pytest.mark.parametrize(
+    "out",
+    [
+        np.zeros((32, 64), np.float32),  # the same bytes, another dtype and shape
+        np.zeros((64, 16), np.float64),  # the same dtype and size, another shape
+        np.zeros(1024, np.float64).view(np.int64),  # flat, another dtype
+        np.zeros(2048, np.float32),  # flat, the same bytes
+    ],
+    ids=["f32-32x64", "f64-64x16", "i64-flat", "f32-flat"],
+)
+def test_decode_refuses_an_out_of_another_dtype_or_shape(out):
+    """A float64 (16, 64) chunk is not written into another array of the same byte size."""
+    blob = SZ(abs=1e-3).encode(_field((16, 64), np.float64))
+    before = out.copy()
+    with pytest.raises(ValueError, match="float64 array of shape"):
+        SZ(abs=1e-3).decode(blob, out=out)
+    assert np.array_equal(out, before)
+
+
+def test_decode_into_untyped_memory_of_the_chunks_bytes():
+    x = _field((16, 64), np.float64)
+    codec = Zstd()
+    out = bytearray(x.nbytes)
+    codec.decode(codec.encode(x), out=out)
+    assert np.array_equal(np.frombuffer(out, np.float64).reshape(x.shape), x)
+    with pytest.raises(ValueError, match="out is"):
+        codec.decode(codec.encode(x), out=bytearray(x.nbytes + 8))
+
+
 def test_quant_reports_its_max_error():
     x = _field((64, 48), np.float32)
     codec = numcodecs.get_codec({"id": "tensorpress.quant", "bits": 8, "group": 64})
