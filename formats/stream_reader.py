@@ -56,7 +56,20 @@ class FileSource:
     def __init__(self, path):
         self.path = os.fspath(path)
         self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        self.size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        self.size = st.st_size
+        self._identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def __getstate__(self):
+        return {"path": self.path, "identity": self._identity}
+
+    def __setstate__(self, state):
+        """Unpickled in another process: the same file, opened again, or FormatError
+        when the path now holds another file (replaced or rewritten since)."""
+        self.__init__(state["path"])
+        if self._identity != tuple(state["identity"]):
+            self.close()
+            raise FormatError(f"{self.path} was replaced or changed since it was opened")
 
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes from ``offset`` (fewer only past ``size``)."""

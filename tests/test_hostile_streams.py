@@ -361,3 +361,20 @@ def test_info_refuses_trailing_bytes_and_corrupted_chunks(sz_blob, tmp_path):
     path.write_bytes(sz_blob[:-1])
     with pytest.raises(FormatError, match="truncated"):
         tp.info(path)
+
+
+def test_a_reader_of_a_path_unpickles_only_onto_the_same_file(tmp_path, sz_blob):
+    import pickle
+
+    path = tmp_path / "x.tp"
+    path.write_bytes(sz_blob)
+    reader = ContainerReader(path)
+    again = pickle.loads(pickle.dumps(reader))
+    assert np.array_equal(again.read(), tp.decompress(sz_blob))
+    other = tmp_path / "y.tp"
+    other.write_bytes(tp.compress(np.ones((8, 8), np.float32), abs=0.1))
+    other.replace(path)  # an atomic rename over it
+    with pytest.raises(FormatError, match="replaced"):
+        pickle.loads(pickle.dumps(reader))
+    reader.close()
+    again.close()
