@@ -314,19 +314,28 @@ class DirectRows:
         finally:
             os.close(fd)
 
+    def file_spans(self, ranges) -> list[tuple[int, int]]:
+        """``(file offset, bytes)`` of each piece of the file that holds rows of ``ranges``
+        (``(start, stop)`` pairs), one a chunk, in the order asked; rows in chunks never
+        written lie nowhere in the file (HDF5 gives them the fill value)."""
+        spans = []
+        for start, stop in ranges:
+            for at, end, _, here in self._extents(start, stop):
+                if here is not None and end > at:
+                    spans.append((here, (end - at) * self._row_bytes))
+        return spans
+
     def will_read(self, ranges) -> None:
         """Tell the kernel that the rows of ``ranges`` (``(start, stop)`` pairs) will be
-        read soon, so that it fetches them while the caller works on something else
-        (``POSIX_FADV_WILLNEED``; a hint: nothing happens where it is not supported)."""
+        read soon, so that it fetches them (their :meth:`file_spans`) while the caller
+        works on something else (``POSIX_FADV_WILLNEED``; a hint: nothing happens where
+        it is not supported)."""
         if not hasattr(os, "posix_fadvise"):
             return
         fd = os.open(self.path, os.O_RDONLY)
         try:
-            for start, stop in ranges:
-                for at, end, _, here in self._extents(start, stop):
-                    if here is not None and end > at:
-                        nbytes = (end - at) * self._row_bytes
-                        os.posix_fadvise(fd, here, nbytes, os.POSIX_FADV_WILLNEED)
+            for offset, nbytes in self.file_spans(ranges):
+                os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
         finally:
             os.close(fd)
 

@@ -1,5 +1,6 @@
 """Compressed HDF5: round trips of whole files, lazy slicing, checksums, layout versions."""
 
+import errno
 import functools
 import hashlib
 import itertools
@@ -420,18 +421,17 @@ def test_stream_file_reads_what_hdf5_reads(tmp_path):
 
 
 @pytest.mark.parametrize("most", [None, 1000])
-def test_chunks_back_to_back_are_one_read(tmp_path, monkeypatch, most):
-    """Chunks adjacent in the file are read with one preadv; short reads are resumed."""
+def test_rows_over_chunks_back_to_back_read_exactly(tmp_path, monkeypatch, most):
+    """Rows over several chunks that lie back to back in the file come back exactly,
+    also when the system returns at most ``most`` bytes a read (short reads resume);
+    a file that ends inside the rows raises."""
     data = np.random.default_rng(1).integers(0, 256, 200_000, dtype=np.uint8)
     path = tmp_path / "adjacent.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("x", data=data, chunks=(10_000,))
-    real, calls = os.preadv, []
+    real = os.preadv
 
     def preadv(fd, buffers, pos):
-        calls.append(len(buffers))
-        if most is None:
-            return real(fd, buffers, pos)
         first = memoryview(buffers[0])[:most]  # at most ``most`` bytes a call
         return real(fd, [first], pos)
 
@@ -439,56 +439,55 @@ def test_chunks_back_to_back_are_one_read(tmp_path, monkeypatch, most):
         rows = h5fmt.DirectRows(str(path), f["x"])
         starts = [f["x"].id.get_chunk_info(i).byte_offset for i in range(20)]
         assert all(b - a == 10_000 for a, b in itertools.pairwise(starts))  # back to back
-        monkeypatch.setattr(os, "preadv", preadv)
+        if most is not None:
+            monkeypatch.setattr(os, "preadv", preadv)
         out = np.empty(45_000, np.uint8)
         rows.read_into(5_000, 50_000, out)
-    assert np.array_equal(out, data[5_000:50_000])
-    if most is None:
-        assert calls == [5]  # 5 chunks touched, one call
-    else:
-        assert len(calls) == 45
+        assert np.array_equal(out, data[5_000:50_000])
+        os.truncate(path, starts[3] + 100)
+        with pytest.raises(OSError, match=r"adjacent.h5: file ends inside chunk \d"):
+            rows.read_into(5_000, 50_000, out)
 
 
 def test_loader_reads_compressed_streams_with_positioned_reads(compressed, monkeypatch):
+    """The loader reads a compressed stream's bytes from the file itself (a failing
+    positioned read surfaces as an error naming the file and rows), and exactly."""
     from tensorpress.loaders import H5Dataset
 
-    calls = []
-    real = h5fmt.DirectRows.read
-    monkeypatch.setattr(
-        h5fmt.DirectRows, "read", lambda self, o, n: calls.append(n) or real(self, o, n)
-    )
+    def eio(fd, buffers, pos):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
     path, _ = compressed
     key = "run1/fields/temperature"
-    ds = H5Dataset(str(path), key)
     expected = tp_open(path)[key][:]
+    with monkeypatch.context() as m:
+        m.setattr(os, "preadv", eio)
+        ds = H5Dataset(str(path), key)
+        with pytest.raises(OSError, match="Input/output error") as info:
+            ds.read_range(0, len(ds))
+        assert str(path) in str(info.value)
+    ds = H5Dataset(str(path), key)
     assert np.array_equal(ds.read_range(0, len(ds)), expected)
     assert np.array_equal(ds.read_range(13, 29), expected[13:29])
-    assert calls  # the stream's bytes came through positioned reads
 
 
-def test_will_read_asks_the_kernel_for_exactly_those_rows(tmp_path, monkeypatch):
-    """``will_read`` hints the file ranges that hold the rows (chunks never written are
-    skipped): the bytes at the hinted ranges are the rows' bytes."""
+def test_file_spans_are_where_the_rows_lie(tmp_path):
+    """``file_spans`` (the ranges ``will_read`` hints to the kernel) hold exactly the
+    rows' bytes, one span a chunk piece, chunks never written skipped; ``will_read``
+    takes the same ranges."""
     data = np.zeros((50, 3), np.float32)
     data[:42] = np.arange(42 * 3, dtype=np.float32).reshape(42, 3)
     path = tmp_path / "hint.h5"
     with h5py.File(path, "w") as f:
         ds = f.create_dataset("x", shape=(50, 3), dtype="f4", chunks=(8, 3))
         ds[:42] = data[:42]  # chunk 5 (rows 40..47) is written, chunk 6 (48, 49) never
-    hints = []
-    real = os.posix_fadvise
-
-    def fadvise(fd, offset, length, advice):
-        if advice == os.POSIX_FADV_WILLNEED:
-            hints.append((offset, length))
-        return real(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    ranges = [(3, 19), (30, 31), (45, 50), (7, 7)]
     with h5py.File(path, "r") as f:
         rows = h5fmt.DirectRows(str(path), f["x"])
-        rows.will_read([(3, 19), (30, 31), (45, 50), (7, 7)])
+        spans = rows.file_spans(ranges)
+        rows.will_read(ranges)
     raw = path.read_bytes()
-    got = b"".join(raw[o : o + n] for o, n in hints)
+    got = b"".join(raw[o : o + n] for o, n in spans)
     want = data[3:19].tobytes() + data[30:31].tobytes() + data[45:48].tobytes()
-    assert got == want  # rows 48, 49 lie in a chunk never written: no hint
-    assert len(hints) == 5  # one per chunk piece: 3..7, 8..15, 16..18, 30, 45..47
+    assert got == want  # rows 48, 49 lie in a chunk never written: no span
+    assert [n // 12 for _, n in spans] == [5, 8, 3, 1, 3]  # 3..7, 8..15, 16..18, 30, 45..47
