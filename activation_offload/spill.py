@@ -17,9 +17,9 @@ outside it, so several threads write (and read) at once. A ``SpillDir`` starts n
 threads of its own.
 
 The directory is removed by ``close()``, or at garbage collection or interpreter exit
-if ``close()`` is never called. Directories left by killed processes (their ``owner``
-file names this host and a pid that is gone) are removed by the next ``SpillDir``
-created in the same parent.
+if ``close()`` is never called. Directories left by killed processes (on this host,
+with no live store holding the lock of their ``owner`` file, see ``spill_dirs.py``) are
+removed by the next ``SpillDir`` created in the same parent.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import errno
 import os
 import pathlib
 import secrets
-import socket
 import tempfile
 import threading
 import weakref
@@ -37,7 +36,7 @@ from concurrent.futures import Executor
 
 import xxhash
 
-from .spill_dirs import PREFIX, cleanup, remove_stale
+from .spill_dirs import PREFIX, cleanup, hold_owner, remove_stale
 from .spill_io import (
     ALIGN,
     HUGE_PAGE,
@@ -119,12 +118,13 @@ class SpillDir:
 
         self._path = pathlib.Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))
         self._slabs: dict[int, _Slab] = {}
-        self._finalizer = weakref.finalize(self, cleanup, self._path, self._slabs, os.getpid())
+        owner: list[int] = []  # the descriptor that holds the directory's lock
+        self._finalizer = weakref.finalize(
+            self, cleanup, self._path, self._slabs, os.getpid(), owner
+        )
         try:
             os.chmod(self._path, 0o700)
-            tmp = self._path / "owner.tmp"
-            tmp.write_text(f"{socket.gethostname()} {os.getpid()}\n")
-            os.replace(tmp, self._path / "owner")
+            owner.append(hold_owner(self._path))
             self._slab_bytes = slab_bytes
             self._token = secrets.token_bytes(16)
             # ids start at a random value: a Location from another SpillDir is not ours

@@ -8,8 +8,10 @@ for saved activations the first saved is the last needed). ``prefetch`` starts
 bringing a record back to its device; ``get`` returns it, waiting only for what
 is not done yet.
 
-Faults never lose a tensor: a failed spill keeps the record in host memory over
-the budget (with a warning); a record read back with a bad checksum raises.
+Faults never lose a tensor silently: a failed spill keeps the record in host memory
+over the budget (with a warning), up to ``max_host_bytes``; past it the record is not
+stored and ``wait``/``get`` raise ``HostMemoryFull``. Every failure is counted in
+``stats``. A record read back with a bad checksum raises.
 """
 
 from __future__ import annotations
@@ -18,78 +20,44 @@ import itertools
 import threading
 import warnings
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import torch
 
-from ..compress import available_codecs, compress_tensor, decompress_tensor
-from ..compress.registry import codec_class
+from ..compress import compress_tensor, decompress_tensor
 from .host_memory import HostPool, copy_and_wait, io_buffer
 from .spill import SpillDir, SpillError
+from .store_state import (
+    CPU,
+    DELETED,
+    HOST,
+    NVME,
+    PENDING,
+    SPILLING,
+    Handle,
+    HostMemoryFull,
+    Record,
+    StoreStats,
+    check_settings,
+)
 
-#: where a record's bytes are
-PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
-DELETED = "deleted"
+__all__ = ["PENDING", "Handle", "HostMemoryFull", "StoreStats", "TieredStore"]
+
 # records a get in the order of the puts reads ahead: one read is then always queued
 # while the last is checked, so gets in order keep the disk busy (see
 # benchmarks/offload.py, its in-order reads against the raw loop)
 READ_AHEAD = 1
 
 
-@dataclass
-class StoreStats:
-    """Bytes and counts of a store (bytes held are payload bytes, after the codec)."""
-
-    puts: int = 0
-    put_bytes: int = 0  # bytes of the tensors put
-    pending_bytes: int = 0  # bytes of tensors put and not yet stored (still where they were)
-    peak_pending_bytes: int = 0
-    cpu_bytes: int = 0  # bytes in the pinned pool (rounded to its pages)
-    peak_cpu_bytes: int = 0
-    host_bytes: int = 0  # bytes held in host memory over the budget
-    nvme_bytes: int = 0  # payload bytes in files
-    spilled_bytes: int = 0  # bytes written to files, in total
-    read_bytes: int = 0  # bytes read back from files, in total
-    gets: int = 0
-    prefetched_gets: int = 0  # gets that found their prefetch started
-    read_ahead: int = 0  # records prefetched by gets in the order of the puts
-
-
-class Handle:
-    """What :meth:`TieredStore.put` returns: the tensor's identity and where it is."""
-
-    __slots__ = ("id", "shape", "dtype", "device", "__weakref__")
-
-    def __init__(self, id_: int, t: torch.Tensor):
-        self.id, self.shape, self.dtype, self.device = id_, tuple(t.shape), t.dtype, t.device
-
-    def __repr__(self) -> str:
-        return f"Handle({self.id}, shape={self.shape}, dtype={self.dtype}, device={self.device})"
-
-
-class _Record:
-    """The store's side of a handle (guarded by the store's lock)."""
-
-    def __init__(self, handle: Handle, version: int):
-        self.handle, self.version = handle, version
-        self.tier = PENDING
-        self.nbytes = 0  # payload bytes
-        self.meta = None  # CompressedTensor without its payload, when a codec ran
-        self.offset = None  # in the pool (CPU)
-        self.host = None  # uint8 tensor (HOST)
-        self.loc = None  # spill Location (NVME)
-        self.stored: Future | None = None  # the put's background work
-        self.ready: Future | None = None  # a prefetch: (tensor, CUDA event or None)
-        self.busy = 0  # readers of the pool extent or file record
-        self.deleted = False
-        self.error: BaseException | None = None
-
-
 class TieredStore:
     """Tensors kept out of device memory: a pinned host pool of ``cpu_bytes``,
     then files under ``nvme_dir`` (None: no file tier; over-budget records stay in
     plain host memory with a warning).
+    ``max_host_bytes``: the most bytes held in plain host memory over the pool (records
+    that files could not take, or with no ``nvme_dir``); a record past it is not stored,
+    and :meth:`wait` and :meth:`get` raise ``HostMemoryFull``. None: a quarter of the
+    machine's memory.
 
     ``codec`` None keeps bits exact; ``"block"`` or ``"quant"`` compress floating
     tensors on their own device first (bounds and parameters as in
@@ -110,23 +78,20 @@ class TieredStore:
         *,
         workers: int = 2,
         max_pending_bytes: int | None = None,
+        max_host_bytes: int | None = None,
         pin: bool | None = None,
         slab_bytes: int = 1 << 30,
         **codec_params,
     ):
-        if codec is None and codec_params:
-            raise ValueError(f"codec=None takes no codec parameters, got {sorted(codec_params)}")
-        if codec is not None:
-            _check_codec(codec, codec_params)
-        if max_pending_bytes is not None and max_pending_bytes < 0:
-            raise ValueError(f"max_pending_bytes must be >= 0 or None, got {max_pending_bytes}")
+        max_host_bytes = check_settings(codec, codec_params, max_pending_bytes, max_host_bytes)
         self.codec, self.codec_params = codec, dict(codec_params)
-        self.max_pending_bytes = max_pending_bytes
+        self.max_pending_bytes, self.max_host_bytes = max_pending_bytes, max_host_bytes
+        self._host_reserved = 0  # bytes being copied into host memory over the pool
         self.pool = HostPool(cpu_bytes, pin=pin)
         self.spill = SpillDir(nvme_dir, slab_bytes=slab_bytes) if nvme_dir is not None else None
         self.stats = StoreStats()
         self._cond = threading.Condition()
-        self._records: dict[int, _Record] = {}  # insertion order = age
+        self._records: dict[int, Record] = {}  # insertion order = age
         self._ids = itertools.count()
         self._workers = ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-store")
         # one thread reads records from files, one at a time, in the order asked, going
@@ -149,7 +114,7 @@ class TieredStore:
         if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
             raise TypeError(f"put takes a strided torch.Tensor, got {type(tensor).__name__}")
         handle = Handle(next(self._ids), tensor)
-        rec = _Record(handle, tensor._version)
+        rec = Record(handle, tensor._version)
         event = None
         if tensor.is_cuda:  # the side stream starts after what the caller queued
             event = torch.cuda.Event()
@@ -173,7 +138,7 @@ class TieredStore:
         self._wait(self._record(handle))
 
     @staticmethod
-    def _wait(rec: _Record) -> None:
+    def _wait(rec: Record) -> None:
         rec.stored.result()
         if rec.error is not None:
             raise rec.error
@@ -188,7 +153,7 @@ class TieredStore:
         with self._cond:
             self._start_bring(rec)
 
-    def _start_bring(self, rec: _Record) -> bool:
+    def _start_bring(self, rec: Record) -> bool:
         """Start bringing ``rec`` back unless that is under way (under ``_cond``); True
         when this started it."""
         if rec.ready is not None:
@@ -282,7 +247,7 @@ class TieredStore:
         if self._closed:
             raise ValueError("the store is closed")
 
-    def _record(self, handle: Handle) -> _Record:
+    def _record(self, handle: Handle) -> Record:
         self._check_open()
         rec = self._records.get(handle.id) if isinstance(handle, Handle) else None
         if rec is None or rec.handle is not handle:
@@ -296,7 +261,7 @@ class TieredStore:
                 self._streams[key] = torch.cuda.Stream(device)
             return self._streams[key]
 
-    def _store(self, rec: _Record, t: torch.Tensor, event) -> None:
+    def _store(self, rec: Record, t: torch.Tensor, event) -> None:
         try:
             if event is None:
                 self._store_on(rec, t)
@@ -312,13 +277,15 @@ class TieredStore:
                 )
         except BaseException as exc:
             rec.error = exc
+            with self._cond:
+                self.stats.failed_puts += 1
             raise
         finally:
             with self._cond:
                 self.stats.pending_bytes -= t.numel() * t.element_size()
                 self._cond.notify_all()
 
-    def _store_on(self, rec: _Record, t: torch.Tensor) -> None:
+    def _store_on(self, rec: Record, t: torch.Tensor) -> None:
         if self.codec is not None and t.is_floating_point() and t.numel():
             ct = compress_tensor(t, self.codec, **self.codec_params)
             rec.meta, data = replace(ct, payload=None), ct.payload
@@ -337,15 +304,44 @@ class TieredStore:
             try:
                 loc = self.spill.write(host.numpy())
             except SpillError as exc:
-                self._warn(f"spilling {n} bytes failed ({exc}); kept in host memory")
-                host = host.clone() if host is data else host
+                self._spill_failed(f"spilling {n} bytes failed ({exc}); kept in host memory")
+                self._keep_on_host(rec, host if host is not data else None, data)
             else:
                 self._set_tier(rec, NVME, loc=loc)
-                return
-        else:
-            host = copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
-            self._warn("the store's cpu_bytes are full and it has no nvme_dir")
-        self._set_tier(rec, HOST, host=host)
+            return
+        self._warn("the store's cpu_bytes are full and it has no nvme_dir")
+        self._keep_on_host(rec, None, data)
+
+    def _keep_on_host(self, rec: Record, host: torch.Tensor | None, data: torch.Tensor) -> None:
+        """Hold ``rec``'s payload ``data`` in plain host memory over the pool (``host``:
+        a host copy of it already made, else one is made), unless that would pass
+        ``max_host_bytes``: then raise ``HostMemoryFull``, copying nothing."""
+        n = rec.nbytes
+        with self._cond:
+            held = self.stats.host_bytes + self._host_reserved
+            if held + n > self.max_host_bytes:
+                raise HostMemoryFull(
+                    f"TieredStore: {rec.handle!r} ({n} bytes) fits neither the pool nor a "
+                    f"file, and host memory over the pool holds {held} of max_host_bytes="
+                    f"{self.max_host_bytes} bytes; delete records, make room where nvme_dir "
+                    "is, or give the store more cpu_bytes or max_host_bytes"
+                )
+            self._host_reserved += n
+        try:
+            if host is None:
+                host = copy_and_wait(torch.empty(n, dtype=torch.uint8), data)
+        finally:
+            with self._cond:
+                self._host_reserved -= n
+                if host is not None:
+                    rec.host = host
+                    self._retier(rec, HOST)
+                    self._cond.notify_all()
+
+    def _spill_failed(self, message: str) -> None:
+        with self._cond:
+            self.stats.spill_failures += 1
+        self._warn(message)
 
     def _reserve(self, n: int) -> int | None:
         """A pool offset for ``n`` bytes, spilling the oldest host records to make
@@ -364,12 +360,12 @@ class TieredStore:
             if not self._spill(victim):
                 return None
 
-    def _spill(self, rec: _Record) -> bool:
+    def _spill(self, rec: Record) -> bool:
         """Move a CPU record to a file; False (record kept, warned) when writing fails."""
         try:
             loc = self.spill.write(self.pool.view(rec.offset, rec.nbytes).numpy())
         except SpillError as exc:
-            self._warn(f"spilling {rec.nbytes} bytes failed ({exc}); kept in host memory")
+            self._spill_failed(f"spilling {rec.nbytes} bytes failed ({exc}); kept in the pool")
             with self._cond:
                 self._retier(rec, CPU)
                 self._cond.notify_all()
@@ -382,7 +378,7 @@ class TieredStore:
             self._cond.notify_all()
         return True
 
-    def _set_tier(self, rec: _Record, tier: str, offset=None, host=None, loc=None) -> None:
+    def _set_tier(self, rec: Record, tier: str, offset=None, host=None, loc=None) -> None:
         with self._cond:
             rec.offset, rec.host, rec.loc = offset, host, loc
             if loc is not None:
@@ -390,7 +386,7 @@ class TieredStore:
             self._retier(rec, tier)
             self._cond.notify_all()
 
-    def _retier(self, rec: _Record, tier: str) -> None:
+    def _retier(self, rec: Record, tier: str) -> None:
         """Move ``rec`` to ``tier`` and keep the byte counts in step (lock held)."""
         s = self.stats
         for where, sign in ((rec.tier, -1), (tier, 1)):
@@ -399,9 +395,10 @@ class TieredStore:
             elif where in (NVME, SPILLING):
                 s.nvme_bytes += sign * rec.nbytes
         rec.tier = tier
+        s.peak_host_bytes = max(s.peak_host_bytes, s.host_bytes)
         s.cpu_bytes, s.peak_cpu_bytes = self.pool.used, self.pool.peak
 
-    def _bring(self, rec: _Record):
+    def _bring(self, rec: Record):
         """(tensor, CUDA event or None): the record back on its device; on CUDA the
         copy and the decoding run on a side stream that the event marks."""
         rec.stored.result()
@@ -414,7 +411,7 @@ class TieredStore:
             event.record()
         return t, event
 
-    def _load(self, rec: _Record) -> torch.Tensor:
+    def _load(self, rec: Record) -> torch.Tensor:
         """The record's tensor on its device (on the current stream)."""
         with self._cond:
             while rec.tier == SPILLING:
@@ -452,7 +449,7 @@ class TieredStore:
                 rec.busy -= 1
                 self._cond.notify_all()
 
-    def _free_after(self, rec: _Record, pending: list) -> None:
+    def _free_after(self, rec: Record, pending: list) -> None:
         for f in pending:
             try:
                 f.result()
@@ -460,7 +457,7 @@ class TieredStore:
                 pass
         self._free(rec)
 
-    def _free(self, rec: _Record) -> None:
+    def _free(self, rec: Record) -> None:
         with self._cond:
             while rec.busy or rec.tier == SPILLING:
                 self._cond.wait()
@@ -475,18 +472,6 @@ class TieredStore:
         if not self._warned:
             self._warned = True
             warnings.warn(f"TieredStore: {message}", RuntimeWarning, stacklevel=2)
-
-
-def _check_codec(name: str, params: dict) -> None:
-    """Raise unless ``name`` is a codec that compresses torch tensors on their own device
-    (a store's payloads stay tensors), and ``params`` are good for it."""
-    if name not in available_codecs() or not codec_class(name).has_tensor_path:
-        usable = [c for c in available_codecs() if codec_class(c).has_tensor_path]
-        raise ValueError(
-            f"store codec must be None or one with a torch tensor path "
-            f"({', '.join(map(repr, usable))}), got {name!r}"
-        )
-    compress_tensor(torch.zeros(1), name, **params)  # bad parameters fail here
 
 
 def _shutdown(

@@ -109,7 +109,8 @@ def _probe_direct(directory) -> bool:
 
 
 def _open_flags(directory) -> list[int]:
-    """Open-file flags (from /proc) of this process's descriptors on files in ``directory``."""
+    """Open-file flags (from /proc) of this process's descriptors on slab files in
+    ``directory``."""
     flags = []
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -118,7 +119,7 @@ def _open_flags(directory) -> list[int]:
                 info = f.read()
         except OSError:
             continue
-        if target.startswith(str(directory) + "/"):
+        if target.startswith(str(directory) + "/slab_"):
             line = next(x for x in info.splitlines() if x.startswith("flags:"))
             flags.append(int(line.split()[1], 8))
     return flags
@@ -1216,12 +1217,12 @@ def test_killed_writer_is_removed_as_stale_and_never_read(tmp_path):
     assert stale.is_dir()
     assert (stale / "owner").read_text().split() == [socket.gethostname(), str(proc.pid)]
 
-    # left alone: another host's, a live process's, no owner, not ours by name, a link
+    # left alone: another host's, no owner, not ours by name, a link (a live store's, whose
+    # lock is held: tests/test_store_safety.py)
     dead = _dead_pid()
     keep = {}
     for name, owner in [
         ("tensorpress-spill-otherhost", f"{socket.gethostname()}-elsewhere {dead}"),
-        ("tensorpress-spill-alive", f"{socket.gethostname()} {os.getppid()}"),
         ("tensorpress-spill-noowner", None),
         ("unrelated", f"{socket.gethostname()} {dead}"),
     ]:
