@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from .errors import FormatError
-from .hdf5 import DIM_ATTRS, MARKER
+from .hdf5 import DIM_ATTRS, MARKER, walk
 
 #: rows of a reference dataset rewritten at a time (one Python object per reference)
 REF_ROWS = 1 << 16
@@ -57,32 +57,47 @@ def _ref_attrs(obj):
 
 def _objects(f: h5py.File, items):
     """``(path, object)`` of the root and of every group and dataset of ``items``."""
-    yield "/", f
+    yield "/", f["/"]
     for path, kind, obj in items:
         if kind in ("group", "dataset"):
             yield path, obj
 
 
-def _target(f: h5py.File, ref, where: str):
-    """The object ``ref`` names in ``f`` (FormatError if it names none)."""
-    try:
-        obj = f[ref]
-    except (ValueError, KeyError, RuntimeError) as exc:
-        raise FormatError(f"{where} holds a reference to no object in the file ({exc})") from None
-    if obj.name is None:
-        raise FormatError(f"{where} holds a reference to an object with no path")
-    return obj
+class _Paths:
+    """The path of every object of a file, found by what a reference names: one walk, then
+    one lookup a reference (asking HDF5 for an object's name searches the whole file)."""
+
+    def __init__(self, f: h5py.File, items=None):
+        self.f = f
+        items = list(walk(f)) if items is None else items
+        self._path = {path_obj[1].id: path_obj[0] for path_obj in _objects(f, items)}
+
+    def target(self, ref, where: str) -> tuple[str, object]:
+        """``(path, object id)`` of what ``ref`` names (FormatError if it names nothing)."""
+        try:
+            oid = h5py.h5r.dereference(ref, self.f.id)
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise FormatError(
+                f"{where} holds a reference to no object in the file ({exc})"
+            ) from None
+        if oid is None:
+            raise FormatError(f"{where} holds a reference to no object in the file")
+        path = self._path.get(oid)
+        if path is None:
+            raise FormatError(f"{where} holds a reference to an object with no path in the file")
+        return path, oid
 
 
 def region_targets(f: h5py.File, items) -> set:
     """The ids (``obj.id``) of the datasets that the region references of ``f`` select
     from, in datasets and in attributes; ``items`` as :func:`~.hdf5.walk` yields them."""
+    paths = _Paths(f, items)
     targets = set()
 
     def note(refs, where):
         for ref in np.asarray(refs, dtype=object).reshape(-1):
             if ref:
-                targets.add(_target(f, ref, where).id)
+                targets.add(paths.target(ref, where)[1])
 
     for path, obj in _objects(f, items):
         for name, kind in _ref_attrs(obj):
@@ -97,28 +112,27 @@ def region_targets(f: h5py.File, items) -> set:
 class _Carrier:
     """Rewrites references of ``fin`` as references of ``fout`` to the same paths."""
 
-    def __init__(self, fin: h5py.File, fout: h5py.File):
+    def __init__(self, fin: h5py.File, fout: h5py.File, items):
         self.fin, self.fout = fin, fout
-        self._objects: dict[str, h5py.Reference] = {}
+        self.paths = _Paths(fin, items)
+        self._refs: dict[str, h5py.Reference] = {}  # path -> the object's reference in fout
 
     def one(self, ref, where: str):
         if not ref:  # a null reference is null in any file
             return ref
-        target = _target(self.fin, ref, where)
-        path = target.name
-        if path not in self.fout:
-            raise FormatError(f"{where} refers to {path}, which the output does not hold")
+        path, _ = self.paths.target(ref, where)
+        if path not in self._refs:
+            if path not in self.fout:
+                raise FormatError(f"{where} refers to {path}, which the output does not hold")
+            self._refs[path] = self.fout[path].ref
         if isinstance(ref, h5py.RegionReference):
-            return self._region(ref, target, where)
-        if path not in self._objects:
-            self._objects[path] = self.fout[path].ref
-        return self._objects[path]
+            return self._region(ref, path, where)
+        return self._refs[path]
 
-    def _region(self, ref, target, where: str):
-        path = target.name
+    def _region(self, ref, path: str, where: str):
         space = h5py.h5r.get_region(ref, self.fin.id)
         out = self.fout[path]
-        if MARKER in target.attrs or not isinstance(out, h5py.Dataset):
+        if MARKER in self.fin[path].attrs or not isinstance(out, h5py.Dataset):
             raise FormatError(
                 f"{where} holds a region reference into {path}, a compressed dataset: a "
                 "region selects from stored values, so it cannot be carried to the output"
@@ -167,9 +181,22 @@ class _Carrier:
             out[start:stop] = self.many(src[start:stop], path)
 
 
+def _selection(space) -> str:
+    """A region's selection as text: the dataspace's shape, then what it selects."""
+    kind = space.get_select_type()
+    if kind == h5py.h5s.SEL_POINTS:
+        where = np.asarray(space.get_select_elem_pointlist()).tolist()
+    elif kind == h5py.h5s.SEL_HYPERSLABS:
+        where = np.asarray(space.get_select_hyper_blocklist()).tolist()
+    else:
+        where = "all" if kind == h5py.h5s.SEL_ALL else "none"
+    return f"{tuple(space.shape)} {where}"
+
+
 def ref_targets(f: h5py.File, refs) -> np.ndarray:
     """What each reference of ``refs`` (an array of them) names in ``f``, comparable across
     files: the object's path, a region's path and selection; "" for a null reference."""
+    paths = _Paths(f)
     refs = np.asarray(refs, dtype=object)
     out = np.empty(refs.shape, dtype=object)
     flat = out.reshape(-1)
@@ -177,14 +204,9 @@ def ref_targets(f: h5py.File, refs) -> np.ndarray:
         if not ref:
             flat[i] = ""
             continue
-        flat[i] = _target(f, ref, "a dataset").name
+        flat[i] = "/" + paths.target(ref, "a dataset")[0].strip("/")
         if isinstance(ref, h5py.RegionReference):
-            space = h5py.h5r.get_region(ref, f.id)
-            if space.get_select_type() == h5py.h5s.SEL_POINTS:
-                where = space.get_select_elem_pointlist()
-            else:
-                where = space.get_select_hyper_blocklist()
-            flat[i] += f" {tuple(space.shape)} {np.asarray(where).tolist()}"
+            flat[i] += f" {_selection(h5py.h5r.get_region(ref, f.id))}"
     return out
 
 
@@ -193,7 +215,7 @@ def carry_references(fin: h5py.File, fout: h5py.File, items) -> None:
     objects at the same paths of ``fout`` (already written: plain datasets copied, the
     attributes copied), so that each names the object at the same path in ``fout``.
     ``items`` as :func:`~.hdf5.walk` yields them for ``fin``."""
-    carrier = _Carrier(fin, fout)
+    carrier = _Carrier(fin, fout, items)
     for path, obj in _objects(fin, items):
         carrier.attrs(path, obj)
         if isinstance(obj, h5py.Dataset):

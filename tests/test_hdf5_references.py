@@ -38,6 +38,7 @@ def _make_refs(path) -> None:
         a.attrs["peer"] = b.ref
         a.attrs["cells"] = np.array([cell.ref, g.ref], dtype=h5py.ref_dtype)
         f.attrs["root"] = g.ref
+        f.attrs["self"] = f.ref
         g.attrs["region"] = a.regionref[0:1, :]
         refs.attrs["MATLAB_class"] = np.bytes_("cell")
 
@@ -48,7 +49,7 @@ def _check_refs(path, original) -> None:
     with h5py.File(original, "r") as src, h5py.File(path, "r") as f:
         names = [f[r].name if r else None for r in f["refs"][()]]
         assert names == ["/g/a", "/g", "/#refs#/c0", None]
-        assert f[f.attrs["root"]].name == "/g"
+        assert f[f.attrs["root"]].name == "/g" and f[f.attrs["self"]].name == "/"
         assert f[f["g/a"].attrs["peer"]].name == "/b"
         assert [f[r].name for r in f["g/a"].attrs["cells"]] == ["/#refs#/c0", "/g"]
         assert f["refs"].attrs["MATLAB_class"] == b"cell"
