@@ -43,6 +43,8 @@ class Held:
         self._stats = stats
         if stats is not None:
             stats.hold(nbytes, offloaded)
+            kind = type(self).__name__
+            stats.records[kind] = stats.records.get(kind, 0) + 1
 
     def keep_restored(self, y: torch.Tensor) -> None:
         """Keep ``y``, restored for another record, for this record's own savers."""
@@ -212,6 +214,8 @@ class Compressed(Held):
         y = self._restored() if self._restored is not None else None
         if y is None:
             y = self.codec.decompress(self._compressed(), self.device).reshape(self.shape)
+            if self._stats is not None:
+                self._stats.decoded += 1
             if self.mask is not None:
                 zero = unpack_bits(self.mask, self.shape)
                 y = y.masked_fill(zero, 0)

@@ -130,9 +130,14 @@ class Region:
         self.source.keep_restored(x)
         return x
 
-    def take(self) -> torch.Tensor:
-        """The region's elements, flat in memory order (rebuilt once for all views)."""
-        memory = self._memory if self._memory is not None else self._rebuild().reshape(-1)
+    def take(self, stats: ActivationStats | None = None) -> torch.Tensor:
+        """The region's elements, flat in memory order (rebuilt once for all views, and
+        counted in ``stats.rebuilt``)."""
+        memory = self._memory
+        if memory is None:
+            memory = self._rebuild().reshape(-1)
+            if stats is not None:
+                stats.rebuilt += 1
         self.views -= 1
         self._memory = memory if self.views > 0 else None
         return memory
@@ -342,7 +347,7 @@ class ViewOfRegion(Derived):
     def restore(self) -> torch.Tensor:
         if self._keep is not None:
             return self._keep
-        memory = self.source.take()
+        memory = self.source.take(self._stats)
         return memory.as_strided(self.shape, self.stride, memory.storage_offset() + self.offset)
 
 
@@ -361,4 +366,4 @@ class LogSoftmaxOfRegion(Derived):
     def restore(self) -> torch.Tensor:
         if self._keep is not None:
             return self._keep
-        return torch.log_softmax(self.source.take().view(self.shape), self.dim)
+        return torch.log_softmax(self.source.take(self._stats).view(self.shape), self.dim)

@@ -35,6 +35,14 @@ class ActivationStats:
     reset (records of earlier steps still alive count too). With a store, records
     moved into it count as held too; ``device_bytes`` / ``peak_device_bytes`` count
     only those still in the tensors' own device memory.
+
+    ``records``: the records made for the saved tensors, by kind (``"Compressed"``,
+    ``"Kept"``, ``"Offloaded"``, or one derived from other records: ``"GeluOfInput"``,
+    ``"ReluOfBatchNorm"``, ``"LayerNormOfInput"``, ``"ViewOfRegion"``,
+    ``"LogSoftmaxOfRegion"``); a tensor saved again reuses its record. In backward:
+    ``decoded`` counts codec payloads decoded (a record restored for several users is
+    decoded once), ``rebuilt`` the regions rebuilt for views (once for all of a
+    region's views).
     """
 
     saved_bytes: int = 0
@@ -44,6 +52,9 @@ class ActivationStats:
     device_bytes: int = 0
     peak_device_bytes: int = 0
     rows: dict = field(default_factory=dict)
+    records: dict = field(default_factory=dict)
+    decoded: int = 0
+    rebuilt: int = 0
 
     @property
     def ratio(self) -> float:
@@ -54,7 +65,8 @@ class ActivationStats:
         self.saved_bytes = self.stored_bytes = 0
         self.peak_stored_bytes = self.live_bytes
         self.peak_device_bytes = self.device_bytes
-        self.rows = {}
+        self.rows, self.records = {}, {}
+        self.decoded = self.rebuilt = 0
 
     def row(self, name: str) -> ModuleRow:
         if name not in self.rows:
