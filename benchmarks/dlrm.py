@@ -30,7 +30,9 @@ and log-loss on 16384 held-out samples after the same number of steps; and, as a
 **model** (bytes / bandwidth, no latency), the all-to-all time per step on a link of
 25 and of 100 GB/s.
 
-    python benchmarks/dlrm.py                      # 2 and 4 processes, 300 steps
+    python benchmarks/dlrm.py --world 2            # every variant, 300 steps (4 min)
+    python benchmarks/dlrm.py --world 4 --variants fp32 fp16 bf16 fp8 "tp rel 0.03" \
+        "tp rel 0.06" "tp adaptive 0.03"           # (5 min on 2 shared vCPUs)
     python benchmarks/dlrm.py --world 2 --steps 30 # smoke run
     python benchmarks/dlrm.py --markdown           # the table for RESULTS.md
 """
