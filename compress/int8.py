@@ -72,6 +72,8 @@ class Int8Codec(Codec):
             raise ValueError(f"int8 payload holds {body.size} bytes, its {n} values need {want}")
         if mode == MODE_RAW:
             return deliver(body.view(dtype).copy(), shape, out)
+        if not bound.tolerance > 0:  # the encoder writes codes only under a positive bound
+            raise ValueError("int8 codes under a zero tolerance: the payload is corrupted")
         flat = int8_decode(body.view(np.int8), bound.tolerance, np.empty(n, dtype))
         return deliver(flat, shape, out)
 

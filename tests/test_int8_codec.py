@@ -84,3 +84,5 @@ def test_a_corrupted_payload_raises():
     for bad in (payload[:-1], payload + b"\0", bytes([9]) + payload[1:], b""):
         with pytest.raises(ValueError, match="int8"):
             codec.decode(bad, (20,), np.float64, bound)
+    with pytest.raises(ValueError, match="zero tolerance"):
+        codec.decode(payload, (20,), np.float64, ErrorBound("abs", 0.0, 0.0))
