@@ -274,6 +274,7 @@ def test_info_text(capsys, field_file):
     assert fields["bound"].startswith("rel=0.001")
     assert fields["chunks"] == f"{meta['chunks']} of {meta['chunk_rows']} rows"
     assert meta["chunks"] > 1
+    assert "chunk checksums" in fields["checked"]
 
 
 def test_info_json(capsys, field_file):
@@ -321,10 +322,20 @@ def test_info_damaged_streams(capsys, tmp_path, field_file):
     blob = field_file.read_bytes()
     flipped = bytearray(blob)
     flipped[20] ^= 0x10  # inside the JSON header: checksum mismatch
-    for name, data in [("truncated", blob[: len(blob) // 2]), ("flipped", bytes(flipped))]:
+    last_chunk = bytearray(blob)
+    last_chunk[-3] ^= 0x10  # in the last chunk's payload: only a read of every chunk sees it
+    cases = [
+        ("truncated", blob[: len(blob) // 2], "truncated"),
+        ("flipped", bytes(flipped), "checksum"),
+        ("last-chunk", bytes(last_chunk), "checksum"),
+        ("trailing", blob + b"\0\0", "trailing"),
+    ]
+    for name, data, needle in cases:
         path = tmp_path / f"{name}.tp"
         path.write_bytes(data)
-        _assert_one_line_error(*_run(capsys, "info", str(path)))
+        rc, out, err = _run(capsys, "info", str(path))
+        _assert_one_line_error(rc, out, err)
+        assert needle in err.lower()
 
 
 def test_info_on_a_directory(capsys, tmp_path):
