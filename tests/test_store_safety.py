@@ -129,7 +129,9 @@ def _full_disk(monkeypatch) -> None:
 @pytest.mark.parametrize("nvme", [True, False])
 def test_host_memory_over_the_budget_stays_within_its_cap(monkeypatch, tmp_path, nvme):
     cap = 3 * 40_000
-    with TieredStore(0, nvme_dir=tmp_path if nvme else None, max_host_bytes=cap) as store:
+    nvme_dir = tmp_path if nvme else None
+    # one worker stores the records in the order put, so the first three are the ones kept
+    with TieredStore(0, nvme_dir=nvme_dir, max_host_bytes=cap, workers=1) as store:
         if nvme:
             _full_disk(monkeypatch)
         xs = [torch.randn(10_000) for _ in range(5)]  # 40 000 bytes each
