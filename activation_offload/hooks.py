@@ -33,6 +33,7 @@ from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
+from .device_records import DeviceCompressed, check_device_path, device_codes_apply
 from .identity import ParameterStorages, SavedTable
 from .records import Compressed, Kept, Offloaded
 from .regions import LOG_SOFTMAX_NODE
@@ -75,6 +76,8 @@ class ActivationCompression:
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
     ``model``: names the rows of ``stats`` (found on the fly otherwise).
     ``debug``: check every restored tensor against its bound (keeps a copy).
+    ``device_path``: under ``rel``, hold tensors as device codes with no host waits
+    (``device_records.py``): None on CUDA (not the CPU), True on every device, False never.
     ``stats`` counts bytes of the last step.
     """
 
@@ -93,6 +96,7 @@ class ActivationCompression:
         exclude=(),
         model: torch.nn.Module | None = None,
         debug: bool = False,
+        device_path: bool | None = None,
         **codec_params,
     ):
         adaptive = as_adaptive(adaptive)
@@ -113,6 +117,7 @@ class ActivationCompression:
                 "rules": list(rules.enabled),
                 "untested": rules.untested,
                 "codec_params": codec_params,
+                "device_path": device_path,
             }
         )
         self.exclude = tuple(exclude)
@@ -148,6 +153,7 @@ class ActivationCompression:
     def _configure(self, config: dict) -> None:
         # settings saved before the zstd stage, or the rules, existed
         config = {"zstd": None, "rules": list(RULES), "untested": "warn", **config}
+        check_device_path(config.setdefault("device_path", None))
         codec, params = config["codec"], dict(config["codec_params"])
         bounds = {k: config[k] for k in ("abs", "rel", "pw_rel") if config[k] is not None}
         if config["zstd"] is not None:
@@ -309,6 +315,10 @@ class ActivationCompression:
         store = None
         if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
             store = self.store
+        if not keep and device_codes_apply(self.config, t, store is not None):
+            if _log_probs(t):  # an absolute bound: device codes hold rel bounds only
+                return Kept(t, nbytes, self.stats)
+            return DeviceCompressed(t, self.config["rel"], self.stats, name, self.debug)
         if keep:
             if store is None:
                 return Kept(t, nbytes, self.stats)
@@ -394,7 +404,7 @@ class ActivationCompression:
         if position is not None:
             self._prefetch_before(position)
         y = rec.unpacked(rec.restore())
-        if self.debug and isinstance(rec, (Compressed, Derived)):
+        if self.debug and isinstance(rec, (Compressed, Derived, DeviceCompressed)):
             rec.check(y)
         return y
 

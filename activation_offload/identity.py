@@ -18,6 +18,13 @@ def _root(t: torch.Tensor) -> torch.Tensor:
     return t._base if t._base is not None else t
 
 
+def _storage_key(t: torch.Tensor):
+    """The storage's memory address; the storage object's for meta tensors (whose
+    address is always 0)."""
+    storage = t.untyped_storage()
+    return storage.data_ptr() or ("meta", StorageWeakRef(storage).cdata)
+
+
 class ParameterStorages:
     """Storages of the parameters and buffers of the modules seen so far.
 
@@ -36,7 +43,7 @@ class ParameterStorages:
         self._seen.add(module)
         for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
             if t is not None and t.numel():
-                self._ptrs.add(t.untyped_storage().data_ptr())
+                self._ptrs.add(_storage_key(t))
 
     def refresh(self) -> None:
         """Re-read the storages (a parameter may have been replaced since)."""
@@ -49,7 +56,7 @@ class ParameterStorages:
     def __contains__(self, t: torch.Tensor) -> bool:
         if isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter):
             return True
-        if t.numel() and t.untyped_storage().data_ptr() in self._ptrs:
+        if t.numel() and _storage_key(t) in self._ptrs:
             return True
         fn = _root(t).grad_fn
         if fn is None or type(fn).__name__ != "ToCopyBackward0":

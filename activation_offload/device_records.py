@@ -1,0 +1,76 @@
+"""Saved tensors held as device codes (``compress/device_codes.py``): no host waits.
+
+A record made here is compressed and restored by two ``torch.library`` custom ops
+that read nothing back to the host: the code width follows from the ``rel`` bound
+alone and the tensor's range stays on the device. It is used (``device_codes_apply``)
+for float16, bfloat16 and float32 tensors under a plain ``rel`` bound (no adaptive
+per-layer bounds, no offload store) on any device but the CPU (CUDA; meta tensors in
+the tests), or on every device with ``device_path=True``; ``device_path=False`` never.
+Everything else keeps the existing path.
+
+On this path the host never learns a record's absolute bound, so what needs one is
+left out for its tensors: the derived-tensor rules (GELU, norms, views of held memory),
+the int8 codes and the zstd stage; a loss's log-probabilities (held within an absolute
+bound under ``rel``) are kept as they are; the stats show no tolerance for them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..compress.device_codes import DeviceCodes, compress_codes, restore_codes, supports
+from .identity import VersionWatch
+from .records import Held, check_restored
+from .stats import ActivationStats
+
+
+def device_codes_apply(config: dict, t: torch.Tensor, has_store: bool) -> bool:
+    """Whether ``t`` is held as device codes under the settings ``config``."""
+    choice = config.get("device_path")
+    if choice is False or has_store or config["adaptive"] or config["rel"] is None:
+        return False
+    if choice is None and t.device.type == "cpu":
+        return False
+    return supports(t.dtype, config["rel"])
+
+
+def check_device_path(choice) -> None:
+    """Raise ValueError unless ``choice`` is a ``device_path`` setting."""
+    if choice not in (None, True, False):
+        raise ValueError(f"device_path takes None, True or False, got {choice!r}")
+
+
+class DeviceCompressed(Held):
+    """A tensor held as :class:`DeviceCodes` on its device, within ``rel`` of its range."""
+
+    __slots__ = ("codes", "watch", "name", "original")
+    mode = "rel"
+    tolerance = None  # the absolute bound is a device scalar: the host does not learn it
+    error = None
+
+    def __init__(self, t, rel: float, stats: ActivationStats, name: str, debug: bool):
+        self.codes: DeviceCodes = compress_codes(t, rel)
+        self.watch = VersionWatch(t)
+        self.name = name
+        self.original = t.detach().clone() if debug else None
+        super().__init__(self.codes.nbytes, stats)
+
+    @property
+    def version(self) -> int:
+        return self.watch.version
+
+    def current_version(self) -> int:
+        return self.watch.current
+
+    def restore(self) -> torch.Tensor:
+        if self._keep is not None:
+            return self._keep
+        return restore_codes(self.codes)
+
+    def check(self, y: torch.Tensor) -> None:
+        """Raise AssertionError where ``y`` breaks the bound (debug mode reads the range)."""
+        if self.original is None:
+            return
+        lo, hi, _ = self.codes.scalars.tolist()
+        tol = self.codes.rel * (hi - lo)
+        check_restored(self.name, self.original, y, tol, tol)

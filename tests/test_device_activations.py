@@ -1,0 +1,148 @@
+"""Activation compression on the device path (activation_offload/device_records.py):
+the whole pack/unpack path on meta tensors, gradients on the CPU when asked for, no
+reads back to the host, and the settings that keep the existing path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tensorpress.activation_offload import ActivationCompression, TieredStore
+from tensorpress.compress.device_codes import code_bits, payload_bytes
+
+CUDA = torch.cuda.is_available()
+
+
+def mlp(device, dtype=torch.float32) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(64, 256),
+        nn.LayerNorm(256),
+        nn.GELU(),
+        nn.Linear(256, 256),
+        nn.ReLU(),
+        nn.Linear(256, 10),
+    ).to(device, dtype)
+
+
+def step(model, ac, x, y):
+    """One forward and backward under ``ac``: (loss, input gradient, parameter gradients)."""
+    model.zero_grad()
+    x = x.detach().requires_grad_(True)
+    if ac is None:
+        loss = F.cross_entropy(model(x), y)
+    else:
+        with ac:
+            loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    return loss, x.grad, [p.grad for p in model.parameters()]
+
+
+def test_the_whole_hook_path_runs_on_meta_tensors():
+    model = mlp("meta")
+    x = torch.empty(128, 64, device="meta")
+    y = torch.empty(128, dtype=torch.long, device="meta")
+    ac = ActivationCompression("block", rel=1e-2, min_bytes=0)
+    loss, gx, grads = step(model, ac, x, y)
+    assert gx.shape == x.shape and gx.device.type == "meta"
+    assert all(g is not None and g.device.type == "meta" for g in grads)
+    rows = ac.stats.rows
+    # Linear 0 saves its input: held as 7-bit codes (and three float64 scalars)
+    assert rows["0"].stored_bytes == payload_bytes(128 * 64, code_bits(1e-2)) + 24
+    assert rows["0"].tolerance is None  # a device scalar: never read by the host
+    assert rows["1"].stored_bytes < rows["1"].saved_bytes / 4
+    assert ac.stats.stored_bytes < ac.stats.saved_bytes / 3
+
+
+@pytest.mark.parametrize(
+    "dtype, rel, cosine", [(torch.float32, 1e-3, 0.995), (torch.bfloat16, 1e-2, 0.98)]
+)
+def test_gradients_on_the_cpu_when_asked(dtype, rel, cosine):
+    model = mlp("cpu", dtype)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 64, generator=g).to(dtype)
+    y = torch.randint(0, 10, (256,), generator=g)
+    _, gx0, grads0 = step(model, None, x, y)
+    ac = ActivationCompression("block", rel=rel, min_bytes=0, device_path=True, debug=True)
+    _, gx, grads = step(model, ac, x, y)  # debug: every restored tensor within its bound
+    assert ac.stats.rows["3"].tolerance is None
+    for a, b in zip([gx0, *grads0], [gx, *grads], strict=True):
+        cos = F.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0)
+        assert float(cos) > cosine
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("read back to the host")
+
+
+def test_pack_and_unpack_read_nothing_back(monkeypatch):
+    model = mlp("cpu")
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True)
+    x = x.requires_grad_(True)
+    for name in ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, _refuse)
+    monkeypatch.setattr(torch, "nonzero", _refuse)
+    with ac:
+        loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    monkeypatch.undo()
+    assert ac.stats.rows["0"].tolerance is None  # held as device codes
+    assert ac.stats.stored_bytes < ac.stats.saved_bytes / 2
+    assert math.isfinite(float(x.grad.abs().sum()))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rel": 1e-2},  # a CPU tensor, device_path not asked for
+        {"rel": 1e-2, "device_path": False},
+        {"abs": 1e-3, "device_path": True},
+        {"rel": 1e-2, "adaptive": True, "device_path": True},
+        {"pw_rel": 1e-2, "device_path": True},
+    ],
+)
+def test_what_the_device_codes_cannot_hold_keeps_the_existing_path(kwargs):
+    model = mlp("cpu")
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    ac = ActivationCompression("block", min_bytes=0, **kwargs)
+    step(model, ac, x, y)
+    assert ac.stats.rows["0"].tolerance is not None  # the host knows the bound
+
+
+def test_a_store_keeps_the_existing_path(tmp_path):
+    model = mlp("cpu")
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    with TieredStore(1 << 24) as store:
+        ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True, offload=store)
+        step(model, ac, x, y)
+        assert ac.stats.rows["0"].tolerance is not None
+
+
+def test_the_setting_is_checked_and_travels_in_the_state():
+    with pytest.raises(ValueError, match="device_path"):
+        ActivationCompression("block", rel=1e-2, device_path="yes")
+    ac = ActivationCompression("block", rel=1e-2, device_path=True)
+    other = ActivationCompression("block", rel=1e-2)
+    other.load_state_dict(ac.state_dict())
+    assert other.state_dict()["config"]["device_path"] is True
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_step_never_synchronizes():
+    model = mlp("cuda")
+    x = torch.randn(512, 64, device="cuda")
+    y = torch.randint(0, 10, (512,), device="cuda")
+    ac = ActivationCompression("block", rel=1e-2, min_bytes=0)
+    step(model, ac, x, y)  # warm-up: kernels compiled, caches filled
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss, gx, _ = step(model, ac, x, y)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert ac.stats.rows["0"].tolerance is None
+    assert math.isfinite(float(loss)) and math.isfinite(float(gx.abs().sum()))
