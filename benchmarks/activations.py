@@ -437,7 +437,7 @@ def _measure_baseline(
 
 def tp_variants(ceiling: float, notes: list[str]) -> list[tuple[str, Callable[[], object] | None]]:
     """The tensorpress rows as (name, ActivationCompression factory or None if skipped)."""
-    names = (TP_ADAPTIVE, "tp block rel=1e-2", "tp quant 2-bit")
+    names = (TP_ADAPTIVE, "tp block rel=1e-2", "tp device codes rel=1e-2", "tp quant 2-bit")
     try:
         from tensorpress.activation_offload import ActivationCompression, Adaptive
     except ImportError as exc:
@@ -445,7 +445,8 @@ def tp_variants(ceiling: float, notes: list[str]) -> list[tuple[str, Callable[[]
         return [(name, None) for name in names]
     kwargs = (
         {"codec": "block", "rel": ADAPTIVE_REL, "adaptive": Adaptive(ceiling=ceiling)},
-        {"codec": "block", "rel": 1e-2, "adaptive": False},
+        {"codec": "block", "rel": 1e-2, "adaptive": False, "device_path": False},
+        {"codec": "block", "rel": 1e-2, "device_path": True},  # no host waits
         {"codec": "quant", "bits": 2},
     )
     return [

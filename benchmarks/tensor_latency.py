@@ -5,8 +5,12 @@ tensors the fixed cost per call (host syncs, kernel launches, Python) matters mo
 than GB/s. For float32 tensors of ``--sizes`` KiB on ``--device`` (default cuda when
 there is one): the median wall time of ``--runs`` synchronised calls after two
 warm-ups, for block (rel 1e-2, abs 1e-2) and quant (2 bits), and what a plain copy
-of the tensor costs for comparison. ``--profile`` adds cProfile's top functions (by
-own time) over the calls on the middle size, to show where the fixed cost goes.
+of the tensor costs for comparison. Then the device codes (``compress_codes`` /
+``restore_codes``, rel 1e-2 and 1e-3): the same wall times, and the host time of a
+call (``--runs`` calls queued back to back, no synchronisation between them, per call):
+what a training step pays on the CPU side while the GPU works. ``--profile`` adds
+cProfile's top functions (by own time) over the calls on the middle size, to show where
+the fixed cost goes.
 
     python benchmarks/tensor_latency.py [--device cuda] [--sizes 64 1024 16384] [--profile]
 """
@@ -23,6 +27,7 @@ import time
 
 import torch
 from tensorpress.compress import compress_tensor, decompress_tensor
+from tensorpress.compress.device_codes import compress_codes, restore_codes
 
 CASES = (
     ("block rel=1e-2", {"codec": "block", "rel": 1e-2}),
@@ -43,6 +48,41 @@ def _timed(fn, device: torch.device, runs: int) -> float:
         if i >= 2:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def _host_time(fn, device: torch.device, runs: int) -> float:
+    """Seconds of host time per call of ``fn``: ``runs`` calls queued without waiting."""
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    host = (time.perf_counter() - t0) / runs
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return host
+
+
+def device_codes_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -> None:
+    """The device codes' wall and host times per call (see the module docstring)."""
+    print(
+        f"\n{'device codes':16} {'KiB':>7} {'compress':>10} {'decompress':>11} "
+        f"{'host c':>7} {'host d':>7} {'ratio':>6}"
+    )
+    for kib in sizes:
+        x = torch.relu(torch.randn(kib * 256, device=dev, generator=g))
+        for rel in (1e-2, 1e-3):
+            codes = compress_codes(x, rel)
+            comp = _timed(lambda x=x, rel=rel: compress_codes(x, rel), dev, runs)
+            dec = _timed(lambda c=codes: restore_codes(c), dev, runs)
+            host_c = _host_time(lambda x=x, rel=rel: compress_codes(x, rel), dev, runs)
+            host_d = _host_time(lambda c=codes: restore_codes(c), dev, runs)
+            ratio = x.numel() * 4 / codes.nbytes
+            print(
+                f"{f'rel={rel:g}':16} {kib:>7} {comp * 1e6:>10.0f} {dec * 1e6:>11.0f} "
+                f"{host_c * 1e6:>7.0f} {host_d * 1e6:>7.0f} {ratio:>6.2f}"
+            )
 
 
 def main(argv=None) -> int:
@@ -67,6 +107,7 @@ def main(argv=None) -> int:
                 f"{name:16} {kib:>7} {copy * 1e6:>9.0f} {comp * 1e6:>10.0f} {dec * 1e6:>11.0f} "
                 f"{ct.ratio:>6.2f}"
             )
+    device_codes_rows(args.sizes, dev, args.runs, g)
     if args.profile:
         kib = sorted(args.sizes)[len(args.sizes) // 2]
         x = torch.relu(torch.randn(kib * 256, device=dev, generator=g))
