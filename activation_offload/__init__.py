@@ -5,7 +5,7 @@ from .optimizer import OptimizerOffload, offload_optimizer_state
 from .rules import RULES, Rules
 from .settings import Adaptive, Offload
 from .stats import ActivationStats
-from .store import Handle, StoreStats, TieredStore
+from .store import Handle, HostMemoryFull, StoreStats, TieredStore
 
 __all__ = [
     "RULES",
@@ -14,6 +14,7 @@ __all__ = [
     "Adaptive",
     "CompressedActivations",
     "Handle",
+    "HostMemoryFull",
     "Offload",
     "OptimizerOffload",
     "Rules",
