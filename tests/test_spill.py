@@ -1123,7 +1123,7 @@ def test_removed_at_garbage_collection(tmp_path):
 
 # load spill.py and its sibling modules on their own, without the package: fast, and
 # independent of how the package is installed
-_LOAD = f"""
+LOAD_SPILL = f"""
 import importlib, sys, types
 pkg = types.ModuleType("spillpkg")
 pkg.__path__ = [{os.path.dirname(spill.__file__)!r}]
@@ -1133,7 +1133,7 @@ spill = importlib.import_module("spillpkg.spill")
 
 
 def test_removed_at_interpreter_exit(tmp_path):
-    script = _LOAD + textwrap.dedent("""
+    script = LOAD_SPILL + textwrap.dedent("""
         sd = spill.SpillDir(sys.argv[1])
         sd.write(b"x" * 10000)
         print(sd.path, flush=True)
@@ -1150,7 +1150,7 @@ def test_forked_child(tmp_path):
     """A forked child reads the parent's record through the inherited SpillDir, writes
     and reads a large record in its own, and on a normal exit (finalizers run) leaves
     the parent's directory in place."""
-    script = _LOAD + textwrap.dedent("""
+    script = LOAD_SPILL + textwrap.dedent("""
         import os
         big = bytes(range(256)) * (spill.STAGE_BYTES // 256 + 17) + b"tail"
         sd = spill.SpillDir(sys.argv[1])
@@ -1191,7 +1191,7 @@ def _newest_slab(directory) -> int:
 
 
 def test_killed_writer_is_removed_as_stale_and_never_read(tmp_path):
-    script = _LOAD + textwrap.dedent("""
+    script = LOAD_SPILL + textwrap.dedent("""
         sd = spill.SpillDir(sys.argv[1], slab_bytes=1 << 20)
         print(sd.path, flush=True)
         data, kept = bytes(100_000), []

@@ -17,6 +17,7 @@ import torch
 from tensorpress.activation_offload import spill
 from tensorpress.activation_offload.spill import SpillDir
 from tensorpress.activation_offload.store import HostMemoryFull, TieredStore
+from test_spill import LOAD_SPILL
 
 MIB = 1 << 20
 
@@ -46,18 +47,8 @@ def test_a_live_store_is_not_removed_whatever_pid_its_owner_names(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-# load spill.py and its siblings on their own, without the package (fast to start)
-_LOAD = f"""
-import importlib, sys, types
-pkg = types.ModuleType("spillpkg")
-pkg.__path__ = [{os.path.dirname(spill.__file__)!r}]
-sys.modules["spillpkg"] = pkg
-spill = importlib.import_module("spillpkg.spill")
-"""
-
-
 def test_a_live_store_of_another_process_is_not_removed(tmp_path):
-    script = _LOAD + textwrap.dedent("""
+    script = LOAD_SPILL + textwrap.dedent("""
         sd = spill.SpillDir(sys.argv[1])
         loc = sd.write(b"before" * 1000)
         print(sd.path, flush=True)
@@ -93,7 +84,7 @@ def test_a_live_store_of_another_process_is_not_removed(tmp_path):
 def test_a_directory_nobody_holds_is_stale_whatever_pid_its_owner_names(tmp_path):
     """A killed store's directory is removed even when its pid names a live process here
     (PID namespaces reuse small pids)."""
-    script = _LOAD + textwrap.dedent("""
+    script = LOAD_SPILL + textwrap.dedent("""
         import os
         sd = spill.SpillDir(sys.argv[1])
         sd.write(b"x" * 10000)
