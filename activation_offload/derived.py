@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from ..compress.tensor import ValueRange
 from . import kernels
 from .identity import VersionWatch
-from .records import Compressed, Held, check_restored, pack_bits, unpack_bits
+from .records import Compressed, Held, Watched, check_restored, pack_bits, unpack_bits
 from .stats import ActivationStats
 
 #: the largest |GELU'(x)|: 1.12890 exact, 1.12899 with the tanh approximation
@@ -269,7 +269,7 @@ def _same(saved, param) -> bool:
     return saved.data_ptr() == param.data_ptr() and saved.shape == param.shape
 
 
-class Derived(Held):
+class Derived(Watched, Held):
     """A tensor restored as a function of another record (``source``); holds only what
     that function needs beyond it. ``tolerance``: the bound promised; ``error``: the
     bound it keeps (no larger)."""
@@ -284,13 +284,6 @@ class Derived(Held):
         self.tolerance, self.error, self.name = tol, error, name
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
-
-    @property
-    def version(self) -> int:
-        return self.watch.version
-
-    def current_version(self) -> int:
-        return self.watch.current
 
     def restore(self) -> torch.Tensor:
         if self._keep is not None:

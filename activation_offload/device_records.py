@@ -20,7 +20,7 @@ import torch
 
 from ..compress.device_codes import DeviceCodes, compress_codes, restore_codes, supports
 from .identity import VersionWatch
-from .records import Held, check_restored
+from .records import Held, Watched, check_restored
 from .stats import ActivationStats
 
 
@@ -40,7 +40,7 @@ def check_device_path(choice) -> None:
         raise ValueError(f"device_path takes None, True or False, got {choice!r}")
 
 
-class DeviceCompressed(Held):
+class DeviceCompressed(Watched, Held):
     """A tensor held as :class:`DeviceCodes` on its device, within ``rel`` of its range."""
 
     __slots__ = ("codes", "watch", "name", "original")
@@ -54,13 +54,6 @@ class DeviceCompressed(Held):
         self.name = name
         self.original = t.detach().clone() if debug else None
         super().__init__(self.codes.nbytes, stats)
-
-    @property
-    def version(self) -> int:
-        return self.watch.version
-
-    def current_version(self) -> int:
-        return self.watch.current
 
     def restore(self) -> torch.Tensor:
         if self._keep is not None:

@@ -70,6 +70,20 @@ class Held:
             stats.release(self.nbytes, self.offloaded)
 
 
+class Watched:
+    """Mixed into a record that watches the version of the tensor it was made from
+    (its ``watch``, a :class:`VersionWatch`)."""
+
+    __slots__ = ()
+
+    @property
+    def version(self) -> int:
+        return self.watch.version
+
+    def current_version(self) -> int:
+        return self.watch.current
+
+
 class Kept(Held):
     """The tensor itself, and its version when saved."""
 
@@ -126,7 +140,7 @@ def _forget(store, handle) -> None:
             pass
 
 
-class Compressed(Held):
+class Compressed(Watched, Held):
     """A codec payload (plus a zero mask where the codec needs one)."""
 
     __slots__ = ("codec", "payload", "mask", "shape", "dtype", "device", "watch", "mode")
@@ -195,13 +209,6 @@ class Compressed(Held):
         self._restored = None
         self._set_nbytes(after)
         return after - before
-
-    def current_version(self) -> int:
-        return self.watch.current
-
-    @property
-    def version(self) -> int:
-        return self.watch.version
 
     @property
     def error(self) -> float | None:
