@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import subprocess
 import sys
@@ -45,6 +46,33 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, batch) -> None:
     opt.zero_grad(set_to_none=True)
     nn.functional.mse_loss(model(x), y).backward()
     opt.step()
+
+
+def _adam_pair():
+    """Two equal models, each with its own Adam: (ref, model, plain, opt)."""
+    ref, model = _model(), _model()
+    return ref, model, torch.optim.Adam(ref.parameters()), torch.optim.Adam(model.parameters())
+
+
+def _step_both(ref, plain, model, opt, batches) -> None:
+    """Train ``ref`` with ``plain`` and ``model`` with ``opt`` on the same batches; the
+    two must stay equal after every step."""
+    for b in batches:
+        _step(ref, plain, b)
+        _step(model, opt, b)
+        assert _same_params(ref, model)
+
+
+@contextlib.contextmanager
+def _offloaded_adam(tmp_path):
+    """(ref, model, plain, opt, store, off, batches): Adam with its state offloaded,
+    three steps into six batches, beside plain Adam on an equal model."""
+    ref, model, plain, opt = _adam_pair()
+    batches = _batches(6)
+    with _store(tmp_path) as store:
+        off = offload_optimizer_state(opt, store)
+        _step_both(ref, plain, model, opt, batches[:3])
+        yield ref, model, plain, opt, store, off, batches
 
 
 def _same_params(a: nn.Module, b: nn.Module) -> bool:
@@ -103,12 +131,9 @@ def test_bit_identical_to_plain_training_with_spilling(tmp_path, name):
 
 
 def test_offload_of_existing_state_and_min_bytes(tmp_path):
-    ref, model = _model(), _model()
-    plain, opt = torch.optim.Adam(ref.parameters()), torch.optim.Adam(model.parameters())
+    ref, model, plain, opt = _adam_pair()
     batches = _batches(6)
-    for b in batches[:2]:
-        _step(ref, plain, b)
-        _step(model, opt, b)
+    _step_both(ref, plain, model, opt, batches[:2])
     with _store(tmp_path) as store:
         # min_bytes=0: every tensor but the 0-d step counters goes to the store
         off = offload_optimizer_state(opt, store, min_bytes=0)
@@ -128,14 +153,7 @@ def test_offload_of_existing_state_and_min_bytes(tmp_path):
 
 
 def test_state_dict_gives_tensors_and_keeps_handles(tmp_path):
-    ref, model = _model(), _model()
-    plain, opt = torch.optim.Adam(ref.parameters()), torch.optim.Adam(model.parameters())
-    batches = _batches(6)
-    with _store(tmp_path) as store:
-        off = offload_optimizer_state(opt, store)
-        for b in batches[:3]:
-            _step(ref, plain, b)
-            _step(model, opt, b)
+    with _offloaded_adam(tmp_path) as (ref, model, plain, opt, store, off, batches):
         sd, want = opt.state_dict(), plain.state_dict()
         assert sd["param_groups"] == want["param_groups"]
         assert sd["state"].keys() == want["state"].keys()
@@ -148,30 +166,17 @@ def test_state_dict_gives_tensors_and_keeps_handles(tmp_path):
         sd2 = opt.state_dict()  # no records leak from reading them
         assert len(store) == records
         sd2["state"][0]["exp_avg"].zero_()  # a copy, not the stored state
-        for b in batches[3:]:
-            _step(ref, plain, b)
-            _step(model, opt, b)
-            assert _same_params(ref, model)
+        _step_both(ref, plain, model, opt, batches[3:])
         off.remove()
 
 
 def test_load_state_dict_offloads_again_without_leaks(tmp_path):
-    ref, model = _model(), _model()
-    plain, opt = torch.optim.Adam(ref.parameters()), torch.optim.Adam(model.parameters())
-    batches = _batches(6)
-    with _store(tmp_path) as store:
-        off = offload_optimizer_state(opt, store)
-        for b in batches[:3]:
-            _step(ref, plain, b)
-            _step(model, opt, b)
+    with _offloaded_adam(tmp_path) as (ref, model, plain, opt, store, off, batches):
         records = len(store)
         opt.load_state_dict(copy.deepcopy(plain.state_dict()))  # plain state_dict aliases
         assert len(store) == records  # the old records were deleted, the new ones put
         _check_offloaded(opt, plain, off, store)
-        for b in batches[3:]:
-            _step(ref, plain, b)
-            _step(model, opt, b)
-            assert _same_params(ref, model)
+        _step_both(ref, plain, model, opt, batches[3:])
         off.remove()
 
 
