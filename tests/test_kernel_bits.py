@@ -19,19 +19,14 @@ from tensorpress.compress.kernels.rounding import PREC_FLOAT32
 
 
 @njit(cache=True)
-def _trailing_zeros_all(values):
-    out = np.empty(values.size, np.int64)
+def _bit_counts(values):
+    """(trailing zeros, popcount) of each value, from the kernels' own primitives."""
+    zeros = np.empty(values.size, np.int64)
+    ones = np.empty(values.size, np.int64)
     for i in range(values.size):
-        out[i] = trailing_zeros(values[i])
-    return out
-
-
-@njit(cache=True)
-def _popcount_all(values):
-    out = np.empty(values.size, np.int64)
-    for i in range(values.size):
-        out[i] = popcount(values[i])
-    return out
+        zeros[i] = trailing_zeros(values[i])
+        ones[i] = popcount(values[i])
+    return zeros, ones
 
 
 @njit(cache=True)
@@ -62,7 +57,7 @@ def test_trailing_zeros_of_every_single_bit_and_mixtures():
         ]
     )
     want = [(int(v) & -int(v)).bit_length() - 1 for v in values]
-    assert _trailing_zeros_all(values).tolist() == want
+    assert _bit_counts(values)[0].tolist() == want
 
 
 def test_popcount_against_python():
@@ -70,7 +65,7 @@ def test_popcount_against_python():
     values = np.concatenate(
         [np.array([0, 1, 2**64 - 1], np.uint64), rng.integers(0, 2**64, 300, dtype=np.uint64)]
     )
-    assert _popcount_all(values).tolist() == [bin(int(v)).count("1") for v in values]
+    assert _bit_counts(values)[1].tolist() == [bin(int(v)).count("1") for v in values]
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 23])
