@@ -47,6 +47,7 @@ import warnings
 
 import torch
 
+from ..compress.registry import codec_class
 from .store import Handle, TieredStore
 
 #: state that updates are divided by (Adam's, Adamax's, Adagrad's, RMSprop's,
@@ -202,8 +203,8 @@ class OptimizerOffload:
         codec = self.store.codec
         if codec is None or self._warned or key not in _DIVISORS:
             return
-        if codec != "quant" and "pw_rel" in self.store.codec_params:
-            return
+        if codec_class(codec).bounded and "pw_rel" in self.store.codec_params:
+            return  # a pointwise bound keeps small entries: nothing to warn of
         self._warned = True
         warnings.warn(
             f"OptimizerOffload: the store's codec {codec!r} without a pw_rel bound garbles "

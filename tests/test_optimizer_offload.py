@@ -7,6 +7,7 @@ import copy
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -304,16 +305,29 @@ def test_codec_store_stays_close(tmp_path, name, bound):
     assert diff < 1e-3
 
 
-def test_range_relative_codec_on_second_moments_warns(tmp_path):
-    # rel=1e-3 of exp_avg_sq's range decodes its small entries as ~0: Adam's updates
-    # lr * m / (sqrt(v) + eps) then blow up (measured: weights 0.7 off after 10 steps)
+@pytest.mark.parametrize(
+    "codec", [{"codec": "block", "rel": 1e-3}, {"codec": "quant", "bits": 8}], ids=["rel", "quant"]
+)
+def test_a_codec_that_garbles_second_moments_warns(tmp_path, codec):
+    # a range-relative or bits-bounded codec decodes exp_avg_sq's small entries as ~0:
+    # Adam's updates lr * m / (sqrt(v) + eps) then blow up
     model = _model()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    with _store(tmp_path, codec="block", rel=1e-3) as store:
+    with _store(tmp_path, **codec) as store:
         off = offload_optimizer_state(opt, store)
         with pytest.warns(RuntimeWarning, match="exp_avg_sq"):
             _step(model, opt, _batches(1)[0])
         off.remove()
+
+
+def test_a_pointwise_bound_on_second_moments_does_not_warn(tmp_path):
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with _store(tmp_path, codec="block", pw_rel=1e-3) as store:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            with offload_optimizer_state(opt, store):
+                _step(model, opt, _batches(1)[0])
 
 
 def test_bad_arguments():
