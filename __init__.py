@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import types
@@ -18,6 +19,7 @@ import numpy as np
 
 from ._version import __version__
 from .compress import ErrorBound, available_codecs, get_codec
+from .compress.quality import search_bound
 from .formats import ContainerReader, FormatError, encode_array
 from .formats import open_compressed as open  # noqa: A004  (tp.open, as h5py.File reads)
 from .formats.stream_header import is_bfloat16, parse_header
@@ -48,6 +50,7 @@ def _compress(
     abs=None,
     rel=None,
     pw_rel=None,
+    psnr=None,
     codec="sz",
     chunk_bytes=None,
     workers=None,
@@ -58,17 +61,25 @@ def _compress(
     Give exactly one bound for a lossy codec: ``abs`` (absolute), ``rel``
     (times the range max - min of the finite values) or ``pw_rel`` (times
     |x| per element). ``codec`` is a registered name, a config dict or a
-    Codec; extra keywords are the codec's parameters. ``chunk_bytes`` is the
-    target input bytes per chunk; ``workers`` the threads (None: all cores).
+    Codec; extra keywords are the codec's parameters. ``psnr`` (dB over the finite
+    value range) instead of a bound picks the loosest absolute bound found to reach it
+    (``compress/quality.py``); the stream records the target and the PSNR reached.
+    ``chunk_bytes`` is the target input bytes per chunk; ``workers`` the threads (None:
+    all cores).
     bfloat16 data (a torch tensor, or a numpy array of ``ml_dtypes.bfloat16``) is
     compressed by the codec's torch path, as ``tensor_to_stream(compress_tensor(t, ...))``.
     """
     bf16 = _bfloat16_tensor(x)
+    if bf16 is not None and psnr is not None:
+        raise TypeError("psnr= takes float16/32/64 data; convert bfloat16 to float32 first")
     if bf16 is not None:
         return _compress_bfloat16(*bf16, abs, rel, pw_rel, codec, chunk_bytes, codec_params)
     arr, order = _as_array(x)
     workers = resolve_workers(workers)
-    codec = get_codec(codec, abs=abs, rel=rel, pw_rel=pw_rel, **codec_params)
+    if psnr is None:
+        codec = get_codec(codec, abs=abs, rel=rel, pw_rel=pw_rel, **codec_params)
+    else:
+        codec = _psnr_codec(codec, psnr, (abs, rel, pw_rel), codec_params)
     if str(arr.dtype) not in codec.dtypes:
         if arr.dtype.kind in "biu" and codec.lossy:
             raise TypeError(
@@ -79,13 +90,50 @@ def _compress(
             f"codec {codec.name!r} does not accept dtype {arr.dtype}; it takes "
             f"{', '.join(codec.dtypes)}"
         )
+    chunk_bytes = codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes
+    if psnr is not None:
+        return _compress_psnr(arr, codec, float(psnr), order, workers, chunk_bytes)
     return encode_array(
         arr,
         codec,
         codec.resolve_bound(arr, workers),
         order=order,
         workers=workers,
-        chunk_bytes=codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes,
+        chunk_bytes=chunk_bytes,
+    )
+
+
+def _psnr_codec(codec, psnr, bounds, codec_params):
+    """The codec a ``psnr=`` target searches bounds for: bounded, taking abs bounds."""
+    if any(b is not None for b in bounds):
+        raise ValueError("give either psnr=... or one error bound (abs, rel, pw_rel), not both")
+    if isinstance(psnr, bool) or not isinstance(psnr, (int, float)) or not math.isfinite(psnr):
+        raise ValueError(f"psnr must be a finite number of dB, got {psnr!r}")
+    codec = get_codec(codec, **codec_params)
+    if not (codec.bounded and "abs" in codec.bound_modes):
+        raise ValueError(f"codec {codec.name!r} takes no abs error bound, so no psnr= target")
+    return codec
+
+
+def _compress_psnr(arr, codec, target, order, workers, chunk_bytes) -> bytes:
+    """The stream under the loosest abs bound found to reach ``target`` dB (see
+    ``compress/quality.py``), recording the target and the PSNR reached."""
+
+    def trial(bound):
+        c = codec.with_bound(ErrorBound("abs", bound))
+        blob = encode_array(arr, c, c.resolve_bound(arr), workers=workers, chunk_bytes=chunk_bytes)
+        return c, ContainerReader(blob, workers=workers).read()
+
+    best = search_bound(arr, target, trial)
+    reached = best.psnr if math.isfinite(best.psnr) else None  # None: no error at all
+    return encode_array(
+        arr,
+        best.result,
+        best.result.resolve_bound(arr),
+        order=order,
+        workers=workers,
+        chunk_bytes=chunk_bytes,
+        target={"psnr": target, "psnr_reached": reached},
     )
 
 
@@ -142,6 +190,7 @@ def _info(source) -> dict:
         "compressed_bytes": h.compressed_bytes,
         "ratio": h.original_bytes / h.compressed_bytes,
         "writer": h.writer,
+        **({"target": h.target} if h.target is not None else {}),
         "checked": "header, index and chunk checksums, header fields, stream length",
     }
     errors = []

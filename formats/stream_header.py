@@ -114,6 +114,8 @@ class Header:
     crcs: tuple
     payload_offset: int  # byte offset of the first payload in the stream
     writer: str
+    #: the quality target the bound was chosen for (``{"psnr": dB, "psnr_reached": dB}``)
+    target: dict | None = None
 
     @property
     def nchunks(self) -> int:
@@ -149,8 +151,11 @@ class Header:
 # -- writing -------------------------------------------------------------------------
 
 
-def encode_preamble(dtype: str, shape, order, codec_config, bound, chunk_rows) -> bytes:
-    """Preamble, JSON header and the header's CRC: the bytes before the chunk index."""
+def encode_preamble(
+    dtype: str, shape, order, codec_config, bound, chunk_rows, target: dict | None = None
+) -> bytes:
+    """Preamble, JSON header and the header's CRC: the bytes before the chunk index;
+    ``target``: the quality target the bound was chosen for, if any."""
     header = {
         "dtype": dtype,
         "shape": [int(d) for d in shape],
@@ -160,6 +165,8 @@ def encode_preamble(dtype: str, shape, order, codec_config, bound, chunk_rows) -
         "chunk_rows": chunk_rows,
         "writer": WRITER,
     }
+    if target is not None:
+        header["target"] = target
     head = json.dumps(header, separators=(",", ":")).encode()
     pre = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
     return pre + CRC.pack(crc32(pre))
@@ -200,7 +207,7 @@ def parse_header(source) -> Header:
     fields = _header_fields(mv[PREAMBLE.size : end])
     check_fits_in_memory(_largest_chunk_bytes(fields), "one chunk of the stream")
     lengths, crcs, payload_offset = _parse_index(source, mv, end + CRC.size, fields)
-    header = Header(version, *fields[:6], lengths, crcs, payload_offset, fields[6])
+    header = Header(version, *fields[:6], lengths, crcs, payload_offset, *fields[6:])
     if size < header.compressed_bytes:
         raise TruncatedError(
             f"stream is truncated: {size} bytes, its index needs {header.compressed_bytes}"
@@ -236,8 +243,9 @@ def _check_preamble(source) -> tuple[int, int, int]:
 
 
 def _header_fields(text) -> tuple:
-    """(dtype, shape, order, codec, bound, chunk rows, writer) from the JSON header, each
-    checked: FormatError names the first field that is not what SPEC.md allows."""
+    """(dtype, shape, order, codec, bound, chunk rows, writer, target) from the JSON header,
+    each checked: FormatError names the first field that is not what SPEC.md allows (the
+    optional ``target`` is informative: one that is not an object is left out)."""
     try:
         h = json.loads(bytes(text))
     except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
@@ -261,7 +269,8 @@ def _header_fields(text) -> tuple:
     if not isinstance(codec, dict) or not isinstance(codec.get("id"), str):
         raise FormatError("invalid stream header: the codec config has no string 'id'")
     writer = h.get("writer", "")
-    return dtype, tuple(shape), h["order"], codec, _bound(h["bound"]), rows, str(writer)
+    target = h.get("target") if isinstance(h.get("target"), dict) else None
+    return dtype, tuple(shape), h["order"], codec, _bound(h["bound"]), rows, str(writer), target
 
 
 def _is_count(v) -> bool:

@@ -36,11 +36,12 @@ def encode_array(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     workers: int | None = None,
     order: str = "C",
+    target: dict | None = None,
 ) -> bytes:
     """Compress ``x`` (any layout) into a stream; ``bound`` must be resolved (or None).
 
     ``chunk_bytes`` is the target input size of a chunk; ``order`` records the
-    caller's memory layout.
+    caller's memory layout; ``target`` the quality target the bound was chosen for.
     """
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
@@ -57,6 +58,7 @@ def encode_array(
         rows,
         [payload for payload, _ in chunks],
         crcs=[crc for _, crc in chunks],
+        target=target,
     )
 
 
@@ -69,11 +71,12 @@ def write_stream(
     chunk_rows: int,
     payloads: list,
     crcs: list | None = None,
+    target: dict | None = None,
 ) -> bytes:
     """Assemble a stream from encoded chunk payloads (bytes-like, in chunk order) and
     their checksums (:func:`~tensorpress.formats.stream_header.chunk_crc`, computed here
     when not given)."""
-    pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows)
+    pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows, target)
     if crcs is None:
         crcs = [chunk_crc(p, i) for i, p in enumerate(payloads)]
     index = encode_index([len(p) for p in payloads], crcs)
