@@ -36,13 +36,14 @@ def require_input(path: str) -> None:
 
 
 def require_output(path: str, force: bool) -> None:
-    """OSError for ``main`` when ``path`` exists (unless ``force``) or is a directory;
-    UserError when it is something else that is not a regular file (a FIFO, a device, a
-    socket): the output replaces its destination, and those must never be replaced."""
+    """UserError when ``path`` is a directory; OSError for ``main`` when it exists
+    (unless ``force``); UserError when it is something else that is not a regular file
+    (a FIFO, a device, a socket): the output replaces its destination, and those must
+    never be replaced."""
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory: give the name of the file to write")
     if os.path.exists(path) and not force:
         raise FileExistsError(17, "File exists", path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(21, "Is a directory", path)
     if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
         raise UserError(
             f"{path} is not a regular file (a FIFO, device or socket): tensorpress writes "

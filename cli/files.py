@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from .errors import EXIT_OK, UserError, require_input, require_output
@@ -28,15 +29,89 @@ def _check_bound(bound: dict) -> dict:
     return bound
 
 
-def _check_codec(name: str) -> str:
-    """``name`` if it is a registered error-bounded codec, else a UserError listing them."""
-    from ..compress import available_codecs
-    from ..compress.registry import codec_class
+def _check_codec(args) -> tuple[str, dict, dict | None]:
+    """(codec name, its options, the bound) from ``--codec``, ``--bits`` and the bound
+    options; UserError when they do not go together."""
+    from .. import available_codecs, get_codec
 
-    bounded = [c for c in available_codecs() if codec_class(c).bounded]
-    if name not in bounded:
-        raise UserError(f"unknown codec {name!r}: use one of {', '.join(bounded)}")
-    return name
+    name = args.codec
+    if name not in available_codecs():
+        raise UserError(f"unknown codec {name!r}: use one of {', '.join(available_codecs())}")
+    codec = get_codec(name)
+    given = {k: getattr(args, k) for k in ("abs", "rel", "pw_rel") if getattr(args, k) is not None}
+    if codec.bounded and not given:
+        raise UserError(f"codec {name} needs an error bound: give --abs, --rel or --pw-rel")
+    if not codec.bounded and (given or args.set):
+        kind = "lossless" if not codec.lossy else "bits-bounded"
+        option = "--set" if args.set and not given else f"--{next(iter(given)).replace('_', '-')}"
+        raise UserError(f"codec {name} is {kind} and takes no error bound: leave out {option}")
+    options = {}
+    if args.bits is not None:
+        if "bits" not in codec.parameters():
+            raise UserError(f"--bits is an option of the quant codec, not of {name}")
+        options["bits"] = args.bits
+    return name, options, _check_bound(given) if given else None
+
+
+def _check_raw_options(args) -> None:
+    """A raw input needs both ``--dtype`` and ``--shape``: name the one that is missing."""
+    if (args.dtype is None) != (args.shape is None):
+        missing = "--shape" if args.shape is None else "--dtype"
+        raise UserError(
+            f"{missing} is missing: a raw binary input needs --dtype (float32 or float64) "
+            "and --shape (sizes in C order, e.g. 100,500,500)"
+        )
+
+
+#: what ``compress`` writes, by OUTPUT's extension
+COMPRESSED_EXTENSIONS = (".tp", ".h5", ".hdf5")
+#: what ``decompress`` writes, by OUTPUT's extension (raw: see RAW_EXTENSIONS)
+RESTORED_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5")
+
+
+def _extension(path: str) -> str:
+    return os.path.splitext(path)[1].lower()
+
+
+def _check_compressed_name(args) -> None:
+    """Refuse an OUTPUT whose extension promises a format compress does not write
+    (``x.npy`` would hold a container that np.load refuses), unless ``--container``."""
+    ext = _extension(args.output)
+    if ext in COMPRESSED_EXTENSIONS or args.container:
+        return
+    stem = args.output[: len(args.output) - len(ext)] if ext else args.output
+    raise UserError(
+        f"{args.output}: compress writes a tensorpress container (.tp) or a compressed HDF5 "
+        f"file (.h5), not {ext or 'a file without extension'}: name it {stem}.tp, or pass "
+        "--container to write the container under this name"
+    )
+
+
+def _check_restored_name(args) -> None:
+    """Refuse an OUTPUT whose extension names no format decompress writes, unless ``--raw``."""
+    from ..formats.sources import RAW_EXTENSIONS
+
+    ext = _extension(args.output)
+    if args.raw or ext in RESTORED_EXTENSIONS or ext in RAW_EXTENSIONS:
+        return
+    raise UserError(
+        f"{args.output}: decompress writes .npy, .npz, .h5/.hdf5 or raw binary "
+        f"({', '.join(RAW_EXTENSIONS)}), not {ext or 'a file without extension'}: choose one "
+        "of those, or pass --raw to write raw little-endian bytes under this name"
+    )
+
+
+def _warn_copied_overrides(overrides: dict, reports: list) -> None:
+    """Warn (stderr) for every ``--set`` that named a dataset that was not compressed."""
+    for key in overrides:
+        for r in reports:
+            if not r.compressed and key in (r.name, r.name.rsplit("/", 1)[-1]):
+                why = r.note or "it is copied as it is"
+                print(
+                    f"tensorpress: warning: --set {key}: {r.name} was not compressed ({why}); "
+                    "its bound does not apply",
+                    file=sys.stderr,
+                )
 
 
 def report_dict(r) -> dict:
@@ -44,6 +119,7 @@ def report_dict(r) -> dict:
     return {
         "name": r.name,
         "compressed": bool(r.compressed),
+        "note": r.note,
         "shape": list(r.shape),
         "dtype": str(r.dtype),
         "codec": r.codec,
@@ -82,7 +158,7 @@ def _print_summary(doc: dict) -> None:
                 d["name"],
                 "x".join(map(str, d["shape"])) or "scalar",
                 d["dtype"],
-                codec_text(d["codec"]),
+                codec_text(d["codec"]) if d["compressed"] else d["note"].split(":")[0] or "copied",
                 bound_text(d["bound"]) if d["compressed"] else "-",
                 size_text(d["original_bytes"]),
                 size_text(d["stored_bytes"]),
@@ -115,14 +191,13 @@ def run_compress(args) -> int:
     """``tensorpress compress``: write OUTPUT, print the summary; return the exit status."""
     from ..formats import compress_file
 
-    bound = _check_bound(
-        {k: getattr(args, k) for k in ("abs", "rel", "pw_rel") if getattr(args, k) is not None}
-    )
+    codec, codec_options, bound = _check_codec(args)
     overrides = {}
     for key, value in args.set:
         overrides[key] = _check_bound(value)
-    codec = _check_codec(args.codec)
+    _check_raw_options(args)
     require_input(args.input)
+    _check_compressed_name(args)
     require_output(args.output, args.force)
     kwargs = {} if args.chunk is None else {"chunk_bytes": args.chunk}
     t0 = time.perf_counter()
@@ -133,6 +208,7 @@ def run_compress(args) -> int:
             bound,
             overrides=overrides or None,
             codec=codec,
+            codec_options=codec_options or None,
             workers=args.workers,
             dtype=args.dtype,
             shape=args.shape,
@@ -140,6 +216,7 @@ def run_compress(args) -> int:
             progress=progress,
             **kwargs,
         )
+    _warn_copied_overrides(overrides, reports)
     doc = _summary("compress", args, reports, time.perf_counter() - t0)
     doc["bound"] = bound
     doc["overrides"] = overrides
@@ -155,12 +232,14 @@ def run_decompress(args) -> int:
     from ..formats import decompress_file
 
     require_input(args.input)
+    _check_restored_name(args)
     require_output(args.output, args.force)
     t0 = time.perf_counter()
     with Progress(args.quiet) as progress:
         reports = decompress_file(
             args.input,
             args.output,
+            raw=args.raw,
             workers=args.workers,
             overwrite=args.force,
             progress=progress,

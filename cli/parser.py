@@ -66,14 +66,24 @@ def parse_float_dtype(text: str) -> str:
     return f"float{dtype.itemsize * 8}"
 
 
-def parse_workers(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"invalid worker count {text!r}: give an integer >= 1")
-    return n
+def positive_int(what: str):
+    """An argument type: an integer >= 1; the error names ``what`` it counts."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: give an integer >= 1")
+        return n
+
+    parse.__name__ = what.replace(" ", "_")
+    return parse
+
+
+parse_workers = positive_int("worker count")
+parse_repeat = positive_int("repeat count")
 
 
 def parse_bound_value(text: str) -> float:
@@ -89,7 +99,7 @@ def parse_bound_value(text: str) -> float:
 def parse_positive_rel(text: str) -> float:
     value = parse_bound_value(text)
     if value == 0:
-        raise argparse.ArgumentTypeError("invalid bound 0: bench needs bounds > 0")
+        raise argparse.ArgumentTypeError(f"invalid bound {text!r}: give a number > 0")
     return value
 
 
@@ -136,16 +146,42 @@ def _raw_options(p) -> None:
     )
 
 
+def codec_help() -> str:
+    """The registered codecs and what each does with the data, from their declared
+    capabilities (bounded, lossy, dtypes): ``sz (error-bounded: abs/rel/pw_rel;
+    float16/32/64), ...``."""
+    from .. import available_codecs, get_codec
+
+    parts = []
+    for name in available_codecs():
+        codec = get_codec(name)
+        if codec.bounded:
+            what = f"error-bounded: {'/'.join(codec.bound_modes)}"
+        elif codec.lossy:
+            what = (
+                "lossy, no bound, --bits N per value" if "bits" in codec.parameters() else "lossy"
+            )
+        else:
+            what = "lossless, no bound"
+        floats = [d.removeprefix("float") for d in codec.dtypes if d.startswith("float")]
+        kinds = (
+            "any numeric dtype" if len(codec.dtypes) > len(floats) else "float" + "/".join(floats)
+        )
+        parts.append(f"{name} ({what}; {kinds})")
+    return ", ".join(parts)
+
+
 def _add_compress(sub) -> None:
     p = sub.add_parser(
         "compress",
-        help="compress an HDF5, .npy or raw file",
-        description="Compress every floating-point dataset of INPUT (HDF5, .npy or raw binary) "
-        "under an error bound into OUTPUT (.h5 for HDF5, otherwise a .tp container).",
+        help="compress an HDF5, .npy, .npz or raw file",
+        description="Compress every floating-point dataset of INPUT (HDF5, .npy, .npz or raw "
+        "binary) into OUTPUT: .h5/.hdf5 for an HDF5 file of the same hierarchy, .tp for a "
+        "container (single arrays).",
     )
     p.add_argument("input", metavar="INPUT")
-    p.add_argument("output", metavar="OUTPUT")
-    bound = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("output", metavar="OUTPUT", help="ends in .h5, .hdf5 or .tp")
+    bound = p.add_mutually_exclusive_group()
     bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
     bound.add_argument(
         "--rel", type=parse_bound_value, metavar="E", help="|x - y| <= E * (max - min)"
@@ -157,7 +193,12 @@ def _add_compress(sub) -> None:
         metavar="E",
         help="|x - y| <= E * |x|, signs kept",
     )
-    p.add_argument("--codec", default="sz", help="error-bounded codec (default: sz)")
+    p.add_argument(
+        "--codec", default="sz", metavar="NAME", help=f"one of {codec_help()}; default sz"
+    )
+    p.add_argument(
+        "--bits", type=positive_int("bit count"), metavar="N", help="quant: bits per value"
+    )
     p.add_argument(
         "--chunk",
         type=parse_bytes,
@@ -173,6 +214,11 @@ def _add_compress(sub) -> None:
         metavar="NAME:MODE=E",
         help="another bound for one dataset, e.g. temperature:abs=0.01 (repeatable)",
     )
+    p.add_argument(
+        "--container",
+        action="store_true",
+        help="write a .tp container whatever OUTPUT's extension says",
+    )
     _raw_options(p)
     _common(p, writes=True, workers=True)
 
@@ -181,7 +227,15 @@ def _add_decompress(sub) -> None:
     p = sub.add_parser("decompress", help="restore a compressed file")
     p.add_argument("input", metavar="INPUT")
     p.add_argument(
-        "output", metavar="OUTPUT", help=".h5 for HDF5 input; .npy or raw (.f32, .f64, ...)"
+        "output",
+        metavar="OUTPUT",
+        help=".h5/.hdf5 or .npz for HDF5 input; .npy, .h5 or raw (.f32, .f64, .dat, .raw, "
+        ".bin) for a container",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="write raw little-endian bytes (C order) whatever OUTPUT's extension says",
     )
     _common(p, writes=True, workers=True)
 
@@ -228,7 +282,7 @@ def _add_bench(sub) -> None:
         help="use at most this many leading bytes of each dataset (default 64M)",
     )
     p.add_argument(
-        "--repeat", type=parse_workers, default=3, metavar="N", help="timed runs (median)"
+        "--repeat", type=parse_repeat, default=3, metavar="N", help="timed runs (median)"
     )
     p.add_argument("--plot", metavar="PNG", help="write a rate-distortion plot (matplotlib)")
     _raw_options(p)
@@ -241,8 +295,9 @@ def _add_demo(sub) -> None:
     )
     p.add_argument(
         "--rel",
-        type=float,
+        type=parse_positive_rel,
         action="append",
+        metavar="E",
         help="value-range relative bound (repeatable; default 1e-2, 1e-3, 1e-4)",
     )
 

@@ -96,8 +96,11 @@ class _Plan:
         return self.overrides.get(name.rsplit("/", 1)[-1], self.default)
 
     def compresses(self, source) -> bool:
-        """Whether a dataset of this dtype is compressed (floats), else copied."""
+        """Whether a dataset of this dtype is compressed (floats; with a lossless codec
+        integers too), else copied."""
         dtype = np.dtype(source.dtype)
+        if dtype.kind in "iu" and not self.codec.lossy:
+            return dtype.name in self.codec.dtypes
         if dtype.kind != "f" or dtype.name not in FLOAT_DTYPES:
             return False
         if dtype.name not in self.codec.dtypes:
@@ -106,6 +109,20 @@ class _Plan:
                 f"{', '.join(self.codec.dtypes)}: choose another codec"
             )
         return True
+
+    def copy_reason(self, obj, regions=()) -> str:
+        """Why HDF5 dataset ``obj`` is copied as it is, or "" when it is compressed."""
+        if obj.shape is None:
+            return "copied: a null dataspace holds no values"
+        if is_scale(obj):
+            return "copied: a dimension scale is kept exact"
+        if obj.id in regions:
+            return "copied: region references point into it"
+        if not self.compresses(obj):
+            if not self.codec.lossy:
+                return f"copied: codec {self.codec.name} does not take {obj.dtype} data"
+            return f"copied: {obj.dtype} data takes no error bound (floats are compressed)"
+        return ""
 
 
 def value_range(source, chunk_rows: int) -> tuple[float, float]:
@@ -122,12 +139,15 @@ def value_range(source, chunk_rows: int) -> tuple[float, float]:
     return (0.0, 0.0) if lo > hi else (lo, hi)
 
 
-def compress_stream(source, sink, name, codec, bound, chunk_bytes, workers, progress) -> tuple:
+def compress_stream(
+    source, sink, name, codec, bound, chunk_bytes, workers, progress, order="C"
+) -> tuple:
     """Write ``source`` (array-like, rows by slicing) as a v1 stream into ``sink``.
 
     Returns (resolved bound, stream length in bytes). ``rel`` bounds take one
     extra pass over the data for the value range, as :func:`tensorpress.compress`
-    resolves them.
+    resolves them. ``order``: the layout a reader hands back ("F" for a Fortran-ordered
+    input; the values are stored in C order either way).
     """
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
@@ -139,7 +159,7 @@ def compress_stream(source, sink, name, codec, bound, chunk_bytes, workers, prog
         sink,
         dtype.newbyteorder("<").str,
         shape,
-        "C",
+        order,
         codec.get_config(),
         bound,
         rows,
@@ -254,6 +274,11 @@ def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, pro
     return _compressed_report("data", array, plan.codec, bound, nbytes, t0)
 
 
+#: why a dataset whose compressed stream would be no smaller than its values is stored
+#: as it is: an output never grows by more than a fixed overhead per file
+STORED_RAW = "stored raw: compression does not pay"
+
+
 def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress):
     items = list(walk(fin))
     for _, kind, obj in items:
@@ -269,33 +294,41 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
             t0 = time.perf_counter()
             if kind == "group":
                 copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
-            elif kind != "dataset":
+                continue
+            if kind != "dataset":
                 make_link(fout, path, kind, obj)
-            elif (
-                obj.shape is not None
-                and not is_scale(obj)
-                and obj.id not in regions
-                and plan.compresses(obj)
-            ):
+                continue
+            why = plan.copy_reason(obj, regions)
+            report = None
+            if not why:
                 dims, labels = dimension_scales(obj)
-                sink = DatasetSink(fout, path)
-                bound, nbytes = compress_stream(
-                    obj,
-                    sink,
-                    path,
-                    plan.codec,
-                    plan.bound_for(path),
-                    chunk_bytes,
-                    workers,
-                    progress,
-                )
-                out = sink.close()
-                copy_attrs(obj, out, skip=(*DIM_ATTRS, "DIMENSION_LABELS"))
-                out.attrs[MARKER] = make_marker(obj, dims, labels)
-                reports.append(_compressed_report(path, obj, plan.codec, bound, nbytes, t0))
-            else:
-                reports.append(copy_plain(obj, fout, path, progress, t0))
+                marker = make_marker(obj, dims, labels)
+                write = (plan, chunk_bytes, workers, progress)
+                report = _compress_dataset(obj, fout, path, marker, write, t0)
+                if report is not None:
+                    copy_attrs(obj, fout[path], skip=(*DIM_ATTRS, "DIMENSION_LABELS"))
+                why = STORED_RAW
+            if report is None:
+                report = copy_plain(obj, fout, path, progress, t0, why)
                 plain.append((path, obj))
+            reports.append(report)
         attach_plain(plain, fout)
         carry_references(fin, fout, items)
     return reports
+
+
+def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float):
+    """Compress ``source`` into the uint8 dataset ``group[path]`` with its ``marker``; its
+    report, or None (nothing written) when the stream and marker would take as many bytes
+    as the values. ``write``: (plan, chunk_bytes, workers, progress)."""
+    plan, chunk_bytes, workers, progress = write
+    sink = DatasetSink(group, path)
+    bound, nbytes = compress_stream(
+        source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
+    )
+    original = math.prod(source.shape) * np.dtype(source.dtype).itemsize
+    if nbytes + len(marker) >= original:
+        sink.discard()
+        return None
+    sink.close().attrs[MARKER] = marker
+    return _compressed_report(path, source, plan.codec, bound, nbytes, t0)

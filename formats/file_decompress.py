@@ -5,8 +5,10 @@ appear only when complete (see file_output.py).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+import zipfile
 
 import h5py
 import numpy as np
@@ -40,47 +42,124 @@ from .stream_reader import ContainerReader, FileSource
 from .workers import resolve_workers
 
 
-def decompress_file(src, dst, *, workers=None, overwrite=False, progress=None) -> list:
+def decompress_file(src, dst, *, raw=False, workers=None, overwrite=False, progress=None) -> list:
     """Restore the original data of a file written by :func:`compress_file`.
 
     HDF5 -> HDF5 (``dst`` .h5/.hdf5): every dataset with its dtype, shape,
     attributes, fill value and dimension scales; references point at the objects
-    at the same paths. A container -> .npy, raw
-    little-endian bytes when ``dst`` ends in .f32/.f64/.dat/.raw/.bin, or an
-    HDF5 file with the dataset "data" when it ends in .h5/.hdf5.
+    at the same paths. HDF5 -> .npz: every dataset, by path, an array of the archive.
+    A container -> .npy (in the layout it was compressed from, C or Fortran), raw
+    little-endian bytes in C order when ``dst`` ends in .f32/.f64/.dat/.raw/.bin or
+    ``raw`` is true, or an HDF5 file with the dataset "data" when it ends in .h5/.hdf5.
+    A damaged dataset raises the reader's error, naming the dataset.
     """
     src = check_input(src)
     workers = resolve_workers(workers)
     kind = file_kind(src)
+    if kind == "hdf5" and has_extension(dst, (".npz",)) and not raw:
+        return _decompress_to_npz(src, dst, workers, overwrite, progress)
     if kind == "hdf5":
-        if not is_hdf5_path(dst):
-            raise ValueError(f"{src} is HDF5: give a destination ending in .h5 or .hdf5")
+        if not is_hdf5_path(dst) or raw:
+            raise ValueError(f"{src} is HDF5: give a destination ending in .h5, .hdf5 or .npz")
         with h5py.File(src, "r") as fin:
             return _decompress_hdf5(fin, src, dst, workers, overwrite, progress)
     if kind != "container":
         raise ValueError(f"{src} is not a tensorpress-compressed file (it is {kind})")
+    raw = raw or has_extension(dst, RAW_EXTENSIONS)
     source = FileSource(src)
     try:
         reader = ContainerReader(source, workers=workers)
-        if is_bfloat16(reader.dtype) and not has_extension(dst, RAW_EXTENSIONS):
+        if is_bfloat16(reader.dtype) and not raw:
             raise ValueError(
                 f"{src} holds bfloat16 values, which .npy and HDF5 files cannot name: give a "
                 "raw destination (.bin, .raw, .dat) or read it with tensorpress.decompress"
             )
         t0 = time.perf_counter()
         with atomic_output(src, dst, overwrite) as tmp:
-            if is_hdf5_path(dst):
-                with h5py.File(tmp, "w") as fout:
-                    out = fout.create_dataset("data", shape=reader.shape, dtype=reader.dtype)
-                    _decode_into(reader, "data", out, workers, progress)
-            else:
-                with open(tmp, "wb") as f:
-                    if not has_extension(dst, RAW_EXTENSIONS):
-                        _write_npy_header(f, reader.dtype, reader.shape)
-                    _decode_into(reader, "data", _RawWriter(f), workers, progress)
+            _write_container(reader, tmp, "raw" if raw else _kind_of(dst), workers, progress)
         return [_decoded_report("data", reader, reader.dtype, t0)]
     finally:
         source.close()
+
+
+def _kind_of(dst) -> str:
+    """What a container is restored to, by ``dst``'s extension: "hdf5" or "npy"."""
+    if is_hdf5_path(dst):
+        return "hdf5"
+    if has_extension(dst, (".npz",)):
+        raise ValueError(f"{dst}: a container holds one array: give a .npy destination")
+    return "npy"
+
+
+def _write_container(reader, tmp, kind: str, workers, progress) -> None:
+    """Decode ``reader`` into the file ``tmp`` as ``kind``: "hdf5", "npy" or "raw"."""
+    if kind == "hdf5":
+        with h5py.File(tmp, "w") as fout:
+            out = fout.create_dataset("data", shape=reader.shape, dtype=reader.dtype)
+            _decode_into(reader, "data", out, workers, progress)
+    elif kind == "npy" and reader.header.order == "F" and len(reader.shape) > 1:
+        out = np.lib.format.open_memmap(
+            tmp, mode="w+", dtype=reader.dtype, shape=reader.shape, fortran_order=True
+        )
+        _decode_into(reader, "data", out, workers, progress)
+        out.flush()
+        del out
+    else:
+        with open(tmp, "wb") as f:
+            if kind == "npy":
+                _write_npy_header(f, reader.dtype, reader.shape)
+            _decode_into(reader, "data", _RawWriter(f), workers, progress)
+
+
+def _decompress_to_npz(src, dst, workers, overwrite, progress) -> list:
+    """Every dataset of HDF5 file ``src`` (compressed or not) as an array of a .npz
+    archive named by its path; each is read whole, one at a time."""
+    reports = []
+    with (
+        open_compressed(src, workers=workers) as cf,
+        atomic_output(src, dst, overwrite) as tmp,
+        zipfile.ZipFile(tmp, "w", allowZip64=True) as zf,
+    ):
+        for name, ds in cf.items():
+            t0 = time.perf_counter()
+            report_progress(progress, name, 0, ds.size * ds.dtype.itemsize)
+            with naming(name):
+                array = ds.read()
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+            report_progress(progress, name, array.nbytes, array.nbytes)
+            reports.append(_npz_report(name, ds, array.nbytes, t0))
+    return reports
+
+
+def _npz_report(name, ds, nbytes: int, t0: float) -> DatasetReport:
+    if ds.compressed:
+        h = ds.reader.header
+        stored, codec, bound = h.compressed_bytes, h.codec, ds.bound
+    else:
+        stored, codec, bound = nbytes, None, None
+    return DatasetReport(
+        name,
+        ds.compressed,
+        tuple(ds.shape),
+        ds.dtype.name,
+        codec,
+        bound,
+        nbytes,
+        stored,
+        time.perf_counter() - t0,
+    )
+
+
+@contextlib.contextmanager
+def naming(name: str):
+    """A damaged stream's error raised in the block names the dataset ``name``."""
+    try:
+        yield
+    except FormatError as exc:
+        if str(exc).startswith(f"{name}:"):
+            raise
+        raise type(exc)(f"{name}: {exc}") from exc
 
 
 class _RawWriter:
@@ -156,7 +235,8 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
                 reports.append(copy_plain(obj, fout, path, progress, t0))
                 plain.append((path, obj))
                 continue
-            reader = ContainerReader(DatasetSource(obj), workers=workers)
+            with naming(path):
+                reader = ContainerReader(DatasetSource(obj), workers=workers)
             if reader.shape != marker["shape"]:
                 raise FormatError(f"{path}: the stream's shape disagrees with its marker")
             out = fout.create_dataset(
@@ -167,7 +247,8 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
                 maxshape=None if marker["maxshape"] is None else tuple(marker["maxshape"]),
                 fillvalue=fill_value(marker),
             )
-            _decode_into(reader, path, out, workers, progress)
+            with naming(path):
+                _decode_into(reader, path, out, workers, progress)
             copy_attrs(obj, out, skip=(*DIM_ATTRS, MARKER))
             restored.append((out, marker))
             reports.append(_decoded_report(path, reader, marker["dtype"], t0))

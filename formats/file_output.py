@@ -19,7 +19,9 @@ from .sources import HDF5_EXTENSIONS, has_extension
 
 @dataclass
 class DatasetReport:
-    """What happened to one dataset: sizes in bytes, time in seconds."""
+    """What happened to one dataset: sizes in bytes, time in seconds; ``note`` says why
+    a dataset was not compressed ("copied: int32 data takes no error bound", "stored
+    raw: compression does not pay"), empty for a compressed one."""
 
     name: str
     compressed: bool
@@ -30,6 +32,7 @@ class DatasetReport:
     original_bytes: int
     stored_bytes: int
     seconds: float
+    note: str = ""
 
     @property
     def ratio(self) -> float:
@@ -94,18 +97,20 @@ def atomic_output(src: str, dst, overwrite: bool):
         raise
 
 
-def plain_report(name, ds, t0: float) -> DatasetReport:
+def plain_report(name, ds, t0: float, note: str = "") -> DatasetReport:
     """The report of a dataset copied as it is, started at ``t0`` (perf_counter)."""
     shape = tuple(ds.shape or ())
     nbytes = int(ds.size or 0) * ds.dtype.itemsize if ds.shape is not None else 0
+    seconds = time.perf_counter() - t0
     return DatasetReport(
-        name, False, shape, str(ds.dtype), None, None, nbytes, nbytes, time.perf_counter() - t0
+        name, False, shape, str(ds.dtype), None, None, nbytes, nbytes, seconds, note
     )
 
 
-def copy_plain(ds, fout, path, progress, t0: float) -> DatasetReport:
-    """Copy an HDF5 dataset as it is (HDF5 copies it piecewise), without scale references."""
-    report = plain_report(path, ds, t0)
+def copy_plain(ds, fout, path, progress, t0: float, note: str = "") -> DatasetReport:
+    """Copy an HDF5 dataset as it is (HDF5 copies it piecewise), without scale references;
+    ``note`` says why it is not compressed."""
+    report = plain_report(path, ds, t0, note)
     report_progress(progress, path, 0, report.original_bytes)
     fout.copy(ds, path)
     for name in DIM_ATTRS:

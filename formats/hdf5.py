@@ -208,6 +208,12 @@ class DatasetSink:
         )
         self._buf = None
 
+    def discard(self) -> None:
+        """Forget the stream: nothing stays in the file (a spilled dataset is unlinked)."""
+        if self._ds is not None:
+            del self.group[self.name]
+        self._buf = self._ds = None
+
     def close(self) -> h5py.Dataset:
         """The dataset holding the stream."""
         if self._buf is not None:

@@ -460,7 +460,7 @@ def test_truncated_file(capsys, tmp_path, h5_file, ext):
         ("compress {dir}/x.f32 {dir}/o.tp --rel -1", "invalid bound"),
         ("compress {dir}/x.f32 {dir}/o.tp --abs nan", "invalid bound"),
         ("compress {dir}/x.f32 {dir}/o.tp --abs 1 --rel 1", "not allowed"),
-        ("compress {dir}/x.f32 {dir}/o.tp", "required"),
+        ("compress {dir}/x.f32 {dir}/o.tp", "needs an error bound"),
         ("compress {dir}/x.f32 {dir}/o.tp --rel 1e-3 --chunk 4Q", "size"),
         ("decompress {dir}/missing.tp {dir}/o.npy", "missing.tp"),
         ("verify {dir}/missing.h5 {dir}/x.f32", "missing.h5"),
