@@ -262,13 +262,18 @@ def test_large_records_read_in_pieces_are_exact(tmp_path, monkeypatch, dtype):
         assert store.stats.prefetched_gets == 3 and store.stats.read_bytes == 4 * nbytes
         (slab,) = [p for p in store.spill.path.iterdir() if p.name.startswith("slab")]
         raw = bytearray(slab.read_bytes())
-        at = raw.find(x[-16:].contiguous().view(torch.uint8).numpy().tobytes())  # record 0's
+        # the end of the record written first (the workers may store them in any order)
+        at = raw.find(x[-16:].contiguous().view(torch.uint8).numpy().tobytes())
         assert at > 3 * spill_read.PIECE_BYTES
         raw[at] ^= 0x10
         slab.write_bytes(bytes(raw))
-        with pytest.raises(CorruptRecordError):
-            store.get(hs[0])
-        assert torch.equal(store.get(hs[1]), x)
+        corrupt = 0
+        for h in hs:
+            try:
+                assert torch.equal(store.get(h), x)
+            except CorruptRecordError:
+                corrupt += 1
+        assert corrupt == 1
 
 
 def test_large_records_come_back_in_reused_buffers_never_shared(tmp_path):
