@@ -197,8 +197,8 @@ def run_compress(args) -> int:
         overrides[key] = _check_bound(value)
     _check_raw_options(args)
     require_input(args.input)
-    _check_compressed_name(args)
     require_output(args.output, args.force)
+    _check_compressed_name(args)
     kwargs = {} if args.chunk is None else {"chunk_bytes": args.chunk}
     t0 = time.perf_counter()
     with Progress(args.quiet or False) as progress:
@@ -214,6 +214,7 @@ def run_compress(args) -> int:
             shape=args.shape,
             overwrite=args.force,
             progress=progress,
+            raw_when_larger=True,
             **kwargs,
         )
     _warn_copied_overrides(overrides, reports)
@@ -232,8 +233,8 @@ def run_decompress(args) -> int:
     from ..formats import decompress_file
 
     require_input(args.input)
-    _check_restored_name(args)
     require_output(args.output, args.force)
+    _check_restored_name(args)
     t0 = time.perf_counter()
     with Progress(args.quiet) as progress:
         reports = decompress_file(
@@ -326,7 +327,7 @@ def _info_hdf5(path: str, as_json: bool) -> int:
         return EXIT_OK
     rows = [
         [
-            d["name"],
+            d["name"] + "".join(f" (= {alias})" for alias in d.get("also", [])),
             "x".join(map(str, d["shape"])) or "scalar",
             d["dtype"],
             codec_text(d["codec"]) if d["compressed"] else "copied",

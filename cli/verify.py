@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..formats.hdf5_refs import ref_kind, ref_targets
-from .errors import EXIT_OK, EXIT_VIOLATION, UserError, require_input
+from .errors import EXIT_ERROR, EXIT_OK, EXIT_VIOLATION, UserError, require_input
 from .output import Progress, bound_text, emit_json, finite_or_none, fmt, json_safe, print_table
 
 VERIFY_BLOCK_BYTES = 4 << 20  # original bytes compared at a time by verify
@@ -142,49 +142,89 @@ class ErrorCheck:
 
 
 def run_verify(args) -> int:
-    """``tensorpress verify``: exit 1 if any element is outside its stored bound."""
-    from ..formats import describe_file, open_compressed
+    """``tensorpress verify``: every dataset is checked and reported; exit 1 if an element
+    is outside its stored bound, 2 if a dataset could not be read (damaged)."""
+    from ..formats import FormatError, open_compressed
     from ..formats.reader import open_source
 
     require_input(args.original)
     require_input(args.compressed)
-    ratios = _stored_ratios(args.compressed, describe_file)
+    _require_tensorpress_file(args.compressed)
     results = []
-    with (
-        open_source(args.original, dtype=args.dtype, shape=args.shape) as original,
-        open_compressed(args.compressed) as compressed,
-        Progress(args.quiet) as progress,
-    ):
-        for name in list(dict.fromkeys([*original, *compressed])):
-            results.append(_verify_one(name, original, compressed, progress))
-            results[-1]["ratio"] = ratios.get(name)
+    with open_compressed(args.compressed, strict=False) as compressed:
+        dtype, shape = _raw_layout(args, compressed)
+        with (
+            open_source(args.original, dtype=dtype, shape=shape) as original,
+            Progress(args.quiet) as progress,
+        ):
+            for name in list(dict.fromkeys([*original, *compressed])):
+                try:
+                    res = _verify_one(name, original, compressed, progress)
+                except FormatError as exc:  # a damaged stream: say so, check the others
+                    res = {"name": name, "shape": None, "bound": None, "status": f"ERROR: {exc}"}
+                    res["error"] = " ".join(str(exc).split())
+                res["ratio"] = _ratio(compressed[name]) if name in compressed else None
+                results.append(res)
+    return _report_verify(args, results)
+
+
+def _report_verify(args, results: list) -> int:
     failed = [r["name"] for r in results if r["status"] != "ok"]
+    damaged = [r for r in results if "error" in r]
     doc = {
         "original": args.original,
         "compressed": args.compressed,
         "ok": not failed,
         "failed": failed,
+        "damaged": [r["name"] for r in damaged],
         "datasets": results,
     }
     if args.json:
         emit_json(json_safe(doc))
     elif not args.quiet:
         _print_verify(doc)
-    elif failed:
+    elif failed and not damaged:
         print(f"tensorpress: bound violated in {', '.join(failed)}", file=sys.stderr)
+    if damaged:
+        errors = "; ".join(r["error"] for r in damaged)
+        print(
+            f"tensorpress: error: {len(damaged)} dataset(s) unreadable: {errors}", file=sys.stderr
+        )
+        return EXIT_ERROR
     return EXIT_VIOLATION if failed else EXIT_OK
 
 
-def _stored_ratios(path: str, describe_file) -> dict:
+def _require_tensorpress_file(path: str) -> None:
     import h5py
 
-    if not h5py.is_hdf5(path):
-        from ..formats.stream_header import MAGIC
+    from ..formats.stream_header import MAGIC
 
+    if not h5py.is_hdf5(path):
         with open(path, "rb") as f:
             if f.read(len(MAGIC)) != MAGIC:
                 raise UserError(f"{path} is not a tensorpress file (neither .tp nor HDF5)")
-    return {d["name"]: finite_or_none(d.get("ratio")) for d in describe_file(path)}
+
+
+def _raw_layout(args, compressed) -> tuple:
+    """``--dtype`` and ``--shape`` for a raw original; when neither is given, those of the
+    compressed file's one array (a .tp container records both)."""
+    from ..formats.sources import file_kind
+
+    if (args.dtype is None) != (args.shape is None):
+        missing = "--shape" if args.shape is None else "--dtype"
+        raise UserError(f"{missing} is missing: give both, or neither to take the stream's")
+    if args.dtype is not None or file_kind(args.original) != "raw" or len(compressed) != 1:
+        return args.dtype, args.shape
+    (ds,) = compressed.values()
+    return ds.dtype, ds.shape
+
+
+def _ratio(ds) -> float | None:
+    """original / stored bytes of a dataset of an opened compressed file (1 for a plain one)."""
+    if not ds.compressed or getattr(ds, "reader", None) is None:
+        return 1.0 if not ds.compressed else None
+    h = ds.reader.header
+    return finite_or_none(h.original_bytes / h.compressed_bytes if h.compressed_bytes else None)
 
 
 def _verify_one(name: str, original, compressed, progress) -> dict:

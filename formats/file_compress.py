@@ -65,6 +65,9 @@ def _bound_of(spec, name: str) -> ErrorBound | None:
 class _Plan:
     """The codec and the error bound of every dataset, checked before writing."""
 
+    #: store a dataset as it is when its stream would not be smaller
+    raw_when_larger = False
+
     def __init__(self, codec, codec_options, bound, overrides):
         self.codec = get_codec(codec, **(codec_options or {}))
         self.default = _bound_of(bound, "bound")
@@ -205,6 +208,7 @@ def compress_file(
     shape=None,
     overwrite=False,
     progress=None,
+    raw_when_larger=False,
 ) -> list[DatasetReport]:
     """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
 
@@ -215,10 +219,15 @@ def compress_file(
     ``chunk_bytes``: input bytes per chunk (None: the codec's default);
     ``workers``: threads (None: all cores); ``dtype``/``shape`` describe raw
     binary inputs. ``progress(name, done_bytes, total_bytes)`` is called when
-    a dataset starts and after each chunk. Returns one report per dataset.
+    a dataset starts and after each chunk. ``raw_when_larger``: an HDF5 output stores
+    a dataset as it is (its report's note says "stored raw") when its stream would take
+    as many bytes as its values (a scalar, a tiny or constant dataset), so that the
+    output never grows by more than a fixed overhead per file. Returns one report per
+    dataset.
     """
     src = check_input(src)
     plan = _Plan(codec, codec_options, bound, overrides)
+    plan.raw_when_larger = raw_when_larger
     if chunk_bytes is None:
         chunk_bytes = plan.codec.default_chunk_bytes
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
@@ -327,7 +336,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
     )
     original = math.prod(source.shape) * np.dtype(source.dtype).itemsize
-    if nbytes + len(marker) >= original:
+    if plan.raw_when_larger and nbytes + len(marker) >= original:
         sink.discard()
         return None
     sink.close().attrs[MARKER] = marker

@@ -5,7 +5,6 @@ appear only when complete (see file_output.py).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import zipfile
@@ -35,7 +34,7 @@ from .hdf5 import (
     walk,
 )
 from .hdf5_refs import carry_references, refuse_compressed_regions
-from .reader import open_compressed
+from .reader import naming, open_compressed
 from .sources import RAW_EXTENSIONS, check_input, file_kind, has_extension
 from .stream_header import is_bfloat16
 from .stream_reader import ContainerReader, FileSource
@@ -151,17 +150,6 @@ def _npz_report(name, ds, nbytes: int, t0: float) -> DatasetReport:
     )
 
 
-@contextlib.contextmanager
-def naming(name: str):
-    """A damaged stream's error raised in the block names the dataset ``name``."""
-    try:
-        yield
-    except FormatError as exc:
-        if str(exc).startswith(f"{name}:"):
-            raise
-        raise type(exc)(f"{name}: {exc}") from exc
-
-
 class _RawWriter:
     """Rows assigned in order become little-endian C-order bytes in a file."""
 
@@ -260,10 +248,13 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
 
 
 def describe_file(path) -> list[dict]:
-    """One dict per dataset: name, compressed, shape, dtype, codec, bound, sizes, version."""
+    """One dict per dataset: name, compressed, shape, dtype, codec, bound, sizes, version,
+    and its other names (``also``: HDF5 hard links; such a dataset is counted once)."""
     with open_compressed(path) as cf:
         out = []
         for name, ds in cf.items():
+            if getattr(ds, "error", None) is not None:
+                raise ds.error
             if ds.compressed:
                 h = ds.reader.header
                 original, stored, version, codec = (
@@ -287,6 +278,7 @@ def describe_file(path) -> list[dict]:
                     "stored_bytes": stored,
                     "ratio": ratio(original, stored),
                     "format_version": version,
+                    "also": [alias for alias, first in cf.aliases.items() if first == name],
                 }
             )
         return out

@@ -69,10 +69,41 @@ class CompressedDataset(Dataset):
         self.bound = None if h.bound is None else h.bound.to_dict()
 
     def __getitem__(self, key) -> np.ndarray:
-        return np.asarray(self.reader[key]).astype(self.dtype, copy=False)
+        with naming(self.name):
+            return np.asarray(self.reader[key]).astype(self.dtype, copy=False)
 
     def read(self) -> np.ndarray:
-        return self.reader.read().astype(self.dtype, copy=False)
+        with naming(self.name):
+            return self.reader.read().astype(self.dtype, copy=False)
+
+
+class DamagedDataset(Dataset):
+    """A compressed dataset whose stream cannot be opened (a damaged header or index):
+    the file's other datasets stay readable; reading this one raises ``error``, which
+    names it."""
+
+    compressed = True
+
+    def __init__(self, name, marker: dict, attrs, error: Exception):
+        super().__init__(name, marker["shape"], marker["dtype"], attrs)
+        self.error = error
+
+    def __getitem__(self, key) -> np.ndarray:
+        raise self.error
+
+    def read(self) -> np.ndarray:
+        raise self.error
+
+
+@contextlib.contextmanager
+def naming(name: str):
+    """A damaged stream's error raised in the block names the dataset ``name``."""
+    try:
+        yield
+    except FormatError as exc:
+        if str(exc).startswith(f"{name}:"):
+            raise
+        raise type(exc)(f"{name}: {exc}") from exc
 
 
 class PlainDataset(Dataset):
@@ -104,15 +135,22 @@ class PlainDataset(Dataset):
 
 
 class CompressedFile(Mapping):
-    """An opened file: a read-only mapping name -> :class:`Dataset`; close it after use."""
+    """An opened file: a read-only mapping name -> :class:`Dataset`; close it after use.
 
-    def __init__(self, datasets: dict, closers: list):
+    A dataset with several names (HDF5 hard links) is listed once, under the first
+    name in walk order; ``aliases`` maps its other names to that one, and indexing
+    takes either.
+    """
+
+    def __init__(self, datasets: dict, closers: list, aliases: dict | None = None):
         self._datasets = datasets
         self._closers = closers
+        self.aliases = dict(aliases or {})
 
     def __getitem__(self, name: str) -> Dataset:
+        name = name.lstrip("/")
         try:
-            return self._datasets[name.lstrip("/")]
+            return self._datasets[self.aliases.get(name, name)]
         except KeyError:
             raise KeyError(
                 f"no dataset {name!r}; the file holds: {', '.join(self._datasets) or 'none'}"
@@ -135,8 +173,13 @@ class CompressedFile(Mapping):
         self.close()
 
 
-def open_compressed(path, *, workers: int | None = None) -> CompressedFile:
-    """Open an HDF5 file (compressed by tensorpress or plain), a container or a .npy file."""
+def open_compressed(path, *, workers: int | None = None, strict: bool = True) -> CompressedFile:
+    """Open an HDF5 file (compressed by tensorpress or plain), a container or a .npy file.
+
+    ``strict``: a compressed dataset of an HDF5 file whose stream cannot be opened
+    raises (naming it); otherwise it is a :class:`DamagedDataset` and the others
+    stay readable.
+    """
     kind = file_kind(path)
     path = check_input(path)
     if kind == "container":
@@ -158,32 +201,46 @@ def open_compressed(path, *, workers: int | None = None) -> CompressedFile:
         )
     f = h5py.File(path, "r")
     try:
-        return CompressedFile(hdf5_datasets(f, workers), [f.close])
+        return CompressedFile(hdf5_datasets(f, workers, strict), [f.close], hdf5_aliases(f))
     except BaseException:
         f.close()
         raise
 
 
-def hdf5_datasets(f: h5py.File, workers: int | None = None) -> dict:
-    """Every dataset of an open HDF5 file (hard-linked ones once per name), as Datasets."""
+def hdf5_datasets(f: h5py.File, workers: int | None = None, strict: bool = True) -> dict:
+    """Every dataset of an open HDF5 file as a Dataset, under its first name (see
+    :func:`hdf5_aliases` for the others). A compressed dataset whose stream cannot be
+    opened raises (``strict``) or is a :class:`DamagedDataset`."""
     out = {}
-    first = {}
     for path, kind, obj in walk(f):
-        if kind == "hardlink" and obj in first:
-            out[path] = first[obj]
         if kind != "dataset":
             continue
         marker = read_marker(obj)
         if marker is None:
             out[path] = PlainDataset(path, obj, user_attrs(obj))
-        else:
-            reader = ContainerReader(DatasetSource(obj), workers=workers)
-            if reader.shape != marker["shape"]:
-                raise FormatError(f"{path}: the stream's shape disagrees with its marker")
-            attrs = user_attrs(obj, skip=(MARKER, *DIM_ATTRS))
-            out[path] = CompressedDataset(path, reader, marker["dtype"], attrs)
-        first[path] = out[path]
+            continue
+        attrs = user_attrs(obj, skip=(MARKER, *DIM_ATTRS))
+        try:
+            with naming(path):
+                reader = ContainerReader(DatasetSource(obj), workers=workers)
+                if reader.shape != marker["shape"]:
+                    raise FormatError("the stream's shape disagrees with its marker")
+        except FormatError as exc:
+            if strict:
+                raise
+            out[path] = DamagedDataset(path, marker, attrs, exc)
+            continue
+        out[path] = CompressedDataset(path, reader, marker["dtype"], attrs)
     return out
+
+
+def hdf5_aliases(f: h5py.File) -> dict:
+    """The second (third...) names of hard-linked datasets -> their first name."""
+    return {
+        path: first
+        for path, kind, first in walk(f)
+        if kind == "hardlink" and isinstance(f[first], h5py.Dataset)
+    }
 
 
 @contextlib.contextmanager

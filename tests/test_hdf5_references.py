@@ -28,7 +28,7 @@ def _make_refs(path) -> None:
         f.create_dataset("pad", data=smooth((200, 50), np.float64, 1))
         g = f.create_group("g")
         a = g.create_dataset("a", data=smooth((40, 30), np.float32, 2))
-        cell = f.create_group("#refs#").create_dataset("c0", data=smooth((30,), np.float64, 3))
+        cell = f.create_group("#refs#").create_dataset("c0", data=smooth((300,), np.float64, 3))
         b = f.create_dataset("b", data=np.arange(50, dtype=np.int32))
         refs = f.create_dataset("refs", (4,), dtype=h5py.ref_dtype)
         refs[0], refs[1], refs[2] = a.ref, g.ref, cell.ref  # refs[3] stays null
