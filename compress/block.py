@@ -14,6 +14,8 @@ tensor ops (``kernels/block_torch.py``) and numba.cuda kernels for CUDA
 tensors (``kernels/block_cuda.py``) write the same bytes as the numba CPU
 kernels (``kernels/block.py``); all three take the layout's fields and the
 quantizer's rule from ``kernels/block_layout.py``.
+With ``entropy="zstd"`` a chunk's packed blocks are compressed once more with
+zstd where that is smaller (``block_entropy.py``; on the host only).
 Byte layout: formats/SPEC.md.
 """
 
@@ -23,6 +25,7 @@ import math
 
 import numpy as np
 
+from .block_entropy import check_entropy, squeeze, squeeze_tensor, unsqueeze, unsqueeze_tensor
 from .bounds import ErrorBound
 from .codec import Codec, deliver
 from .kernels import block as kb
@@ -69,17 +72,29 @@ def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound
 
 @register_codec
 class BlockCodec(Codec):
-    """Blocks of 64 values, each packed at its own bit width; see the module docstring."""
+    """Blocks of 64 values, each packed at its own bit width; see the module docstring.
+
+    ``entropy``: ``"none"`` (the default: the kernels' bytes, on every device) or
+    ``"zstd"`` (zstd over a chunk's packed blocks where that is smaller, on the host).
+    """
 
     name = "block"
     default_chunk_bytes = 1 << 20
     devices = ("cpu", "cuda")
     keeps_zeros = True
 
+    def __init__(self, *, entropy: str = "none", **bound):
+        super().__init__(**bound)
+        self.entropy = check_entropy(entropy)
+
+    def parameters(self) -> dict:
+        return {} if self.entropy == "none" else {"entropy": self.entropy}
+
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
-        return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound)
+        payload = encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound)
+        return payload if self.entropy == "none" else squeeze(payload)
 
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)
@@ -88,7 +103,8 @@ class BlockCodec(Codec):
         direct = out is not None and out.flags.c_contiguous and out.dtype == dtype
         res = out.reshape(-1) if direct else np.empty(n, dtype)
         pw = bound.resolved_mode == "pw_rel"
-        self._decode_into(np.frombuffer(payload, np.uint8), n, dtype, pw, step, res)
+        buf = unsqueeze(np.frombuffer(payload, np.uint8), n, dtype.itemsize, pw)
+        self._decode_into(buf, n, dtype, pw, step, res)
         return out if direct else deliver(res, shape, out)
 
     @staticmethod
@@ -138,13 +154,18 @@ class BlockCodec(Codec):
         step, inv = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
         args = (t, _chunk_elems(t.shape, chunk_rows), pw, bound.tolerance, step, inv)
-        return _run_kernels("encode", t.is_cuda, args)
+        payload, lengths = _run_kernels("encode", t.is_cuda, args)
+        return (payload, lengths) if self.entropy == "none" else squeeze_tensor(payload, lengths)
 
     def decode_tensor(self, payload, lengths, shape, dtype, bound, chunk_rows):
         step, _ = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
         n = math.prod(shape)
-        args = (list(lengths), n, _chunk_elems(shape, chunk_rows), dtype, pw, step)
+        elems = _chunk_elems(shape, chunk_rows)
+        if self.entropy != "none":  # mode-3 chunks are unpacked on the host
+            itemsize = dtype.itemsize
+            payload, lengths = unsqueeze_tensor(payload, list(lengths), n, elems, itemsize, pw)
+        args = (list(lengths), n, elems, dtype, pw, step)
         return _run_kernels("decode", payload.is_cuda, (payload, *args)).reshape(shape)
 
 

@@ -24,6 +24,9 @@ BLOCK = 64  # values per block
 MODE_FIRST_LAYOUT = 0
 MODE_RAW = 1  # the chunk's values as they are
 MODE_BLOCKS = 2  # headers, exponents, counts, then each block's data
+#: one zstd frame of a MODE_BLOCKS payload without its mode byte (``entropy="zstd"``);
+#: written and read on the host only (``compress/block_entropy.py``), never by a kernel
+MODE_BLOCKS_ZSTD = 3
 
 # -- a block's header byte
 WIDTH_MASK = 0x1F  # bits 0-4: the code width w in bits

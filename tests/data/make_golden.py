@@ -95,6 +95,29 @@ def cases():
             "stages": stages,
         },
     )
+    # block's entropy mode: chunks in mode 3 (zstd over the packed blocks), 2 and 1 (raw)
+    yield (
+        "block_entropy_f32",
+        _entropy_mix(np.float32, 19),
+        {
+            "codec": {"id": "block", "entropy": "zstd"},
+            "rel": 1e-2,
+            "chunk_bytes": 2048,
+        },
+    )
+    # a PSNR target: the header records it beside the bound it chose
+    yield "sz_f32_psnr", _smooth((48, 40), np.float32, 20), {"psnr": 60.0}
+
+
+def _entropy_mix(dtype, seed):
+    """Rows of GELU outputs (where zstd over the packed blocks pays), of uniform noise
+    (where it does not) and of NaN (a raw chunk)."""
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((24, 64))
+    gelu = 0.5 * g * (1 + np.tanh(0.7978845608 * (g + 0.044715 * g**3)))
+    noise = rng.uniform(-2.0, 4.0, (8, 64))
+    gaps = np.full((8, 64), np.nan)
+    return np.concatenate([gelu[:16], noise, gaps, gelu[16:]]).astype(dtype)
 
 
 def _block_mix(dtype, seed):

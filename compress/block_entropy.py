@@ -1,0 +1,93 @@
+"""The ``block`` codec's entropy mode: zstd over a chunk's packed blocks, where it pays.
+
+Fixed-width packing pays for bits an entropy coder would not: on skewed
+distributions (GELU outputs, attention probabilities, LayerNorm outputs) and on
+smooth fields whose blocks repeat, a plain quantize-then-zstd can write fewer
+bytes than the packed blocks. With ``entropy="zstd"`` each chunk payload in the
+blocks mode (2) is compressed once more with zstd, and kept as a mode-3 payload
+(the mode byte 3, then one zstd frame of the mode-2 payload without its mode byte)
+only when that is smaller. The choice is per chunk, from the bytes alone, so a
+chunk's payload depends on nothing but its values and the config; the GPU kernels
+write mode-2 payloads and the host applies this step to them (byte-identical, but
+a CUDA tensor's payload travels to the host and back: the mode is for storage, not
+for the training step). ``benchmarks/compressors.py`` (rows ``tp-block-z``)
+measures what it gains and costs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import block_layout as bl
+from .stages import zstd_compress, zstd_decompress
+
+#: the entropy modes a ``block`` codec takes (config key ``"entropy"``)
+ENTROPY_MODES = ("none", "zstd")
+#: zstd level of mode-3 payloads: level 1 keeps most of level 3's gain on packed codes
+#: at about twice its speed (see benchmarks/compressors.py)
+ZSTD_LEVEL = 1
+
+
+def check_entropy(entropy) -> str:
+    """Validate the ``entropy`` parameter of a ``block`` codec."""
+    if entropy not in ENTROPY_MODES:
+        raise ValueError(f"block entropy must be one of {ENTROPY_MODES}, got {entropy!r}")
+    return entropy
+
+
+def squeeze(payload: bytes) -> bytes:
+    """``payload`` (one chunk, any mode) as a mode-3 payload when that is smaller, else
+    unchanged."""
+    if len(payload) < 16 or payload[0] != bl.MODE_BLOCKS:
+        return payload
+    frame = zstd_compress(memoryview(payload)[1:], ZSTD_LEVEL)
+    if 1 + len(frame) >= len(payload):
+        return payload
+    return bytes([bl.MODE_BLOCKS_ZSTD]) + frame
+
+
+def unsqueeze(buf, n: int, itemsize: int, pw: bool):
+    """The mode-2 payload inside a mode-3 payload ``buf`` (a uint8 array or bytes) of a
+    chunk of ``n`` values of ``itemsize`` bytes; any other payload is returned as is."""
+    if len(buf) < 1 or buf[0] != bl.MODE_BLOCKS_ZSTD:
+        return buf
+    nb = -(-n // bl.BLOCK)
+    limit = bl.counts_at(nb, pw) + nb + n * itemsize  # no mode-2 payload is longer
+    body = zstd_decompress(memoryview(np.asarray(buf, np.uint8))[1:], limit)
+    out = np.empty(1 + len(body), np.uint8)
+    out[0] = bl.MODE_BLOCKS
+    out[1:] = np.frombuffer(body, np.uint8)
+    return out
+
+
+def squeeze_tensor(payload, lengths: list):
+    """:func:`squeeze` on each chunk of a tensor path's ``(payload, lengths)``; the
+    payload comes back on its device."""
+    import torch
+
+    host = payload.cpu().numpy()
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
+    parts = [squeeze(host[a:b].tobytes()) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    out = torch.from_numpy(np.frombuffer(b"".join(parts), np.uint8).copy())
+    return out.to(payload.device), [len(p) for p in parts]
+
+
+def unsqueeze_tensor(payload, lengths: list, n: int, chunk_elems: int, itemsize: int, pw: bool):
+    """Inverse of :func:`squeeze_tensor` on a ``(payload, lengths)`` of ``n`` values cut
+    every ``chunk_elems``: mode-3 chunks unpacked to mode 2 (payload back on its
+    device); unchanged when no chunk is in mode 3."""
+    import torch
+
+    if len(lengths) * chunk_elems < n or sum(lengths) != payload.numel():
+        return payload, lengths  # the kernels report the mismatch
+    host = payload.cpu().numpy()
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
+    pairs = list(zip(starts[:-1], starts[1:], strict=True))
+    if not any(b > a and host[a] == bl.MODE_BLOCKS_ZSTD for a, b in pairs):
+        return payload, lengths
+    parts = []
+    for i, (a, b) in enumerate(pairs):
+        m = min(chunk_elems, n - i * chunk_elems)
+        parts.append(np.asarray(unsqueeze(host[a:b], m, itemsize, pw), np.uint8))
+    out = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, np.uint8))
+    return out.to(payload.device), [p.size for p in parts]
