@@ -22,6 +22,7 @@ from .file_output import (
     attach_plain,
     copy_plain,
     is_hdf5_path,
+    plain_report,
     report_progress,
 )
 from .hdf5 import (
@@ -36,7 +37,7 @@ from .hdf5 import (
     walk,
 )
 from .hdf5_refs import carry_references, region_targets
-from .sources import RowFile, check_input, file_kind, npy_rows, raw_layout
+from .sources import RowFile, check_input, file_kind, npy_rows, open_npz, raw_layout
 from .stream_header import nchunks_for
 from .stream_writer import DEFAULT_CHUNK_BYTES, FileSink, StreamWriter, checked_chunks
 from .workers import resolve_workers
@@ -246,9 +247,17 @@ def compress_file(
             )
         with h5py.File(src, "r") as fin:
             return _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress)
+    if kind in ("npy", "npz") and (dtype is not None or shape is not None):
+        raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is .{kind}")
+    if kind == "npz":
+        if not is_hdf5_path(dst):
+            raise ValueError(
+                f"{src} is .npz: its compressed form is an HDF5 file with one dataset per "
+                "array; give a destination ending in .h5 or .hdf5"
+            )
+        write = (plan, chunk_bytes, workers, progress)
+        return _compress_npz(open_npz(src), src, dst, write, overwrite)
     if kind == "npy":
-        if dtype is not None or shape is not None:
-            raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is .npy")
         array = npy_rows(src)
     else:
         array = RowFile(src, *raw_layout(src, dtype, shape))
@@ -277,10 +286,42 @@ def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, pro
                 )
         else:
             with open(tmp, "wb") as f:
-                bound, nbytes = compress_stream(
-                    array, FileSink(f), "data", plan.codec, bound, chunk_bytes, workers, progress
-                )
+                order = "F" if _fortran(array) else "C"  # a reader gives the same layout back
+                sink = FileSink(f)
+                write = (plan.codec, bound, chunk_bytes, workers, progress)
+                bound, nbytes = compress_stream(array, sink, "data", *write, order=order)
     return _compressed_report("data", array, plan.codec, bound, nbytes, t0)
+
+
+def _fortran(array) -> bool:
+    """Whether ``array`` is laid out in Fortran order only (a Fortran-ordered .npy)."""
+    flags = getattr(array, "flags", None)
+    return bool(flags is not None and array.ndim > 1 and flags.f_contiguous) and not (
+        flags.c_contiguous
+    )
+
+
+def _compress_npz(arrays: dict, src, dst, write: tuple, overwrite: bool) -> list:
+    """Each array of a .npz archive a dataset of HDF5 file ``dst``, by name: float
+    arrays compressed (or stored raw where that does not pay), the others copied."""
+    plan, progress = write[0], write[3]
+    plan.check_names(list(arrays))
+    reports = []
+    with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+        for name, array in arrays.items():
+            t0 = time.perf_counter()
+            why = "" if plan.compresses(array) else f"copied: {array.dtype} data is not compressed"
+            report = None
+            if not why:
+                marker = make_marker(array, [[] for _ in array.shape], ["" for _ in array.shape])
+                report = _compress_dataset(array, fout, name, marker, write, t0)
+                why = STORED_RAW
+            if report is None:
+                report_progress(progress, name, 0, array.nbytes)
+                fout.create_dataset(name, data=array)
+                report = plain_report(name, array, t0, why)
+            reports.append(report)
+    return reports
 
 
 #: why a dataset whose compressed stream would be no smaller than its values is stored

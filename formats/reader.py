@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import FormatError
 from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
-from .sources import check_input, check_no_layout, file_kind, open_npy, open_raw
+from .sources import check_input, check_no_layout, file_kind, open_npy, open_npz, open_raw
 from .stream_reader import ContainerReader, FileSource
 
 
@@ -248,9 +248,9 @@ def open_source(path, *, dtype=None, shape=None):
     """Yield ``{name: array-like}`` for any input file (``.shape``, ``.dtype``, ``[a:b]``).
 
     HDF5: every dataset as an h5py Dataset (names are paths without the
-    leading "/"); .npy and raw binary: ``{"data": read-only memory map}``; a
-    compressed file (container, or HDF5 from compress_file): as
-    :func:`open_compressed` gives it.
+    leading "/"); .npz: every array by name; .npy and raw binary:
+    ``{"data": read-only memory map}``; a compressed file (container, or HDF5 from
+    compress_file): as :func:`open_compressed` gives it.
     """
     kind = file_kind(path)
     path = os.fspath(path)
@@ -260,6 +260,8 @@ def open_source(path, *, dtype=None, shape=None):
     check_no_layout(path, dtype, shape)
     if kind == "npy":
         yield {"data": open_npy(path)}
+    elif kind == "npz":
+        yield open_npz(path)
     elif kind == "container":
         with open_compressed(path) as cf:
             yield dict(cf)

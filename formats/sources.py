@@ -20,6 +20,8 @@ HDF5_EXTENSIONS = (".h5", ".hdf5")
 #: dtypes a raw binary file may hold
 RAW_DTYPES = ("float32", "float64")
 _NPY_MAGIC = b"\x93NUMPY"
+#: the first bytes of a zip archive (a .npz file), with members or empty
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def check_input(path) -> str:
@@ -33,7 +35,7 @@ def check_input(path) -> str:
 
 
 def file_kind(path) -> str:
-    """ "hdf5", "npy", "container" or "raw", from the file's first bytes."""
+    """ "hdf5", "npy", "npz", "container" or "raw", from the file's first bytes."""
     path = check_input(path)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -43,6 +45,8 @@ def file_kind(path) -> str:
         return "container"
     if h5py.is_hdf5(path):
         return "hdf5"
+    if head.startswith(_ZIP_MAGIC):
+        return "npz"
     return "raw"
 
 
@@ -85,6 +89,22 @@ def open_raw(path, dtype, shape) -> np.ndarray:
     if math.prod(shape) == 0:
         return np.empty(shape, dt)
     return np.memmap(path, dtype=dt, mode="r", shape=shape)
+
+
+def open_npz(path) -> dict:
+    """The arrays of a .npz archive by name, each read whole (no pickled objects)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{path}: cannot read it as .npz: {exc}") from None
+    for name, array in arrays.items():
+        if array.dtype.kind == "U":
+            raise ValueError(
+                f"{path}: array {name!r} holds unicode strings, which an HDF5 file cannot "
+                "hold as they are: store them as bytes (dtype S) or leave them out"
+            )
+    return arrays
 
 
 def open_npy(path) -> np.ndarray:
