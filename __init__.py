@@ -56,7 +56,10 @@ def _compress(
     workers=None,
     **codec_params,
 ) -> bytes:
-    """Compress an array (numpy or torch) into a self-describing, checksummed stream.
+    """Compress an array into a self-describing, checksummed stream.
+
+    ``x``: a numpy array, a torch tensor, or what ``np.asarray`` turns into a numeric
+    array (a list of numbers, a memoryview, an ``array.array``, a scalar).
 
     Give exactly one bound for a lossy codec: ``abs`` (absolute), ``rel``
     (times the range max - min of the finite values) or ``pw_rel`` (times
@@ -217,8 +220,9 @@ def _bfloat16_tensor(x):
         if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
             return x.detach().cpu(), "C"
     if isinstance(x, np.ndarray) and is_bfloat16(x.dtype):
-        import torch
+        from .compress.optional_torch import import_torch
 
+        torch = import_torch("compressing bfloat16 values")
         bits = np.asarray(x, order="C").view(np.int16)  # 0-d stays 0-d
         return torch.from_numpy(bits).view(torch.bfloat16), _layout(x)
     return None

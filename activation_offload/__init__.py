@@ -1,5 +1,6 @@
 """Activation compression and tiered offload (saved-tensor hooks)."""
 
+from ..compress.optional_torch import torch as _torch  # noqa: F401  (install advice)
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
 from .optimizer import OptimizerOffload, offload_optimizer_state
 from .rules import RULES, Rules

@@ -23,13 +23,16 @@ def demo_field(n: int = 96, seed: int = 0) -> np.ndarray:
 
 
 def demo_activation(seed: int = 0) -> np.ndarray:
-    """A ReLU activation of a small random conv layer on smooth inputs, (32, 16, 32, 32)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.nn.functional.avg_pool2d(torch.randn(32, 3, 36, 36, generator=g), 5, 1)
-    w = torch.randn(16, 3, 3, 3, generator=g) / 5.0
-    return torch.relu(torch.nn.functional.conv2d(x, w, padding=1)).numpy()
+    """A ReLU activation of a small random conv layer on smooth inputs, (32, 16, 32, 32),
+    computed with numpy so that the demo runs without torch."""
+    rng = np.random.default_rng(seed)
+    windows = np.lib.stride_tricks.sliding_window_view
+    x = rng.standard_normal((32, 3, 36, 36)).astype(np.float32)
+    x = windows(x, (5, 5), axis=(2, 3)).mean(axis=(-2, -1))  # 5x5 average pool, stride 1
+    w = (rng.standard_normal((16, 3, 3, 3)) / 5.0).astype(np.float32)
+    x = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))  # 3x3 convolution, padding 1
+    y = np.einsum("nchwij,kcij->nkhw", windows(x, (3, 3), axis=(2, 3)), w, optimize=True)
+    return np.maximum(y, 0.0, dtype=np.float32)
 
 
 def run_demo(args) -> int:

@@ -15,6 +15,7 @@ into this) or ``pw_rel`` with its relative tolerance.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,10 +41,14 @@ class ErrorBound:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"unknown error-bound mode {self.mode!r}; use one of {MODES}")
-        try:
-            value = float(self.value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{self.mode} bound must be a number, got {self.value!r}") from None
+        # a real number only: float("1e-3") and float(True) would pass a string or a flag
+        # given by mistake as a bound
+        if isinstance(self.value, (bool, np.bool_)) or not isinstance(self.value, numbers.Real):
+            raise ValueError(
+                f"{self.mode} bound must be a real number, got {self.value!r} "
+                f"({type(self.value).__name__})"
+            )
+        value = float(self.value)
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{self.mode} bound must be a finite number >= 0, got {self.value!r}")
         object.__setattr__(self, "value", value)

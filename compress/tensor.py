@@ -15,11 +15,12 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-import torch
-
 from .bounds import ErrorBound
 from .codec import Codec, chunk_rows_for
+from .optional_torch import check_device, import_torch
 from .registry import get_codec
+
+torch = import_torch("tensorpress.compress.tensor (compress_tensor, decompress_tensor)")
 
 _TORCH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -73,6 +74,7 @@ class CompressedTensor:
 
     def to(self, device, non_blocking: bool = False) -> CompressedTensor:
         """The same compressed tensor with its payload on ``device``."""
+        check_device(device)
         return replace(self, payload=self.payload.to(device, non_blocking=non_blocking))
 
 
@@ -136,11 +138,13 @@ def decompress_tensor(ct, device=None) -> torch.Tensor:
     )
 
 
-def bytes_tensor(raw) -> torch.Tensor:
-    """A uint8 CPU tensor holding a copy of the bytes-like ``raw`` (a payload read from
-    a stream), for a codec's torch path."""
+def bytes_tensor(raw, device=None) -> torch.Tensor:
+    """A uint8 tensor holding a copy of the bytes-like ``raw`` (a payload read from a
+    stream), for a codec's torch path: on the CPU, or on ``device``."""
+    check_device(device)
     raw = bytearray(raw)
-    return torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+    t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+    return t if device is None else t.to(device)
 
 
 class ValueRange:

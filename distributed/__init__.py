@@ -9,6 +9,8 @@ each imports torch.distributed. ``.wire`` is the group-quantized wire format the
 first two share; ``.a2a_exchange`` the all-to-all's header and payload exchange.
 """
 
+from ..compress.optional_torch import torch as _torch  # noqa: F401  (install advice)
+
 __all__ = [
     "a2a_exchange",
     "adaptive_bounds",

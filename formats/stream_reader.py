@@ -329,8 +329,9 @@ def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndar
     ``compress_tensor`` wrote), as a numpy bfloat16 array (into ``out`` if given)."""
     if not codec.has_tensor_path or codec.stages:
         raise FormatError(f"codec {codec.name!r} (with its stages) cannot hold bfloat16 values")
-    import torch
+    from ..compress.optional_torch import import_torch
 
+    torch = import_torch("decoding bfloat16 values")
     from ..compress.tensor import bytes_tensor
 
     rows = max(shape[0], 1) if shape else 1  # the chunk is one chunk of its own rows

@@ -8,13 +8,14 @@ any device by :func:`~tensorpress.compress.decompress_tensor`.
 
 from __future__ import annotations
 
-import torch
-
+from ..compress.optional_torch import import_torch
 from ..compress.registry import get_codec
 from ..compress.tensor import CompressedTensor, bytes_tensor
 from .stream_header import stream_dtype
 from .stream_reader import verified_payloads
 from .stream_writer import write_stream
+
+torch = import_torch("tensorpress.formats.tensor_stream (tensor_to_stream, tensor_from_stream)")
 
 #: how the container names the dtypes a tensor stream can hold
 _STREAM_DTYPES = {
@@ -59,9 +60,7 @@ def tensor_from_stream(blob, device=None) -> CompressedTensor:
     name = stream_dtype(h.dtype)
     if name not in _FROM_STREAM:
         raise TypeError(f"cannot decode a {name} stream into a tensor")
-    data = bytes_tensor(payload)
-    if device is not None:
-        data = data.to(device)
+    data = bytes_tensor(payload, device)
     return CompressedTensor(
         data, tuple(h.lengths), tuple(h.shape), _FROM_STREAM[name], codec, h.bound, h.chunk_rows
     )
