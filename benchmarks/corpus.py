@@ -31,6 +31,10 @@ forward/backward whose tensors are captured):
   tf_mlp_pre_gelu MLP fc1 output (GELU input)
   tf_mlp_post_gelu GELU output (fc2 input)
   tf_fc1_wgrad    weight gradient of the MLP fc1 projection
+  vit_patch_embed ViT patch embedding (16x16 patches of smooth images, plus position)
+  vit_ln1_out     ViT LayerNorm output feeding the QKV projection
+  vit_attn_probs  ViT softmax attention probabilities (not causal), B,H,T,T
+  vit_mlp_post_gelu ViT GELU output of the MLP
 """
 
 from __future__ import annotations
@@ -308,6 +312,58 @@ def _build_transformer(
         return out
 
 
+def _smooth_images(torch, n: int, size: int):
+    """``n`` RGB images of smooth random structure (upsampled noise), N,3,H,W."""
+    low = torch.randn(n, 3, size // 16, size // 16)
+    return torch.nn.functional.interpolate(low, size=(size, size), mode="bicubic")
+
+
+def _build_vit(
+    batch: int = 16, size: int = 128, patch: int = 16, dim: int = 384, heads: int = 6
+) -> dict[str, np.ndarray]:
+    """A ViT-style encoder block (patch embedding, pre-LayerNorm attention over all tokens,
+    GELU MLP) trained a few Adam steps to classify smooth random images."""
+    with _torch_build() as torch:
+        nn = torch.nn
+        tokens = (size // patch) ** 2 + 1
+        embed = nn.Conv2d(3, dim, patch, stride=patch)
+        cls, pos = (
+            nn.Parameter(torch.zeros(1, 1, dim)),
+            nn.Parameter(0.02 * torch.randn(1, tokens, dim)),
+        )
+        ln1, ln2, ln_f = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        qkv, proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        fc1, fc2, head = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim), nn.Linear(dim, 10)
+        modules = (embed, ln1, ln2, ln_f, qkv, proj, fc1, fc2, head)
+        params = [cls, pos, *(p for m in modules for p in m.parameters())]
+        opt = torch.optim.Adam(params, lr=1e-3)
+        captured = {}
+
+        def forward(images):
+            x = embed(images).flatten(2).transpose(1, 2)
+            x = torch.cat([cls.expand(len(x), -1, -1), x], 1) + pos
+            h = ln1(x)
+            b, t, _ = h.shape
+            q, k, v = qkv(h).view(b, t, 3, heads, dim // heads).permute(2, 0, 3, 1, 4)
+            probs = ((q @ k.transpose(-2, -1)) / (dim // heads) ** 0.5).softmax(-1)
+            y = x + proj((probs @ v).transpose(1, 2).reshape(b, t, dim))
+            post = nn.functional.gelu(fc1(ln2(y)))
+            captured.update(vit_patch_embed=x, vit_ln1_out=h, vit_attn_probs=probs)
+            captured["vit_mlp_post_gelu"] = post
+            return head(ln_f(y + fc2(post))[:, 0])
+
+        for _ in range(5):
+            loss = nn.functional.cross_entropy(
+                forward(_smooth_images(torch, batch, size)), torch.randint(0, 10, (batch,))
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            forward(_smooth_images(torch, batch, size))
+        return {name: _to_numpy(t) for name, t in captured.items()}
+
+
 # --------------------------------------------------------------------------- registry
 
 # name -> (category, builder); a builder returns every array of its group.
@@ -330,6 +386,10 @@ _DATASETS: dict[str, tuple[str, Callable[[], dict[str, np.ndarray]]]] = {
     "tf_mlp_pre_gelu": ("dl", _build_transformer),
     "tf_mlp_post_gelu": ("dl", _build_transformer),
     "tf_fc1_wgrad": ("dl", _build_transformer),
+    "vit_patch_embed": ("dl", _build_vit),
+    "vit_ln1_out": ("dl", _build_vit),
+    "vit_attn_probs": ("dl", _build_vit),
+    "vit_mlp_post_gelu": ("dl", _build_vit),
 }
 
 #: dataset name -> "real" / "simulated" / "dl", in corpus order

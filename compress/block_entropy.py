@@ -35,12 +35,25 @@ def check_entropy(entropy) -> str:
     return entropy
 
 
+#: payloads at least this long are probed first: zstd on a sixteenth of them (from
+#: the middle) must save at least PROBE_GAIN of it, else the chunk stays in mode 2
+#: without compressing the whole payload (zstd costs the most where it gains least)
+PROBE_BYTES = 1 << 17
+PROBE_GAIN = 0.03
+
+
 def squeeze(payload: bytes) -> bytes:
     """``payload`` (one chunk, any mode) as a mode-3 payload when that is smaller, else
     unchanged."""
     if len(payload) < 16 or payload[0] != bl.MODE_BLOCKS:
         return payload
-    frame = zstd_compress(memoryview(payload)[1:], ZSTD_LEVEL)
+    body = memoryview(payload)[1:]
+    if len(body) >= PROBE_BYTES:
+        cut = len(body) // 16
+        sample = body[len(body) // 2 : len(body) // 2 + cut]
+        if len(zstd_compress(sample, ZSTD_LEVEL)) > (1 - PROBE_GAIN) * cut:
+            return payload
+    frame = zstd_compress(body, ZSTD_LEVEL)
     if 1 + len(frame) >= len(payload):
         return payload
     return bytes([bl.MODE_BLOCKS_ZSTD]) + frame
