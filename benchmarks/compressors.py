@@ -712,7 +712,7 @@ def _print_block_targets(rows: list[dict], markdown: bool) -> None:
         f"{BASELINE}, {BLOCK_2T} and {BLOCK_TORCH}; geometric means over arrays",
         [
             ("bound", 6, "<"),
-            ("measure", 44, "<"),
+            ("measure", 50, "<"),
             ("value", 8, ">"),
             ("target", 7, "<"),
             ("met", 3, "<"),
