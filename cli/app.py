@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from ..compress.kernels.numba_cache import announce_compilation
 from .bench import run_bench
 from .demo import run_demo
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_OK
+    announce_compilation()  # a first run compiles kernels for seconds: say so
     try:
         with terminate_as_interrupt():
             return COMMANDS[args.command](args)

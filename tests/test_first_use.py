@@ -1,0 +1,175 @@
+"""What a new user meets first: array-likes and bounds the API takes or refuses, a CUDA
+device asked for where there is none, the numba cache's place and the first-compilation
+notice, and torch.compile under activation compression."""
+
+from __future__ import annotations
+
+import array
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tensorpress as tp
+import torch
+from tensorpress.activation_offload import ActivationCompression
+from tensorpress.compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
+from tensorpress.compress.kernels.numba_cache import COMPILING, kernel_cache_dir
+from tensorpress.formats import tensor_from_stream, tensor_to_stream
+
+# -- what tp.compress takes -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        [1.0, 2.0, 4.0],
+        memoryview(np.array([1.0, 2.0, 4.0])),
+        array.array("f", [1.0, 2.0, 4.0]),
+        [[1.0, 2.0], [3.0, 5.0]],
+    ],
+    ids=["list", "memoryview", "array.array", "nested list"],
+)
+def test_compress_takes_what_np_asarray_turns_into_a_float_array(x):
+    want = np.asarray(x)
+    y = tp.decompress(tp.compress(x, rel=1e-3))
+    assert y.dtype == want.dtype and y.shape == want.shape
+    assert np.abs(y - want).max() <= 1e-3 * (want.max() - want.min())
+
+
+def test_compress_of_a_non_numeric_list_says_what_is_accepted():
+    with pytest.raises(TypeError, match="numeric array"):
+        tp.compress(["a", "b"], rel=1e-3)
+
+
+@pytest.mark.parametrize("bad", [True, np.bool_(False), "1e-3", b"1", np.array(1e-3), None])
+def test_bounds_that_are_not_real_numbers_are_refused(bad):
+    x = np.linspace(0, 1, 100)
+    if bad is None:
+        with pytest.raises(ValueError, match="exactly one error bound"):
+            tp.compress(x, rel=bad)
+        return
+    with pytest.raises(ValueError, match="must be a real number"):
+        tp.compress(x, rel=bad)
+    with pytest.raises(ValueError, match="must be a real number"):
+        get_codec("block", abs=bad)
+    with pytest.raises(ValueError, match="must be a real number"):
+        ErrorBound("pw_rel", bad)
+
+
+@pytest.mark.parametrize("good", [1e-3, 1, np.float32(1e-3), np.int64(1)])
+def test_real_bounds_of_any_numeric_type_are_taken(good):
+    x = np.linspace(0, 1, 100)
+    assert tp.info(tp.compress(x, abs=good))["bound"]["value"] == float(good)
+
+
+# -- a CUDA device where there is none ---------------------------------------------------
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+
+
+@no_cuda
+def test_decompress_tensor_on_cuda_without_cuda_says_so():
+    ct = compress_tensor(torch.linspace(0, 1, 1000), rel=1e-3)
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        decompress_tensor(ct, device="cuda")
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        ct.to(torch.device("cuda", 0))
+    assert torch.equal(decompress_tensor(ct, device="cpu"), decompress_tensor(ct))
+
+
+@no_cuda
+def test_tensor_from_stream_on_cuda_without_cuda_says_so():
+    blob = tensor_to_stream(compress_tensor(torch.linspace(0, 1, 1000), rel=1e-3))
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        tensor_from_stream(blob, device="cuda")
+    assert tensor_from_stream(blob, device="cpu").device.type == "cpu"
+
+
+# -- the numba cache -----------------------------------------------------------------------
+
+
+def test_a_users_numba_cache_dir_is_kept(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "mine"), "XDG_CACHE_HOME": str(tmp_path)}
+    assert kernel_cache_dir(not_a_dir, env) is None
+
+
+def test_a_writable_package_dir_keeps_numbas_cache_beside_the_sources(tmp_path):
+    assert kernel_cache_dir(tmp_path, {"XDG_CACHE_HOME": str(tmp_path / "cache")}) is None
+    assert (tmp_path / "__pycache__").is_dir()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_package_dir_that_cannot_be_written_caches_in_the_user_cache(tmp_path):
+    read_only = tmp_path / "file"  # a directory that can never be created under a file
+    read_only.write_text("")
+    path = kernel_cache_dir(read_only, {"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert path == str(tmp_path / "cache" / "tensorpress" / "numba")
+    assert os.path.isdir(path)
+    # no writable user cache either (XDG_CACHE_HOME is a file): a directory under /tmp
+    path = kernel_cache_dir(read_only, {"XDG_CACHE_HOME": str(read_only)})
+    assert path is not None and os.path.isdir(path)
+    assert os.path.commonpath([path, os.path.realpath(__import__("tempfile").gettempdir())])
+
+
+def test_the_cli_says_once_that_a_first_run_compiles(tmp_path):
+    np.save(tmp_path / "x.npy", np.linspace(0, 1, 5000, dtype=np.float32).reshape(50, 100))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}  # an empty cache
+
+    def run(out):
+        args = ["compress", "x.npy", out, "--rel", "1e-3"]
+        return subprocess.run(
+            [sys.executable, "-m", "tensorpress", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    first = run("a.tp")
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.count(COMPILING) == 1
+    second = run("b.tp")  # the kernels now load from the cache
+    assert second.returncode == 0, second.stderr
+    assert COMPILING not in second.stderr
+    assert (tmp_path / "a.tp").read_bytes() == (tmp_path / "b.tp").read_bytes()
+
+
+# -- torch.compile under ActivationCompression -------------------------------------------
+
+GLOBAL_HOOKS = "global hooks on modules"
+
+
+def _train_step(compile_model):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 4))
+    run = compile_model(model)
+    ac = ActivationCompression("block", rel=1e-2, model=model)
+    x = torch.randn(512, 32, generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ac:
+            loss = run(x).square().mean()
+        loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    return [str(w.message) for w in caught], ac.stats, grads
+
+
+def test_torch_compile_under_activation_compression_warns_once_and_counts_the_model_once():
+    """torch.compile(model) warns that global module hooks fire once more, for the
+    wrapper it returns: that call is counted as the model itself (one row, no second
+    one), the tensors saved inside the compiled graph are compressed under the bound,
+    and the gradients are those of the eager model within it (docs/activations.md)."""
+    messages, stats, grads = _train_step(lambda m: torch.compile(m, backend="aot_eager"))
+    assert messages and all(GLOBAL_HOOKS in w for w in messages)
+    assert set(stats.rows) == {"(top)", "(outside)"}  # the model, and the loss after it
+    assert stats.saved_bytes > stats.stored_bytes > 0
+    _, eager_stats, eager_grads = _train_step(lambda m: m)
+    assert eager_stats.saved_bytes > 0
+    for a, b in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=0.05, atol=0.05 * float(b.abs().max()))
