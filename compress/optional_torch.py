@@ -49,7 +49,6 @@ def __getattr__(name):
     (the first import of the parts of tensorpress that are built on torch)."""
     if name == "torch":
         return import_torch(
-            "this part of tensorpress (tensors, activation compression, loaders, "
-            "distributed hooks)"
+            "this part of tensorpress (tensors, activation compression, loaders, distributed hooks)"
         )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
