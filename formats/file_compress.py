@@ -30,9 +30,9 @@ from .hdf5 import (
     MARKER,
     DatasetSink,
     copy_attrs,
+    datasets_copying_the_rest,
     dimension_scales,
     is_scale,
-    make_link,
     make_marker,
     walk,
 )
@@ -340,14 +340,7 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
     with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
         copy_attrs(fin, fout, skip=DIM_ATTRS)
         plain = []
-        for path, kind, obj in items:
-            t0 = time.perf_counter()
-            if kind == "group":
-                copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
-                continue
-            if kind != "dataset":
-                make_link(fout, path, kind, obj)
-                continue
+        for path, obj, t0 in datasets_copying_the_rest(items, fout):
             why = plan.copy_reason(obj, regions)
             report = None
             if not why:

@@ -28,8 +28,8 @@ from .hdf5 import (
     DatasetSource,
     attach_scales,
     copy_attrs,
+    datasets_copying_the_rest,
     fill_value,
-    make_link,
     read_marker,
     walk,
 )
@@ -210,14 +210,7 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
     with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
         copy_attrs(fin, fout, skip=DIM_ATTRS)
         plain, restored = [], []
-        for path, kind, obj in items:
-            t0 = time.perf_counter()
-            if kind == "group":
-                copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
-                continue
-            if kind != "dataset":
-                make_link(fout, path, kind, obj)
-                continue
+        for path, obj, t0 in datasets_copying_the_rest(items, fout):
             marker = read_marker(obj)
             if marker is None:
                 reports.append(copy_plain(obj, fout, path, progress, t0))
