@@ -17,6 +17,7 @@ from .errors import (
 from .file_compress import compress_file
 from .file_decompress import decompress_file, describe_file
 from .file_output import DatasetReport
+from .hdf5_filter import FILTER_ID as HDF5_FILTER_ID  # importing registers the filter
 from .reader import CompressedFile, Dataset, open_compressed
 from .stream_reader import ContainerReader, decode_array, read_header
 from .stream_writer import encode_array
@@ -28,6 +29,7 @@ __all__ = [
     "Dataset",
     "DatasetReport",
     "FormatError",
+    "HDF5_FILTER_ID",
     "TruncatedError",
     "UnknownCodecError",
     "UnsupportedVersionError",

@@ -1,0 +1,229 @@
+"""The tensorpress HDF5 filter: error-bounded datasets that h5py reads and writes itself.
+
+Importing this module (``tensorpress.formats`` does) registers filter :data:`FILTER_ID`
+with the HDF5 library h5py links, from callbacks made with ctypes, so no compiled
+plugin is needed. Each HDF5 chunk becomes one tensorpress container stream (checksums
+and the resolved bound travel with every chunk); the codec, bound and element size go
+in the filter's ``cd_values`` (see formats/SPEC.md, "The HDF5 filter")::
+
+    f.create_dataset("t", data=x, chunks=(64, 256), **hdf5_filter.filter(abs=1e-3))
+    f["t"][10:20]  # any process that imported tensorpress decodes the chunks touched
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+import warnings
+
+import h5py
+import numpy as np
+
+from ..compress.bounds import ErrorBound
+from ..compress.registry import get_codec
+from . import hdf5_lib
+from .stream_reader import decode_array
+from .stream_writer import encode_array
+
+#: from the range HDF5 reserves for testing (256-511), until one is registered
+FILTER_ID = 307
+#: the version of the cd_values layout below
+CD_VERSION = 1
+#: codec numbers in cd_values[1]: the error-bounded codecs and the lossless one
+CODECS = {1: "sz", 2: "block", 3: "int8", 4: "zstd"}
+CODEC_NUMBERS = {name: n for n, name in CODECS.items()}
+#: bound modes in cd_values[2] (a rel bound is resolved to abs before it gets here)
+MODES = {0: None, 1: "abs", 2: "pw_rel"}
+MODE_NUMBERS = {name: n for n, name in MODES.items()}
+#: cd_values[0:5] come from :func:`filter`; set_local appends the element size, the
+#: chunk rank and the chunk's dimensions
+USER_VALUES = 5
+MAX_CD_VALUES = 5 + 2 + 32
+
+_lib = None
+#: why the filter is not registered, or None when it is
+unavailable: str | None = None
+
+
+def filter(  # noqa: A001  (named as hdf5plugin's helpers are used: **filter(...))
+    abs: float | None = None,  # noqa: A002
+    rel: float | None = None,
+    pw_rel: float | None = None,
+    *,
+    codec: str = "sz",
+    value_range: tuple[float, float] | None = None,
+) -> dict:
+    """Keywords for ``h5py.Group.create_dataset`` that compress with tensorpress.
+
+    Give one bound: ``abs`` (absolute), ``pw_rel`` (times |x| per element) or ``rel``
+    with ``value_range=(lo, hi)``, the dataset's value range (a chunk cannot know it),
+    resolved to the absolute bound ``rel * (hi - lo)``. ``codec`` is one of
+    :data:`CODECS`' names, with its default parameters; ``"zstd"`` takes no bound.
+    """
+    if unavailable is not None:
+        raise RuntimeError(f"the tensorpress HDF5 filter is not registered: {unavailable}")
+    if codec not in CODEC_NUMBERS:
+        raise ValueError(f"codec {codec!r} has no HDF5 filter; use one of {sorted(CODEC_NUMBERS)}")
+    if rel is not None:
+        if value_range is None:
+            raise ValueError(
+                "a rel bound needs the dataset's value range, which an HDF5 chunk does not "
+                "know: give value_range=(lo, hi), or an abs or pw_rel bound"
+            )
+        if abs is not None or pw_rel is not None:
+            raise ValueError("give exactly one error bound: abs=..., rel=... or pw_rel=...")
+        lo, hi = (float(v) for v in value_range)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ValueError(
+                f"value_range must be finite (lo, hi) with lo <= hi, got {value_range}"
+            )
+        abs = ErrorBound("rel", rel).resolve_range(lo, hi).tolerance
+    elif value_range is not None:
+        raise ValueError("value_range goes with a rel bound only")
+    bounds = {k: v for k, v in (("abs", abs), ("pw_rel", pw_rel)) if v is not None}
+    checked = get_codec(codec, **bounds)  # refuses a bound the codec does not take
+    if checked.bounded:
+        checked.require_bound()  # and a missing one
+    ((mode, value),) = bounds.items() if bounds else ((None, 0.0),)
+    lo_word, hi_word = struct.unpack("<II", struct.pack("<d", float(value)))
+    opts = (CD_VERSION, CODEC_NUMBERS[codec], MODE_NUMBERS[mode], lo_word, hi_word)
+    return {"compression": FILTER_ID, "compression_opts": opts}
+
+
+def parse_cd_values(cd: list[int]) -> dict:
+    """What cd_values say: ``codec``, ``bound`` (keywords for get_codec) and, once
+    set_local has run, ``itemsize`` and ``chunks``."""
+    if len(cd) < USER_VALUES or cd[0] != CD_VERSION:
+        raise ValueError(f"cd_values {cd} are not tensorpress filter layout {CD_VERSION}")
+    if cd[1] not in CODECS or cd[2] not in MODES:
+        raise ValueError(f"unknown codec {cd[1]} or bound mode {cd[2]} in cd_values")
+    (value,) = struct.unpack("<d", struct.pack("<II", cd[3], cd[4]))
+    mode = MODES[cd[2]]
+    out = {"codec": CODECS[cd[1]], "bound": {} if mode is None else {mode: value}}
+    if len(cd) > USER_VALUES:
+        rank = cd[USER_VALUES + 1]
+        out["itemsize"] = cd[USER_VALUES]
+        out["chunks"] = tuple(cd[USER_VALUES + 2 : USER_VALUES + 2 + rank])
+        if len(out["chunks"]) != rank:
+            raise ValueError(f"cd_values {cd} end inside the chunk dimensions")
+    return out
+
+
+def encode_chunk(data, cd: list[int]) -> np.ndarray:
+    """One HDF5 chunk (bytes-like, little-endian floats) as a container stream."""
+    p = parse_cd_values(cd)
+    if "chunks" not in p:
+        raise ValueError("cd_values lack the chunk shape that set_local records")
+    x = np.frombuffer(data, dtype=f"<f{p['itemsize']}").reshape(p["chunks"])
+    codec = get_codec(p["codec"], **p["bound"])
+    stream = encode_array(
+        x, codec, codec.resolve_bound(x), workers=1, chunk_bytes=codec.default_chunk_bytes
+    )
+    return np.frombuffer(stream, dtype=np.uint8)
+
+
+def decode_chunk(data, cd: list[int]) -> np.ndarray:
+    """A container stream (bytes-like) back to the chunk's bytes; raises on any
+    mismatch with what cd_values say the chunk holds."""
+    p = parse_cd_values(cd)
+    x = np.ascontiguousarray(decode_array(data, workers=1))
+    if "chunks" in p:
+        want = math.prod(p["chunks"]) * p["itemsize"]
+        if x.dtype.itemsize != p["itemsize"] or x.nbytes != want:
+            raise ValueError(
+                f"the stream holds {x.dtype} {x.shape}, the dataset's chunk is "
+                f"{p['chunks']} of {p['itemsize']}-byte floats"
+            )
+    return x.reshape(-1).view(np.uint8)
+
+
+def _report(what: str, exc: BaseException) -> None:
+    """HDF5 only hears "failure" from a callback: say why on the Python side."""
+    try:
+        warnings.warn(f"tensorpress HDF5 filter, {what}: {exc}", RuntimeWarning, stacklevel=1)
+    except Exception:  # warnings raised as errors must not escape into C
+        pass
+
+
+def _filter(flags, cd_nelmts, cd_values, nbytes, buf_size, buf):
+    """H5Z_func_t: replace ``*buf`` by the encoded (or decoded) chunk, allocated with
+    HDF5's allocator; returns its size, or 0 so HDF5 reports the failure."""
+    try:
+        cd = [cd_values[i] for i in range(cd_nelmts)]
+        data = (ctypes.c_char * nbytes).from_address(buf[0])
+        if flags & hdf5_lib.FLAG_REVERSE:
+            out = decode_chunk(memoryview(data), cd)
+        else:
+            out = encode_chunk(memoryview(data), cd)
+        new = _lib.H5allocate_memory(max(out.nbytes, 1), False)
+        if not new:
+            raise MemoryError(f"HDF5 could not allocate {out.nbytes} bytes")
+        ctypes.memmove(new, out.ctypes.data, out.nbytes)
+        _lib.H5free_memory(buf[0])
+        buf[0] = new
+        buf_size[0] = max(out.nbytes, 1)
+        return out.nbytes
+    except BaseException as exc:  # nothing may unwind through HDF5's C frames
+        _report("reading a chunk" if flags & hdf5_lib.FLAG_REVERSE else "writing a chunk", exc)
+        return 0
+
+
+def _set_local(dcpl_id, type_id, space_id):
+    """H5Z_set_local_func_t: append the element size and chunk shape to cd_values, and
+    refuse what the codec cannot encode (returns -1, so dataset creation fails)."""
+    try:
+        flags = ctypes.c_uint()
+        n = ctypes.c_size_t(MAX_CD_VALUES)
+        cd = (ctypes.c_uint * MAX_CD_VALUES)()
+        config = ctypes.c_uint()
+        if _lib.H5Pget_filter_by_id2(dcpl_id, FILTER_ID, flags, n, cd, 0, None, config) < 0:
+            raise RuntimeError("H5Pget_filter_by_id2 failed")
+        p = parse_cd_values(list(cd[: min(n.value, MAX_CD_VALUES)]))
+        size = _lib.H5Tget_size(type_id)
+        if _lib.H5Tget_class(type_id) != hdf5_lib.T_FLOAT or size not in (2, 4, 8):
+            raise TypeError("the filter takes float16, float32 or float64 datasets")
+        if _lib.H5Tget_order(type_id) != hdf5_lib.ORDER_LE:
+            raise TypeError("the filter takes little-endian floats")
+        if f"float{8 * size}" not in get_codec(p["codec"], **p["bound"]).dtypes:
+            raise TypeError(f"codec {p['codec']!r} does not take float{8 * size}")
+        dims = (hdf5_lib.hsize_t * 32)()
+        rank = _lib.H5Pget_chunk(dcpl_id, 32, dims)
+        if rank < 0:
+            raise RuntimeError("H5Pget_chunk failed: the dataset is not chunked")
+        values = list(cd[:USER_VALUES]) + [size, rank] + [int(d) for d in dims[:rank]]
+        arr = (ctypes.c_uint * len(values))(*values)
+        if _lib.H5Pmodify_filter(dcpl_id, FILTER_ID, flags.value, len(values), arr) < 0:
+            raise RuntimeError("H5Pmodify_filter failed")
+        return 1
+    except BaseException as exc:
+        _report("creating a dataset", exc)
+        return -1
+
+
+def _register() -> None:
+    """Register the filter once with h5py's HDF5; on failure, say why in :data:`unavailable`."""
+    global _lib, unavailable, _class
+    try:
+        _lib = hdf5_lib.load_hdf5()
+    except OSError as exc:
+        unavailable = str(exc)
+        return
+    _class = hdf5_lib.FilterClass(
+        hdf5_lib.CLASS_T_VERSION,
+        FILTER_ID,
+        1,
+        1,
+        b"tensorpress: error-bounded lossy (needs: import tensorpress)",
+        hdf5_lib.CAN_APPLY_FUNC(),
+        _SET_LOCAL,
+        _FILTER,
+    )
+    h5py.h5z.register_filter(ctypes.addressof(_class))
+
+
+# the callbacks and the class live as long as the process: HDF5 keeps their addresses
+_FILTER = hdf5_lib.FILTER_FUNC(_filter)
+_SET_LOCAL = hdf5_lib.SET_LOCAL_FUNC(_set_local)
+_class = None
+_register()
