@@ -126,10 +126,30 @@ def test_helper_refuses_bad_codecs_and_bounds():
         hdf5_filter.filter(abs=-1.0)
 
 
-def test_integer_dataset_refused(tmp_path):
-    with h5py.File(tmp_path / "f.h5", "w") as f, pytest.warns(RuntimeWarning, match="float"):
+@pytest.mark.parametrize("dtype, why", [("i4", "float"), (">f4", "little-endian")])
+def test_other_datatypes_refused(tmp_path, dtype, why):
+    opts = hdf5_filter.filter(abs=1)
+    with h5py.File(tmp_path / "f.h5", "w") as f, pytest.warns(RuntimeWarning, match=why):
         with pytest.raises((OSError, ValueError)):
-            f.create_dataset("t", shape=(10,), dtype="i4", chunks=(5,), **hdf5_filter.filter(abs=1))
+            f.create_dataset("t", shape=(10,), dtype=dtype, chunks=(5,), **opts)
+        assert "t" not in f
+
+
+def _read_rows(path, a, b):
+    with h5py.File(path, "r") as f:
+        return f["t"][a:b]
+
+
+def test_forked_workers_read(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "f.h5"
+    x = _field((64, 20), np.float32)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("t", data=x, chunks=(8, 20), **hdf5_filter.filter(abs=1e-3))
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        parts = pool.starmap(_read_rows, [(path, a, a + 16) for a in range(0, 64, 16)])
+    assert _errors(x, np.concatenate(parts)).max() <= 1e-3
 
 
 def test_fill_value_in_unwritten_chunks(tmp_path):
