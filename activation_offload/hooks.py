@@ -55,6 +55,9 @@ TOP = "(top)"  # the outermost module
 OUTSIDE = "(outside)"  # saved outside every module (a loss function, say)
 # inside a graph torch.compile traces, module hooks only name rows: skip them there
 _compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+# pack and unpack run eagerly, also when called from a frame torch.compile runs
+# (model.compile()): traced, the records' bookkeeping fails as input mutations
+_eager = torch.compiler.disable
 
 
 class ActivationCompression:
@@ -74,7 +77,8 @@ class ActivationCompression:
     ``zstd``: payloads in host memory go through zstd at this level (lossless) where it
     saves a fifth of their bytes (``zstd_stage.py``), or None.
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
-    ``model``: names the rows of ``stats`` (found on the fly otherwise).
+    ``model``: names the rows of ``stats`` through hooks on its modules (otherwise torch's
+    global module hooks find modules on the fly, and torch.compile(model) warns of them).
     ``debug``: check every restored tensor against its bound (keeps a copy).
     ``device_path``: under ``rel``, hold tensors as device codes with no host waits
     (``device_records.py``): None on CUDA (not the CPU), True on every device, False never.
@@ -135,6 +139,7 @@ class ActivationCompression:
         self.step = 0
         self._params = ParameterStorages()
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._model = None if model is None else weakref.ref(model)
         if model is not None:
             self._name_modules(model)
         self._stack: list = []
@@ -196,20 +201,34 @@ class ActivationCompression:
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
-        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks = torch.autograd.graph.saved_tensors_hooks(_eager(self._pack), _eager(self._unpack))
         hooks.__enter__()
-        self._active = (
-            hooks,
-            register_module_forward_pre_hook(self._enter_module),
-            register_module_forward_hook(self._leave_module),
-        )
+        self._active = (hooks, self._module_hooks())
         return self
 
+    def _module_hooks(self) -> list:
+        """Register the hooks that name the running module: on the given model's modules,
+        or, with no model, on every module (found on the fly)."""
+        model = None if self._model is None else self._model()
+        if model is None:
+            return [
+                register_module_forward_pre_hook(self._enter_module),
+                register_module_forward_hook(self._leave_module),
+            ]
+        # the root's pair runs eagerly around a compiled model, so what its graph saves
+        # is counted under its row; no global hooks, so torch.compile(model) does not warn
+        handles = []
+        for m in model.modules():
+            wrap = _eager if m is model else (lambda hook: hook)
+            handles.append(m.register_forward_pre_hook(wrap(self._enter_module)))
+            handles.append(m.register_forward_hook(wrap(self._leave_module)))
+        return handles
+
     def __exit__(self, *exc) -> None:
-        hooks, pre, post = self._active
+        hooks, handles = self._active
         self._active = None
-        pre.remove()
-        post.remove()
+        for handle in handles:
+            handle.remove()
         hooks.__exit__(*exc)
         self._table.clear()
         for inputs in self._inputs:
