@@ -34,6 +34,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..formats import ContainerReader
+from ..formats.filtered_chunks import FilteredChunks
 from ..formats.hdf5 import DirectRows
 from .file_identity import FileChangedError, FileIdentity
 from .h5_layout import DEFAULT_CACHE_BYTES, MIB, cache_size, chunk_nbytes, lookup, samples
@@ -92,7 +93,7 @@ class H5Dataset(Dataset):
             self._identity = FileIdentity.of_open(f, self.path)
             x = lookup(f, key, self.path, "key")
             source, self._shape, self._dtype, self._chunks = samples(x)
-            self._packed = isinstance(source, ContainerReader)
+            self._packed = isinstance(source, (ContainerReader, FilteredChunks))
             #: unfiltered chunks spanning whole samples: a sample's bytes lie contiguous in
             #: the file, so a run of samples of one chunk is one positioned read
             self._partial = (
@@ -300,8 +301,11 @@ class H5Dataset(Dataset):
         try:
             self._open(where)
             ds = self._y if labels else self._x_direct if direct else self._x
+            fetched = None  # stored bytes read, where the reader counts them
             if isinstance(ds, DirectRows):
                 ds.read_into(start, stop, out)
+            elif isinstance(ds, FilteredChunks):
+                fetched = ds.read_into(start, stop, out)
             elif isinstance(ds, ContainerReader):
                 ds.read_rows(start, stop, out)
             elif dtype.hasobject:  # variable-length data: read_direct cannot fill it
@@ -317,11 +321,11 @@ class H5Dataset(Dataset):
             self._failed_if_changed(exc, where)
             raise
         requested = out.nbytes
-        touched = requested
+        touched = requested if fetched is None else fetched
         if isinstance(ds, ContainerReader):
             rows = ds.header.chunk_rows
             touched = sum(ds.header.lengths[start // rows : (stop - 1) // rows + 1])
-        elif chunks is not None and not direct:
+        elif chunks is not None and not direct and fetched is None:
             rows = (stop - 1) // chunks[0] - start // chunks[0] + 1
             across = math.prod(-(-s // c) for s, c in zip(shape[1:], chunks[1:], strict=True))
             touched = rows * across * chunk_nbytes(chunks, dtype)
