@@ -22,11 +22,20 @@ from .output import (
 
 
 def _check_bound(bound: dict) -> dict:
-    """Validate a bound dict with tensorpress's own rules (ValueError says what to do)."""
+    """Validate a bound dict with tensorpress's own rules (ValueError says what to do);
+    a ``{"psnr": dB}`` target is checked by the parser and the codec check."""
     from ..compress import ErrorBound
 
-    ErrorBound.from_kwargs(**bound)
+    if "psnr" not in bound:
+        ErrorBound.from_kwargs(**bound)
     return bound
+
+
+def _check_psnr(codec, given: dict, overrides: list) -> None:
+    """A PSNR target (``--psnr``, ``--set NAME:psnr=``) needs a codec taking abs bounds."""
+    if "psnr" in given or any("psnr" in spec for _, spec in overrides):
+        if not (codec.bounded and "abs" in codec.bound_modes):
+            raise UserError(f"codec {codec.name} takes no abs error bound, so no --psnr target")
 
 
 def _check_codec(args) -> tuple[str, dict, dict | None]:
@@ -38,13 +47,15 @@ def _check_codec(args) -> tuple[str, dict, dict | None]:
     if name not in available_codecs():
         raise UserError(f"unknown codec {name!r}: use one of {', '.join(available_codecs())}")
     codec = get_codec(name)
-    given = {k: getattr(args, k) for k in ("abs", "rel", "pw_rel") if getattr(args, k) is not None}
+    modes = ("abs", "rel", "pw_rel", "psnr")
+    given = {k: getattr(args, k) for k in modes if getattr(args, k) is not None}
     if codec.bounded and not given:
-        raise UserError(f"codec {name} needs an error bound: give --abs, --rel or --pw-rel")
+        raise UserError(f"codec {name} needs an error bound: give --abs, --rel, --pw-rel or --psnr")
     if not codec.bounded and (given or args.set):
         kind = "lossless" if not codec.lossy else "bits-bounded"
         option = "--set" if args.set and not given else f"--{next(iter(given)).replace('_', '-')}"
         raise UserError(f"codec {name} is {kind} and takes no error bound: leave out {option}")
+    _check_psnr(codec, given, args.set)
     options = {}
     if args.bits is not None:
         if "bits" not in codec.parameters():
@@ -115,7 +126,10 @@ def _warn_copied_overrides(overrides: dict, reports: list) -> None:
 
 
 def report_dict(r) -> dict:
-    """A DatasetReport as a JSON-ready dict (bytes, seconds)."""
+    """A DatasetReport as a JSON-ready dict (bytes, seconds); a PSNR target, which the
+    report carries in its bound, under ``target`` as ``info`` gives it."""
+    bound = dict(r.bound) if r.bound else r.bound
+    target = bound.pop("target", None) if bound else None
     return {
         "name": r.name,
         "compressed": bool(r.compressed),
@@ -123,12 +137,32 @@ def report_dict(r) -> dict:
         "shape": list(r.shape),
         "dtype": str(r.dtype),
         "codec": r.codec,
-        "bound": r.bound,
+        "bound": bound,
+        **({"target": target} if target is not None else {}),
         "original_bytes": int(r.original_bytes),
         "stored_bytes": int(r.stored_bytes),
         "ratio": finite_or_none(r.original_bytes / r.stored_bytes if r.stored_bytes else None),
         "seconds": float(r.seconds),
     }
+
+
+def target_text(target: dict | None) -> str:
+    """A PSNR target for people: ``psnr 60 dB (reached 61.2)``, with ``on 8 of 40
+    chunks`` where the search measured a sample; "" for none."""
+    if not target or "psnr" not in target:
+        return ""
+    reached = target.get("psnr_reached")
+    text = "exact" if reached is None else f"reached {reached:.1f}"
+    sample = target.get("sample_chunks")
+    if sample:
+        text += f" on {sample[0]} of {sample[1]} chunks"
+    return f"psnr {target['psnr']:g} dB ({text})"
+
+
+def _bound_cell(d: dict) -> str:
+    """The bound column of a dataset row: its bound, then its PSNR target if any."""
+    target = target_text(d.get("target"))
+    return bound_text(d["bound"]) + (f", {target}" if target else "")
 
 
 def _summary(command: str, args, reports: list, seconds: float) -> dict:
@@ -159,7 +193,7 @@ def _print_summary(doc: dict) -> None:
                 "x".join(map(str, d["shape"])) or "scalar",
                 d["dtype"],
                 codec_text(d["codec"]) if d["compressed"] else d["note"].split(":")[0] or "copied",
-                bound_text(d["bound"]) if d["compressed"] else "-",
+                _bound_cell(d) if d["compressed"] else "-",
                 size_text(d["original_bytes"]),
                 size_text(d["stored_bytes"]),
                 fmt(d["ratio"] if d["original_bytes"] else None, ".2f"),
@@ -293,6 +327,7 @@ def _info_container(path: str, as_json: bool) -> int:
             if bound["mode"] != "pw_rel"
             else f"pw_rel={bound['value']:g}",
         ),
+        *([("target", target_text(meta["target"]))] if meta.get("target") else []),
         ("chunks", f"{meta['chunks']} of {meta['chunk_rows']} rows"),
         (
             "size",
@@ -331,7 +366,7 @@ def _info_hdf5(path: str, as_json: bool) -> int:
             "x".join(map(str, d["shape"])) or "scalar",
             d["dtype"],
             codec_text(d["codec"]) if d["compressed"] else "copied",
-            bound_text(d["bound"]) if d["compressed"] else "-",
+            _bound_cell(d) if d["compressed"] else "-",
             size_text(d["original_bytes"]),
             size_text(d["stored_bytes"]),
             fmt(finite_or_none(d.get("ratio")) if d["original_bytes"] else None, ".2f"),

@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import EXIT_ERROR
 
-MODES = {"abs": "abs", "rel": "rel", "pw_rel": "pw_rel", "pw-rel": "pw_rel"}
+MODES = {"abs": "abs", "rel": "rel", "pw_rel": "pw_rel", "pw-rel": "pw_rel", "psnr": "psnr"}
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -103,17 +103,31 @@ def parse_positive_rel(text: str) -> float:
     return value
 
 
+def parse_psnr(text: str) -> float:
+    """A PSNR target in dB: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"invalid PSNR {text!r}: give a finite number of dB > 0, e.g. 60"
+        )
+    return value
+
+
 def parse_override(text: str) -> tuple[str, dict]:
-    """``"temperature:abs=0.01"`` -> ("temperature", {"abs": 0.01})."""
+    """``"temperature:abs=0.01"`` -> ("temperature", {"abs": 0.01}); ``psnr=60`` too."""
     name, _, spec = text.rpartition(":")
     mode, _, value = spec.partition("=")
     mode = MODES.get(mode.strip().lower())
     if not name or mode is None or not value:
         raise argparse.ArgumentTypeError(
-            f"invalid --set {text!r}: give NAME:MODE=VALUE with MODE abs, rel or pw_rel, "
-            "e.g. temperature:abs=0.01"
+            f"invalid --set {text!r}: give NAME:MODE=VALUE with MODE abs, rel, pw_rel or "
+            "psnr, e.g. temperature:abs=0.01"
         )
-    return name.strip("/"), {mode: parse_bound_value(value)}
+    parse = parse_psnr if mode == "psnr" else parse_bound_value
+    return name.strip("/"), {mode: parse(value)}
 
 
 # -- the parser ----------------------------------------------------------------------
@@ -193,6 +207,13 @@ def _add_compress(sub) -> None:
         metavar="E",
         help="|x - y| <= E * |x|, signs kept",
     )
+    bound.add_argument(
+        "--psnr",
+        type=parse_psnr,
+        metavar="DB",
+        help="the loosest abs bound found, per dataset, whose PSNR (dB, over the value "
+        "range) reaches DB",
+    )
     p.add_argument(
         "--codec", default="sz", metavar="NAME", help=f"one of {codec_help()}; default sz"
     )
@@ -212,7 +233,8 @@ def _add_compress(sub) -> None:
         action="append",
         default=[],
         metavar="NAME:MODE=E",
-        help="another bound for one dataset, e.g. temperature:abs=0.01 (repeatable)",
+        help="another bound for one dataset, e.g. temperature:abs=0.01 or "
+        "temperature:psnr=80 (repeatable)",
     )
     p.add_argument(
         "--container",

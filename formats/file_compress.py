@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import h5py
 import numpy as np
 
 from ..compress.bounds import ErrorBound
 from ..compress.codec import chunk_rows_for
+from ..compress.quality import search_bound
 from ..compress.registry import get_codec
 from .file_output import (
     DatasetReport,
@@ -39,28 +41,57 @@ from .hdf5 import (
 from .hdf5_refs import carry_references, region_targets
 from .sources import RowFile, check_input, file_kind, npy_rows, open_npz, raw_layout
 from .stream_header import nchunks_for
-from .stream_writer import DEFAULT_CHUNK_BYTES, FileSink, StreamWriter, checked_chunks
+from .stream_reader import ContainerReader
+from .stream_writer import (
+    DEFAULT_CHUNK_BYTES,
+    FileSink,
+    StreamWriter,
+    checked_chunks,
+    encode_array,
+)
 from .workers import resolve_workers
 
 #: dtypes that are compressed; every other dataset is copied as it is
 FLOAT_DTYPES = ("float16", "float32", "float64")
 
 
-def _bound_of(spec, name: str) -> ErrorBound | None:
+#: a PSNR target searches its bound on the whole dataset up to this many bytes, beyond
+#: that on evenly spaced chunks of about this many bytes in all (the reached PSNR is then
+#: the sample's, and the stream says so: docs/cli.md)
+PSNR_SEARCH_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class PsnrTarget:
+    """A quality target in place of an error bound: ``psnr`` in dB over the finite value
+    range (``compress/quality.py``); each dataset gets the loosest abs bound found to
+    reach it."""
+
+    psnr: float
+
+
+def _bound_of(spec, name: str) -> ErrorBound | PsnrTarget | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
         raise ValueError(
-            f"{name} must be a dict with one of 'abs', 'rel', 'pw_rel', e.g. {{'rel': 1e-3}}; "
-            f"got {spec!r}"
+            f"{name} must be a dict with one of 'abs', 'rel', 'pw_rel', 'psnr', "
+            f"e.g. {{'rel': 1e-3}}; got {spec!r}"
         )
-    unknown = set(spec) - {"abs", "rel", "pw_rel"}
+    unknown = set(spec) - {"abs", "rel", "pw_rel", "psnr"}
     if unknown:
         raise ValueError(
             f"{name}: unknown error-bound mode(s) {', '.join(map(repr, sorted(unknown)))}; "
-            "use one of 'abs', 'rel', 'pw_rel'"
+            "use one of 'abs', 'rel', 'pw_rel', 'psnr'"
         )
-    return ErrorBound.from_kwargs(**spec)
+    if "psnr" not in spec:
+        return ErrorBound.from_kwargs(**spec)
+    value = spec["psnr"]
+    if len(spec) > 1:
+        raise ValueError(f"{name}: give either psnr or one error bound, not both")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name}: psnr must be a finite number of dB, got {value!r}")
+    return PsnrTarget(float(value))
 
 
 class _Plan:
@@ -82,7 +113,13 @@ class _Plan:
                     f"codec {self.codec.name!r} needs an error bound: give a dict with one of "
                     "'abs', 'rel', 'pw_rel', e.g. {'rel': 1e-3}"
                 )
-            self.codec.with_bound(b)  # refuses a bound the codec does not take
+            if isinstance(b, PsnrTarget):
+                if not (self.codec.bounded and "abs" in self.codec.bound_modes):
+                    raise ValueError(
+                        f"codec {self.codec.name!r} takes no abs error bound, so no psnr target"
+                    )
+            else:
+                self.codec.with_bound(b)  # refuses a bound the codec does not take
 
     def check_names(self, names: list) -> None:
         """Every override must name a dataset (full path or last component)."""
@@ -148,14 +185,18 @@ def compress_stream(
 ) -> tuple:
     """Write ``source`` (array-like, rows by slicing) as a v1 stream into ``sink``.
 
-    Returns (resolved bound, stream length in bytes). ``rel`` bounds take one
-    extra pass over the data for the value range, as :func:`tensorpress.compress`
-    resolves them. ``order``: the layout a reader hands back ("F" for a Fortran-ordered
-    input; the values are stored in C order either way).
+    Returns (resolved bound, stream length in bytes, the PSNR target dict or None).
+    ``rel`` bounds take one extra pass over the data for the value range, as
+    :func:`tensorpress.compress` resolves them; a :class:`PsnrTarget` searches an abs
+    bound (:func:`psnr_bound`). ``order``: the layout a reader hands back ("F" for a
+    Fortran-ordered input; the values are stored in C order either way).
     """
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
+    target = None
+    if isinstance(bound, PsnrTarget):
+        bound, target = psnr_bound(source, codec, bound.psnr, rows, workers)
     if bound is not None:
         lo, hi = value_range(source, rows) if bound.mode == "rel" else (0.0, 0.0)
         bound = bound.resolve_range(lo, hi)
@@ -167,6 +208,7 @@ def compress_stream(
         codec.get_config(),
         bound,
         rows,
+        target,
     )
     total = math.prod(shape) * dtype.itemsize
     row_bytes = math.prod(shape[1:]) * dtype.itemsize
@@ -177,18 +219,51 @@ def compress_stream(
         report_progress(
             progress, name, min(total, (i + 1) * rows * row_bytes) if shape else total, total
         )
-    return bound, writer.finish()
+    return bound, writer.finish(), target
 
 
-def _compressed_report(name, source, codec, bound, nbytes, t0) -> DatasetReport:
+def psnr_bound(source, codec, target: float, rows: int, workers) -> tuple[ErrorBound, dict]:
+    """The loosest abs bound found for ``codec`` to reach ``target`` dB on ``source``
+    (``compress/quality.py``), and the stream's target record. The search compresses
+    chunks of ``rows`` rows as the stream does, so on a dataset of at most
+    :data:`PSNR_SEARCH_BYTES` the PSNR reached is the written stream's; a larger one is
+    searched on evenly spaced chunks, and the record says how many (``sample_chunks``:
+    [searched, of])."""
+    shape = tuple(int(d) for d in source.shape)
+    itemsize = np.dtype(source.dtype).itemsize
+    n = nchunks_for(shape, rows)
+    chunk_bytes = max(1, rows * math.prod(shape[1:]) * itemsize)
+    take = n if n * chunk_bytes <= PSNR_SEARCH_BYTES else max(1, PSNR_SEARCH_BYTES // chunk_bytes)
+    picks = sorted({round(float(i)) for i in np.linspace(0, n - 1, take)})
+    if not shape:
+        sample = np.asarray(source[()]).reshape(())
+    else:
+        sample = np.concatenate([np.asarray(source[i * rows : (i + 1) * rows]) for i in picks])
+    sample = np.ascontiguousarray(sample, dtype=sample.dtype.newbyteorder("="))
+
+    def trial(value):
+        c = codec.with_bound(ErrorBound("abs", value))
+        blob = encode_array(sample, c, c.resolve_bound(sample), chunk_bytes=chunk_bytes)
+        return None, ContainerReader(blob, workers=workers).read()
+
+    best = search_bound(sample, target, trial)
+    record = {"psnr": target, "psnr_reached": best.psnr if math.isfinite(best.psnr) else None}
+    if len(picks) < n:
+        record["sample_chunks"] = [len(picks), n]
+    return ErrorBound("abs", best.bound), record
+
+
+def _compressed_report(name, source, codec, bound, nbytes, t0, target=None) -> DatasetReport:
+    """The report of a compressed dataset; a PSNR ``target`` record joins its bound."""
     dtype = np.dtype(source.dtype)
+    bound = None if bound is None else bound.to_dict()
     return DatasetReport(
         name,
         True,
         tuple(int(d) for d in source.shape),
         dtype.name,
         codec.get_config(),
-        None if bound is None else bound.to_dict(),
+        bound if target is None else {**bound, "target": target},
         math.prod(source.shape) * dtype.itemsize,
         nbytes,
         time.perf_counter() - t0,
@@ -213,8 +288,9 @@ def compress_file(
 ) -> list[DatasetReport]:
     """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
 
-    ``bound``: a dict with one of "abs", "rel", "pw_rel" (None for a codec that
-    takes no bound); ``overrides``: dataset name (full path or last
+    ``bound``: a dict with one of "abs", "rel", "pw_rel", or "psnr" (a target in dB,
+    :func:`psnr_bound`; None for a codec that takes no bound); ``overrides``: dataset
+    name (full path or last
     component) -> such a dict. ``dst`` ending in .h5/.hdf5 is HDF5 (a
     single-array input becomes the dataset "data"), anything else a container.
     ``chunk_bytes``: input bytes per chunk (None: the codec's default);
@@ -278,7 +354,7 @@ def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, pro
         if is_hdf5_path(dst):
             with h5py.File(tmp, "w") as fout:
                 sink = DatasetSink(fout, "data")
-                bound, nbytes = compress_stream(
+                bound, nbytes, target = compress_stream(
                     array, sink, "data", plan.codec, bound, chunk_bytes, workers, progress
                 )
                 sink.close().attrs[MARKER] = make_marker(
@@ -289,8 +365,8 @@ def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, pro
                 order = "F" if _fortran(array) else "C"  # a reader gives the same layout back
                 sink = FileSink(f)
                 write = (plan.codec, bound, chunk_bytes, workers, progress)
-                bound, nbytes = compress_stream(array, sink, "data", *write, order=order)
-    return _compressed_report("data", array, plan.codec, bound, nbytes, t0)
+                bound, nbytes, target = compress_stream(array, sink, "data", *write, order=order)
+    return _compressed_report("data", array, plan.codec, bound, nbytes, t0, target)
 
 
 def _fortran(array) -> bool:
@@ -366,7 +442,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
     as the values. ``write``: (plan, chunk_bytes, workers, progress)."""
     plan, chunk_bytes, workers, progress = write
     sink = DatasetSink(group, path)
-    bound, nbytes = compress_stream(
+    bound, nbytes, target = compress_stream(
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
     )
     original = math.prod(source.shape) * np.dtype(source.dtype).itemsize
@@ -374,4 +450,4 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         sink.discard()
         return None
     sink.close().attrs[MARKER] = marker
-    return _compressed_report(path, source, plan.codec, bound, nbytes, t0)
+    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)

@@ -267,6 +267,7 @@ def describe_file(path) -> list[dict]:
                     "dtype": ds.dtype.name,
                     "codec": codec,
                     "bound": ds.bound,
+                    "target": ds.reader.header.target if ds.compressed else None,
                     "original_bytes": original,
                     "stored_bytes": stored,
                     "ratio": ratio(original, stored),

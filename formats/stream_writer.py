@@ -106,7 +106,8 @@ class StreamWriter:
     them, and :meth:`finish` writes the real index over the placeholder. The
     bytes equal :func:`write_stream`'s for the same payloads. ``sink`` has
     ``write_at(offset, data)`` (offsets in bytes from the start of the stream),
-    e.g. a :class:`FileSink`.
+    e.g. a :class:`FileSink`. ``target``: the quality target the bound was chosen
+    for, as :func:`encode_array` takes it.
     """
 
     def __init__(
@@ -118,10 +119,11 @@ class StreamWriter:
         codec_config: dict,
         bound: ErrorBound | None,
         chunk_rows: int,
+        target: dict | None = None,
     ):
         self.sink = sink
         self.nchunks = nchunks_for(shape, chunk_rows)
-        pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows)
+        pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows, target)
         self._index_at = len(pre)
         self._lengths: list[int] = []
         self._crcs: list[int] = []
