@@ -13,24 +13,11 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
+from cli_runs import run_cli as _run
+from cli_runs import run_json as _json
 from tensorpress import cli
 from tensorpress.cli import app, errors, main, output, parser, verify
 from tensorpress.formats import read_header
-
-
-def _run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse exits for --version and usage errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def _json(capsys, *argv) -> dict:
-    rc, out, err = _run(capsys, *argv, "--json")
-    assert rc == 0, err
-    return json.loads(out)
 
 
 def _assert_one_line_error(rc, out, err):

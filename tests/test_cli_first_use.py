@@ -11,16 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from tensorpress.cli import main
-
-
-def _run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse exits for usage errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+from cli_runs import run_cli as _run
 
 
 def _one_line_error(rc, out, err, *needles) -> None:

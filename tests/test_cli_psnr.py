@@ -4,30 +4,14 @@ place of an error bound, searched per dataset, recorded in the stream and shown 
 
 from __future__ import annotations
 
-import json
-
 import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from tensorpress.cli import main
+from cli_runs import run_cli as _run
+from cli_runs import run_json as _json
 from tensorpress.compress.quality import psnr
 from tensorpress.formats import file_compress, open_compressed, read_header
-
-
-def _run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse exits for usage errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def _json(capsys, *argv) -> dict:
-    rc, out, err = _run(capsys, *argv, "--json")
-    assert rc == 0, err
-    return json.loads(out)
 
 
 def _field(rows=300, cols=200, seed=0) -> np.ndarray:

@@ -4,15 +4,9 @@ refuses the file and says why."""
 
 import h5py
 import numpy as np
+from cli_runs import run_cli as _run
 from fields import smooth
-from tensorpress.cli import main
 from tensorpress.formats import compress_file
-
-
-def _run(capsys, *argv) -> tuple[int, str, str]:
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _assert_one_line_error(rc, out, err, needle):

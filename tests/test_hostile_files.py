@@ -11,18 +11,10 @@ import time
 import h5py
 import numpy as np
 import pytest
+from cli_runs import run_cli as _run
 from fields import smooth
-from tensorpress.cli import app, main
+from tensorpress.cli import app
 from tensorpress.formats import compress_file, decompress_file
-
-
-def _run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _assert_one_line_error(rc, out, err, needle=""):
