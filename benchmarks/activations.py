@@ -14,7 +14,9 @@ moves by tens of percent from minute to minute, moves all of them alike:
   tp block adaptive  ``ActivationCompression(codec="block", rel=2e-2,
                      adaptive=Adaptive(ceiling=--ceiling))``: per-layer bounds between rel
                      2e-2 and the ceiling
-  tp block rel=1e-2  ``ActivationCompression(codec="block", rel=1e-2)``
+  tp block rel=1e-2  ``ActivationCompression(codec="block", rel=1e-2, device_path=False)``
+  tp device codes    ``ActivationCompression(codec="block", rel=1e-2, device_path=True)``:
+  rel=1e-2           fixed-width codes made on the tensor's device, no host waits
   tp quant 2-bit     ``ActivationCompression(codec="quant", bits=2)``
 
 Models: a CNN (4 conv3x3+BatchNorm+ReLU layers, 32/32/64/64 channels, two of stride 2,
