@@ -34,9 +34,9 @@ Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` workers (d
                         compressed chunks and decompress them; its bytes are compressed
                         bytes read from the disk
 
-This process runs torch with 1 thread, as torch's workers do: on 2 vCPUs, torch's
-OpenMP threads spinning beside numba's made ``torch.stack`` in ``default_collate`` take
-~90 ms per 8 MiB batch in the ``num_workers=0`` run.
+This process runs torch with 1 thread, as torch's workers do: on few cores, torch's
+OpenMP threads spinning beside numba's would slow ``torch.stack`` in ``default_collate``
+down in the ``num_workers=0`` run, for a reason that is not the loader's.
 
 Columns: samples/s (median over epochs) and its ratio to (a); MiB read from disk per
 epoch (median) and its ratio to (a). Bytes read, with worker processes: the deltas of
@@ -129,7 +129,7 @@ TARGET_HIT_X = 0.95
 PLAN_SAMPLES, PLAN_EPOCHS, TARGET_PLAN_S = 10_000_000, 100, 10.0
 TARGET_RANK_HIT = 0.99
 C_REL = 1e-3  # (c): the bound of the compressed copies, relative to the value range
-#: (c): the codecs of the compressed copies: ``block`` decodes ~4x faster, ``sz`` is smaller
+#: (c): the codecs of the compressed copies: ``block`` decodes faster, ``sz`` is smaller
 C_CODECS = ("block", "sz")
 WINDOW_CHUNKS = 64  # (b) window=W: W = WINDOW_CHUNKS * CHUNK_SAMPLES samples
 
@@ -548,8 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.flush()
 
     # workers run torch with 1 thread (torch's worker loop sets it); so does this process,
-    # where the num_workers=0 run collates: on 2 vCPUs torch's OpenMP threads spinning
-    # beside numba's made torch.stack in default_collate take ~90 ms per batch of 8 MiB
+    # where the num_workers=0 run collates: torch's OpenMP threads spinning beside numba's
+    # would slow torch.stack in default_collate (module docstring)
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     res_a = run_torch(path, args.epochs, args.workers)
