@@ -1,4 +1,4 @@
-"""Bytes on disk and on the wire: the v1 container and whole files (see SPEC.md).
+"""Bytes on disk and on the wire: the container stream and whole files (see SPEC.md).
 
 The names here are what a user calls; the helpers behind them (the stream's
 constants and :class:`~tensorpress.formats.stream_header.Header`, byte-range

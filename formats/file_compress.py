@@ -183,7 +183,7 @@ def value_range(source, chunk_rows: int) -> tuple[float, float]:
 def compress_stream(
     source, sink, name, codec, bound, chunk_bytes, workers, progress, order="C"
 ) -> tuple:
-    """Write ``source`` (array-like, rows by slicing) as a v1 stream into ``sink``.
+    """Write ``source`` (array-like, rows by slicing) as a container stream into ``sink``.
 
     Returns (resolved bound, stream length in bytes, the PSNR target dict or None).
     ``rel`` bounds take one extra pass over the data for the value range, as

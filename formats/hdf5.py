@@ -1,7 +1,7 @@
 """Compressed datasets inside HDF5 files (layout in SPEC.md, "Compressed HDF5").
 
 A compressed dataset is a 1-d uint8 dataset, at the original path, whose bytes
-are exactly one v1 container stream, with the original attributes and the
+are exactly one container stream, with the original attributes and the
 marker attribute :data:`MARKER` (JSON: what the stream does not say about the
 HDF5 dataset it came from). This module knows that layout: the marker, the
 attribute and dimension-scale bookkeeping, walking a file, and reading and
