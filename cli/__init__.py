@@ -1,6 +1,6 @@
 """The ``tensorpress`` command: compress, decompress, info, verify, bench, demo.
 
-    tensorpress compress INPUT OUTPUT (--abs E | --rel E | --pw-rel E) [--codec sz]
+    tensorpress compress INPUT OUTPUT (--abs E | --rel E | --pw-rel E | --psnr DB) [--codec sz]
                 [--chunk 4M] [--set NAME:MODE=E ...] [--dtype float32 --shape 100,500,500]
                 [--container]
     tensorpress compress INPUT OUTPUT --codec zstd | --codec quant --bits 4
@@ -8,7 +8,8 @@
     tensorpress info FILE
     tensorpress verify ORIGINAL COMPRESSED
     tensorpress bench FILE [--rel E ...] [--max-bytes 64M] [--plot rd.png]
-    tensorpress demo
+    tensorpress demo [--rel E ...]
+    tensorpress --version
 
 Every command takes ``--json`` (one JSON document on stdout) and ``--quiet``;
 those that write take ``--force`` and ``--workers N``. Exit status: 0 on

@@ -225,7 +225,7 @@ def _add_compress(sub) -> None:
         type=parse_bytes,
         default=None,
         metavar="BYTES",
-        help="input bytes per chunk, e.g. 4M (default: the format's)",
+        help="input bytes per chunk, e.g. 256K (default 4M)",
     )
     p.add_argument(
         "--set",
