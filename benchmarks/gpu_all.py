@@ -1,6 +1,6 @@
-"""Everything a GPU session must measure, in one command that ends within 8 minutes.
+"""Everything a GPU must show, in one command that ends within 8 minutes.
 
-GPU time is lent in short slices, so this runs, in order, each stage with its own time
+GPU time is scarce, so this runs, in order, each stage with its own time
 limit (a stage that runs over is stopped and reported, the next one still runs):
 
 1. the CUDA tests of the device path (``tests/test_device_codes.py``,
@@ -18,8 +18,8 @@ limit (a stage that runs over is stopped and reported, the next one still runs):
 Then a summary: each stage's exit status and seconds. The tables to record in
 benchmarks/RESULTS.md are the ones stages 2-4 print.
 
-    python benchmarks/gpu_session.py                # on a CUDA machine
-    python benchmarks/gpu_session.py --cpu-dry-run  # no CUDA: the same stages, tiny, on the CPU
+    python benchmarks/gpu_all.py                # on a CUDA machine
+    python benchmarks/gpu_all.py --cpu-dry-run  # no CUDA: the same stages, tiny, on the CPU
 
 Exit status: 0 every stage passed, 1 some stage failed or ran over, 2 no CUDA device
 (without ``--cpu-dry-run``).
