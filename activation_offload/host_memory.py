@@ -181,8 +181,8 @@ class _Lease(np.ndarray):
 
 # the buffers that stores read records into from files and copy device bytes into on
 # their way to files, shared by all stores: a reused buffer has its pages in place (see
-# BufferCache); up to 256 MiB of free ones are kept (one comes back per get in order, a
-# dozen with 64 prefetches queued at once)
+# BufferCache); the free ones kept cover what gets in order hand back (one a get) and a
+# dozen more for many prefetches queued at once
 IO_BUFFERS = BufferCache(256 << 20)
 
 
