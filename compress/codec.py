@@ -56,6 +56,8 @@ class Codec(abc.ABC):
     reports_max_error: ClassVar[bool] = False
     #: bytes at the start of a payload that :meth:`payload_max_error` reads
     payload_head_bytes: ClassVar[int] = 0
+    #: whether ``encode_tensor``/``decode_tensor`` exist: set from ``devices`` for each
+    #: subclass, so the two never disagree
     has_tensor_path: ClassVar[bool] = False
     #: the bound this codec compresses under, as given (unresolved), or None
     bound: ErrorBound | None = None
@@ -68,7 +70,6 @@ class Codec(abc.ABC):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        #: whether ``encode_tensor``/``decode_tensor`` exist (torch, on ``devices``)
         cls.has_tensor_path = bool(cls.devices)
 
     # -- identity ---------------------------------------------------------------
