@@ -249,6 +249,7 @@ def run_compress(args) -> int:
             overwrite=args.force,
             progress=progress,
             raw_when_larger=True,
+            layout=args.layout,
             **kwargs,
         )
     _warn_copied_overrides(overrides, reports)

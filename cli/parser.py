@@ -237,6 +237,15 @@ def _add_compress(sub) -> None:
         "temperature:psnr=80 (repeatable)",
     )
     p.add_argument(
+        "--layout",
+        choices=("stream", "filter"),
+        default="stream",
+        help="how an HDF5 OUTPUT stores a compressed dataset: stream (default: one "
+        "container stream in a uint8 dataset) or filter (a chunked dataset of the same "
+        "shape and dtype through the tensorpress HDF5 filter, read by h5py after "
+        "import tensorpress)",
+    )
+    p.add_argument(
         "--container",
         action="store_true",
         help="write a .tp container whatever OUTPUT's extension says",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import h5py
 import numpy as np
@@ -17,7 +16,7 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.codec import chunk_rows_for
 from ..compress.quality import search_bound
-from ..compress.registry import get_codec
+from .compress_plan import LAYOUTS, Plan, PsnrTarget
 from .file_output import (
     DatasetReport,
     atomic_output,
@@ -27,6 +26,7 @@ from .file_output import (
     plain_report,
     report_progress,
 )
+from .filter_layout import check_codec, filtered_bound, write_filtered
 from .hdf5 import (
     DIM_ATTRS,
     MARKER,
@@ -34,7 +34,6 @@ from .hdf5 import (
     copy_attrs,
     datasets_copying_the_rest,
     dimension_scales,
-    is_scale,
     make_marker,
     walk,
 )
@@ -51,119 +50,10 @@ from .stream_writer import (
 )
 from .workers import resolve_workers
 
-#: dtypes that are compressed; every other dataset is copied as it is
-FLOAT_DTYPES = ("float16", "float32", "float64")
-
-
 #: a PSNR target searches its bound on the whole dataset up to this many bytes, beyond
 #: that on evenly spaced chunks of about this many bytes in all (the reached PSNR is then
 #: the sample's, and the stream says so: docs/cli.md)
 PSNR_SEARCH_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class PsnrTarget:
-    """A quality target in place of an error bound: ``psnr`` in dB over the finite value
-    range (``compress/quality.py``); each dataset gets the loosest abs bound found to
-    reach it."""
-
-    psnr: float
-
-
-def _bound_of(spec, name: str) -> ErrorBound | PsnrTarget | None:
-    if spec is None:
-        return None
-    if not isinstance(spec, dict):
-        raise ValueError(
-            f"{name} must be a dict with one of 'abs', 'rel', 'pw_rel', 'psnr', "
-            f"e.g. {{'rel': 1e-3}}; got {spec!r}"
-        )
-    unknown = set(spec) - {"abs", "rel", "pw_rel", "psnr"}
-    if unknown:
-        raise ValueError(
-            f"{name}: unknown error-bound mode(s) {', '.join(map(repr, sorted(unknown)))}; "
-            "use one of 'abs', 'rel', 'pw_rel', 'psnr'"
-        )
-    if "psnr" not in spec:
-        return ErrorBound.from_kwargs(**spec)
-    value = spec["psnr"]
-    if len(spec) > 1:
-        raise ValueError(f"{name}: give either psnr or one error bound, not both")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name}: psnr must be a finite number of dB, got {value!r}")
-    return PsnrTarget(float(value))
-
-
-class _Plan:
-    """The codec and the error bound of every dataset, checked before writing."""
-
-    #: store a dataset as it is when its stream would not be smaller
-    raw_when_larger = False
-
-    def __init__(self, codec, codec_options, bound, overrides):
-        self.codec = get_codec(codec, **(codec_options or {}))
-        self.default = _bound_of(bound, "bound")
-        overrides = dict(overrides or {})
-        self.overrides = {
-            str(k).strip("/"): _bound_of(v, f"override {k!r}") for k, v in overrides.items()
-        }
-        for b in [self.default, *self.overrides.values()]:
-            if self.codec.bounded and b is None:
-                raise ValueError(
-                    f"codec {self.codec.name!r} needs an error bound: give a dict with one of "
-                    "'abs', 'rel', 'pw_rel', e.g. {'rel': 1e-3}"
-                )
-            if isinstance(b, PsnrTarget):
-                if not (self.codec.bounded and "abs" in self.codec.bound_modes):
-                    raise ValueError(
-                        f"codec {self.codec.name!r} takes no abs error bound, so no psnr target"
-                    )
-            else:
-                self.codec.with_bound(b)  # refuses a bound the codec does not take
-
-    def check_names(self, names: list) -> None:
-        """Every override must name a dataset (full path or last component)."""
-        last = {n.rsplit("/", 1)[-1] for n in names}
-        missing = [k for k in self.overrides if k not in names and k not in last]
-        if missing:
-            raise ValueError(
-                f"override(s) {', '.join(map(repr, missing))} match no dataset; datasets: "
-                f"{', '.join(names) or 'none'}"
-            )
-
-    def bound_for(self, name: str) -> ErrorBound | None:
-        if name in self.overrides:
-            return self.overrides[name]
-        return self.overrides.get(name.rsplit("/", 1)[-1], self.default)
-
-    def compresses(self, source) -> bool:
-        """Whether a dataset of this dtype is compressed (floats; with a lossless codec
-        integers too), else copied."""
-        dtype = np.dtype(source.dtype)
-        if dtype.kind in "iu" and not self.codec.lossy:
-            return dtype.name in self.codec.dtypes
-        if dtype.kind != "f" or dtype.name not in FLOAT_DTYPES:
-            return False
-        if dtype.name not in self.codec.dtypes:
-            raise ValueError(
-                f"codec {self.codec.name!r} does not accept {dtype.name} data; it takes "
-                f"{', '.join(self.codec.dtypes)}: choose another codec"
-            )
-        return True
-
-    def copy_reason(self, obj, regions=()) -> str:
-        """Why HDF5 dataset ``obj`` is copied as it is, or "" when it is compressed."""
-        if obj.shape is None:
-            return "copied: a null dataspace holds no values"
-        if is_scale(obj):
-            return "copied: a dimension scale is kept exact"
-        if obj.id in regions:
-            return "copied: region references point into it"
-        if not self.compresses(obj):
-            if not self.codec.lossy:
-                return f"copied: codec {self.codec.name} does not take {obj.dtype} data"
-            return f"copied: {obj.dtype} data takes no error bound (floats are compressed)"
-        return ""
 
 
 def value_range(source, chunk_rows: int) -> tuple[float, float]:
@@ -194,12 +84,7 @@ def compress_stream(
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
-    target = None
-    if isinstance(bound, PsnrTarget):
-        bound, target = psnr_bound(source, codec, bound.psnr, rows, workers)
-    if bound is not None:
-        lo, hi = value_range(source, rows) if bound.mode == "rel" else (0.0, 0.0)
-        bound = bound.resolve_range(lo, hi)
+    bound, target = resolve_bound(source, codec, bound, rows, workers)
     writer = StreamWriter(
         sink,
         dtype.newbyteorder("<").str,
@@ -220,6 +105,17 @@ def compress_stream(
             progress, name, min(total, (i + 1) * rows * row_bytes) if shape else total, total
         )
     return bound, writer.finish(), target
+
+
+def resolve_bound(source, codec, bound, rows: int, workers) -> tuple:
+    """(``bound`` resolved on the whole of ``source``, the PSNR target record or None)."""
+    target = None
+    if isinstance(bound, PsnrTarget):
+        bound, target = psnr_bound(source, codec, bound.psnr, rows, workers)
+    if bound is not None:
+        lo, hi = value_range(source, rows) if bound.mode == "rel" else (0.0, 0.0)
+        bound = bound.resolve_range(lo, hi)
+    return bound, target
 
 
 def psnr_bound(source, codec, target: float, rows: int, workers) -> tuple[ErrorBound, dict]:
@@ -285,6 +181,7 @@ def compress_file(
     overwrite=False,
     progress=None,
     raw_when_larger=False,
+    layout="stream",
 ) -> list[DatasetReport]:
     """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
 
@@ -299,12 +196,16 @@ def compress_file(
     a dataset starts and after each chunk. ``raw_when_larger``: an HDF5 output stores
     a dataset as it is (its report's note says "stored raw") when its stream would take
     as many bytes as its values (a scalar, a tiny or constant dataset), so that the
-    output never grows by more than a fixed overhead per file. Returns one report per
-    dataset.
+    output never grows by more than a fixed overhead per file. ``layout``: how an HDF5
+    output stores a compressed dataset: "stream" (a uint8 dataset holding one container
+    stream) or "filter" (a chunked dataset of the input's shape and dtype through the
+    tensorpress HDF5 filter, which h5py reads after ``import tensorpress``; codecs sz,
+    block, int8 and zstd with their default parameters). Returns one report per dataset.
     """
     src = check_input(src)
-    plan = _Plan(codec, codec_options, bound, overrides)
+    plan = Plan(codec, codec_options, bound, overrides)
     plan.raw_when_larger = raw_when_larger
+    _set_layout(plan, layout, codec_options, dst)
     if chunk_bytes is None:
         chunk_bytes = plan.codec.default_chunk_bytes
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
@@ -347,10 +248,29 @@ def compress_file(
             array.close()
 
 
+def _set_layout(plan, layout: str, codec_options, dst) -> None:
+    """Check ``layout`` (one of LAYOUTS) against the codec and ``dst``; set it on ``plan``."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "filter" and not is_hdf5_path(dst):
+        raise ValueError(f"{dst}: the filter layout writes HDF5: name it .h5 or .hdf5")
+    if layout == "filter":
+        check_codec(plan.codec, codec_options)
+    plan.layout = layout
+
+
 def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, progress):
     bound = plan.bound_for("data")
     t0 = time.perf_counter()
     with atomic_output(src, dst, overwrite) as tmp:
+        if is_hdf5_path(dst) and plan.layout == "filter":
+            with h5py.File(tmp, "w") as fout:
+                write = (plan, chunk_bytes, workers, progress)
+                report = _compress_filtered(array, fout, "data", write, t0)
+                if report is None:
+                    fout.create_dataset("data", data=np.asarray(array[()]))
+                    report = plain_report("data", array, t0, STORED_RAW)
+            return report
         if is_hdf5_path(dst):
             with h5py.File(tmp, "w") as fout:
                 sink = DatasetSink(fout, "data")
@@ -408,7 +328,7 @@ STORED_RAW = "stored raw: compression does not pay"
 def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress):
     items = list(walk(fin))
     for _, kind, obj in items:
-        if kind == "dataset" and MARKER in obj.attrs:
+        if kind == "dataset" and (MARKER in obj.attrs or filtered_bound(obj) is not None):
             raise ValueError(f"{src} is already compressed by tensorpress: decompress it instead")
     plan.check_names([p for p, kind, _ in items if kind == "dataset"])
     regions = region_targets(fin, items)  # kept as they are, so that the regions still hold
@@ -424,7 +344,10 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
                 marker = make_marker(obj, dims, labels)
                 write = (plan, chunk_bytes, workers, progress)
                 report = _compress_dataset(obj, fout, path, marker, write, t0)
-                if report is not None:
+                if report is not None and plan.layout == "filter":
+                    copy_attrs(obj, fout[path], skip=DIM_ATTRS)  # labels are kept as they are
+                    plain.append((path, obj))  # so that its scales are attached again
+                elif report is not None:
                     copy_attrs(obj, fout[path], skip=(*DIM_ATTRS, "DIMENSION_LABELS"))
                 why = STORED_RAW
             if report is None:
@@ -441,6 +364,8 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
     report, or None (nothing written) when the stream and marker would take as many bytes
     as the values. ``write``: (plan, chunk_bytes, workers, progress)."""
     plan, chunk_bytes, workers, progress = write
+    if plan.layout == "filter":
+        return _compress_filtered(source, group, path, write, t0)
     sink = DatasetSink(group, path)
     bound, nbytes, target = compress_stream(
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
@@ -450,4 +375,24 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         sink.discard()
         return None
     sink.close().attrs[MARKER] = marker
+    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)
+
+
+def _compress_filtered(source, group, path, write: tuple, t0: float):
+    """Compress ``source`` into the filtered dataset ``group[path]`` (filter_layout.py);
+    its report, or None (nothing written) for a scalar or empty dataset, or when the
+    chunks would take as many bytes as the values and the plan stores such ones raw."""
+    plan, chunk_bytes, workers, progress = write
+    dtype = np.dtype(source.dtype)
+    shape = tuple(int(d) for d in source.shape)
+    original = math.prod(shape) * dtype.itemsize
+    if not shape or not original:
+        return None
+    rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
+    bound, target = resolve_bound(source, plan.codec, plan.bound_for(path), rows, workers)
+    out = write_filtered(source, group, path, plan.codec, bound, chunk_bytes, progress)
+    nbytes = out.id.get_storage_size()
+    if plan.raw_when_larger and nbytes >= original:
+        del group[path]
+        return None
     return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)

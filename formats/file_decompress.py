@@ -22,6 +22,7 @@ from .file_output import (
     ratio,
     report_progress,
 )
+from .filter_layout import filter_codec, filtered_bound, restore_plain
 from .hdf5 import (
     DIM_ATTRS,
     MARKER,
@@ -132,7 +133,9 @@ def _decompress_to_npz(src, dst, workers, overwrite, progress) -> list:
 
 
 def _npz_report(name, ds, nbytes: int, t0: float) -> DatasetReport:
-    if ds.compressed:
+    if ds.compressed and _filtered(ds):
+        stored, codec, bound = _stored_bytes(ds), filter_codec(ds.source), ds.bound
+    elif ds.compressed:
         h = ds.reader.header
         stored, codec, bound = h.compressed_bytes, h.codec, ds.bound
     else:
@@ -212,6 +215,10 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
         plain, restored = [], []
         for path, obj, t0 in datasets_copying_the_rest(items, fout):
             marker = read_marker(obj)
+            if marker is None and filtered_bound(obj) is not None:
+                reports.append(_restore_filtered(obj, fout, path, progress, t0))
+                plain.append((path, obj))
+                continue
             if marker is None:
                 reports.append(copy_plain(obj, fout, path, progress, t0))
                 plain.append((path, obj))
@@ -248,7 +255,10 @@ def describe_file(path) -> list[dict]:
         for name, ds in cf.items():
             if getattr(ds, "error", None) is not None:
                 raise ds.error
-            if ds.compressed:
+            if ds.compressed and _filtered(ds):
+                original, stored = ds.size * ds.dtype.itemsize, _stored_bytes(ds)
+                version, codec = None, filter_codec(ds.source)
+            elif ds.compressed:
                 h = ds.reader.header
                 original, stored, version, codec = (
                     h.original_bytes,
@@ -267,7 +277,7 @@ def describe_file(path) -> list[dict]:
                     "dtype": ds.dtype.name,
                     "codec": codec,
                     "bound": ds.bound,
-                    "target": ds.reader.header.target if ds.compressed else None,
+                    "target": ds.reader.header.target if hasattr(ds, "reader") else None,
                     "original_bytes": original,
                     "stored_bytes": stored,
                     "ratio": ratio(original, stored),
@@ -276,3 +286,37 @@ def describe_file(path) -> list[dict]:
                 }
             )
         return out
+
+
+#: bytes decoded per write when a filtered dataset is restored
+RESTORE_BLOCK_BYTES = 4 << 20
+
+
+def _filtered(ds) -> bool:
+    """Whether opened dataset ``ds`` is read through the tensorpress HDF5 filter."""
+    return filtered_bound(getattr(ds, "source", None)) is not None
+
+
+def _stored_bytes(ds) -> int:
+    """Bytes the chunks of filtered dataset ``ds`` take in its file."""
+    return int(ds.source.id.get_storage_size())
+
+
+def _restore_filtered(ds, fout, path, progress, t0) -> DatasetReport:
+    """Write filtered dataset ``ds`` decoded as a plain dataset ``fout[path]`` with its
+    attributes (its scales are attached again with the copied datasets')."""
+    out = restore_plain(ds, fout, path, progress, RESTORE_BLOCK_BYTES)
+    copy_attrs(ds, out, skip=DIM_ATTRS)
+    bound = filtered_bound(ds) or None
+    nbytes = ds.size * ds.dtype.itemsize
+    return DatasetReport(
+        path,
+        True,
+        tuple(ds.shape),
+        ds.dtype.name,
+        filter_codec(ds),
+        bound,
+        nbytes,
+        int(ds.id.get_storage_size()),
+        time.perf_counter() - t0,
+    )

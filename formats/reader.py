@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from .errors import FormatError
+from .filter_layout import mark_filtered
 from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
 from .sources import check_input, check_no_layout, file_kind, open_npy, open_npz, open_raw
 from .stream_reader import ContainerReader, FileSource
@@ -216,8 +217,8 @@ def hdf5_datasets(f: h5py.File, workers: int | None = None, strict: bool = True)
         if kind != "dataset":
             continue
         marker = read_marker(obj)
-        if marker is None:
-            out[path] = PlainDataset(path, obj, user_attrs(obj))
+        if marker is None:  # a dataset through the tensorpress filter is marked compressed
+            out[path] = mark_filtered(PlainDataset(path, obj, user_attrs(obj)))
             continue
         attrs = user_attrs(obj, skip=(MARKER, *DIM_ATTRS))
         try:

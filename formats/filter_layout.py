@@ -1,0 +1,162 @@
+"""The filter layout of compressed HDF5 files: each compressed float dataset stays a
+chunked dataset of its own shape and dtype, stored through the tensorpress HDF5 filter
+(``hdf5_filter.py``), so that h5py reads it in any process that imported tensorpress.
+
+Writing goes through h5py (the filter encodes each HDF5 chunk as it is written);
+restoring writes the decoded values into a dataset without the filter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import numpy as np
+
+from ..compress.bounds import ErrorBound
+from ..compress.codec import chunk_rows_for
+from ..compress.registry import get_codec
+from .file_output import report_progress
+from .hdf5_filter import CODEC_NUMBERS, FILTER_ID, filter, parse_cd_values
+
+#: the largest HDF5 chunk, in bytes (HDF5 refuses chunks of 4 GiB and more)
+MAX_CHUNK_BYTES = (1 << 32) - 1
+
+
+def filtered_bound(ds) -> dict | None:
+    """The bound dict (mode, value, tolerance) of h5py dataset ``ds`` stored with the
+    tensorpress filter, {} for its lossless codec, None when ``ds`` does not use it."""
+    if not isinstance(ds, h5py.Dataset) or ds.chunks is None:
+        return None
+    plist = ds.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        fid, _, cd, _ = plist.get_filter(i)
+        if fid == FILTER_ID:
+            bound = parse_cd_values(list(cd))["bound"]
+            if not bound:
+                return {}
+            ((mode, value),) = bound.items()
+            return ErrorBound(mode, value, value).to_dict()
+    return None
+
+
+def filter_codec(ds: h5py.Dataset) -> dict:
+    """The codec config of filtered dataset ``ds`` (its filter's cd_values name it)."""
+    plist = ds.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        fid, _, cd, _ = plist.get_filter(i)
+        if fid == FILTER_ID:
+            return get_codec(parse_cd_values(list(cd))["codec"]).get_config()
+    return {}
+
+
+def mark_filtered(dataset):
+    """A reader's plain dataset whose h5py source uses the filter, marked compressed with
+    its bound (values come through h5py's filter path); others are returned as they are."""
+    bound = filtered_bound(getattr(dataset, "source", None))
+    if bound is not None:
+        dataset.compressed = True
+        dataset.bound = bound or None
+    return dataset
+
+
+def check_codec(codec, codec_options) -> None:
+    """Refuse what the filter cannot carry: another codec, or codec parameters (the
+    filter's client data name the codec only, so each chunk uses its defaults)."""
+    if codec.name not in CODEC_NUMBERS:
+        raise ValueError(
+            f"codec {codec.name!r} has no HDF5 filter; the filter layout takes "
+            f"{', '.join(sorted(CODEC_NUMBERS))}"
+        )
+    if codec_options:
+        raise ValueError("the filter layout takes each codec with its default parameters")
+
+
+def filter_chunks(source, chunk_bytes: int) -> tuple[int, ...]:
+    """HDF5 chunk shape for ``source``: its own chunks when it is a chunked HDF5 dataset,
+    else whole rows along the first axis, about ``chunk_bytes`` input bytes each."""
+    shape = tuple(int(d) for d in source.shape)
+    own = getattr(source, "chunks", None)
+    if own:
+        return tuple(int(c) for c in own)
+    itemsize = np.dtype(source.dtype).itemsize
+    rows = chunk_rows_for(shape, itemsize, min(chunk_bytes, MAX_CHUNK_BYTES))
+    row_bytes = max(1, math.prod(shape[1:]) * itemsize)
+    rows = max(1, min(rows, max(1, shape[0]), MAX_CHUNK_BYTES // row_bytes))
+    return (rows, *(max(1, d) for d in shape[1:]))
+
+
+def creation_options(source) -> dict:
+    """maxshape and a user-defined fill value of HDF5 dataset ``source``, as keywords."""
+    out = {}
+    if not isinstance(source, h5py.Dataset):
+        return out
+    if source.chunks is not None and source.maxshape != source.shape:
+        out["maxshape"] = source.maxshape
+    plist = source.id.get_create_plist()
+    if plist.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED:
+        out["fillvalue"] = source.fillvalue
+    return out
+
+
+def filter_keywords(codec, bound: ErrorBound | None) -> dict:
+    """``create_dataset`` keywords for ``codec`` with a resolved ``bound`` (abs or
+    pw_rel; a rel bound is resolved to abs before it gets here)."""
+    if bound is None:
+        return filter(codec=codec.name)
+    mode = "abs" if bound.mode == "rel" else bound.mode
+    value = bound.tolerance if bound.mode == "rel" else bound.value
+    return filter(codec=codec.name, **{mode: value})
+
+
+def copy_rows(source, out, path: str, progress, block_rows: int) -> None:
+    """Copy ``source`` into ``out`` ``block_rows`` rows at a time (``[()]`` for 0-d)."""
+    shape = tuple(int(d) for d in source.shape)
+    total = math.prod(shape) * np.dtype(source.dtype).itemsize
+    report_progress(progress, path, 0, total)
+    if not shape:
+        out[()] = np.asarray(source[()])
+    else:
+        row_bytes = math.prod(shape[1:]) * np.dtype(source.dtype).itemsize
+        for start in range(0, shape[0], block_rows):
+            stop = min(shape[0], start + block_rows)
+            if stop > start and row_bytes:
+                out[start:stop] = np.asarray(source[start:stop])
+            report_progress(progress, path, min(total, stop * row_bytes), total)
+    report_progress(progress, path, total, total)
+
+
+def block_rows_for(chunks: tuple, itemsize: int, block_bytes: int) -> int:
+    """Rows per write: whole HDF5 chunks along the first axis, about ``block_bytes``."""
+    chunk_bytes = max(1, math.prod(chunks) * itemsize)
+    return chunks[0] * max(1, block_bytes // chunk_bytes)
+
+
+def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, progress):
+    """Write ``source`` (array-like with shape and dtype, at least 1-d) as the filtered
+    dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
+    lossless codec). Returns the dataset; its stored bytes are
+    ``ds.id.get_storage_size()``."""
+    dtype = np.dtype(source.dtype).newbyteorder("<")  # the filter takes little-endian floats
+    chunks = filter_chunks(source, chunk_bytes)
+    out = group.create_dataset(
+        path,
+        shape=source.shape,
+        dtype=dtype,
+        chunks=chunks,
+        **creation_options(source),
+        **filter_keywords(codec, bound),
+    )
+    copy_rows(source, out, path, progress, block_rows_for(chunks, dtype.itemsize, chunk_bytes))
+    return out
+
+
+def restore_plain(ds: h5py.Dataset, group, path: str, progress, block_bytes: int):
+    """Write filtered dataset ``ds`` decoded as a dataset without the filter, of the
+    same shape, dtype, chunks, maxshape and fill value. Returns the new dataset."""
+    chunks = tuple(ds.chunks)
+    out = group.create_dataset(
+        path, shape=ds.shape, dtype=ds.dtype, chunks=chunks, **creation_options(ds)
+    )
+    copy_rows(ds, out, path, progress, block_rows_for(chunks, ds.dtype.itemsize, block_bytes))
+    return out
