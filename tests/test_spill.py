@@ -149,6 +149,18 @@ def _span(loc: Location) -> int:
     return -(-(loc.skip + loc.nbytes) // ALIGN) * ALIGN
 
 
+def _check_on_disk(raw: bytes, loc, src: np.ndarray) -> None:
+    """``raw`` (the slab from the record's offset on) holds the record as laid out: its
+    header, ``loc.skip`` zero bytes, the payload ``src``, zeros to the aligned end."""
+    start = ALIGN + loc.skip
+    n = src.size
+    assert len(raw) == ALIGN + _span(loc)
+    _check_header(raw, loc)
+    assert raw[ALIGN:start] == bytes(loc.skip)
+    assert raw[start : start + n] == src.tobytes()
+    assert raw[start + n :] == bytes(len(raw) - start - n)
+
+
 def _check_header(raw: bytes, loc: Location) -> None:
     """``raw`` starts with the header block written for ``loc``: its fields, their
     XXH3-64, then zeros to the block end."""
@@ -218,12 +230,7 @@ def test_large_round_trip(tmp_path, direct, kind, n):
             np.testing.assert_array_equal(got[:n], src)
             assert (got[n:] == 0xEE).all()
         raw = _slab_path(sd, loc).read_bytes()[loc.offset :]
-    start = ALIGN + loc.skip
-    assert len(raw) == ALIGN + _span(loc)
-    _check_header(raw, loc)
-    assert raw[ALIGN:start] == bytes(loc.skip)
-    assert raw[start : start + n] == src.tobytes()
-    assert raw[start + n :] == bytes(len(raw) - start - n)
+    _check_on_disk(raw, loc, src)
 
 
 @settings(max_examples=60, deadline=None)
@@ -270,18 +277,12 @@ def test_records_of_several_staged_pieces_read_back_exactly(tmp_path, direct, ki
         loc = sd.write(buf)
         assert loc.skip == _expected_skip(sd, buf)
         path = _slab_path(sd, loc)
-        raw = path.read_bytes()[loc.offset :]
-        start = ALIGN + loc.skip
-        assert len(raw) == ALIGN + _span(loc)
-        _check_header(raw, loc)
-        assert raw[ALIGN:start] == bytes(loc.skip)
-        assert raw[start : start + n] == src.tobytes()
-        assert raw[start + n :] == bytes(len(raw) - start - n)
+        _check_on_disk(path.read_bytes()[loc.offset :], loc, src)
         outs = (_buffer(kind, np.zeros(n, np.uint8)), _placed(np.zeros(n, np.uint8), 7))
         for out in outs:
             sd.read_into(loc, out)
             assert bytes(out) == src.tobytes()
-        _flip(path, loc.offset + start + n - 1)
+        _flip(path, loc.offset + ALIGN + loc.skip + n - 1)
         for out in outs:
             with pytest.raises(CorruptRecordError, match=PAYLOAD_MISMATCH):
                 sd.read_into(loc, out)
