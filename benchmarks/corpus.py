@@ -20,6 +20,9 @@ Simulated:
   grayscott_u/v   3-d Gray-Scott reaction-diffusion, 96^3, periodic, labyrinth regime
   kolmogorov_grf  128^3 Gaussian random field, power spectrum k^-11/3
   smooth_2d       1024^2 sum of low-frequency sinusoids and Gaussians
+  turbulence_u    256^3 velocity component, k^-5/3 energy spectrum (``corpus_fields.py``)
+  climate_t2m     1800x3600 temperature-like field: gradients, waves, fronts, coastlines
+  interface_rho   192^3 two-phase density with sharp interfaces and smooth interiors
 Deep learning (torch on CPU, a few training steps on random data, then one more
 forward/backward whose tensors are captured):
   cnn_conv1_out   conv output of block 1 (saved for BatchNorm backward), N,C,H,W
@@ -46,6 +49,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
+
+try:
+    from corpus_fields import build_climate, build_interface, build_turbulence
+except ImportError:  # imported as benchmarks.corpus
+    from benchmarks.corpus_fields import build_climate, build_interface, build_turbulence
 
 CORPUS_VERSION = 1
 CACHE_DIR = Path(__file__).resolve().parent / ".cache" / f"corpus-v{CORPUS_VERSION}"
@@ -377,6 +385,9 @@ _DATASETS: dict[str, tuple[str, Callable[[], dict[str, np.ndarray]]]] = {
     "grayscott_v": ("simulated", _build_grayscott),
     "kolmogorov_grf": ("simulated", _build_kolmogorov),
     "smooth_2d": ("simulated", _build_smooth),
+    "turbulence_u": ("simulated", build_turbulence),
+    "climate_t2m": ("simulated", build_climate),
+    "interface_rho": ("simulated", build_interface),
     "cnn_conv1_out": ("dl", _build_cnn),
     "cnn_relu1_out": ("dl", _build_cnn),
     "cnn_relu2_out": ("dl", _build_cnn),
