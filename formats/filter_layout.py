@@ -2,13 +2,18 @@
 chunked dataset of its own shape and dtype, stored through the tensorpress HDF5 filter
 (``hdf5_filter.py``), so that h5py reads it in any process that imported tensorpress.
 
-Writing goes through h5py (the filter encodes each HDF5 chunk as it is written);
+Writing encodes each HDF5 chunk in worker threads with the filter's own
+:func:`~.hdf5_filter.encode_chunk` and stores the bytes with ``write_direct_chunk``, so
+the file is what h5py writing through the filter gives, whatever the number of workers;
 restoring writes the decoded values into a dataset without the filter.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import h5py
 import numpy as np
@@ -17,7 +22,7 @@ from ..compress.bounds import ErrorBound
 from ..compress.codec import chunk_rows_for
 from ..compress.registry import get_codec
 from .file_output import report_progress
-from .hdf5_filter import CODEC_NUMBERS, FILTER_ID, filter, parse_cd_values
+from .hdf5_filter import CODEC_NUMBERS, FILTER_ID, encode_chunk, filter, parse_cd_values
 
 #: the largest HDF5 chunk, in bytes (HDF5 refuses chunks of 4 GiB and more)
 MAX_CHUNK_BYTES = (1 << 32) - 1
@@ -132,22 +137,86 @@ def block_rows_for(chunks: tuple, itemsize: int, block_bytes: int) -> int:
     return chunks[0] * max(1, block_bytes // chunk_bytes)
 
 
-def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, progress):
+def filter_values(ds: h5py.Dataset) -> list[int]:
+    """The cd_values of filtered dataset ``ds`` as the filter sees them (set_local has
+    appended the element size and chunk shape)."""
+    plist = ds.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        fid, _, cd, _ = plist.get_filter(i)
+        if fid == FILTER_ID:
+            return [int(v) for v in cd]
+    raise ValueError(f"{ds.name} is not stored with the tensorpress filter")
+
+
+def chunk_offsets(shape: tuple, chunks: tuple):
+    """Offsets (elements) of every HDF5 chunk of a dataset, in C order of the chunk grid."""
+    return itertools.product(*(range(0, s, c) for s, c in zip(shape, chunks, strict=True)))
+
+
+def read_chunk(source, offset: tuple, chunks: tuple, dtype, fillvalue) -> np.ndarray:
+    """The chunk of ``source`` at ``offset`` as a full chunk of ``dtype``: HDF5 stores
+    partial edge chunks at full size, the part outside the dataset set to the fill value."""
+    shape = tuple(int(d) for d in source.shape)
+    region = tuple(slice(o, min(o + c, s)) for o, c, s in zip(offset, chunks, shape, strict=True))
+    part = np.asarray(source[region])
+    if part.shape == tuple(chunks):
+        return np.ascontiguousarray(part, dtype=dtype)
+    full = np.full(chunks, fillvalue, dtype=dtype)
+    full[tuple(slice(0, n) for n in part.shape)] = part
+    return full
+
+
+def write_chunks(source, out: h5py.Dataset, path: str, progress, workers: int = 1) -> None:
+    """Encode every chunk of ``source`` for filtered dataset ``out`` (same shape) and
+    store it with ``write_direct_chunk``: ``workers`` threads encode (the codecs release
+    the GIL), this thread reads one chunk at a time and writes in chunk order, so the
+    file is the same for any ``workers`` and at most ``2 * workers`` chunks are held."""
+    cd = filter_values(out)
+    shape, chunks = tuple(int(d) for d in out.shape), tuple(int(c) for c in out.chunks)
+    dtype, fill = out.dtype, out.fillvalue
+    total, done = math.prod(shape) * dtype.itemsize, 0
+    report_progress(progress, path, 0, total)
+
+    def store(offset, data) -> None:
+        nonlocal done
+        out.id.write_direct_chunk(offset, data, filter_mask=0)
+        inside = math.prod(min(c, s - o) for o, c, s in zip(offset, chunks, shape, strict=True))
+        done += inside * dtype.itemsize
+        report_progress(progress, path, min(done, total), total)
+
+    offsets = chunk_offsets(shape, chunks)
+    if workers <= 1:
+        for offset in offsets:
+            store(offset, encode_chunk(read_chunk(source, offset, chunks, dtype, fill), cd))
+        return
+    pending: deque = deque()
+    with ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-h5chunk") as pool:
+        for offset in offsets:
+            if len(pending) >= 2 * workers:
+                first, job = pending.popleft()
+                store(first, job.result())
+            x = read_chunk(source, offset, chunks, dtype, fill)
+            pending.append((offset, pool.submit(encode_chunk, x, cd)))
+        while pending:
+            first, job = pending.popleft()
+            store(first, job.result())
+
+
+def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, progress, workers=1):
     """Write ``source`` (array-like with shape and dtype, at least 1-d) as the filtered
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
-    lossless codec). Returns the dataset; its stored bytes are
-    ``ds.id.get_storage_size()``."""
+    lossless codec), its chunks encoded by ``workers`` threads. Returns the dataset; its
+    stored bytes are ``ds.id.get_storage_size()``."""
     dtype = np.dtype(source.dtype).newbyteorder("<")  # the filter takes little-endian floats
-    chunks = filter_chunks(source, chunk_bytes)
     out = group.create_dataset(
         path,
         shape=source.shape,
         dtype=dtype,
-        chunks=chunks,
+        chunks=filter_chunks(source, chunk_bytes),
         **creation_options(source),
         **filter_keywords(codec, bound),
     )
-    copy_rows(source, out, path, progress, block_rows_for(chunks, dtype.itemsize, chunk_bytes))
+    write_chunks(source, out, path, progress, workers)
     return out
 
 
