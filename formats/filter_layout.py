@@ -155,10 +155,15 @@ def chunk_offsets(shape: tuple, chunks: tuple):
 
 def read_chunk(source, offset: tuple, chunks: tuple, dtype, fillvalue) -> np.ndarray:
     """The chunk of ``source`` at ``offset`` as a full chunk of ``dtype``: HDF5 stores
-    partial edge chunks at full size, the part outside the dataset set to the fill value."""
+    partial edge chunks at full size, the part outside the dataset set to the fill value.
+    A chunk of whole rows is read as ``source[a:b]``, all that row readers of .npy and
+    raw files take; others with a tuple of slices (HDF5 datasets and arrays)."""
     shape = tuple(int(d) for d in source.shape)
     region = tuple(slice(o, min(o + c, s)) for o, c, s in zip(offset, chunks, shape, strict=True))
-    part = np.asarray(source[region])
+    if all(r == slice(0, s) for r, s in zip(region[1:], shape[1:], strict=True)):
+        part = np.asarray(source[region[0]])  # whole rows: what every source reads
+    else:
+        part = np.asarray(source[region])
     if part.shape == tuple(chunks):
         return np.ascontiguousarray(part, dtype=dtype)
     full = np.full(chunks, fillvalue, dtype=dtype)
