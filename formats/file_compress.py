@@ -390,7 +390,9 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
         return None
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
     bound, target = resolve_bound(source, plan.codec, plan.bound_for(path), rows, workers)
-    out = write_filtered(source, group, path, plan.codec, bound, chunk_bytes, progress)
+    out = write_filtered(
+        source, group, path, plan.codec, bound, chunk_bytes, progress, workers=workers
+    )
     nbytes = out.id.get_storage_size()
     if plan.raw_when_larger and nbytes >= original:
         del group[path]
