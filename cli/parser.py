@@ -238,12 +238,12 @@ def _add_compress(sub) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=("stream", "filter"),
-        default="stream",
-        help="how an HDF5 OUTPUT stores a compressed dataset: stream (default: one "
-        "container stream in a uint8 dataset) or filter (a chunked dataset of the same "
-        "shape and dtype through the tensorpress HDF5 filter, read by h5py after "
-        "import tensorpress)",
+        choices=("filter", "stream"),
+        default=None,
+        help="how an HDF5 OUTPUT stores a compressed dataset: filter (the default for HDF5 "
+        "input: a chunked dataset of the same shape and dtype through the tensorpress HDF5 "
+        "filter, read by h5py after import tensorpress) or stream (the default for the "
+        "other inputs: one container stream in a uint8 dataset)",
     )
     p.add_argument(
         "--container",

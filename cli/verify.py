@@ -220,9 +220,16 @@ def _raw_layout(args, compressed) -> tuple:
 
 
 def _ratio(ds) -> float | None:
-    """original / stored bytes of a dataset of an opened compressed file (1 for a plain one)."""
-    if not ds.compressed or getattr(ds, "reader", None) is None:
-        return 1.0 if not ds.compressed else None
+    """original / stored bytes of a dataset of an opened compressed file (1 for a plain one;
+    for one through the HDF5 filter, its logical bytes over its stored chunks' bytes)."""
+    if not ds.compressed:
+        return 1.0
+    if getattr(ds, "reader", None) is None:
+        source = getattr(ds, "source", None)
+        if source is None:
+            return None
+        stored = int(source.id.get_storage_size())
+        return finite_or_none(ds.size * ds.dtype.itemsize / stored if stored else None)
     h = ds.reader.header
     return finite_or_none(h.original_bytes / h.compressed_bytes if h.compressed_bytes else None)
 
@@ -249,7 +256,7 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
     progress(name, 0, total)
     done = 0
     for index in row_blocks(shape, dtype.itemsize, VERIFY_BLOCK_BYTES, align):
-        x, y = np.asarray(src[index]), dst[index]
+        x, y = np.asarray(src[index]), _read(dst, index)
         if ref_kind(dtype) is not None:  # addresses differ between files: compare targets
             x, y = ref_targets(_h5_file(src), x), ref_targets(_h5_file(dst), y)
         check.update(x, y)
@@ -257,6 +264,19 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
         progress(name, done, total)
     res = check.result()
     return {**out, **res, "status": _status(res, bound)}
+
+
+def _read(ds, index: tuple) -> np.ndarray:
+    """``ds[index]``; where HDF5's filter path fails, the reason its chunks give."""
+    from ..formats.file_decompress import filter_failure
+
+    try:
+        return ds[index]
+    except OSError as exc:
+        source = getattr(ds, "source", None)
+        if source is None or not index:
+            raise
+        raise filter_failure(source, index[0].start, index[0].stop, exc) from exc
 
 
 def _status(res: dict, bound: dict | None) -> str:

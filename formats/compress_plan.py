@@ -120,6 +120,8 @@ class Plan:
             return "copied: a dimension scale is kept exact"
         if obj.id in regions:
             return "copied: region references point into it"
+        if self.layout == "filter" and obj.dtype.kind != "f" and self.compresses(obj):
+            return f"copied: the HDF5 filter takes floats, not {obj.dtype} data"
         if not self.compresses(obj):
             if not self.codec.lossy:
                 return f"copied: codec {self.codec.name} does not take {obj.dtype} data"

@@ -181,7 +181,7 @@ def compress_file(
     overwrite=False,
     progress=None,
     raw_when_larger=False,
-    layout="stream",
+    layout=None,
 ) -> list[DatasetReport]:
     """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
 
@@ -197,21 +197,22 @@ def compress_file(
     a dataset as it is (its report's note says "stored raw") when its stream would take
     as many bytes as its values (a scalar, a tiny or constant dataset), so that the
     output never grows by more than a fixed overhead per file. ``layout``: how an HDF5
-    output stores a compressed dataset: "stream" (a uint8 dataset holding one container
-    stream) or "filter" (a chunked dataset of the input's shape and dtype through the
-    tensorpress HDF5 filter, which h5py reads after ``import tensorpress``; codecs sz,
-    block, int8 and zstd with their default parameters). Returns one report per dataset.
+    output stores a compressed dataset: "filter" (a chunked dataset of the input's shape
+    and dtype through the tensorpress HDF5 filter, which h5py reads after ``import
+    tensorpress``; codecs sz, block, int8 and zstd with their default parameters) or
+    "stream" (a uint8 dataset holding one container stream); None: "filter" for an HDF5
+    input, "stream" for the others. Returns one report per dataset.
     """
     src = check_input(src)
     plan = Plan(codec, codec_options, bound, overrides)
     plan.raw_when_larger = raw_when_larger
-    _set_layout(plan, layout, codec_options, dst)
+    kind = file_kind(src)
+    _set_layout(plan, layout, codec_options, dst, kind)
     if chunk_bytes is None:
         chunk_bytes = plan.codec.default_chunk_bytes
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     workers = resolve_workers(workers)
-    kind = file_kind(src)
     if kind == "container":
         raise ValueError(f"{src} is already a tensorpress file: decompress it instead")
     if kind == "hdf5":
@@ -248,14 +249,22 @@ def compress_file(
             array.close()
 
 
-def _set_layout(plan, layout: str, codec_options, dst) -> None:
-    """Check ``layout`` (one of LAYOUTS) against the codec and ``dst``; set it on ``plan``."""
+def _set_layout(plan, layout: str | None, codec_options, dst, kind: str) -> None:
+    """Check ``layout`` (one of LAYOUTS, or None: "filter" for an HDF5 input of ``kind``)
+    against the codec and ``dst``; set it on ``plan``."""
+    if layout is None:
+        layout = "filter" if kind == "hdf5" else "stream"
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if layout == "filter" and not is_hdf5_path(dst):
         raise ValueError(f"{dst}: the filter layout writes HDF5: name it .h5 or .hdf5")
     if layout == "filter":
-        check_codec(plan.codec, codec_options)
+        try:
+            check_codec(plan.codec, codec_options)
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc}; layout='stream' (--layout stream) stores it as container streams"
+            ) from None
     plan.layout = layout
 
 
@@ -320,6 +329,10 @@ def _compress_npz(arrays: dict, src, dst, write: tuple, overwrite: bool) -> list
     return reports
 
 
+#: what a chunked dataset takes beyond a contiguous one's header whatever its size, in
+#: bytes: HDF5's chunk index (a v1 B-tree node) and the filter pipeline message
+CHUNK_INDEX_BYTES = 2048
+
 #: why a dataset whose compressed stream would be no smaller than its values is stored
 #: as it is: an output never grows by more than a fixed overhead per file
 STORED_RAW = "stored raw: compression does not pay"
@@ -328,7 +341,13 @@ STORED_RAW = "stored raw: compression does not pay"
 def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress):
     items = list(walk(fin))
     for _, kind, obj in items:
-        if kind == "dataset" and (MARKER in obj.attrs or filtered_bound(obj) is not None):
+        if kind == "dataset" and MARKER in obj.attrs:
+            raise ValueError(
+                f"{src} is already compressed by tensorpress, in the stream layout: "
+                "'tensorpress convert' rewrites it in the filter layout; decompress it to "
+                "compress it again"
+            )
+        if kind == "dataset" and filtered_bound(obj) is not None:
             raise ValueError(f"{src} is already compressed by tensorpress: decompress it instead")
     plan.check_names([p for p, kind, _ in items if kind == "dataset"])
     regions = region_targets(fin, items)  # kept as they are, so that the regions still hold
@@ -394,7 +413,7 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
         source, group, path, plan.codec, bound, chunk_bytes, progress, workers=workers
     )
     nbytes = out.id.get_storage_size()
-    if plan.raw_when_larger and nbytes >= original:
+    if plan.raw_when_larger and nbytes + CHUNK_INDEX_BYTES >= original:
         del group[path]
         return None
     return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)

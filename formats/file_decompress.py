@@ -23,6 +23,7 @@ from .file_output import (
     report_progress,
 )
 from .filter_layout import filter_codec, filtered_bound, restore_plain
+from .filtered_chunks import FilteredChunks, uses_only_our_filter
 from .hdf5 import (
     DIM_ATTRS,
     MARKER,
@@ -38,7 +39,7 @@ from .hdf5_refs import carry_references, refuse_compressed_regions
 from .reader import naming, open_compressed
 from .sources import RAW_EXTENSIONS, check_input, file_kind, has_extension
 from .stream_header import is_bfloat16
-from .stream_reader import ContainerReader, FileSource
+from .stream_reader import ContainerReader, FileSource, read_header
 from .workers import resolve_workers
 
 
@@ -257,7 +258,7 @@ def describe_file(path) -> list[dict]:
                 raise ds.error
             if ds.compressed and _filtered(ds):
                 original, stored = ds.size * ds.dtype.itemsize, _stored_bytes(ds)
-                version, codec = None, filter_codec(ds.source)
+                version, codec = _chunk_version(ds.source), filter_codec(ds.source)
             elif ds.compressed:
                 h = ds.reader.header
                 original, stored, version, codec = (
@@ -297,15 +298,42 @@ def _filtered(ds) -> bool:
     return filtered_bound(getattr(ds, "source", None)) is not None
 
 
+def _chunk_version(ds: h5py.Dataset) -> int | None:
+    """The stream format version of filtered dataset ``ds``'s first stored chunk (each
+    chunk is a stream of its own), None when no chunk is stored."""
+    if ds.id.get_num_chunks() == 0:
+        return None
+    offset = ds.id.get_chunk_info(0).chunk_offset
+    mask, data = ds.id.read_direct_chunk(offset)
+    return None if mask & 1 else read_header(data).version
+
+
 def _stored_bytes(ds) -> int:
     """Bytes the chunks of filtered dataset ``ds`` take in its file."""
     return int(ds.source.id.get_storage_size())
 
 
+def filter_failure(ds: h5py.Dataset, start: int, stop: int, exc: OSError) -> Exception:
+    """Why HDF5's filter path failed (``exc``) on rows ``start .. stop-1`` of filtered
+    dataset ``ds``: the FormatError its chunks raise when decoded here (naming the
+    dataset), else ``exc`` (HDF5 itself only says the filter failed)."""
+    if not uses_only_our_filter(ds):
+        return exc
+    try:
+        with naming(ds.name.lstrip("/")):
+            FilteredChunks(ds).read_rows(start, stop)
+    except FormatError as found:
+        return found
+    return exc
+
+
 def _restore_filtered(ds, fout, path, progress, t0) -> DatasetReport:
     """Write filtered dataset ``ds`` decoded as a plain dataset ``fout[path]`` with its
     attributes (its scales are attached again with the copied datasets')."""
-    out = restore_plain(ds, fout, path, progress, RESTORE_BLOCK_BYTES)
+    try:
+        out = restore_plain(ds, fout, path, progress, RESTORE_BLOCK_BYTES)
+    except OSError as exc:
+        raise filter_failure(ds, 0, ds.shape[0], exc) from exc
     copy_attrs(ds, out, skip=DIM_ATTRS)
     bound = filtered_bound(ds) or None
     nbytes = ds.size * ds.dtype.itemsize

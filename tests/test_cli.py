@@ -213,12 +213,21 @@ def test_output_identical_for_any_worker_count(capsys, tmp_path, h5_file):
 def test_per_dataset_override(capsys, tmp_path, h5_file):
     comp = tmp_path / "c.h5"
     argv = ["compress", h5_file, comp, "--rel", "1e-3", "--set", "temperature:abs=0.5"]
-    _json(capsys, *argv, "--set", "series:pw_rel=0.01")
+    written = {d["name"]: d for d in _json(capsys, *argv)["datasets"]}
     info = {d["name"]: d for d in _json(capsys, "info", comp)["datasets"]}
     assert info["run1/fields/temperature"]["bound"]["mode"] == "abs"
     assert info["run1/fields/temperature"]["bound"]["value"] == 0.5
+    assert written["series"]["bound"]["mode"] == "rel"
+    # an HDF5 chunk does not know the dataset's range: the filter stores rel resolved to abs
+    assert info["series"]["bound"]["mode"] == "abs"
+    tolerance = written["series"]["bound"]["tolerance"]
+    assert info["series"]["bound"]["tolerance"] == tolerance > 0
+    argv[-1] = "series:pw_rel=0.01"
+    _json(capsys, *argv, "--layout", "stream", "--set", "act4d:abs=0.25", "-f")
+    info = {d["name"]: d for d in _json(capsys, "info", comp)["datasets"]}
     assert info["series"]["bound"]["mode"] == "pw_rel"
-    assert info["run1/act4d"]["bound"]["mode"] == "rel"
+    assert info["run1/act4d"]["bound"]["value"] == 0.25
+    assert info["run1/fields/temperature"]["bound"]["mode"] == "rel"
     doc = _json(capsys, "verify", h5_file, comp)
     assert doc["ok"]
     rc, out, err = _run(
@@ -401,7 +410,7 @@ def test_flipped_payload_byte_is_a_checksum_error(capsys, tmp_path, h5_file):
     assert "checksum" in err.lower() and not (tmp_path / "y.npy").exists()
 
     comp = tmp_path / "c.h5"
-    _json(capsys, "compress", h5_file, comp, "--rel", "1e-3")
+    _json(capsys, "compress", h5_file, comp, "--rel", "1e-3", "--layout", "stream")
     with h5py.File(comp, "r+") as f:
         stream = f["run1/fields/temperature"]
         data = bytearray(stream[()].tobytes())

@@ -36,7 +36,9 @@ def _header_target(path, name):
 
 def test_psnr_reaches_the_target_per_dataset_and_info_shows_it(capsys, tmp_path, h5_input):
     out = tmp_path / "out.h5"
-    doc = _json(capsys, "compress", h5_input, out, "--psnr", 60, "--set", "b:psnr=80")
+    doc = _json(
+        capsys, "compress", h5_input, out, "--psnr", 60, "--set", "b:psnr=80", "--layout", "stream"
+    )
     by_name = {d["name"]: d for d in doc["datasets"]}
     with h5py.File(h5_input, "r") as f, open_compressed(out) as restored:
         for name, target in (("a", 60.0), ("g/b", 80.0)):
@@ -83,7 +85,9 @@ def test_a_large_dataset_is_searched_on_a_sample_and_says_so(
     stream records how many, and the whole dataset still reaches about the target."""
     monkeypatch.setattr(file_compress, "PSNR_SEARCH_BYTES", 64 << 10)
     out = tmp_path / "out.h5"
-    doc = _json(capsys, "compress", h5_input, out, "--psnr", 60, "--chunk", "16K")
+    doc = _json(
+        capsys, "compress", h5_input, out, "--psnr", 60, "--chunk", "16K", "--layout", "stream"
+    )
     a = {d["name"]: d for d in doc["datasets"]}["a"]
     searched, chunks = a["target"]["sample_chunks"]
     assert chunks == 15 and 1 <= searched < chunks  # 300 rows, 20 rows (16000 B) a chunk

@@ -84,7 +84,7 @@ FLOATS = [
 @pytest.fixture(scope="module")
 def compressed(source, tmp_path_factory):
     dst = tmp_path_factory.mktemp("h5c") / "out.h5"
-    reports = compress_file(source, dst, {"rel": REL}, chunk_bytes=4000, workers=2)
+    reports = compress_file(source, dst, {"rel": REL}, chunk_bytes=4000, workers=2, layout="stream")
     return dst, reports
 
 
@@ -287,7 +287,7 @@ def test_workers_do_not_change_bytes(source, tmp_path):
     streams = []
     for w in (1, 2, 3):
         dst = tmp_path / f"w{w}.h5"
-        compress_file(source, dst, {"rel": REL}, chunk_bytes=3000, workers=w)
+        compress_file(source, dst, {"rel": REL}, chunk_bytes=3000, workers=w, layout="stream")
         with h5py.File(dst, "r") as f:
             streams.append({n: f[n][()].tobytes() for n in FLOATS if MARKER in f[n].attrs})
     assert streams[0] == streams[1] == streams[2] and len(streams[0]) == 7
@@ -375,7 +375,7 @@ def test_long_stream_grows_chunked_dataset(source, compressed, tmp_path, monkeyp
     monkeypatch.setattr(h5fmt, "SPILL_BYTES", 700)
     monkeypatch.setattr(h5fmt, "STREAM_CHUNK_BYTES", 256)
     dst = tmp_path / "grown.h5"
-    compress_file(source, dst, {"rel": REL}, chunk_bytes=4000, workers=2)
+    compress_file(source, dst, {"rel": REL}, chunk_bytes=4000, workers=2, layout="stream")
     with h5py.File(dst, "r") as a, h5py.File(compressed[0], "r") as b:
         t = a["run1/fields/temperature"]
         assert t.chunks == (256,) and t.maxshape == (None,) and t.shape[0] > 700
