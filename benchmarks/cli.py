@@ -1,5 +1,7 @@
-"""Command line benchmark: ``tensorpress compress / decompress / verify`` end to end on a
-large HDF5 file, as subprocesses, beside h5py + hdf5plugin's SZ3 filter.
+"""HDF5 compression side by side on a large file: the ``tensorpress compress`` command
+(filter layout, 1 and 2 workers), tensorpress's HDF5 filter written from h5py
+(``create_dataset(**tensorpress.hdf5.filter(abs=...))``), and h5py + hdf5plugin's SZ3
+(absolute bound) and Zstd filters, all read back through h5py.
 
 The data: an HDF5 file of ``--size-gb`` GB (1 GB = 1e9 bytes; default 1.0) built from
 the benchmark corpus (``corpus.py``) and cached under ``benchmarks/.cache/cli/``: four
@@ -13,23 +15,24 @@ float32 datasets of about a quarter of the size each, in groups,
 Copy ``k`` of an array is rolled by ``17 k`` along its last axes, mirrored when ``k`` is
 odd and scaled by ``1 + 0.05 (k mod 7)``, so that no two copies are the same bytes.
 
-Each run is a subprocess (``python -m tensorpress.cli ... --quiet --json``): for every
-bound ``--rel`` (default 1e-3 and 1e-4) and worker count (1 and 2), ``compress`` and
-``decompress`` ``--repeat`` times (default 2; medians), then ``verify`` once. Reported:
-the compression ratio (file bytes in / out), end-to-end MB/s (the original bytes over
-the subprocess's wall time, interpreter start and imports included; MB = 1e6 bytes),
-the speed-up of 2 workers over 1, and the peak resident memory of each subprocess
-(``ru_maxrss`` from ``os.wait4``) against the file size: the tool streams, so it stays
-far below. The input is read from the page cache (the machine's memory holds it).
+Every write and read is a subprocess, ``--repeat`` times (default 2; medians), with its
+peak resident memory (``ru_maxrss`` from ``os.wait4``). For each bound ``--rel``
+(default 1e-3 and 1e-4; the peers get ``abs = rel * value range`` of each dataset):
 
-Beside it, in the same run: h5py + hdf5plugin's SZ3 filter copying the same datasets
-(``hdf5plugin.SZ3(absolute=rel * value range)``, the range of each whole dataset, chunks
-of about 4 MiB, one slab of chunks at a time), and reading the copy back (with the max
-error against the bound), also as subprocesses.
+  write      ``python -m tensorpress.cli compress --layout filter --workers W`` end to
+             end (interpreter start, imports and the range pass included); the h5py
+             writers likewise: a range pass, then slabs of whole chunks through h5py.
+             All use the same HDF5 chunks: whole rows, about 4 MiB (the CLI's default).
+  full read  every dataset's ``ds[...]`` through h5py in a process that imported
+             tensorpress (or hdf5plugin), timed inside it, then checked against the
+             input (max error / bound)
+  slices     ``--slices`` (default 200) random hyperslabs through h5py, each one or two
+             chunks of rows and half of every other axis: median ms per slice and MB/s
 
-    python benchmarks/cli.py                       # 1 GB, rel 1e-3 and 1e-4
-    python benchmarks/cli.py --size-gb 0.2 --rel 1e-3 --repeat 2
-    python benchmarks/cli.py --markdown
+Zstd is lossless, so it runs once. MB = 1e6 bytes of the original float32 values.
+
+    python benchmarks/cli.py --markdown --repeat 3     # 1 GB, rel 1e-3 and 1e-4
+    python benchmarks/cli.py --small                   # quick: 0.05 GB, rel 1e-3, 1 run
 """
 
 from __future__ import annotations
@@ -56,13 +59,19 @@ except ImportError:  # imported as benchmarks.cli
 CACHE = Path(__file__).resolve().parent / ".cache" / "cli"
 FILE_VERSION = 1
 SLAB_BYTES = 64 << 20  # bytes written or compared at a time by the helpers here
-H5_CHUNK_BYTES = 4 << 20  # HDF5 chunk of the hdf5plugin copy
+H5_CHUNK_BYTES = 4 << 20  # HDF5 chunk of every output: the CLI's default --chunk
 #: dataset path -> the corpus arrays whose copies fill it
 LAYOUT = {
     "simulated/grayscott": ("grayscott_u", "grayscott_v"),
     "simulated/turbulence": ("kolmogorov_grf",),
     "images/smooth": ("smooth_2d",),
     "dl/relu": ("cnn_relu1_out",),
+}
+#: the h5py writers: name -> what the table calls them
+PEERS = {
+    "tp-h5py": "tensorpress filter via h5py",
+    "sz3": "h5py + hdf5plugin.SZ3",
+    "zstd": "h5py + hdf5plugin.Zstd",
 }
 
 
@@ -131,58 +140,112 @@ def float_datasets(path) -> dict:
     return out
 
 
-def slabs(shape, itemsize, slab_bytes=SLAB_BYTES):
+def slabs(shape, itemsize, slab_bytes=SLAB_BYTES, rows_multiple=1):
+    """Row ranges of about ``slab_bytes``, each a multiple of ``rows_multiple`` rows."""
     rows = max(1, slab_bytes // max(1, math.prod(shape[1:]) * itemsize))
+    rows = max(rows_multiple, rows - rows % rows_multiple)
     for a in range(0, shape[0], rows):
         yield slice(a, min(a + rows, shape[0]))
 
 
-# --------------------------------------------------------------------------- helpers run as
-# subprocesses (``python benchmarks/cli.py _h5copy ...``): hdf5plugin's SZ3 filter
+def chunks_for(shape, itemsize) -> tuple:
+    """Whole rows, about 4 MiB: the chunks ``tensorpress compress --chunk 4M`` picks."""
+    rows = max(1, min(shape[0], H5_CHUNK_BYTES // max(1, math.prod(shape[1:]) * itemsize)))
+    return (rows, *shape[1:])
 
 
-def h5copy(src: str, dst: str, rel: float) -> dict:
-    """Copy every float dataset of ``src`` through hdf5plugin.SZ3(absolute=rel * range)."""
-    import h5py
+def value_range(ds) -> tuple[float, float]:
+    lo, hi = math.inf, -math.inf
+    for s in slabs(ds.shape, ds.dtype.itemsize):
+        x = ds[s]
+        lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
+    return lo, hi
+
+
+def import_filters(kind: str) -> None:
+    """What a reader of ``kind``'s files imports: tensorpress or hdf5plugin."""
+    if kind.startswith("tp"):
+        import tensorpress  # noqa: F401 - registers the tensorpress filter
+    else:
+        import hdf5plugin  # noqa: F401 - registers SZ3 and Zstd
+
+
+def filter_keywords(kind: str, eb: float) -> dict:
+    if kind == "tp-h5py":
+        import tensorpress
+
+        hdf5 = getattr(tensorpress, "hdf5", None)
+        if hdf5 is None:  # before the public name exists
+            from tensorpress.formats import hdf5_filter as hdf5
+        return hdf5.filter(abs=eb)
     import hdf5plugin
+
+    return {"compression": hdf5plugin.SZ3(absolute=eb) if kind == "sz3" else hdf5plugin.Zstd()}
+
+
+# --------------------------------------------------------------------------- helpers run as
+# subprocesses (``python benchmarks/cli.py _write|_read ...``)
+
+
+def h5write(kind: str, src: str, dst: str, rel: float) -> dict:
+    """Copy every float dataset of ``src`` through h5py with ``kind``'s filter (absolute
+    bound ``rel * value range``), slabs of whole chunks at a time."""
+    import h5py
 
     bounds = {}
     with h5py.File(src, "r") as fi, h5py.File(dst, "w") as fo:
         for name, (shape, dtype) in float_datasets(src).items():
             ds = fi[name]
-            lo, hi = math.inf, -math.inf
-            for s in slabs(shape, dtype.itemsize):
-                x = ds[s]
-                lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
-            eb = rel * (hi - lo)
-            bounds[name] = eb
-            chunk_rows = max(1, H5_CHUNK_BYTES // (math.prod(shape[1:]) * dtype.itemsize))
+            lo, hi = value_range(ds) if kind != "zstd" else (0.0, 0.0)
+            bounds[name] = eb = rel * (hi - lo)
+            chunks = chunks_for(shape, dtype.itemsize)
             out = fo.create_dataset(
-                name,
-                shape=shape,
-                dtype=dtype,
-                chunks=(min(chunk_rows, shape[0]), *shape[1:]),
-                compression=hdf5plugin.SZ3(absolute=eb),
+                name, shape=shape, dtype=dtype, chunks=chunks, **filter_keywords(kind, eb)
             )
-            for s in slabs(shape, dtype.itemsize):
+            for s in slabs(shape, dtype.itemsize, rows_multiple=chunks[0]):
                 out[s] = ds[s]
     return {"bounds": bounds}
 
 
-def h5check(src: str, dst: str, bounds: dict) -> dict:
-    """Read every dataset of the hdf5plugin copy back; max error / bound per dataset."""
+def h5read(kind: str, src: str, dst: str, bounds: dict, n_slices: int, check: bool) -> dict:
+    """Read every dataset of ``dst`` with ``[...]`` (timed) and, if ``check``, compare it
+    with ``src``; then ``n_slices`` random hyperslabs (timed one by one)."""
     import h5py
-    import hdf5plugin  # noqa: F401 - registers the filter
 
-    worst = {}
+    import_filters(kind)
+    names = float_datasets(src)
+    seconds, worst = 0.0, {}
     with h5py.File(src, "r") as fi, h5py.File(dst, "r") as fo:
-        for name, (shape, dtype) in float_datasets(src).items():
+        for name, (shape, dtype) in names.items():
+            t0 = time.perf_counter()
+            y = fo[name][...]
+            seconds += time.perf_counter() - t0
             err = 0.0
-            for s in slabs(shape, dtype.itemsize):
-                y = fo[name][s]
-                err = max(err, float(np.abs(fi[name][s].astype(np.float64) - y).max()))
-            worst[name] = err / bounds[name]
-    return {"max_error_over_bound": worst}
+            for s in slabs(shape, dtype.itemsize) if check else ():
+                err = max(err, float(np.abs(fi[name][s].astype(np.float64) - y[s]).max()))
+            worst[name] = err / bounds[name] if bounds[name] else err
+            del y
+        rng = np.random.default_rng(0)
+        order = sorted(names)
+        times, nbytes = [], 0
+        for i in range(n_slices):
+            ds = fo[order[i % len(order)]]
+            rows = ds.chunks[0]
+            a = int(rng.integers(0, ds.shape[0]))
+            sel = [slice(a, min(ds.shape[0], a + int(rng.integers(1, rows + 1))))]
+            for d in ds.shape[1:]:
+                b = int(rng.integers(0, d - d // 2 + 1))
+                sel.append(slice(b, b + max(1, d // 2)))
+            t0 = time.perf_counter()
+            part = ds[tuple(sel)]
+            times.append(time.perf_counter() - t0)
+            nbytes += part.nbytes
+    return {
+        "read_seconds": seconds,
+        "max_error_over_bound": worst,
+        "slice_ms": 1e3 * statistics.median(times),
+        "slice_mb_s": nbytes / 1e6 / sum(times),
+    }
 
 
 # --------------------------------------------------------------------------- measuring
@@ -199,13 +262,12 @@ def run(cmd: list[str]) -> dict:
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(), err.read().decode()
-    if proc.returncode not in (0, 1):
+    if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {stderr.strip()}")
     return {
         "seconds": seconds,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "rss": usage.ru_maxrss * 1024,  # KiB on Linux
-        "rc": proc.returncode,
         "stdout": stdout,
     }
 
@@ -214,97 +276,130 @@ def tp_cmd(*args) -> list[str]:
     return [sys.executable, "-m", "tensorpress.cli", *map(str, args), "--quiet", "--json"]
 
 
-def repeated(cmd: list[str], repeat: int) -> dict:
-    runs = [run(cmd) for _ in range(repeat)]
-    return {
+def me(*args) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), *map(str, args)]
+
+
+def repeated(cmd: list[str], repeat: int, first: list[str] | None = None) -> dict:
+    """Medians over ``repeat`` runs of ``cmd`` (and of what its JSON stdout reports); when
+    ``first`` is given, it runs instead of the first (its output is the "doc", its peak
+    RSS counts only when it is the only run)."""
+    runs = [run(first or cmd)] + [run(cmd) for _ in range(repeat - 1)]
+    docs = [json.loads(r["stdout"]) if r["stdout"].strip().startswith("{") else {} for r in runs]
+    out = {
         "seconds": statistics.median(r["seconds"] for r in runs),
-        "all_seconds": [r["seconds"] for r in runs],
         "cpu_per_wall": statistics.median(r["cpu_seconds"] / r["seconds"] for r in runs),
-        "rss": max(r["rss"] for r in runs),
-        "stdout": runs[-1]["stdout"],
-        "rc": runs[-1]["rc"],
+        "rss": max(r["rss"] for r in (runs[1:] if first and repeat > 1 else runs)),
+        "doc": docs[0],
     }
+    for key in ("read_seconds", "slice_ms", "slice_mb_s"):
+        if key in docs[-1]:
+            out[key] = statistics.median(d[key] for d in docs)
+    return out
 
 
-def warm_up(work: Path) -> int:
-    """Compile (numba cache) and import once, untimed; the peak RSS (bytes) of compressing
-    a 256 KiB array: what the interpreter and its imports take, whatever the file size."""
-    x = np.cumsum(np.random.default_rng(0).standard_normal((256, 256)), 0).astype(np.float32)
-    np.save(work / "warm.npy", x)
-    compress = tp_cmd("compress", work / "warm.npy", work / "warm.tp", "--rel", "1e-3", "--force")
-    run(compress)
-    run(tp_cmd("decompress", work / "warm.tp", work / "warm-back.npy", "--force"))
-    return run(compress)["rss"]
+def warm_up(work: Path, src: Path) -> None:
+    """Compile (numba cache) and import once, untimed, on a small copy of each dataset."""
+    import h5py
+
+    small = work / "warm.h5"
+    with h5py.File(src, "r") as fi, h5py.File(small, "w") as fo:
+        for name in float_datasets(src):
+            fo.create_dataset(name, data=fi[name][:4])
+    comp = work / "warm-c.h5"
+    run(tp_cmd("compress", small, comp, "--rel", "1e-3", "--layout", "filter", "--force"))
+    run(me("_read", "tp", small, comp, json.dumps(dict.fromkeys(float_datasets(src), 1.0)), 4, 1))
+
+
+def reads(kind: str, src: Path, dst: Path, bounds: dict, args) -> dict:
+    """The read subprocesses of ``dst``: the first also checks the values against ``src``."""
+    cmd = me("_read", kind, src, dst, json.dumps(bounds), args.slices)
+    return repeated([*cmd, "0"], args.repeat, first=[*cmd, "1"])
+
+
+def file_digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def output_chunks(path: Path) -> dict:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return {n: tuple(f[n].chunks) for n in float_datasets(path)}
 
 
 def bench(args) -> dict:
-    size = int(args.size_gb * 1e9)
+    import h5py
+
     t0 = time.perf_counter()
-    src = build_file(size)
+    src = build_file(int(args.size_gb * 1e9))
     built = time.perf_counter() - t0
-    file_bytes = src.stat().st_size
-    original = sum(math.prod(s) * d.itemsize for s, d in float_datasets(src).values())
+    datasets = float_datasets(src)
+    original = sum(math.prod(s) * d.itemsize for s, d in datasets.values())
+    with h5py.File(src, "r") as f:
+        ranges = {n: value_range(f[n]) for n in datasets}
+    want_chunks = {n: chunks_for(s, d.itemsize) for n, (s, d) in datasets.items()}
     work = Path(tempfile.mkdtemp(prefix="cli-bench-", dir=CACHE))
-    comp, back, h5c = work / "c.h5", work / "back.h5", work / "sz3.h5"
     results = {
         "file": str(src),
-        "file_bytes": file_bytes,
+        "file_bytes": src.stat().st_size,
         "original_bytes": original,
         "build_seconds": built,
-        "tp": [],
-        "verify": [],
-        "hdf5plugin": [],
+        "chunks": {n: list(c) for n, c in want_chunks.items()},
+        "rows": [],
     }
+    mb = original / 1e6
+
+    def add(row: dict, w: dict | None, r: dict | None, dst: Path) -> None:
+        row["ratio"] = results["file_bytes"] / dst.stat().st_size
+        if w is not None:
+            row |= {"write_mb_s": mb / w["seconds"], "write_rss": w["rss"]}
+            row["write_cpu_per_wall"] = w["cpu_per_wall"]
+        if r is not None:
+            row |= {"read_mb_s": mb / r["read_seconds"], "read_rss": r["rss"]}
+            row |= {"slice_ms": r["slice_ms"], "slice_mb_s": r["slice_mb_s"]}
+            row["max_error_over_bound"] = max(r["doc"]["max_error_over_bound"].values())
+        results["rows"].append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
     try:
-        results["baseline_rss"] = warm_up(work)
+        warm_up(work, src)
         results["load_before"] = os.getloadavg()
-        for rel in args.rel:
+        for i, rel in enumerate(args.rel):
+            bounds = {n: rel * (hi - lo) for n, (lo, hi) in ranges.items()}
+            dst = work / "tp.h5"
+            digests = set()
             for workers in args.workers:
-                c = repeated(
-                    tp_cmd("compress", src, comp, "--rel", rel, "--workers", workers, "--force"),
-                    args.repeat,
-                )
-                d = repeated(
-                    tp_cmd("decompress", comp, back, "--workers", workers, "--force"), args.repeat
-                )
-                results["tp"].append(
-                    {
-                        "rel": rel,
-                        "workers": workers,
-                        "ratio": file_bytes / comp.stat().st_size,
-                        "compressed_bytes": comp.stat().st_size,
-                        "compress_mb_s": original / 1e6 / c["seconds"],
-                        "decompress_mb_s": original / 1e6 / d["seconds"],
-                        "compress_seconds": c["all_seconds"],
-                        "decompress_seconds": d["all_seconds"],
-                        "compress_rss": c["rss"],
-                        "decompress_rss": d["rss"],
-                        "compress_cpu_per_wall": c["cpu_per_wall"],
-                        "decompress_cpu_per_wall": d["cpu_per_wall"],
-                    }
-                )
-                print(json.dumps(results["tp"][-1]), file=sys.stderr, flush=True)
-            v = run(tp_cmd("verify", src, comp))
-            doc = json.loads(v["stdout"])
-            results["verify"].append(
-                {
-                    "rel": rel,
-                    "ok": doc["ok"],
-                    "rc": v["rc"],
-                    "seconds": v["seconds"],
-                    "mb_s": original / 1e6 / v["seconds"],
-                    "rss": v["rss"],
-                    "max_rel_error": max(d["max_rel_error"] or 0 for d in doc["datasets"]),
-                    "min_psnr_db": min(
-                        (d["psnr_db"] for d in doc["datasets"] if d["psnr_db"] is not None),
-                        default=None,
-                    ),
-                }
-            )
-            print(json.dumps(results["verify"][-1]), file=sys.stderr, flush=True)
-            if not args.no_hdf5plugin:
-                results["hdf5plugin"].append(bench_hdf5plugin(src, h5c, rel, original, args))
-                print(json.dumps(results["hdf5plugin"][-1]), file=sys.stderr, flush=True)
+                cmd = tp_cmd("compress", src, dst, "--rel", rel, "--layout", "filter")
+                w = repeated([*cmd, "--workers", str(workers), "--force"], args.repeat)
+                if output_chunks(dst) != want_chunks:
+                    raise RuntimeError(f"the CLI wrote chunks {output_chunks(dst)}")
+                digests.add(file_digest(dst))
+                r = None
+                if workers == args.workers[0]:  # the bytes do not depend on the workers
+                    r = reads("tp", src, dst, bounds, args)
+                add({"rel": rel, "what": "tensorpress compress", "workers": workers}, w, r, dst)
+            results["rows"][-1]["same_bytes"] = len(digests) == 1
+            if args.stream:  # the previous layout, for reference: a uint8 stream per dataset
+                cmd = tp_cmd("compress", src, dst, "--rel", rel, "--layout", "stream")
+                w = repeated([*cmd, "--workers", "1", "--force"], args.repeat)
+                add({"rel": rel, "what": "tensorpress --layout stream", "workers": 1}, w, None, dst)
+            for kind in args.peers:
+                if kind == "zstd" and i:
+                    continue  # lossless: once
+                dst = work / f"{kind}.h5"
+                w = repeated(me("_write", kind, src, dst, rel), args.repeat)
+                got = w["doc"]["bounds"]
+                r = reads(kind, src, dst, got, args)
+                what = PEERS[kind]
+                add({"rel": None if kind == "zstd" else rel, "what": what, "workers": 1}, w, r, dst)
+                dst.unlink()
         results["load_after"] = os.getloadavg()
     finally:
         if not args.keep:
@@ -312,23 +407,6 @@ def bench(args) -> dict:
                 p.unlink()
             work.rmdir()
     return results
-
-
-def bench_hdf5plugin(src: Path, dst: Path, rel: float, original: int, args) -> dict:
-    me = [sys.executable, str(Path(__file__).resolve())]
-    c = repeated([*me, "_h5copy", str(src), str(dst), str(rel)], args.repeat)
-    bounds = json.loads(c["stdout"])["bounds"]
-    d = repeated([*me, "_h5check", str(src), str(dst), json.dumps(bounds)], args.repeat)
-    worst = json.loads(d["stdout"])["max_error_over_bound"]
-    return {
-        "rel": rel,
-        "ratio": src.stat().st_size / dst.stat().st_size,
-        "compress_mb_s": original / 1e6 / c["seconds"],
-        "read_check_mb_s": original / 1e6 / d["seconds"],
-        "compress_rss": c["rss"],
-        "read_rss": d["rss"],
-        "max_error_over_bound": max(worst.values()),
-    }
 
 
 # --------------------------------------------------------------------------- printing
@@ -344,12 +422,17 @@ def header(results: dict) -> str:
     except ImportError:
         plugin = "hdf5plugin not installed"
     ds = float_datasets(results["file"])
-    shapes = "; ".join(f"{n} {'x'.join(map(str, s))}" for n, (s, _) in ds.items())
+    shapes = "; ".join(
+        f"{n} {'x'.join(map(str, s))} (chunks {'x'.join(map(str, results['chunks'][n]))})"
+        for n, (s, _) in ds.items()
+    )
     return (
         f"python {platform.python_version()}, numpy {np.__version__}, h5py {h5py.__version__} "
         f"(HDF5 {h5py.version.hdf5_version}), {plugin}, {os.cpu_count()} cpus\n"
-        f"file: {Path(results['file']).name}, {results['file_bytes'] / 1e9:.3f} GB "
-        f"({results['file_bytes'] / 2**20:.0f} MiB), float32: {shapes}"
+        f"file: {Path(results['file']).name}, {results['file_bytes'] / 1e9:.3f} GB, "
+        f"float32: {shapes}\n"
+        "load average (1 min) before / after: "
+        f"{results['load_before'][0]:.1f} / {results['load_after'][0]:.1f}"
     )
 
 
@@ -369,156 +452,103 @@ def table(headers: list[str], rows: list[list], markdown: bool) -> str:
     return "\n".join(lines)
 
 
+def versus(row: dict, sz3: dict | None) -> str:
+    """ratio / write / full read of ``row`` over hdf5plugin SZ3's at the same bound."""
+    if sz3 is None or row is sz3:
+        return "-"
+    read = "=" if "same_bytes" in row else "-"
+    if "read_mb_s" in row:
+        read = f"{row['read_mb_s'] / sz3['read_mb_s']:.2f}"
+    return (
+        f"{row['ratio'] / sz3['ratio']:.2f} / {row['write_mb_s'] / sz3['write_mb_s']:.2f} / {read}"
+    )
+
+
+def read_note(row: dict) -> str:
+    if "same_bytes" in row:
+        return "same bytes" if row["same_bytes"] else "BYTES DIFFER"
+    return "(not h5py)"
+
+
 def report(results: dict, markdown: bool) -> str:
-    size = results["file_bytes"]
     mib = 2**20
-    out = [header(results), ""]
-    one = {(r["rel"]): r for r in results["tp"] if r["workers"] == 1}
+    sz3 = {r["rel"]: r for r in results["rows"] if r["what"] == PEERS["sz3"]}
     rows = []
-    for r in results["tp"]:
-        base = one.get(r["rel"])
+    for r in results["rows"]:
+        read = "read_mb_s" in r
         rows.append(
             [
-                f"{r['rel']:g}",
+                "lossless" if r["rel"] is None else f"{r['rel']:g}",
+                r["what"],
                 r["workers"],
                 f"{r['ratio']:.2f}",
-                f"{r['compress_mb_s']:.0f}",
-                f"{r['compress_mb_s'] / base['compress_mb_s']:.2f}x" if base else "-",
-                f"{r['decompress_mb_s']:.0f}",
-                f"{r['decompress_mb_s'] / base['decompress_mb_s']:.2f}x" if base else "-",
-                f"{r['compress_cpu_per_wall']:.2f} / {r['decompress_cpu_per_wall']:.2f}",
-                f"{r['compress_rss'] / mib:.0f} ({r['compress_rss'] / size:.3f})",
-                f"{r['decompress_rss'] / mib:.0f} ({r['decompress_rss'] / size:.3f})",
+                f"{r['write_mb_s']:.0f}",
+                f"{r['write_rss'] / mib:.0f}",
+                f"{r['read_mb_s']:.0f}" if read else read_note(r),
+                f"{r['read_rss'] / mib:.0f}" if read else "",
+                f"{r['slice_ms']:.1f}" if read else "",
+                f"{r['slice_mb_s']:.0f}" if read else "",
+                f"{r['max_error_over_bound']:.3f}" if read else "",
+                versus(r, sz3.get(r["rel"])),
             ]
         )
-    out.append(
-        "load average (1 min) before / after: "
-        f"{results['load_before'][0]:.1f} / {results['load_after'][0]:.1f}; peak RSS of "
-        f"compressing a 256 KiB array (interpreter and imports): "
-        f"{results['baseline_rss'] / mib:.0f} MiB"
-    )
-    out.append("")
-    out.append("tensorpress compress / decompress, end to end (median of runs; MB = 1e6 bytes)")
-    out.append("")
-    out.append(
-        table(
-            [
-                "rel",
-                "workers",
-                "ratio",
-                "comp MB/s",
-                "vs 1 worker",
-                "dec MB/s",
-                "vs 1 worker",
-                "CPU s / wall s (comp / dec)",
-                "comp peak RSS MiB (/ file)",
-                "dec peak RSS MiB (/ file)",
-            ],
-            rows,
-            markdown,
-        )
-    )
-    out += ["", "tensorpress verify (one run)", ""]
-    out.append(
-        table(
-            ["rel", "result", "MB/s", "max rel error", "min PSNR dB", "peak RSS MiB (/ file)"],
-            [
-                [
-                    f"{v['rel']:g}",
-                    "ok (exit 0)" if v["ok"] else f"FAILED (exit {v['rc']})",
-                    f"{v['mb_s']:.0f}",
-                    f"{v['max_rel_error']:.3g}",
-                    "-" if v["min_psnr_db"] is None else f"{v['min_psnr_db']:.1f}",
-                    f"{v['rss'] / mib:.0f} ({v['rss'] / size:.3f})",
-                ]
-                for v in results["verify"]
-            ],
-            markdown,
-        )
-    )
-    if results["hdf5plugin"]:
-        out += [
-            "",
-            "side by side: tensorpress (1 worker) and h5py + hdf5plugin SZ3 (one thread)",
-            "",
-        ]
-        rows = []
-        for h in results["hdf5plugin"]:
-            t = one.get(h["rel"])
-            if t:
-                rows.append(
-                    [
-                        f"{h['rel']:g}",
-                        "tensorpress sz, 1 worker",
-                        f"{t['ratio']:.2f}",
-                        f"{t['compress_mb_s']:.0f}",
-                        f"{t['decompress_mb_s']:.0f}",
-                        f"{t['compress_rss'] / mib:.0f}",
-                        "<= 1 (verify)",
-                    ]
-                )
-            rows.append(
-                [
-                    f"{h['rel']:g}",
-                    "h5py + hdf5plugin.SZ3",
-                    f"{h['ratio']:.2f}",
-                    f"{h['compress_mb_s']:.0f}",
-                    f"{h['read_check_mb_s']:.0f}",
-                    f"{h['compress_rss'] / mib:.0f}",
-                    f"{h['max_error_over_bound']:.3f}",
-                ]
-            )
-        out.append(
-            table(
-                [
-                    "rel",
-                    "what",
-                    "ratio",
-                    "comp MB/s",
-                    "dec MB/s",
-                    "comp peak RSS MiB",
-                    "max err / bound",
-                ],
-                rows,
-                markdown,
-            )
-        )
-        out.append(
-            "\n(hdf5plugin's decompress MB/s is a read of every dataset that also compares it "
-            "with the original; its compress copies slab by slab through h5py)"
-        )
-    return "\n".join(out)
+    headers = [
+        "rel",
+        "writer",
+        "workers",
+        "ratio",
+        "write MB/s",
+        "write RSS MiB",
+        "full read MB/s",
+        "read RSS MiB",
+        "slice ms",
+        "slice MB/s",
+        "max err / bound",
+        "vs SZ3: ratio / write / read",
+    ]
+    return "\n".join([header(results), "", table(headers, rows, markdown)])
 
 
 def main(argv=None) -> None:
     if argv is None:
         argv = sys.argv[1:]
-    if argv[:1] == ["_h5copy"]:
-        print(json.dumps(h5copy(argv[1], argv[2], float(argv[3]))))
+    if argv[:1] == ["_write"]:
+        print(json.dumps(h5write(argv[1], argv[2], argv[3], float(argv[4]))))
         return
-    if argv[:1] == ["_h5check"]:
-        print(json.dumps(h5check(argv[1], argv[2], json.loads(argv[3]))))
+    if argv[:1] == ["_read"]:
+        bounds, slices, check = json.loads(argv[4]), int(argv[5]), argv[6] == "1"
+        print(json.dumps(h5read(argv[1], argv[2], argv[3], bounds, slices, check)))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size-gb", type=float, default=1.0, help="file size, GB = 1e9 bytes")
+    p.add_argument("--small", action="store_true", help="quick: 0.05 GB, rel 1e-3, 1 run")
     p.add_argument("--rel", type=float, action="append", help="bounds (default 1e-3, 1e-4)")
-    p.add_argument("--workers", default="1,2", help="worker counts (default 1,2)")
+    p.add_argument("--workers", default="1,2", help="CLI worker counts (default 1,2)")
     p.add_argument("--repeat", type=int, default=2, help="runs per measurement (median)")
+    p.add_argument("--slices", type=int, default=200, help="random hyperslabs read")
     p.add_argument("--markdown", action="store_true", help="markdown tables")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--no-hdf5plugin", action="store_true", help="skip the hdf5plugin rows")
-    p.add_argument("--keep", action="store_true", help="keep the compressed outputs")
+    p.add_argument("--keep", action="store_true", help="keep the outputs")
+    p.add_argument(
+        "--no-stream", dest="stream", action="store_false", help="skip the stream-layout row"
+    )
     args = p.parse_args(argv)
+    if args.small:
+        args.size_gb, args.rel, args.repeat = 0.05, args.rel or [1e-3], 1
     args.rel = args.rel or [1e-3, 1e-4]
     args.workers = [int(w) for w in args.workers.split(",")]
-    if args.repeat < 1 or args.size_gb <= 0:
-        p.error("--repeat must be >= 1 and --size-gb > 0")
+    if args.repeat < 1 or args.size_gb <= 0 or args.slices < 1:
+        p.error("--repeat and --slices must be >= 1 and --size-gb > 0")
+    args.peers = ["tp-h5py", "sz3", "zstd"]
     if not args.no_hdf5plugin:
         try:
             import hdf5plugin  # noqa: F401
         except ImportError:
             print("hdf5plugin not installed: its rows are skipped", file=sys.stderr)
             args.no_hdf5plugin = True
+    if args.no_hdf5plugin:
+        args.peers = ["tp-h5py"]
     t0 = time.perf_counter()
     results = bench(args)
     if args.json:
