@@ -467,52 +467,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.export_crops is not None:
-        crops = load_corpus_arrays(args.corpus_dir, int(args.max_mib * 2**20))
-        args.export_crops.mkdir(parents=True, exist_ok=True)
-        for name, x in crops.items():
-            np.save(args.export_crops / f"{name}.npy", x)
-        total = sum(x.nbytes for x in crops.values()) / 2**20
-        print(f"wrote {len(crops)} crop(s), {total:.1f} MiB, to {args.export_crops}")
-        return 0
-    import tensorpress as tp
+def export_crops(args) -> int:
+    """Write the corpus crops the identity checks use as .npy files (for a GPU machine
+    that has no corpus of its own)."""
+    crops = load_corpus_arrays(args.corpus_dir, int(args.max_mib * 2**20))
+    args.export_crops.mkdir(parents=True, exist_ok=True)
+    for name, x in crops.items():
+        np.save(args.export_crops / f"{name}.npy", x)
+    total = sum(x.nbytes for x in crops.values()) / 2**20
+    print(f"wrote {len(crops)} crop(s), {total:.1f} MiB, to {args.export_crops}")
+    return 0
 
-    started = time.perf_counter()
-    dry = args.cpu_dry_run
-    print(f"torch {torch.__version__}, tensorpress {tp.__version__}, numpy {np.__version__}")
+
+def pick_device(dry: bool) -> torch.device | None:
+    """The device to check (the CPU for a dry run); None when CUDA is missing."""
     if dry:
-        device = torch.device("cpu")
         print(f"device: cpu ({platform.processor() or platform.machine()}) -- CPU DRY RUN")
-    else:
-        if not torch.cuda.is_available():
-            print(
-                "gpu_check needs a CUDA device and torch.cuda.is_available() is False; "
-                "run with --cpu-dry-run to check the script on the CPU",
-                file=sys.stderr,
-            )
-            return 2
-        device = torch.device("cuda")
-        print(f"device: {torch.cuda.get_device_name(device)}")
-    have_quant = "quant" in tp.available_codecs()
-    if not have_quant:
-        print("note: tensorpress has no 'quant' codec: quant cases skipped")
-    max_bytes = int(args.max_mib * 2**20)
-    corpus = load_corpus_arrays(args.corpus_dir, max_bytes)
-    print(
-        f"corpus {args.corpus_dir}: {len(corpus)} array(s) used"
-        + (f": {', '.join(corpus)}" if corpus else "")
-    )
-    arrays = {**corpus, **synthetic_arrays(device, max_bytes)}
-    mode = "numba vs torch-CPU" if dry else "torch-GPU vs torch-CPU vs numba"
-    print(
-        f"identity: {len(arrays)} arrays x {len(DTYPES)} dtypes x "
-        f"{len(_cases(have_quant))} cases, {mode}; chunk_bytes {IDENTITY_CHUNK_BYTES}"
-    )
-    records = identity_checks(arrays, device, dry, have_quant)
-    del arrays
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        print(
+            "gpu_check needs a CUDA device and torch.cuda.is_available() is False; "
+            "run with --cpu-dry-run to check the script on the CPU",
+            file=sys.stderr,
+        )
+        return None
+    device = torch.device("cuda")
+    print(f"device: {torch.cuda.get_device_name(device)}")
+    return device
 
+
+def run_throughput(args, device, dry: bool, have_quant: bool) -> tuple[list, dict | None]:
+    """Throughput records of the large activation, and a profile if asked for."""
     print(f"\n== throughput: {args.size_mib} MiB float32 ReLU activation on {device} ==")
     print(f"{'case':<16} {'ratio':>7} {'comp GB/s':>9} {'dec GB/s':>8} {'peak mem':>9} {'runs':>4}")
     big = large_activation(device, args.size_mib)
@@ -523,8 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             prof = profile_calls(big, THROUGHPUT_CASES[0][1])
         except Exception as exc:  # noqa: BLE001 - a profiler problem is no check failure
             print(f"profile failed: {type(exc).__name__}: {exc}")
-    del big
+    return tput, prof
 
+
+def print_verdict(records: list, tput: list, device, elapsed: float) -> tuple[str, dict]:
+    """Print the failed cases and the verdict line; the verdict and the counts."""
     failed = [r for r in records if not r["ok"]]
     identity_failed = [
         r for r in failed if any(v is False for k, v in r["checks"].items() if k != "bound")
@@ -543,31 +531,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         else f"{r['case']} FAILED"
         for r in tput
     )
-    elapsed = time.perf_counter() - started
     verdict = "FAIL" if failed or any("error" in r for r in tput) else "PASS"
     print(
         f"\n{verdict}: {len(records) - len(failed)} passed, {len(failed)} failed "
         f"({len(identity_failed)} identity) of {len(records)} cases on {device}; "
         f"comp/dec {speeds}; {elapsed:.0f} s"
     )
+    return verdict, {
+        "passed": len(records) - len(failed),
+        "failed": len(failed),
+        "identity_failed": len(identity_failed),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.export_crops is not None:
+        return export_crops(args)
+    import tensorpress as tp
+
+    started = time.perf_counter()
+    dry = args.cpu_dry_run
+    print(f"torch {torch.__version__}, tensorpress {tp.__version__}, numpy {np.__version__}")
+    device = pick_device(dry)
+    if device is None:
+        return 2
+    have_quant = "quant" in tp.available_codecs()
+    if not have_quant:
+        print("note: tensorpress has no 'quant' codec: quant cases skipped")
+    max_bytes = int(args.max_mib * 2**20)
+    corpus = load_corpus_arrays(args.corpus_dir, max_bytes)
+    print(
+        f"corpus {args.corpus_dir}: {len(corpus)} array(s) used"
+        + (f": {', '.join(corpus)}" if corpus else "")
+    )
+    arrays = {**corpus, **synthetic_arrays(device, max_bytes)}
+    mode = "numba vs torch-CPU" if dry else "torch-GPU vs torch-CPU vs numba"
+    print(
+        f"identity: {len(arrays)} arrays x {len(DTYPES)} dtypes x "
+        f"{len(_cases(have_quant))} cases, {mode}; chunk_bytes {IDENTITY_CHUNK_BYTES}"
+    )
+    records = identity_checks(arrays, device, dry, have_quant)
+    del arrays
+    tput, prof = run_throughput(args, device, dry, have_quant)
+    elapsed = time.perf_counter() - started
+    verdict, counts = print_verdict(records, tput, device, elapsed)
     if args.json:
-        payload = {
-            "meta": {
-                "torch": torch.__version__,
-                "tensorpress": tp.__version__,
-                "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(device),
-                "corpus_arrays": list(corpus),
-                "max_mib": args.max_mib,
-                "size_mib": args.size_mib,
-                "seconds": elapsed,
-            },
-            "cases": records,
-            "throughput": tput,
-            "profile": prof,
-            "passed": len(records) - len(failed),
-            "failed": len(failed),
-            "identity_failed": len(identity_failed),
+        meta = {
+            "torch": torch.__version__,
+            "tensorpress": tp.__version__,
+            "device": "cpu (dry run)" if dry else torch.cuda.get_device_name(device),
+            "corpus_arrays": list(corpus),
+            "max_mib": args.max_mib,
+            "size_mib": args.size_mib,
+            "seconds": elapsed,
         }
+        payload = {"meta": meta, "cases": records, "throughput": tput, "profile": prof, **counts}
         with open(args.json, "w") as fh:
             json.dump(payload, fh, indent=1, default=str)
         print(f"results written to {args.json}")
