@@ -99,6 +99,23 @@ def test_widths_follow_the_bound_alone():
     assert code_bits(1.0 / 3.9) == 4  # codes 0..4, then the four: 9 codes
 
 
+@pytest.mark.parametrize(
+    "dtype, base, unit",
+    [(torch.float32, 2.0**20, 2.0**-3), (torch.bfloat16, 128.0, 1.0), (torch.float16, 1024.0, 1.0)],
+)
+def test_the_worst_case_needs_every_code_of_the_width(dtype, base, unit):
+    """92 neighbouring values of the dtype's grid whose spacing exceeds rel times their
+    range: each must come back exactly, so no width a bit narrower could hold them
+    (why a payload sized before the kernel runs keeps the full width)."""
+    rel, n = 1e-2, 92
+    grid = base + unit * torch.arange(n, dtype=torch.float64)
+    assert rel * (n - 1) * unit < unit and n > 2 ** (code_bits(rel) - 1)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    x = grid[order].to(dtype)
+    assert torch.equal(x.double(), grid[order])  # every value is on the dtype's grid
+    assert torch.equal(restore_codes(compress_codes(x, rel)), x)
+
+
 def test_payload_is_an_lsb_first_bitstream():
     x = torch.tensor([0.0, 1.0, math.nan, math.inf, -math.inf, 0.5, 1.0, 0.01])
     codes = compress_codes(x, 0.5)  # step 0.5 * (1 - 2**-7): codes 0, 2, .., 1, 2, 0
