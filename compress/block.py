@@ -52,9 +52,13 @@ _PREC = {
 __all__ = ["BlockCodec", "STEP_MARGIN", "encode_values", "steps_for"]
 
 
-def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound) -> bytes:
+def encode_values(
+    xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound, finish=bytes
+) -> bytes:
     """One chunk's payload from its values ``xv`` (float32/float64, exact) and their
-    stored bytes ``rawb``; ``prec`` names the stored dtype (bfloat16 included)."""
+    stored bytes ``rawb``; ``prec`` names the stored dtype (bfloat16 included).
+    ``finish`` turns a blocks-mode payload, a view of scratch memory, into the bytes
+    returned (the entropy mode squeezes it there, without copying it first)."""
     n = xv.size
     if n == 0:
         return bytes([bl.MODE_BLOCKS])
@@ -67,7 +71,7 @@ def encode_values(xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound
         if size >= 1 + n * itemsize:
             return bytes([bl.MODE_RAW]) + rawb.tobytes()
         out[0] = bl.MODE_BLOCKS
-        return out[:size].tobytes()
+        return finish(out[:size])
 
 
 @register_codec
@@ -93,8 +97,8 @@ class BlockCodec(Codec):
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
-        payload = encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound)
-        return payload if self.entropy == "none" else squeeze(payload)
+        finish = bytes if self.entropy == "none" else squeeze
+        return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound, finish)
 
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)

@@ -6,7 +6,9 @@ smooth fields whose blocks repeat, a plain quantize-then-zstd can write fewer
 bytes than the packed blocks. With ``entropy="zstd"`` each chunk payload in the
 blocks mode (2) is compressed once more with zstd, and kept as a mode-3 payload
 (the mode byte 3, then one zstd frame of the mode-2 payload without its mode byte)
-only when that is smaller. The choice is per chunk, from the bytes alone, so a
+only when that is smaller. Long payloads are probed first: a sample says whether
+zstd pays at all and which level (level 1 only where its Huffman-coded literals
+save much more than the fast level). The choice is per chunk, from the bytes alone, so a
 chunk's payload depends on nothing but its values and the config; the GPU kernels
 write mode-2 payloads and the host applies this step to them (byte-identical, but
 a CUDA tensor's payload travels to the host and back: the mode is for storage, not
@@ -23,9 +25,11 @@ from .stages import zstd_compress, zstd_decompress
 
 #: the entropy modes a ``block`` codec takes (config key ``"entropy"``)
 ENTROPY_MODES = ("none", "zstd")
-#: zstd level of mode-3 payloads: level 1 keeps most of level 3's gain on packed codes
-#: at about twice its speed (see benchmarks/compressors.py)
-ZSTD_LEVEL = 1
+#: zstd levels of mode-3 payloads: level 1 codes the literals (the packed bits) with
+#: Huffman tables, the fast negative level only finds repeats and costs a third as
+#: much; each chunk takes the one that pays (``benchmarks/compressors.py``, rows
+#: ``tp-block-z``, weighs both against SZ3's speed and quantize+zstd's size)
+ZSTD_LEVEL, ZSTD_FAST_LEVEL = 1, -1
 
 
 def check_entropy(entropy) -> str:
@@ -35,28 +39,43 @@ def check_entropy(entropy) -> str:
     return entropy
 
 
-#: payloads at least this long are probed first: zstd on a sixteenth of them (from
-#: the middle) must save at least PROBE_GAIN of it, else the chunk stays in mode 2
-#: without compressing the whole payload (zstd costs the most where it gains least)
+#: payloads at least this long are probed first: zstd at both levels on a sixteenth of
+#: them (from the middle). Level 1 must save PROBE_GAIN of the sample, else the chunk
+#: stays in mode 2 (zstd costs the most where it gains least); it is used when it saves
+#: LITERAL_GAIN of the sample more than the fast level, else the fast level is, where
+#: that saves PROBE_GAIN. Shorter payloads take level 1 where it is smaller.
 PROBE_BYTES = 1 << 17
-PROBE_GAIN = 0.03
+PROBE_GAIN = 0.05
+LITERAL_GAIN = 0.08
+_MODE3 = bytes([bl.MODE_BLOCKS_ZSTD])
 
 
-def squeeze(payload: bytes) -> bytes:
-    """``payload`` (one chunk, any mode) as a mode-3 payload when that is smaller, else
-    unchanged."""
+def squeeze(payload) -> bytes:
+    """``payload`` (one chunk, any mode; bytes or a uint8 array) as a mode-3 payload when
+    that is smaller, else unchanged, as bytes."""
     if len(payload) < 16 or payload[0] != bl.MODE_BLOCKS:
-        return payload
+        return bytes(payload)
     body = memoryview(payload)[1:]
-    if len(body) >= PROBE_BYTES:
-        cut = len(body) // 16
-        sample = body[len(body) // 2 : len(body) // 2 + cut]
-        if len(zstd_compress(sample, ZSTD_LEVEL)) > (1 - PROBE_GAIN) * cut:
-            return payload
-    frame = zstd_compress(body, ZSTD_LEVEL)
+    level = _level(body) if len(body) >= PROBE_BYTES else ZSTD_LEVEL
+    if level is None:
+        return bytes(payload)
+    frame = zstd_compress(body, level)
     if 1 + len(frame) >= len(payload):
-        return payload
-    return bytes([bl.MODE_BLOCKS_ZSTD]) + frame
+        return bytes(payload)
+    return _MODE3 + frame
+
+
+def _level(body: memoryview) -> int | None:
+    """The zstd level a long mode-2 ``body`` takes, from a sample; None: no zstd."""
+    cut = len(body) // 16
+    sample = body[len(body) // 2 : len(body) // 2 + cut]
+    best = len(zstd_compress(sample, ZSTD_LEVEL))
+    if best > (1 - PROBE_GAIN) * cut:
+        return None
+    fast = len(zstd_compress(sample, ZSTD_FAST_LEVEL))
+    if fast - best >= LITERAL_GAIN * cut:
+        return ZSTD_LEVEL
+    return ZSTD_FAST_LEVEL if fast <= (1 - PROBE_GAIN) * cut else None
 
 
 def unsqueeze(buf, n: int, itemsize: int, pw: bool):

@@ -163,3 +163,27 @@ def test_golden_stream_is_still_written():
     blob = tp.compress(x, **kw)
     assert blob == (DATA / "v2" / "block_entropy_f32.tp").read_bytes()
     assert {p[0] for p in _payloads(blob)} >= {2, 3}
+
+
+@pytest.mark.parametrize("rel", [1e-2, 1e-3])
+@pytest.mark.parametrize("name", ["gelu", "gaussian", "uniform"])
+def test_long_chunks_are_probed_and_still_never_lose(name, rel):
+    """Chunks whose payloads are long enough to be probed (a sample decides the zstd
+    level, or no zstd): still no more bytes than quantize+zstd or the plain mode, the
+    same values back; packed uniform noise stays in the plain mode."""
+    rng = np.random.default_rng(5)
+    h = rng.standard_normal(1 << 20)
+    x = {
+        "gelu": 0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h**3))),
+        "gaussian": h,
+        "uniform": rng.random(1 << 20),
+    }[name].astype(np.float32)
+    blob = tp.compress(x, rel=rel, codec=ENTROPY)
+    plain = tp.compress(x, rel=rel, codec="block")
+    assert max(len(p) for p in _payloads(plain)) >= 1 << 17  # long enough to be probed
+    assert sum(len(p) for p in _payloads(blob)) <= _quantize_zstd_bytes(x, rel)
+    for a, b in zip(_payloads(blob), _payloads(plain), strict=True):
+        assert len(a) <= len(b)
+    np.testing.assert_array_equal(tp.decompress(blob), tp.decompress(plain))
+    if name == "uniform":
+        assert {p[0] for p in _payloads(blob)} == {2}
