@@ -21,6 +21,7 @@ from ._version import __version__
 from .compress import ErrorBound, available_codecs, get_codec
 from .compress.quality import search_bound
 from .formats import ContainerReader, FormatError, encode_array
+from .formats import hdf5_filter as hdf5  # tp.hdf5.filter(abs=...): hdf5plugin's style
 from .formats import open_compressed as open  # noqa: A004  (tp.open, as h5py.File reads)
 from .formats.stream_header import is_bfloat16, parse_header
 from .formats.stream_reader import (
@@ -39,6 +40,7 @@ __all__ = [
     "compress",
     "decompress",
     "get_codec",
+    "hdf5",
     "info",
     "open",
 ]
