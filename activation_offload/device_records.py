@@ -11,7 +11,10 @@ Everything else keeps the existing path.
 On this path the host never learns a record's absolute bound, so what needs one is
 left out for its tensors: the derived-tensor rules (GELU, norms, views of held memory),
 the int8 codes and the zstd stage; a loss's log-probabilities (held within an absolute
-bound under ``rel``) are kept as they are; the stats show no tolerance for them.
+bound under ``rel``) are kept as they are; the stats show no tolerance for them. Each
+of these holds fewer bytes only where the data allows, and a sound fallback where it
+does not needs a host read before the tensor's memory is released
+(``compress/device_codes.py`` says why), so they stay on the existing path.
 """
 
 from __future__ import annotations
