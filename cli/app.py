@@ -13,13 +13,14 @@ from ..compress.kernels.numba_cache import announce_compilation
 from .bench import run_bench
 from .demo import run_demo
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError
-from .files import run_compress, run_decompress, run_info
+from .files import run_compress, run_convert, run_decompress, run_info
 from .parser import build_parser
 from .verify import run_verify
 
 COMMANDS: dict[str, Callable] = {
     "compress": run_compress,
     "decompress": run_decompress,
+    "convert": run_convert,
     "info": run_info,
     "verify": run_verify,
     "bench": run_bench,

@@ -206,12 +206,12 @@ def _print_summary(doc: dict) -> None:
     )
     original, stored = size_text(doc["original_bytes"]), size_text(doc["stored_bytes"])
     sizes = (
-        f"{original} -> {stored} stored"
-        if doc["command"] == "compress"
-        else f"{stored} stored -> {original}"
+        f"{stored} stored -> {original}"
+        if doc["command"] == "decompress"
+        else f"{original} -> {stored} stored"
     )
     print(
-        f"{doc['command']}ed {len(doc['datasets'])} dataset(s): {sizes} "
+        f"{doc['command'].removesuffix('e')}ed {len(doc['datasets'])} dataset(s): {sizes} "
         f"(ratio {fmt(doc['ratio'], '.2f')}) in {doc['seconds']:.2f} s "
         f"({rate_text(doc['original_bytes'], doc['seconds'])} MB/s, {doc['workers']} worker(s)); "
         f"wrote {doc['output']} ({size_text(doc['output_bytes'])})"
@@ -281,6 +281,26 @@ def run_decompress(args) -> int:
             progress=progress,
         )
     doc = _summary("decompress", args, reports, time.perf_counter() - t0)
+    if args.json:
+        emit_json(doc)
+    elif not args.quiet:
+        _print_summary(doc)
+    return EXIT_OK
+
+
+def run_convert(args) -> int:
+    """``tensorpress convert``: rewrite a stream-layout HDF5 file in the filter layout."""
+    from ..formats.layout_convert import convert_file
+
+    require_input(args.input)
+    require_output(args.output, args.force)
+    if _extension(args.output) not in (".h5", ".hdf5"):
+        raise UserError(f"{args.output}: convert writes HDF5: name it .h5 or .hdf5")
+    t0 = time.perf_counter()
+    with Progress(args.quiet) as progress:
+        reports = convert_file(args.input, args.output, overwrite=args.force, progress=progress)
+    args.workers = 1  # the chunks are moved, not encoded: one thread
+    doc = _summary("convert", args, reports, time.perf_counter() - t0)
     if args.json:
         emit_json(doc)
     elif not args.quiet:

@@ -271,6 +271,20 @@ def _add_decompress(sub) -> None:
     _common(p, writes=True, workers=True)
 
 
+def _add_convert(sub) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="rewrite a stream-layout HDF5 file in the filter layout",
+        description="Rewrite a compressed HDF5 file whose datasets are container streams "
+        "(--layout stream, or written before the filter layout was the default) as chunked "
+        "datasets through the tensorpress HDF5 filter. The compressed chunks are moved, not "
+        "compressed again: the values read back as before; INPUT is not changed.",
+    )
+    p.add_argument("input", metavar="INPUT")
+    p.add_argument("output", metavar="OUTPUT", help="ends in .h5 or .hdf5")
+    _common(p, writes=True)
+
+
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="describe a compressed file")
     p.add_argument("file", metavar="FILE", help="a file written by tensorpress")
@@ -334,11 +348,19 @@ def _add_demo(sub) -> None:
 
 
 #: the subcommands, in the order ``--help`` lists them
-SUBCOMMANDS = (_add_compress, _add_decompress, _add_info, _add_verify, _add_bench, _add_demo)
+SUBCOMMANDS = (
+    _add_compress,
+    _add_decompress,
+    _add_convert,
+    _add_info,
+    _add_verify,
+    _add_bench,
+    _add_demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tensorpress`` parser with its six subcommands."""
+    """The ``tensorpress`` parser with its seven subcommands."""
     from .._version import __version__
 
     parser = _Parser(
