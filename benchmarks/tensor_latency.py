@@ -8,7 +8,9 @@ warm-ups, for block (rel 1e-2, abs 1e-2) and quant (2 bits), and what a plain co
 of the tensor costs for comparison. Then the device codes (``compress_codes`` /
 ``restore_codes``, rel 1e-2 and 1e-3): the same wall times, and the host time of a
 call (``--runs`` calls queued back to back, no synchronisation between them, per call):
-what a training step pays on the CPU side while the GPU works. ``--profile`` adds
+what a training step pays on the CPU side while the GPU works. Last, the device codes'
+fixed cost per call (the wall time at the smallest size) and host time per call at
+rel 1e-2, against the targets of 50 and 30 us. ``--profile`` adds
 cProfile's top functions (by own time) over the calls on the middle size, to show where
 the fixed cost goes.
 
@@ -29,6 +31,8 @@ import torch
 from tensorpress.compress import compress_tensor, decompress_tensor
 from tensorpress.compress.device_codes import compress_codes, restore_codes
 
+FIXED_COST_US = 50  # issue 30: the device codes' cost per call, whatever the size
+HOST_TIME_US = 30  # issue 30: host time per call, what a step pays while the GPU works
 CASES = (
     ("block rel=1e-2", {"codec": "block", "rel": 1e-2}),
     ("block abs=1e-2", {"codec": "block", "abs": 1e-2}),
@@ -64,8 +68,10 @@ def _host_time(fn, device: torch.device, runs: int) -> float:
     return host
 
 
-def device_codes_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -> None:
-    """The device codes' wall and host times per call (see the module docstring)."""
+def device_codes_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -> dict:
+    """The device codes' wall and host times per call (see the module docstring), printed
+    and returned as {(rel, KiB): (compress, restore, host compress, host restore) s}."""
+    found = {}
     print(
         f"\n{'device codes':16} {'KiB':>7} {'compress':>10} {'decompress':>11} "
         f"{'host c':>7} {'host d':>7} {'ratio':>6}"
@@ -79,10 +85,32 @@ def device_codes_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -
             host_c = _host_time(lambda x=x, rel=rel: compress_codes(x, rel), dev, runs)
             host_d = _host_time(lambda c=codes: restore_codes(c), dev, runs)
             ratio = x.numel() * 4 / codes.nbytes
+            found[rel, kib] = (comp, dec, host_c, host_d)
             print(
                 f"{f'rel={rel:g}':16} {kib:>7} {comp * 1e6:>10.0f} {dec * 1e6:>11.0f} "
                 f"{host_c * 1e6:>7.0f} {host_d * 1e6:>7.0f} {ratio:>6.2f}"
             )
+    return found
+
+
+def print_fixed_cost(found: dict, rel: float = 1e-2) -> None:
+    """The device codes' fixed cost per call: the wall time at the smallest size (its
+    bytes take a fraction of a microsecond on a GPU), against issue 30's targets."""
+    kib = min(k for r, k in found if r == rel)
+    comp, dec, host_c, host_d = found[rel, kib]
+
+    def verdict(seconds: float, target_us: float) -> str:
+        return f"{seconds * 1e6:.0f} us ({'MET' if seconds * 1e6 <= target_us else 'NOT MET'})"
+
+    print(
+        f"\nfixed cost per call, device codes rel={rel:g} (wall time at {kib} KiB; target "
+        f"<= {FIXED_COST_US} us): compress {verdict(comp, FIXED_COST_US)}, restore "
+        f"{verdict(dec, FIXED_COST_US)}"
+    )
+    print(
+        f"host time per call (target <= {HOST_TIME_US} us): compress "
+        f"{verdict(host_c, HOST_TIME_US)}, restore {verdict(host_d, HOST_TIME_US)}"
+    )
 
 
 def main(argv=None) -> int:
@@ -107,7 +135,7 @@ def main(argv=None) -> int:
                 f"{name:16} {kib:>7} {copy * 1e6:>9.0f} {comp * 1e6:>10.0f} {dec * 1e6:>11.0f} "
                 f"{ct.ratio:>6.2f}"
             )
-    device_codes_rows(args.sizes, dev, args.runs, g)
+    print_fixed_cost(device_codes_rows(args.sizes, dev, args.runs, g))
     if args.profile:
         kib = sorted(args.sizes)[len(args.sizes) // 2]
         x = torch.relu(torch.randn(kib * 256, device=dev, generator=g))
