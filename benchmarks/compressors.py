@@ -1,7 +1,9 @@
 """Compressor benchmark: tensorpress against SZ3, ZFP and lossless baselines.
 
 For every corpus array (see ``corpus.py``) and every value-range-relative bound
-``rel`` (absolute bound ``eb = rel * (max - min)``, computed in float64) this runs
+``rel`` (absolute bound ``eb = rel * (max - min)``, computed in float64, outside the
+timings; every codec, tensorpress included, is given the same absolute bound ``eb``,
+so no codec's time includes a pass over the data for its value range) this runs
 
   tp-sz/1         tensorpress ``codec="sz"``, one worker thread
   tp-sz/all       tensorpress ``codec="sz"``, all cores (``workers=None``)
@@ -36,6 +38,14 @@ the ``block`` targets (speed and ratio against SZ3 and quantize+zstd).
     python benchmarks/compressors.py --quick         # smoke run, a few seconds
     python benchmarks/compressors.py --datasets aero,tf_attn_probs --bounds 1e-3
     python benchmarks/compressors.py --markdown --json results.json
+    python benchmarks/compressors.py --rate-distortion   # bits at equal PSNR (slow)
+
+``--rate-distortion`` runs, instead of the tables above, a sweep of bounds per array
+for ``tp-sz/1``, ``tp-block/1``, ``sz3`` and ``zfp`` (``rate_distortion.py``) and
+prints each codec's bits per value over SZ3's at equal PSNR (40-100 dB): per array,
+and as geometric means over all, scientific (real + simulated) and dl arrays.
+The default run also prints the ``sz`` targets: per bound, ``tp-sz/1`` / SZ3 ratio as
+a geometric mean and its minimum over arrays, for all, scientific and dl arrays.
 """
 
 from __future__ import annotations
@@ -74,7 +84,11 @@ BASELINE = "quantize+zstd"
 QUANT = "tp-quant"  # the bits-bounded quant table
 QUANT_BITS = (2, 4, 8)
 QUANT_GROUP = 128
-DL_PREFIXES = ("cnn_", "tf_")
+SZ, SZ_TARGETS = "tp-sz/1", {"1e-2": 1.15, "1e-3": 1.25, "1e-4": 1.25}  # ratio / SZ3
+SZ_FLOOR = 0.95  # tp-sz/1 ratio / SZ3 on every array
+GROUPS = (("all", ("real", "simulated", "dl")), ("science", ("real", "simulated")))
+GROUPS += (("dl", ("dl",)),)
+RD_CODECS = ("tp-sz/1", "tp-block/1", REFERENCE, "zfp")  # the --rate-distortion sweep
 TARGET_SPEED_X = 5.0  # tp-block/1 speed >= 5x SZ3
 TARGET_DL_RATIO_X = 0.7  # tp-block/1 ratio >= 0.7x SZ3 on deep-learning arrays
 
@@ -114,7 +128,7 @@ def _tensorpress_codecs(notes: list[str]) -> list[Codec]:
         return []
 
     def encode(x, rel, eb, workers, codec):
-        return tp.compress(x, rel=rel, codec=codec, workers=workers)
+        return tp.compress(x, abs=eb, codec=codec, workers=workers)
 
     def decode(blob, shape, dtype, workers):
         return tp.decompress(blob, workers=workers)
@@ -162,7 +176,7 @@ def _block_torch_codec(notes: list[str]) -> list[Codec]:
             block.HOST_KERNELS[0] = host
 
     def encode(x, rel, eb):
-        return one_thread(compress_tensor, torch.from_numpy(x), codec="block", rel=rel)
+        return one_thread(compress_tensor, torch.from_numpy(x), codec="block", abs=eb)
 
     def decode(ct, shape, dtype):
         return one_thread(decompress_tensor, ct).numpy()
@@ -652,7 +666,7 @@ def block_targets(records: list[dict], bounds: list[str]) -> list[dict]:
         datasets = [d for c, d in at if c == BLOCK]
         if not datasets:
             continue
-        dl = [d for d in datasets if d.startswith(DL_PREFIXES)]
+        dl = [d for d in datasets if CATEGORIES.get(d) == "dl"]
 
         def geo(other, key, names, at=at):
             pairs = [(at[(BLOCK, d)], at.get((other, d))) for d in names]
@@ -860,6 +874,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="comma-separated subset of codec names (default: all available)",
     )
+    p.add_argument(
+        "--rate-distortion",
+        action="store_true",
+        help="sweep bounds per array instead (tp-sz/1, tp-block/1, sz3, zfp unless "
+        "--codecs says otherwise) and print bits per value / SZ3's at equal PSNR",
+    )
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
     p.add_argument(
         "--json", metavar="PATH", default=None, help="also write all results to PATH as JSON"
@@ -891,76 +911,74 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    md = args.markdown
-    started = time.perf_counter()
-    notes: list[str] = []
+def _select_codecs(args, notes: list[str]) -> tuple[list[Codec], bool]:
+    """The codecs ``--codecs`` names (all available by default), and whether the quant
+    table runs."""
     codecs = make_codecs(notes)
     run_quant = (not args.codecs or QUANT in args.codecs) and _quant_available(notes)
-    if args.codecs:
+    wanted = args.codecs or (RD_CODECS if args.rate_distortion else None)
+    if wanted:
         known = {c.name for c in codecs} | {QUANT}
-        for name in args.codecs:
+        for name in args.codecs or ():
             if name not in known:
                 notes.append(f"codec {name!r} is unknown or not available: skipped")
-        codecs = [c for c in codecs if c.name in args.codecs]
-    lossy = [c for c in codecs if c.lossy]
-    lossless = [c for c in codecs if not c.lossy]
+        codecs = [c for c in codecs if c.name in wanted]
+    return codecs, run_quant and not args.rate_distortion
 
-    corpus = load_corpus(args.datasets, verbose=True)
+
+def _print_preamble(args, corpus: dict, notes: list[str], versions: dict) -> None:
     total_mb = sum(x.nbytes for x in corpus.values()) / 1e6
-    name_width = max(len(n) for n in corpus)
-    codec_width = max([11] + [len(c.name) for c in codecs])
-    versions = _versions()
-
     print("Compressor benchmark (float32 arrays; MB = 1e6 bytes of input)")
-    print(
-        f"{len(corpus)} datasets, {total_mb:.1f} MB; bounds rel = "
-        f"{', '.join(_bound_label(b) for b in args.bounds)} of the value range; "
-        f"median of {args.repeat} run(s); {os.cpu_count()} cores for tp-sz/all; "
+    what = (
+        "a sweep of bounds per codec (rate-distortion)"
+        if args.rate_distortion
+        else f"bounds rel = {', '.join(_bound_label(b) for b in args.bounds)} of the value "
+        f"range; median of {args.repeat} run(s); {os.cpu_count()} cores for tp-sz/all; "
         f"{BLOCK_TORCH} on one torch thread"
     )
+    print(f"{len(corpus)} datasets, {total_mb:.1f} MB; {what}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     for note in notes:
         print(f"note: {note}")
     sys.stdout.flush()
 
-    records: list[dict] = []
-    if lossless:
-        table = _dataset_table("lossless baselines", False, name_width, md, codec_width)
-        table.header()
-        for name, x in corpus.items():
-            for codec in lossless:
-                rec = measure(codec, name, x, None, args.repeat)
-                records.append(rec)
-                table.row(*_row_cells(rec, False))
-    if lossy:
-        for rel in args.bounds:
-            table = _dataset_table(
-                f"rel = {_bound_label(rel)} (eb = rel * value range)",
-                True,
-                name_width,
-                md,
-                codec_width,
-            )
-            table.header()
-            for name, x in corpus.items():
-                for codec in lossy:
-                    rec = measure(codec, name, x, rel, args.repeat)
-                    records.append(rec)
-                    table.row(*_row_cells(rec, True))
-    quant_records: list[dict] = []
-    if run_quant:
-        table = _quant_table(name_width, md)
-        table.header()
-        for name, x in corpus.items():
-            for bits in QUANT_BITS:
-                rec = measure_quant(name, x, bits, args.repeat)
-                quant_records.append(rec)
-                table.row(*_quant_cells(rec))
 
-    bound_order = [_bound_label(b) for b in args.bounds] + [LOSSLESS]
-    summary = summarize(records, [c.name for c in codecs], bound_order)
+def run_tables(corpus: dict, codecs: list[Codec], args, widths: tuple[int, int]) -> list[dict]:
+    """The per-array tables: lossless baselines once, then each lossy codec per bound."""
+    name_width, codec_width = widths
+    records: list[dict] = []
+    lossless = [c for c in codecs if not c.lossy]
+    lossy = [c for c in codecs if c.lossy]
+    runs = [(None, lossless, "lossless baselines")] if lossless else []
+    if lossy:
+        runs += [
+            (rel, lossy, f"rel = {_bound_label(rel)} (eb = rel * value range)")
+            for rel in args.bounds
+        ]
+    for rel, group, title in runs:
+        table = _dataset_table(title, rel is not None, name_width, args.markdown, codec_width)
+        table.header()
+        for name, x in corpus.items():
+            for codec in group:
+                rec = measure(codec, name, x, rel, args.repeat)
+                records.append(rec)
+                table.row(*_row_cells(rec, rel is not None))
+    return records
+
+
+def run_quant_table(corpus: dict, name_width: int, args) -> list[dict]:
+    table = _quant_table(name_width, args.markdown)
+    table.header()
+    records = []
+    for name, x in corpus.items():
+        for bits in QUANT_BITS:
+            rec = measure_quant(name, x, bits, args.repeat)
+            records.append(rec)
+            table.row(*_quant_cells(rec))
+    return records
+
+
+def _print_summary(summary: list[dict], codec_width: int, md: bool) -> None:
     table = Table(
         "geometric means over datasets (ratio per category: real / simulated / dl)",
         [
@@ -997,44 +1015,182 @@ def main(argv: Sequence[str] | None = None) -> int:
             flagged,
         )
 
-    comparison = compare_to_reference(records, [_bound_label(b) for b in args.bounds])
-    if comparison:
-        table = Table(
-            f"tensorpress / SZ3 ({REFERENCE}, default algorithm): "
-            "geometric means of per-dataset ratios",
-            [
-                ("codec", codec_width, "<"),
-                ("bound", 6, "<"),
-                ("n", 2, ">"),
-                ("ratio x", 7, ">"),
-                ("comp speed x", 12, ">"),
-                ("dec speed x", 11, ">"),
-            ],
-            md,
-        )
-        table.header()
-        for row in comparison:
-            table.row(
-                row["codec"],
-                row["bound"],
-                str(row["n"]),
-                _f(row["ratio"], ".3f"),
-                _f(row["compress_speed"], ".3f"),
-                _f(row["decompress_speed"], ".3f"),
-            )
-    else:
+
+def _print_comparison(comparison: list[dict], codec_width: int, md: bool) -> None:
+    if not comparison:
         print(f"\n(no tensorpress / {REFERENCE} comparison: one of them did not run)")
+        return
+    table = Table(
+        f"tensorpress / SZ3 ({REFERENCE}, default algorithm): "
+        "geometric means of per-dataset ratios",
+        [
+            ("codec", codec_width, "<"),
+            ("bound", 6, "<"),
+            ("n", 2, ">"),
+            ("ratio x", 7, ">"),
+            ("comp speed x", 12, ">"),
+            ("dec speed x", 11, ">"),
+        ],
+        md,
+    )
+    table.header()
+    for row in comparison:
+        table.row(
+            row["codec"],
+            row["bound"],
+            str(row["n"]),
+            _f(row["ratio"], ".3f"),
+            _f(row["compress_speed"], ".3f"),
+            _f(row["decompress_speed"], ".3f"),
+        )
 
-    targets = block_targets(records, [_bound_label(b) for b in args.bounds])
-    if targets:
-        _print_block_targets(targets, md)
-    else:
-        print(f"\n(no block targets: {BLOCK} did not run)")
 
+def sz_targets(records: list[dict], bounds: list[str]) -> list[dict]:
+    """Per bound and group of arrays: ``tp-sz/1`` ratio / SZ3's, geometric mean and
+    minimum (with its array)."""
+    rows = []
+    for bound in bounds:
+        for group, cats in GROUPS:
+            pairs = [
+                (d, v)
+                for d, v in _ratio_pairs(records, bound, SZ, REFERENCE)
+                if CATEGORIES.get(d) in cats
+            ]
+            if not pairs:
+                continue
+            worst = min(pairs, key=lambda p: p[1])
+            rows.append(
+                {
+                    "bound": bound,
+                    "group": group,
+                    "n": len(pairs),
+                    "geomean": _geomean([v for _, v in pairs]),
+                    "min": worst[1],
+                    "min_dataset": worst[0],
+                    "target": SZ_TARGETS.get(bound),
+                }
+            )
+    return rows
+
+
+def _ratio_pairs(records: list[dict], bound: str, codec: str, other: str) -> list[tuple]:
+    """``[(dataset, codec ratio / other ratio)]`` at ``bound`` where both ran."""
+    at = {
+        (r["codec"], r["dataset"]): r["ratio"]
+        for r in records
+        if r["bound"] == bound and "error" not in r and r.get("ratio")
+    }
+    return [(d, v / at[(other, d)]) for (c, d), v in at.items() if c == codec and (other, d) in at]
+
+
+def _print_sz_targets(rows: list[dict], md: bool) -> None:
+    table = Table(
+        f"sz targets: {SZ} ratio / {REFERENCE} ratio per array, geometric mean and minimum "
+        f"(target: geomean as listed, every array >= {SZ_FLOOR:g}x)",
+        [
+            ("bound", 6, "<"),
+            ("arrays", 7, "<"),
+            ("n", 2, ">"),
+            ("geomean", 7, ">"),
+            ("target", 6, ">"),
+            ("min", 5, ">"),
+            ("min on", 17, "<"),
+            ("met", 3, "<"),
+        ],
+        md,
+    )
+    table.header()
+    for r in rows:
+        target = r["target"]
+        ok = r["min"] >= SZ_FLOOR and (target is None or r["geomean"] >= target)
+        table.row(
+            r["bound"],
+            r["group"],
+            str(r["n"]),
+            _f(r["geomean"], ".3f"),
+            "-" if target is None else f"{target:.2f}",
+            _f(r["min"], ".3f"),
+            r["min_dataset"],
+            "yes" if ok else "NO",
+        )
+
+
+def run_rate_distortion(corpus: dict, codecs: list[Codec], args, name_width: int) -> dict:
+    """``--rate-distortion``: sweep each codec on each array, then bits / SZ3's bits at
+    equal PSNR per array and as geometric means per group of arrays."""
+    try:
+        from rate_distortion import bits_ratio_at_equal_psnr, sweep
+    except ImportError:  # imported as benchmarks.compressors
+        from benchmarks.rate_distortion import bits_ratio_at_equal_psnr, sweep
+
+    curves: dict[str, dict[str, list[dict]]] = {}
+    for name, x in corpus.items():
+        for codec in codecs:
+            _warm_up(codec, name, x, 1e-3, 1e-3 * (float(x.max()) - float(x.min())))
+            pts = sweep(codec.encode, codec.decode, _nbytes, x)
+            curves.setdefault(name, {})[codec.name] = pts
+            print(f"swept {name} {codec.name}: {len(pts)} bounds", file=sys.stderr, flush=True)
+    others = [c.name for c in codecs if c.name != REFERENCE]
+    per_array = {
+        name: {
+            c: bits_ratio_at_equal_psnr(cv[c], cv[REFERENCE]) if REFERENCE in cv else None
+            for c in others
+        }
+        for name, cv in curves.items()
+    }
+    _print_rd_tables(per_array, others, name_width, args.markdown)
+    return {"curves": curves, "bits_vs_sz3": per_array}
+
+
+def _print_rd_tables(per_array: dict, others: list[str], name_width: int, md: bool) -> None:
+    cols = [("dataset", name_width, "<"), ("kind", 9, "<")]
+    cols += [(f"{c} bits x", max(9, len(c) + 7), ">") for c in others]
+    cols += [("PSNR range dB", 13, "<")]
+    table = Table(
+        f"bits per value / {REFERENCE}'s at equal PSNR (geometric mean over the common "
+        "PSNR grid, 1 dB steps within 40-100 dB; below 1: fewer bits)",
+        cols,
+        md,
+    )
+    table.header()
+    for name, res in per_array.items():
+        span = next((r for r in res.values() if r), None)
+        table.row(
+            name,
+            CATEGORIES.get(name, "?"),
+            *(_f(res[c]["ratio"] if res[c] else None, ".3f") for c in others),
+            f"{span['psnr_lo']:.0f}-{span['psnr_hi']:.0f}" if span else "-",
+        )
+    table = Table(
+        f"geometric means over arrays of bits / {REFERENCE}'s bits at equal PSNR (target "
+        "for tp-sz/1: below 1)",
+        [("codec", 11, "<"), ("arrays", 7, "<"), ("n", 2, ">"), ("geomean", 7, ">")]
+        + [("min", 5, ">"), ("max", 5, ">")],
+        md,
+    )
+    table.header()
+    for codec in others:
+        for group, cats in GROUPS:
+            vals = [
+                res[codec]["ratio"]
+                for name, res in per_array.items()
+                if res[codec] and CATEGORIES.get(name) in cats
+            ]
+            if vals:
+                table.row(
+                    codec,
+                    group,
+                    str(len(vals)),
+                    _f(_geomean(vals), ".3f"),
+                    _f(min(vals), ".3f"),
+                    _f(max(vals), ".3f"),
+                )
+    sys.stdout.flush()
+
+
+def _print_verdict(records: list[dict], quant_records: list[dict], notes: list[str]) -> None:
     flagged = [r for r in records if r["flags"]]
     over_eb = [r for r in records if r.get("notes")]
-    quant_flagged = [r for r in quant_records if r["flags"]]
-    elapsed = time.perf_counter() - started
     print()
     for note in notes:
         print(f"note: {note}")
@@ -1050,33 +1206,75 @@ def main(argv: Sequence[str] | None = None) -> int:
             "not counted as violations): "
             + ", ".join(f"{r['dataset']} {r['bound']}" for r in over_eb)
         )
-    for r in quant_flagged:
-        print(f"!! quant {r['dataset']} bits={r['bits']}: {', '.join(r['flags'])}")
-    print(f"total time {elapsed:.0f} s")
+    for r in quant_records:
+        if r["flags"]:
+            print(f"!! quant {r['dataset']} bits={r['bits']}: {', '.join(r['flags'])}")
 
+
+def _write_json(path: str, meta: dict, sections: dict) -> None:
+    with open(path, "w") as fh:
+        json.dump({"meta": meta, **sections}, fh, indent=1, allow_nan=False, default=str)
+    print(f"results written to {path}")
+
+
+def _tables_and_summaries(corpus, codecs, run_quant, args, widths) -> tuple[list, dict]:
+    """The default run: per-array tables, then the summaries; returns the records and
+    the JSON sections."""
+    md, bounds = args.markdown, [_bound_label(b) for b in args.bounds]
+    records = run_tables(corpus, codecs, args, widths)
+    quant_records = run_quant_table(corpus, widths[0], args) if run_quant else []
+    summary = summarize(records, [c.name for c in codecs], bounds + [LOSSLESS])
+    _print_summary(summary, widths[1], md)
+    comparison = compare_to_reference(records, bounds)
+    _print_comparison(comparison, widths[1], md)
+    sz = sz_targets(records, bounds)
+    if sz:
+        _print_sz_targets(sz, md)
+    targets = block_targets(records, bounds)
+    if targets:
+        _print_block_targets(targets, md)
+    else:
+        print(f"\n(no block targets: {BLOCK} did not run)")
+    sections = {
+        "results": records,
+        "summary": summary,
+        "tensorpress_vs_sz3": comparison,
+        "sz_targets": sz,
+        "block_targets": targets,
+        "quant": quant_records,
+    }
+    return records, sections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    notes: list[str] = []
+    codecs, run_quant = _select_codecs(args, notes)
+    corpus = load_corpus(args.datasets, verbose=True)
+    widths = (max(len(n) for n in corpus), max([11] + [len(c.name) for c in codecs]))
+    versions = _versions()
+    _print_preamble(args, corpus, notes, versions)
+    if args.rate_distortion:
+        records, sections = [], run_rate_distortion(corpus, codecs, args, widths[0])
+    else:
+        records, sections = _tables_and_summaries(corpus, codecs, run_quant, args, widths)
+    _print_verdict(records, sections.get("quant", []), notes)
+    elapsed = time.perf_counter() - started
+    print(f"total time {elapsed:.0f} s")
     if args.json:
-        payload = {
-            "meta": {
-                "versions": versions,
-                "cpu_count": os.cpu_count(),
-                "repeat": args.repeat,
-                "bounds": args.bounds,
-                "datasets": list(corpus),
-                "notes": notes,
-                "seconds": elapsed,
-            },
-            "results": records,
-            "summary": summary,
-            "tensorpress_vs_sz3": comparison,
-            "block_targets": targets,
-            "quant": quant_records,
+        meta = {
+            "versions": versions,
+            "cpu_count": os.cpu_count(),
+            "repeat": args.repeat,
+            "bounds": args.bounds,
+            "datasets": list(corpus),
+            "notes": notes,
+            "seconds": elapsed,
         }
-        with open(args.json, "w") as fh:
-            json.dump(payload, fh, indent=1, allow_nan=False, default=str)
-        print(f"results written to {args.json}")
-    return (
-        1 if any("VIOLATION" in r["flags"] or "NOT LOSSLESS" in r["flags"] for r in records) else 0
-    )
+        _write_json(args.json, meta, sections)
+    bad = {"VIOLATION", "NOT LOSSLESS"}
+    return 1 if any(bad & set(r["flags"]) for r in records) else 0
 
 
 if __name__ == "__main__":
