@@ -153,3 +153,29 @@ def test_bound_holds_on_every_element_with_special_values(tmp_path, dims, dtype,
     assert {o: d for o, (_, d) in direct.items()} == {o: d for o, (_, d) in via.items()}
     with h5py.File(path, "r") as f:
         _within(x, f["direct"][...], tol)
+
+
+class _Rows:
+    """An array-like source that serves rows ``[a:b]`` only and notes the most bytes it
+    handed out at once."""
+
+    def __init__(self, x: np.ndarray):
+        self.x, self.shape, self.dtype, self.most = x, x.shape, x.dtype, 0
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice):
+            raise TypeError("rows only")
+        part = self.x[key]
+        self.most = max(self.most, part.nbytes)
+        return part
+
+
+def test_input_is_read_one_chunk_at_a_time(tmp_path):
+    x = _field((400, 50), seed=7)
+    source = _Rows(x)
+    codec = get_codec("sz", abs=1e-3)
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        out = write_filtered(source, f, "x", codec, codec.bound, 8000, None, workers=2)
+        assert out.chunks == (40, 50)
+        _within(x, out[...], 1e-3)
+    assert source.most == 40 * 50 * 4
