@@ -37,25 +37,26 @@ integer tensors, ``rel`` below ``MIN_REL``.
 Why the width is the worst case the bound allows, and stays so. A payload sized before
 the kernel runs must hold the worst tensor, and under ``rel`` that tensor needs every
 code: about ``1 / rel`` neighbouring values of the dtype's grid whose spacing exceeds
-``rel`` times their range must each come back exactly (float32 values near ``2**20``
-a unit apart, say; ``tests/test_device_codes.py`` builds one per dtype). So
-``32 / bits`` (``16 / bits`` for 16-bit dtypes) is this layout's ceiling, and every
-lever that holds fewer bytes is data-dependent: widths per block from each block's
-local range; a step twice as coarse for float32, whose rounding is negligible next to
-most ranges; GELU's and layer norms' outputs restored from their inputs (as
+``rel`` times their range must each come back exactly (float32 values near ``2**20``,
+one unit in their last place apart, say; ``tests/test_device_codes.py`` builds one per
+dtype). So ``32 / bits`` (``16 / bits`` for 16-bit dtypes) is this layout's ceiling,
+and every lever that holds fewer bytes is data-dependent: widths per block from each
+block's local range; a step twice as coarse for float32, whose rounding is negligible
+next to most ranges; GELU's and layer norms' outputs restored from their inputs (as
 ``activation_offload/derived.py`` does), which needs the input held within the
-output's range over the function's gain, a ratio of two ranges that costs the
-benchmark LM's inputs one or two bits more; a loss's log-probabilities under their
-absolute bound; ``abs`` bounds, whose ``range / abs`` steps have no ceiling at all. Each
-fits a slot of fixed size only with a fallback for the tensor that does not fit, and a
-fallback of fixed capacity is as large as the worst case it covers. A sound fallback
-therefore needs the host to learn, before a tensor's memory is released, whether its
-compact form kept the bound: one read per batch of saved tensors (their originals kept
-until then, which raises peak memory by the batch), not per tensor. That read stops
-CUDA-graph capture and a fullgraph trace of the forward pass, which this path exists
-to keep, so it belongs to a path of its own, not to these ops. Where such a path
-learns widths from the previous step of the same tensor kind (``abs``, adaptive
-bounds), a tensor that needs more than its slot is still caught only by that read.
+output's range over the function's gain, a ratio of two ranges that the data sets
+(for a transformer's GELU and layer norms, about one or two bits more); a loss's
+log-probabilities under their absolute bound; ``abs`` bounds, whose ``range / abs``
+steps have no ceiling at all. Each fits a slot of fixed size only with a fallback for
+the tensor that does not fit, and a fallback of fixed capacity is as large as the
+worst case it covers. A sound fallback therefore needs the host to learn, before a
+tensor's memory is released, whether its compact form kept the bound: one read per
+batch of saved tensors (their originals kept until then, which raises peak memory by
+the batch), not per tensor. That read stops CUDA-graph capture and a fullgraph trace
+of the forward pass, which this path exists to keep, so it belongs to a path of its
+own, not to these ops. Where such a path learns widths from the previous step of the
+same tensor kind (``abs``, adaptive bounds), a tensor that needs more than its slot is
+still caught only by that read.
 
 The kernels: a torch reference (``kernels/device_codes_torch.py``, any device, and what
 ``torch.compile`` fuses) and Triton kernels (``kernels/device_codes_triton.py``, CUDA:
