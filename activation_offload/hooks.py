@@ -33,12 +33,13 @@ from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
+from .device_offload import OffloadedCodes, graph_hooks, graph_hooks_apply, too_small
 from .device_records import DeviceCompressed, check_device_path, device_codes_apply
 from .identity import ParameterStorages, SavedTable
 from .records import Compressed, Kept, Offloaded
 from .regions import LOG_SOFTMAX_NODE
 from .rules import ALL_RULES, RULES, Rules
-from .settings import Adaptive, Offload, as_adaptive, as_offload
+from .settings import Adaptive, Offload, adaptive_ceiling, as_adaptive, as_offload
 from .stats import ActivationStats
 from .store import TieredStore
 
@@ -50,7 +51,6 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: cost validation loss), and adaptive bounds give them the ceiling (see
 #: benchmarks/activations.py); a codec without a bound (``quant``) keeps them exact
 _LOG_PROBS_OF = frozenset({LOG_SOFTMAX_NODE})
-DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
 TOP = "(top)"  # the outermost module
 OUTSIDE = "(outside)"  # saved outside every module (a loss function, say)
 # inside a graph torch.compile traces, module hooks only name rows: skip them there
@@ -81,7 +81,9 @@ class ActivationCompression:
     global module hooks find modules on the fly, and torch.compile(model) warns of them).
     ``debug``: check every restored tensor against its bound (keeps a copy).
     ``device_path``: under ``rel``, hold tensors as device codes with no host waits
-    (``device_records.py``): None on CUDA (not the CPU), True on every device, False never.
+    (``device_records.py``): None on CUDA (not the CPU), True on every device, False never;
+    with a store they are offloaded, without one compiled graphs inline them
+    (``device_offload.py``).
     ``stats`` counts bytes of the last step.
     """
 
@@ -176,13 +178,14 @@ class ActivationCompression:
         elif bounds:
             raise ValueError(f"codec {codec!r} takes no error bound (got {sorted(bounds)})")
         if config["adaptive"]:
-            config = _adaptive_ceiling(config, bounds)
+            config = adaptive_ceiling(config, bounds)
         if not (isinstance(config["min_bytes"], int) and config["min_bytes"] >= 0):
             raise ValueError(
                 f"min_bytes must be a non-negative integer, got {config['min_bytes']!r}"
             )
         self._use_rules(Rules(tuple(config["rules"]), config["untested"]))
         self.config = config
+        self._graph_hooks = None  # made for this config when first used
         self.bounds = (
             AdaptiveBounds(config["gradient_error"], config["update_every"])
             if config["adaptive"]
@@ -201,14 +204,20 @@ class ActivationCompression:
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
-        hooks = torch.autograd.graph.saved_tensors_hooks(_eager(self._pack), _eager(self._unpack))
+        pair = (_eager(self._pack), _eager(self._unpack))
+        if graph_hooks_apply(self.config, self.store is not None):
+            # the same objects each step: compiled graphs are guarded on the hooks' identity
+            self._graph_hooks = self._graph_hooks or graph_hooks(*pair, self.config)
+            pair = self._graph_hooks
+        hooks = torch.autograd.graph.saved_tensors_hooks(*pair)
         hooks.__enter__()
-        self._active = (hooks, self._module_hooks())
+        self._active = (hooks, self._module_hooks(pair is not self._graph_hooks))
         return self
 
-    def _module_hooks(self) -> list:
+    def _module_hooks(self, eager_root: bool) -> list:
         """Register the hooks that name the running module: on the given model's modules,
-        or, with no model, on every module (found on the fly)."""
+        or, with no model, on every module (found on the fly); ``eager_root``: the root's
+        pair runs eagerly (not with graph hooks: they would break a compiled graph)."""
         model = None if self._model is None else self._model()
         if model is None:
             return [
@@ -219,7 +228,7 @@ class ActivationCompression:
         # is counted under its row; no global hooks, so torch.compile(model) does not warn
         handles = []
         for m in model.modules():
-            wrap = _eager if m is model else (lambda hook: hook)
+            wrap = _eager if m is model and eager_root else (lambda hook: hook)
             handles.append(m.register_forward_pre_hook(wrap(self._enter_module)))
             handles.append(m.register_forward_hook(wrap(self._leave_module)))
         return handles
@@ -334,10 +343,16 @@ class ActivationCompression:
         store = None
         if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
             store = self.store
-        if not keep and device_codes_apply(self.config, t, store is not None):
-            if _log_probs(t):  # an absolute bound: device codes hold rel bounds only
+        if not keep and device_codes_apply(self.config, t, False):
+            rel = self.config["rel"]
+            if too_small(t):  # kept on the device: a store's put costs more than it saves
                 return Kept(t, nbytes, self.stats)
-            return DeviceCompressed(t, self.config["rel"], self.stats, name, self.debug)
+            # a loss's log-probabilities get an absolute bound: device codes hold rel only
+            keep = _log_probs(t)
+            if not keep and store is not None:
+                return self._ordered(OffloadedCodes(t, rel, self.stats, name, self.debug, store))
+            if not keep:
+                return DeviceCompressed(t, rel, self.stats, name, self.debug)
         if keep:
             if store is None:
                 return Kept(t, nbytes, self.stats)
@@ -423,7 +438,7 @@ class ActivationCompression:
         if position is not None:
             self._prefetch_before(position)
         y = rec.unpacked(rec.restore())
-        if self.debug and isinstance(rec, (Compressed, Derived, DeviceCompressed)):
+        if self.debug and isinstance(rec, (Compressed, Derived, DeviceCompressed, OffloadedCodes)):
             rec.check(y)
         return y
 
@@ -442,20 +457,6 @@ class ActivationCompression:
         self.step = int(state["step"])
         if self.bounds is not None and state["bounds"] is not None:
             self.bounds.load_state_dict(state["bounds"])
-
-
-def _adaptive_ceiling(config: dict, bounds: dict) -> dict:
-    """``config`` with its adaptive ceiling checked (and defaulted) against its bound."""
-    if not ("abs" in bounds or "rel" in bounds):
-        raise ValueError("adaptive bounds need an error-bounded codec with abs= or rel=")
-    ((mode, value),) = bounds.items()
-    if config["ceiling"] is None:
-        config = dict(config, ceiling=DEFAULT_CEILING * value)
-    if not (isinstance(config["ceiling"], (int, float)) and config["ceiling"] >= value):
-        raise ValueError(
-            f"ceiling must be a number no smaller than {mode}={value}, got {config['ceiling']!r}"
-        )
-    return config
 
 
 def _log_probs(t: torch.Tensor) -> bool:

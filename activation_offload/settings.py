@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from .store import TieredStore
 
+DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
+
 
 @dataclass(frozen=True)
 class Adaptive:
@@ -77,3 +79,17 @@ def as_adaptive(adaptive) -> Adaptive | None:
     if isinstance(adaptive, Adaptive):
         return adaptive
     raise TypeError(f"adaptive takes Adaptive(...), True or False, got {adaptive!r}")
+
+
+def adaptive_ceiling(config: dict, bounds: dict) -> dict:
+    """``config`` with its adaptive ceiling checked (and defaulted) against its bound."""
+    if not ("abs" in bounds or "rel" in bounds):
+        raise ValueError("adaptive bounds need an error-bounded codec with abs= or rel=")
+    ((mode, value),) = bounds.items()
+    if config["ceiling"] is None:
+        config = dict(config, ceiling=DEFAULT_CEILING * value)
+    if not (isinstance(config["ceiling"], (int, float)) and config["ceiling"] >= value):
+        raise ValueError(
+            f"ceiling must be a number no smaller than {mode}={value}, got {config['ceiling']!r}"
+        )
+    return config

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tensorpress.activation_offload import ActivationCompression, TieredStore
+from tensorpress.activation_offload import ActivationCompression
 from tensorpress.compress.device_codes import code_bits, payload_bytes
 
 CUDA = torch.cuda.is_available()
@@ -111,15 +111,6 @@ def test_what_the_device_codes_cannot_hold_keeps_the_existing_path(kwargs):
     ac = ActivationCompression("block", min_bytes=0, **kwargs)
     step(model, ac, x, y)
     assert ac.stats.rows["0"].tolerance is not None  # the host knows the bound
-
-
-def test_a_store_keeps_the_existing_path(tmp_path):
-    model = mlp("cpu")
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
-    with TieredStore(1 << 24) as store:
-        ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True, offload=store)
-        step(model, ac, x, y)
-        assert ac.stats.rows["0"].tolerance is not None
 
 
 def test_the_setting_is_checked_and_travels_in_the_state():
