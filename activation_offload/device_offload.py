@@ -115,6 +115,7 @@ def graph_hooks(pack, unpack, config: dict) -> tuple:
     from torch._subclasses.fake_tensor import is_fake
 
     metas = []  # what the graphs traced so far hold, less the tensors
+
     def traced_pack(t: torch.Tensor):
         if too_small(t) or not device_codes_apply(config, t, False) or _graph_log_probs():
             return t
@@ -137,13 +138,19 @@ def graph_hooks(pack, unpack, config: dict) -> tuple:
     )
 
 
-def graph_hooks_apply(config: dict, has_store: bool) -> bool:
+def graph_hooks_apply(config: dict, has_store: bool, model_ref) -> bool:
     """Whether a step under ``config`` uses :func:`graph_hooks`: the device path with no
-    store, asked for (``device_path=True``) or the default where CUDA is."""
+    store, asked for (``device_path=True``), or by default where the model
+    (``model_ref``, a weak reference, or None) has its parameters off the CPU; with the
+    default and no model, the eager hooks (which also hold device codes)."""
     choice = config.get("device_path")
     if has_store or choice is False or config["adaptive"] or config["rel"] is None:
         return False
-    return choice is True or torch.cuda.is_available()
+    if choice is True:
+        return True
+    model = None if model_ref is None else model_ref()
+    param = None if model is None else next(model.parameters(), None)
+    return param is not None and param.device.type != "cpu"
 
 
 def _graph_log_probs() -> bool:

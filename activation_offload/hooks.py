@@ -205,7 +205,7 @@ class ActivationCompression:
         self._order.clear()
         self._params.refresh()
         pair = (_eager(self._pack), _eager(self._unpack))
-        if graph_hooks_apply(self.config, self.store is not None):
+        if graph_hooks_apply(self.config, self.store is not None, self._model):
             # the same objects each step: compiled graphs are guarded on the hooks' identity
             self._graph_hooks = self._graph_hooks or graph_hooks(*pair, self.config)
             pair = self._graph_hooks

@@ -5,6 +5,7 @@ path's."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -97,3 +98,21 @@ def test_without_the_device_path_compiled_graphs_keep_the_eager_hooks():
     _grads(model, ac, compiled, x, y)
     assert "tensorpress" not in backend.ops()
     assert ac.stats.records.get("Compressed", 0) >= 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_fullgraph_step_matches_eager():
+    model = _mlp().cuda()
+    x, y = (t.cuda() for t in _batch())
+
+    def step(x, y):
+        return F.cross_entropy(model(x), y)
+
+    settings = {"rel": 1e-2, "min_bytes": MIN_BYTES, "model": model}
+    eager = _grads(model, ActivationCompression("block", **settings), step, x, y)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    ac = ActivationCompression("block", **settings)
+    for _ in range(2):
+        grads = _grads(model, ac, compiled, x, y)
+    for a, b in zip(eager, grads, strict=True):
+        assert torch.equal(a, b)
