@@ -71,6 +71,8 @@ MIB, GIB = 2**20, 2**30
 PLAIN = "plain"
 DEVICE_CODES = "tp device codes"
 OFFLOAD = "tp offload"
+# ac.stats.records kinds of the device codes, held on the device or in a store
+DEVICE_CODE_RECORDS = ("DeviceCompressed", "OffloadedCodes")
 TEXT_BYTES = 8_000_000  # stdlib text read (all of the top-level files, if fewer)
 TARGET_REDUCTION = 8.0
 TARGET_TIME_X = 1.2
@@ -193,7 +195,8 @@ def train_all(task, rows, args, device, deadline: float) -> tuple[list[Result], 
     done, round_s = 0, 0.0
     while done < args.steps and time.perf_counter() + round_s < deadline:
         for variant, run in runs.items():
-            if not isinstance(run, Training):
+            # a round far slower than its estimate still ends near the deadline
+            if not isinstance(run, Training) or time.perf_counter() > deadline + round_s:
                 continue
             try:
                 run.turn(args.turn, args.warmup)
@@ -202,12 +205,7 @@ def train_all(task, rows, args, device, deadline: float) -> tuple[list[Result], 
                 _free(device)
         done = min(args.steps, done + args.turn)
         round_s = _next_round_s(runs.values(), args.turn)
-    results = []
-    for run in runs.values():
-        if isinstance(run, Training):
-            results.append(_result(run))
-        else:
-            results.append(run)
+    results = [_result(run, done) if isinstance(run, Training) else run for run in runs.values()]
     return results, done
 
 
@@ -219,13 +217,17 @@ def _next_round_s(runs, turn: int) -> float:
     return 1.1 * turn * sum(steps)
 
 
-def _result(run: Training) -> Result:
+def _result(run: Training, steps: int) -> Result:
+    """The run's result; its note names the records it made, and the steps it ran when
+    the time budget cut its last turn (fewer than ``steps``)."""
     if not run.times:  # stopped before a timed step
         run.times.append(float("nan"))
     res = run.result()
     if run.ac is not None:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(run.ac.stats.records.items()))
         res.note = f"records: {kinds}"
+    if run.done < steps:
+        res.note = f"{run.done} steps (time budget); {res.note}".rstrip("; ")
     return res
 
 
@@ -428,6 +430,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=180.0, help="seconds for the whole run")
     p.add_argument("--search-s", type=float, default=50.0, help="seconds kept for the search")
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=SEARCHED,
+        default=None,
+        help="run these variants only (plain always runs: the others are measured against it)",
+    )
     args = p.parse_args(argv)
     if args.width % args.heads:
         p.error("--width must be a multiple of --heads")
@@ -449,7 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     notes: list[str] = []
-    rows = variants(args, notes)
+    rows = [
+        r for r in variants(args, notes) if r[0] == PLAIN or r[0] in (args.variants or SEARCHED)
+    ]
     for note in notes:
         print(f"note: {note}")
     task = gpt2_task(args, device)
@@ -457,12 +468,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     results, steps = train_all(task, rows, args, device, end - args.search_s)
     title = (
         f"gpt2 training: {steps} of {args.steps} steps in turns of {args.turn}; step time = "
-        f"median after {args.warmup} warm-ups and each turn's first / plain; cuda peak = "
-        "max allocated in a turn less the turn's start"
+        f"median after {args.warmup} warm-ups and each turn's first / plain's "
+        f"({results[0].step_s * 1e3:.0f} ms); cuda peak = max allocated in a turn less the "
+        "turn's start"
     )
     print_training(task, results, title, args.markdown)
     offload = next((r for r in results if r.variant == OFFLOAD and r.metric is not None), None)
-    if offload is not None and "DeviceCompressed" not in offload.note:
+    if offload is not None and not any(kind in offload.note for kind in DEVICE_CODE_RECORDS):
         print(
             "note: tp offload held no device codes: with a store this build takes the "
             "existing path (block payloads, host waits on CUDA)"
