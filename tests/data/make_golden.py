@@ -107,6 +107,20 @@ def cases():
     )
     # a PSNR target: the header records it beside the bound it chose
     yield "sz_f32_psnr", _smooth((48, 40), np.float32, 20), {"psnr": 60.0}
+    # sz's multi-dimensional interpolation (predictors 4, 5) and constant prediction (6)
+    yield (
+        "sz_f32_md_cubic_3d",
+        _smooth((20, 18, 17), np.float32, 21),
+        {"rel": 1e-3, "predictor": "md-cubic"},
+    )
+    yield (
+        "sz_f64_md_linear_2d",
+        _smooth((33, 30), np.float64, 22),
+        {"abs": 1e-2, "predictor": "md-linear", "alpha": 1.5, "beta": 4.0},
+    )
+    noise = np.random.default_rng(23).standard_normal((40, 50)).astype(np.float16)
+    noise[5, 7] = np.nan  # a patch; values past 3.1 are outliers (radius 32)
+    yield "sz_f16_constant", noise, {"abs": 0.05, "predictor": "constant", "radius": 32}
 
 
 def _entropy_mix(dtype, seed):
