@@ -29,7 +29,11 @@ peak resident memory (``ru_maxrss`` from ``os.wait4``). For each bound ``--rel``
   slices     ``--slices`` (default 200) random hyperslabs through h5py, each one or two
              chunks of rows and half of every other axis: median ms per slice and MB/s
 
-Zstd is lossless, so it runs once. MB = 1e6 bytes of the original float32 values.
+Beside each MB/s, in parentheses, MB per CPU second of the process (``ru_utime +
+ru_stime``; ``time.process_time`` for reads), which time spent waiting for a core on a
+shared machine does not change. A ``--layout stream`` row (the previous layout, 1
+worker) is kept for reference. Zstd is lossless, so it runs once. MB = 1e6 bytes of the
+original float32 values.
 
     python benchmarks/cli.py --markdown --repeat 3     # 1 GB, rel 1e-3 and 1e-4
     python benchmarks/cli.py --small                   # quick: 0.05 GB, rel 1e-3, 1 run
@@ -214,12 +218,13 @@ def h5read(kind: str, src: str, dst: str, bounds: dict, n_slices: int, check: bo
 
     import_filters(kind)
     names = float_datasets(src)
-    seconds, worst = 0.0, {}
+    seconds, cpu, worst = 0.0, 0.0, {}
     with h5py.File(src, "r") as fi, h5py.File(dst, "r") as fo:
         for name, (shape, dtype) in names.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             y = fo[name][...]
             seconds += time.perf_counter() - t0
+            cpu += time.process_time() - c0
             err = 0.0
             for s in slabs(shape, dtype.itemsize) if check else ():
                 err = max(err, float(np.abs(fi[name][s].astype(np.float64) - y[s]).max()))
@@ -242,6 +247,7 @@ def h5read(kind: str, src: str, dst: str, bounds: dict, n_slices: int, check: bo
             nbytes += part.nbytes
     return {
         "read_seconds": seconds,
+        "read_cpu_seconds": cpu,
         "max_error_over_bound": worst,
         "slice_ms": 1e3 * statistics.median(times),
         "slice_mb_s": nbytes / 1e6 / sum(times),
@@ -288,11 +294,12 @@ def repeated(cmd: list[str], repeat: int, first: list[str] | None = None) -> dic
     docs = [json.loads(r["stdout"]) if r["stdout"].strip().startswith("{") else {} for r in runs]
     out = {
         "seconds": statistics.median(r["seconds"] for r in runs),
+        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
         "cpu_per_wall": statistics.median(r["cpu_seconds"] / r["seconds"] for r in runs),
         "rss": max(r["rss"] for r in (runs[1:] if first and repeat > 1 else runs)),
         "doc": docs[0],
     }
-    for key in ("read_seconds", "slice_ms", "slice_mb_s"):
+    for key in ("read_seconds", "read_cpu_seconds", "slice_ms", "slice_mb_s"):
         if key in docs[-1]:
             out[key] = statistics.median(d[key] for d in docs)
     return out
@@ -361,8 +368,10 @@ def bench(args) -> dict:
         if w is not None:
             row |= {"write_mb_s": mb / w["seconds"], "write_rss": w["rss"]}
             row["write_cpu_per_wall"] = w["cpu_per_wall"]
+            row["write_mb_cpu_s"] = mb / w["cpu_seconds"]
         if r is not None:
             row |= {"read_mb_s": mb / r["read_seconds"], "read_rss": r["rss"]}
+            row["read_mb_cpu_s"] = mb / r["read_cpu_seconds"]
             row |= {"slice_ms": r["slice_ms"], "slice_mb_s": r["slice_mb_s"]}
             row["max_error_over_bound"] = max(r["doc"]["max_error_over_bound"].values())
         results["rows"].append(row)
@@ -482,9 +491,9 @@ def report(results: dict, markdown: bool) -> str:
                 r["what"],
                 r["workers"],
                 f"{r['ratio']:.2f}",
-                f"{r['write_mb_s']:.0f}",
+                f"{r['write_mb_s']:.0f} ({r['write_mb_cpu_s']:.0f})",
                 f"{r['write_rss'] / mib:.0f}",
-                f"{r['read_mb_s']:.0f}" if read else read_note(r),
+                f"{r['read_mb_s']:.0f} ({r['read_mb_cpu_s']:.0f})" if read else read_note(r),
                 f"{r['read_rss'] / mib:.0f}" if read else "",
                 f"{r['slice_ms']:.1f}" if read else "",
                 f"{r['slice_mb_s']:.0f}" if read else "",
@@ -497,9 +506,9 @@ def report(results: dict, markdown: bool) -> str:
         "writer",
         "workers",
         "ratio",
-        "write MB/s",
+        "write MB/s (per CPU s)",
         "write RSS MiB",
-        "full read MB/s",
+        "full read MB/s (per CPU s)",
         "read RSS MiB",
         "slice ms",
         "slice MB/s",
