@@ -28,7 +28,9 @@ them.  The quantizer is :mod:`.lorenzo`'s, so ``|x - decoded| <= max(eb_levels)`
 import numpy as np
 from numba import njit
 
+from .interpolation import _dequantize_sel, _quantize_sel
 from .lorenzo import _dequantize, _qparams, _quantize
+from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: odd-coordinate sets in coding order, as bit masks (bit d: dimension d is odd)
 _GROUPS = (1, 2, 4, 3, 5, 6, 7)
@@ -49,8 +51,12 @@ def md_code(src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode):
     ``rec``) or decode (codes/outliers -> ``rec``; ``src`` unused) a 3-d array;
     return the number of outliers used.
 
-    Damaged codes never index out of bounds: a code 0 beyond the outliers raises
-    ``ValueError``; other code values only change the values decoded.
+    A group's points come in lines along dimension 2; a line is done in phases, as
+    in :mod:`.interpolation`: predict all of it (dimension by dimension, in
+    increasing order, so the sums are those of the definition), (de)quantize it
+    without branches, store it, then place the rare outliers. Damaged codes never
+    index out of bounds: a code 0 beyond the outliers raises ``ValueError``; other
+    code values only change the values decoded.
     """
     n0, n1, n2 = rec.shape
     L = _levels3(n0, n1, n2)
@@ -67,92 +73,183 @@ def md_code(src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode):
     sr = src.reshape(-1)
     dims = np.array([n0, n1, n2], np.int64)
     flat = np.array([n1 * n2, n2, 1], np.int64)
-    x = np.zeros(3, np.int64)
+    lo = np.zeros(3, np.int64)
+    step = np.ones(3, np.int64)
+    pbuf = np.zeros(n2)  # a line's predictions
+    vbuf = np.zeros(n2)  # its inputs, then reconstructions
     ci = 0
     oi = 0
-    # anchor
-    eb = eb_levels[L]
-    two_eb, inv, lim = _qparams(eb, radius)
-    for lv in range(L + 1, 0, -1):
-        s = 1 << (lv - 1) if lv <= L else 0
-        if lv <= L:
-            eb = eb_levels[lv]
-            two_eb, inv, lim = _qparams(eb, radius)
-        for g in range(7 if lv <= L else 1):
-            mask = _GROUPS[g] if lv <= L else 0
-            lo = np.zeros(3, np.int64)
-            step = np.ones(3, np.int64)
+    for lv in range(L + 1, 0, -1):  # L + 1: the anchor (0, 0, 0), predicted by 0
+        anchor = lv > L
+        s = 0 if anchor else 1 << (lv - 1)
+        eb = eb_levels[L] if anchor else eb_levels[lv]
+        two_eb, inv, lim = _qparams(eb, radius)
+        fast = inv > 0.0 and radius < 2**30 and (prec == PREC_FLOAT64 or prec == PREC_FLOAT32)
+        for g in range(1 if anchor else 7):
+            mask = 0 if anchor else _GROUPS[g]
             for d in range(3):
-                if lv > L:
+                if anchor:
                     lo[d], step[d] = 0, dims[d]
                 elif (mask >> d) & 1:
                     lo[d], step[d] = s, 2 * s
                 else:
                     lo[d], step[d] = 0, 2 * s
+            k0, ks = lo[2], step[2]
+            m = (n2 - k0 + ks - 1) // ks if n2 > k0 else 0
+            if m == 0:
+                continue
+            fst = ks  # flat stride along a line
             for i in range(lo[0], n0, step[0]):
-                x[0] = i
                 for j in range(lo[1], n1, step[1]):
-                    x[1] = j
-                    for k in range(lo[2], n2, step[2]):
-                        x[2] = k
-                        f = (i * n1 + j) * n2 + k
-                        p = 0.0
-                        cnt = 0
-                        first = -1
-                        for d in range(3):
-                            if not (mask >> d) & 1:
-                                continue
-                            if first < 0:
-                                first = d
-                            xd = x[d]
-                            nd = dims[d]
-                            if xd + s >= nd:
-                                continue
-                            st = s * flat[d]
-                            m3 = cubic and xd >= 3 * s
-                            p3 = cubic and xd + 3 * s < nd
-                            if m3 and p3:
-                                v = (
+                    f0 = (i * n1 + j) * n2 + k0
+                    for t in range(m):
+                        pbuf[t] = 0.0
+                    cnt = 0
+                    first = -1
+                    for d in range(2):  # constant along the line
+                        if not (mask >> d) & 1:
+                            continue
+                        if first < 0:
+                            first = d
+                        xd = i if d == 0 else j
+                        nd = dims[d]
+                        if xd + s >= nd:
+                            continue
+                        cnt += 1
+                        st = s * flat[d]
+                        m3 = cubic and xd >= 3 * s
+                        p3 = cubic and xd + 3 * s < nd
+                        if m3 and p3:
+                            for t in range(m):
+                                f = f0 + t * fst
+                                pbuf[t] += (
                                     -float(r[f - 3 * st]) + 9.0 * r[f - st] + 9.0 * r[f + st]
                                     - r[f + 3 * st]
                                 ) / 16.0  # fmt: skip
-                            elif p3:
-                                v = (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
-                            elif m3:
-                                v = (
+                        elif p3:
+                            for t in range(m):
+                                f = f0 + t * fst
+                                pbuf[t] += (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
+                        elif m3:
+                            for t in range(m):
+                                f = f0 + t * fst
+                                pbuf[t] += (
                                     -float(r[f - 3 * st]) + 6.0 * r[f - st] + 3.0 * r[f + st]
                                 ) / 8.0
-                            else:
-                                v = (float(r[f - st]) + r[f + st]) / 2.0
-                            p += v
-                            cnt += 1
-                        if cnt > 1:
-                            p /= cnt
-                        elif cnt == 0 and first >= 0:
-                            st = s * flat[first]
-                            if x[first] >= 3 * s:
-                                p = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
-                            else:
-                                p = float(r[f - st])
-                        if decode:
-                            c = codes[ci]
-                            if c == 0:
-                                if oi >= outliers.size:
-                                    raise ValueError(
-                                        "corrupt stream: more outlier codes than outliers"
-                                    )
-                                r[f] = outliers[oi]
-                                oi += 1
-                            else:
-                                r[f] = _dequantize(c, p, two_eb, radius, prec)
                         else:
-                            c, v = _quantize(float(sr[f]), p, eb, two_eb, inv, lim, radius, prec)
-                            codes[ci] = c
-                            r[f] = v
-                            if c == 0:
-                                outliers[oi] = sr[f]
+                            for t in range(m):
+                                f = f0 + t * fst
+                                pbuf[t] += (float(r[f - st]) + r[f + st]) / 2.0
+                    if (mask >> 2) & 1:  # along the line: the mode depends on k
+                        if first < 0:
+                            first = 2
+                        for t in range(m):
+                            k = k0 + t * fst
+                            f = f0 + t * fst
+                            cc = cnt
+                            if k + s < n2:
+                                cc += 1
+                                m3 = cubic and k >= 3 * s
+                                p3 = cubic and k + 3 * s < n2
+                                if m3 and p3:
+                                    v = (
+                                        -float(r[f - 3 * s]) + 9.0 * r[f - s] + 9.0 * r[f + s]
+                                        - r[f + 3 * s]
+                                    ) / 16.0  # fmt: skip
+                                elif p3:
+                                    v = (3.0 * r[f - s] + 6.0 * r[f + s] - r[f + 3 * s]) / 8.0
+                                elif m3:
+                                    v = (
+                                        -float(r[f - 3 * s]) + 6.0 * r[f - s] + 3.0 * r[f + s]
+                                    ) / 8.0
+                                else:
+                                    v = (float(r[f - s]) + r[f + s]) / 2.0
+                                pbuf[t] += v
+                            if cc > 1:
+                                pbuf[t] /= cc
+                            elif cc == 0:
+                                xf = i if first == 0 else (j if first == 1 else k)
+                                st = s * flat[first]
+                                if xf >= 3 * s:
+                                    pbuf[t] = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
+                                else:
+                                    pbuf[t] = float(r[f - st])
+                    elif cnt > 1:
+                        for t in range(m):
+                            pbuf[t] /= cnt
+                    elif cnt == 0 and first >= 0:
+                        xf = i if first == 0 else j
+                        st = s * flat[first]
+                        if xf >= 3 * s:
+                            for t in range(m):
+                                f = f0 + t * fst
+                                pbuf[t] = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
+                        else:
+                            for t in range(m):
+                                pbuf[t] = float(r[f0 + t * fst - st])
+                    # (de)quantize the line into vbuf
+                    nz = 0
+                    if decode:
+                        if fast and prec == PREC_FLOAT64:
+                            for t in range(m):
+                                c = codes[ci + t]
+                                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
+                                nz += c == 0
+                        elif fast:
+                            for t in range(m):
+                                c = codes[ci + t]
+                                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
+                                nz += c == 0
+                        else:
+                            for t in range(m):
+                                c = codes[ci + t]
+                                vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
+                                nz += c == 0
+                    else:
+                        for t in range(m):
+                            vbuf[t] = sr[f0 + t * fst]
+                        if fast and prec == PREC_FLOAT64:
+                            for t in range(m):
+                                c, v = _quantize_sel(
+                                    vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64
+                                )
+                                codes[ci + t] = c
+                                vbuf[t] = v
+                                nz += c == 0
+                        elif fast:
+                            for t in range(m):
+                                c, v = _quantize_sel(
+                                    vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32
+                                )
+                                codes[ci + t] = c
+                                vbuf[t] = v
+                                nz += c == 0
+                        else:
+                            for t in range(m):
+                                c, v = _quantize(
+                                    vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec
+                                )
+                                codes[ci + t] = c
+                                vbuf[t] = v
+                                nz += c == 0
+                    for t in range(m):
+                        r[f0 + t * fst] = vbuf[t]
+                    if nz:  # outliers, in coding order
+                        for t in range(m):
+                            if codes[ci + t] == 0:
+                                f = f0 + t * fst
+                                if oi >= outliers.size:
+                                    if decode:
+                                        raise ValueError(
+                                            "corrupt stream: more outlier codes than outliers"
+                                        )
+                                    raise ValueError("outliers capacity too small")
+                                if decode:
+                                    r[f] = outliers[oi]
+                                else:
+                                    outliers[oi] = sr[f]
                                 oi += 1
-                        ci += 1
+                    ci += m
     return oi
 
 
