@@ -426,7 +426,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--val-batches", type=int, default=4)
     p.add_argument("--cap-gib", type=float, default=4.0, help="memory cap of the batch search")
     p.add_argument("--max-batch", type=int, default=256, help="largest batch tried")
-    p.add_argument("--store-gib", type=float, default=4.0, help="pinned pool of tp offload")
+    p.add_argument("--store-gib", type=float, default=8.0, help="pinned pool of tp offload")
     p.add_argument("--budget-s", type=float, default=180.0, help="seconds for the whole run")
     p.add_argument("--search-s", type=float, default=50.0, help="seconds kept for the search")
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
