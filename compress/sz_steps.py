@@ -32,11 +32,13 @@ RAW, LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT = 0, 1, 2, 3, 4, 5, 6
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
 MULTI_DIM = (MD_LINEAR, MD_CUBIC)
 #: predictor choice: sample blocks per chunk, the share of the chunk they cover
-#: (1/8), and the most and fewest elements per block (below that, the whole chunk)
+#: (1/32: up to six candidates are sampled; 1/8 chose no better on the corpus of
+#: benchmarks/compressors.py), and the most and fewest elements per block (below
+#: that, the whole chunk)
 SAMPLE_BLOCKS = 4
-SAMPLE_FRACTION = 8
+SAMPLE_FRACTION = 32
 SAMPLE_ELEMENTS = 32768
-SAMPLE_MIN_ELEMENTS = 2048
+SAMPLE_MIN_ELEMENTS = 1024
 #: below this many elements a chunk is not worth a thread pool
 PARALLEL_MIN_ELEMENTS = 1 << 19
 #: interpolation passes of at least this many points are split over the threads
@@ -266,5 +268,6 @@ def sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
 def code_bits(codes: np.ndarray) -> float:
     """Estimated cost of ``codes`` after entropy coding, in bits: their Huffman stream
     through zstd, as the payload codes them (zstd over the raw codes misjudged runs of
-    equal codes and picked constant prediction where it lost: benchmarks/compressors.py)."""
+    equal codes and picked constant prediction where it lost; the Huffman code's length
+    alone misjudged low bit rates, where zstd shortens the stream: benchmarks/compressors.py)."""
     return 8.0 * len(zstd_compress(huffman_encode(codes), 1))
