@@ -281,7 +281,7 @@ class SZCodec(Codec):
             (c, layout)
             for layout in layouts
             for c in candidates
-            if layout is shape or c[0] != CONSTANT  # the layout does not change it
+            if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
         ]
         if len(candidates) == 1:
             return candidates[0]
