@@ -33,8 +33,9 @@ from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
-from .device_offload import OffloadedCodes, graph_hooks, graph_hooks_apply, too_small
-from .device_records import DeviceCompressed, check_device_path, device_codes_apply
+from .device_block_records import Compactor, check_device_layout, device_record
+from .device_offload import graph_hooks, graph_hooks_apply
+from .device_records import check_device_path, device_codes_apply
 from .identity import ParameterStorages, SavedTable
 from .records import Compressed, Kept, Offloaded
 from .regions import LOG_SOFTMAX_NODE
@@ -83,7 +84,8 @@ class ActivationCompression:
     ``device_path``: under ``rel``, hold tensors as device codes with no host waits
     (``device_records.py``): None on CUDA (not the CPU), True on every device, False never;
     with a store they are offloaded, without one compiled graphs inline them
-    (``device_offload.py``).
+    (``device_offload.py``); ``device_layout``: the eager hooks' codes, ``"blocks"`` or
+    ``"fixed"`` (``device_block_records.py``).
     ``stats`` counts bytes of the last step.
     """
 
@@ -103,6 +105,7 @@ class ActivationCompression:
         model: torch.nn.Module | None = None,
         debug: bool = False,
         device_path: bool | None = None,
+        device_layout: str = "blocks",
         **codec_params,
     ):
         adaptive = as_adaptive(adaptive)
@@ -124,6 +127,7 @@ class ActivationCompression:
                 "untested": rules.untested,
                 "codec_params": codec_params,
                 "device_path": device_path,
+                "device_layout": device_layout,
             }
         )
         self.exclude = tuple(exclude)
@@ -146,7 +150,7 @@ class ActivationCompression:
             self._name_modules(model)
         self._stack: list = []
         self._table = SavedTable()
-        self._active = None
+        self._active, self._compactor = None, Compactor()  # block codes not compacted yet
 
     def _use_rules(self, rules: Rules) -> None:
         """Make the per-pass state of the rules to use on this torch."""
@@ -161,6 +165,7 @@ class ActivationCompression:
         # settings saved before the zstd stage, or the rules, existed
         config = {"zstd": None, "rules": list(RULES), "untested": "warn", **config}
         check_device_path(config.setdefault("device_path", None))
+        check_device_layout(config.setdefault("device_layout", "blocks"))
         codec, params = config["codec"], dict(config["codec_params"])
         bounds = {k: config[k] for k in ("abs", "rel", "pw_rel") if config[k] is not None}
         if config["zstd"] is not None:
@@ -333,26 +338,20 @@ class ActivationCompression:
         norm_inputs = next((n for n in self._norm_inputs if n.takes(module)), None)
         if norm_inputs is not None and norm_inputs.statistics(t, module):
             return Kept(t, nbytes, self.stats)  # a derived output needs them exactly
-        keep = (
+        on_device = device_codes_apply(self.config, t, False)  # whose codes hold rel only:
+        keep = (  # a loss's log-probabilities, which get an absolute bound, are kept there
             self._codec is None
             or t.dtype not in _FLOATS
             or nbytes < self.config["min_bytes"]
             or excluded
-            or (not self._codec.bounded and _log_probs(t))
+            or ((not self._codec.bounded or on_device) and _log_probs(t))
         )
         store = None
         if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
             store = self.store
-        if not keep and device_codes_apply(self.config, t, False):
-            rel = self.config["rel"]
-            if too_small(t):  # kept on the device: a store's put costs more than it saves
-                return Kept(t, nbytes, self.stats)
-            # a loss's log-probabilities get an absolute bound: device codes hold rel only
-            keep = _log_probs(t)
-            if not keep and store is not None:
-                return self._ordered(OffloadedCodes(t, rel, self.stats, name, self.debug, store))
-            if not keep:
-                return DeviceCompressed(t, rel, self.stats, name, self.debug)
+        if not keep and on_device:
+            rec = device_record(self, t, name, store)
+            return self._ordered(rec) if rec.store is not None else rec
         if keep:
             if store is None:
                 return Kept(t, nbytes, self.stats)
@@ -426,6 +425,7 @@ class ActivationCompression:
         return self._regions.tolerance(name, t, tol)  # as views derived from it need
 
     def _unpack(self, rec):
+        self._compactor.run()
         now = rec.current_version()
         if now != rec.version:
             raise RuntimeError(
@@ -438,7 +438,7 @@ class ActivationCompression:
         if position is not None:
             self._prefetch_before(position)
         y = rec.unpacked(rec.restore())
-        if self.debug and isinstance(rec, (Compressed, Derived, DeviceCompressed, OffloadedCodes)):
+        if self.debug and hasattr(rec, "check"):  # the records with a bound to check
             rec.check(y)
         return y
 

@@ -1,5 +1,7 @@
 """The device codes as ``torch.library`` custom ops: ``tensorpress::device_codes`` and
-``tensorpress::device_restore`` (the layout is in ``device_codes.py``).
+``tensorpress::device_restore`` (the layout is in ``device_codes.py``), and the block
+codes as ``tensorpress::device_blocks`` and ``tensorpress::device_blocks_restore``
+(``device_blocks.py``; the torch reference on every device).
 
 Their fake implementations compute the outputs' shapes from the layout alone, so the
 codes run on meta tensors (the CPU's proof that nothing is read back) and trace as one
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .kernels import device_blocks_torch as blocks_reference
 from .kernels import device_codes_torch as reference
 from .kernels.device_codes_layout import N_SCALARS, STEP_MARGIN, code_bits, payload_bytes, steps
 
@@ -73,3 +76,31 @@ def device_restore(
 @device_restore.register_fake
 def _(payload, scalars, shape, dtype, rel) -> torch.Tensor:
     return payload.new_empty(tuple(shape), dtype=dtype)
+
+
+@torch.library.custom_op("tensorpress::device_blocks", mutates_args=())
+def device_blocks(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(record uint8 of the worst case's size, bytes in use int64[1]) of ``x`` under
+    ``rel`` in blocks of ``block`` elements (the layout is in ``device_blocks.py``)."""
+    nsteps, bits = steps(rel), code_bits(rel)
+    return blocks_reference.compress(x, rel, nsteps, bits, STEP_MARGIN, block)
+
+
+@device_blocks.register_fake
+def _(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    nbytes = blocks_reference.worst_bytes(x.numel(), block, code_bits(rel))
+    return x.new_empty(nbytes, dtype=torch.uint8), x.new_empty(1, dtype=torch.int64)
+
+
+@torch.library.custom_op("tensorpress::device_blocks_restore", mutates_args=())
+def device_blocks_restore(
+    record: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, block: int
+) -> torch.Tensor:
+    """The tensor of ``shape`` and ``dtype`` that ``record`` (whole or its used prefix)
+    holds."""
+    return blocks_reference.restore(record, tuple(shape), dtype, block)
+
+
+@device_blocks_restore.register_fake
+def _(record, shape, dtype, block) -> torch.Tensor:
+    return record.new_empty(tuple(shape), dtype=dtype)

@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tensorpress.activation_offload import ActivationCompression
+from tensorpress.compress import device_blocks
+from tensorpress.compress.device_blocks import worst_size
 from tensorpress.compress.device_codes import code_bits, payload_bytes
 
 CUDA = torch.cuda.is_available()
@@ -41,17 +43,20 @@ def step(model, ac, x, y):
     return loss, x.grad, [p.grad for p in model.parameters()]
 
 
-def test_the_whole_hook_path_runs_on_meta_tensors():
+@pytest.mark.parametrize("layout", ["fixed", "blocks"])
+def test_the_whole_hook_path_runs_on_meta_tensors(layout):
     model = mlp("meta")
     x = torch.empty(128, 64, device="meta")
     y = torch.empty(128, dtype=torch.long, device="meta")
-    ac = ActivationCompression("block", rel=1e-2, min_bytes=0)
+    ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_layout=layout)
     loss, gx, grads = step(model, ac, x, y)
     assert gx.shape == x.shape and gx.device.type == "meta"
     assert all(g is not None and g.device.type == "meta" for g in grads)
     rows = ac.stats.rows
-    # Linear 0 saves its input: held as 7-bit codes (and three float64 scalars)
-    assert rows["0"].stored_bytes == payload_bytes(128 * 64, code_bits(1e-2)) + 24
+    # Linear 0 saves its input: held as 7-bit codes (and three float64 scalars); block
+    # codes stay in their worst-case slot (a meta tensor's size never arrives)
+    held = payload_bytes(128 * 64, code_bits(1e-2)) + 24
+    assert rows["0"].stored_bytes == (held if layout == "fixed" else worst_size(128 * 64, 1e-2))
     assert rows["0"].tolerance is None  # a device scalar: never read by the host
     assert rows["1"].stored_bytes < rows["1"].saved_bytes / 4
     assert ac.stats.stored_bytes < ac.stats.saved_bytes / 3
@@ -78,11 +83,24 @@ def _refuse(*args, **kwargs):
     raise AssertionError("read back to the host")
 
 
-def test_pack_and_unpack_read_nothing_back(monkeypatch):
+@pytest.mark.parametrize("layout", ["fixed", "blocks"])
+def test_pack_and_unpack_read_nothing_back(monkeypatch, layout):
     model = mlp("cpu")
     x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
-    ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True)
+    ac = ActivationCompression(
+        "block", rel=1e-2, min_bytes=0, device_path=True, device_layout=layout
+    )
     x = x.requires_grad_(True)
+    tolist = torch.Tensor.tolist
+
+    def lagged_read(host):
+        # the one read allowed: a block record's size, copied to the host (pinned memory
+        # behind an event on CUDA; on the CPU, where the device is the host, at once)
+        assert host.device.type == "cpu" and host.dtype == torch.int64 and host.numel() == 1
+        assert host.grad_fn is None and not host.requires_grad
+        return int(tolist(host)[0])
+
+    monkeypatch.setattr(device_blocks, "read_host", lagged_read)
     for name in ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__"):
         monkeypatch.setattr(torch.Tensor, name, _refuse)
     monkeypatch.setattr(torch, "nonzero", _refuse)
@@ -116,18 +134,22 @@ def test_what_the_device_codes_cannot_hold_keeps_the_existing_path(kwargs):
 def test_the_setting_is_checked_and_travels_in_the_state():
     with pytest.raises(ValueError, match="device_path"):
         ActivationCompression("block", rel=1e-2, device_path="yes")
-    ac = ActivationCompression("block", rel=1e-2, device_path=True)
+    with pytest.raises(ValueError, match="device_layout"):
+        ActivationCompression("block", rel=1e-2, device_layout="packed")
+    ac = ActivationCompression("block", rel=1e-2, device_path=True, device_layout="fixed")
     other = ActivationCompression("block", rel=1e-2)
     other.load_state_dict(ac.state_dict())
     assert other.state_dict()["config"]["device_path"] is True
+    assert other.state_dict()["config"]["device_layout"] == "fixed"
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_cuda_step_never_synchronizes():
+@pytest.mark.parametrize("layout", ["fixed", "blocks"])
+def test_cuda_step_never_synchronizes(layout):
     model = mlp("cuda")
     x = torch.randn(512, 64, device="cuda")
     y = torch.randint(0, 10, (512,), device="cuda")
-    ac = ActivationCompression("block", rel=1e-2, min_bytes=0)
+    ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_layout=layout)
     step(model, ac, x, y)  # warm-up: kernels compiled, caches filled
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

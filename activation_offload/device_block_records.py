@@ -1,0 +1,146 @@
+"""Saved tensors held as block codes (``compress/device_blocks.py``), compacted once the
+device has caught up, and the choice between the device path's records.
+
+``BlockCodes``: a record written into a slot of its worst case's size; its size in use
+travels to the host behind an event (:class:`LaggedSize`). ``Compactor`` keeps the
+records not compacted yet, in save order; each pack, the end of the forward pass and
+each unpack ask it to compact those whose size has arrived (``event.query()``, no
+wait): one device copy of the used prefix, the slot freed. A record restored before
+that restores from its slot. On the CPU every record is compact when made.
+
+``device_record``: what the eager hooks hold for a tensor on the device path:
+``device_layout="blocks"`` (per-block widths, the default: they hold fewer bytes,
+``benchmarks/activations.py``) or ``"fixed"`` (the fixed-width codes, also what
+compiled graphs and a store get, whose sizes must be known when the graph is made or
+the bytes are put).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+
+import torch
+
+from ..compress.device_blocks import LaggedSize, compress_blocks, restore_blocks
+from .device_offload import OffloadedCodes, too_small
+from .device_records import DeviceCompressed
+from .identity import VersionWatch
+from .records import Held, Kept, Watched, check_restored
+from .stats import ActivationStats
+
+LAYOUTS = ("blocks", "fixed")
+
+
+def check_device_layout(choice) -> None:
+    """Raise ValueError unless ``choice`` is a ``device_layout`` setting."""
+    if choice not in LAYOUTS:
+        raise ValueError(f"device_layout takes one of {LAYOUTS}, got {choice!r}")
+
+
+class BlockCodes(Watched, Held):
+    """A tensor held as block codes on its device, within ``rel`` of its range."""
+
+    __slots__ = ("record", "size", "shape", "dtype", "rel", "rows", "watch", "name", "original")
+    mode = "rel"
+    tolerance = None  # the absolute bound is a device scalar: the host does not learn it
+    error = None
+
+    def __init__(self, t, rel: float, stats: ActivationStats, name: str, debug: bool):
+        self.record, used = compress_blocks(t, rel)
+        self.size = LaggedSize(used)
+        if self.size.ready():  # on the CPU: compact before the bytes are counted
+            self._shrink()
+        self.shape, self.dtype, self.rel, self.name = tuple(t.shape), t.dtype, rel, name
+        self.rows = stats.rows  # this step's rows: the ones a later compaction corrects
+        self.watch = VersionWatch(t)
+        self.original = t.detach().clone() if debug else None
+        super().__init__(self.record.numel(), stats)
+
+    @property
+    def compact(self) -> bool:
+        """Whether the record holds only its used bytes."""
+        return self.size is None
+
+    def try_compact(self) -> bool:
+        """Compact the record if its size has reached the host (never waits); whether
+        it is compact now."""
+        if self.size is None:
+            return True
+        if not self.size.ready():
+            return False
+        self._shrink()
+        self._recount(self.record.numel())
+        return True
+
+    def _shrink(self) -> None:
+        used = self.size.value()
+        self.size = None
+        if used < self.record.numel():
+            self.record = self.record[:used].clone()  # the slot is freed with its view
+
+    def _recount(self, used: int) -> None:
+        saved = self.nbytes - used
+        if saved == 0:
+            return
+        stats = self._stats
+        row = self.rows.get(self.name)
+        if stats is not None and row is not None and stats.rows is self.rows:
+            row.stored_bytes -= saved  # still this step: its counts hold the slot's size
+            stats.stored_bytes -= saved
+        self._set_nbytes(used)
+
+    def restore(self) -> torch.Tensor:
+        if self._keep is not None:
+            return self._keep
+        return restore_blocks(self.record, self.shape, self.dtype)
+
+    def check(self, y: torch.Tensor) -> None:
+        """Raise AssertionError where ``y`` breaks the bound (debug mode reads the range)."""
+        if self.original is None:
+            return
+        lo, hi, _ = self.record[:24].view(torch.float64).tolist()
+        tol = self.rel * (hi - lo)
+        check_restored(self.name, self.original, y, tol, tol)
+
+
+class Compactor:
+    """The records not compacted yet, in save order (weakly: a dropped one is gone)."""
+
+    def __init__(self):
+        self._pending: deque = deque()
+
+    def add(self, rec: BlockCodes) -> None:
+        if not rec.compact:
+            self._pending.append(weakref.ref(rec))
+
+    def run(self) -> None:
+        """Compact the oldest records whose sizes have arrived; stops at the first that
+        has not (the device finishes a stream's work in order)."""
+        while self._pending:
+            rec = self._pending[0]()
+            if rec is not None and not rec.try_compact():
+                return
+            self._pending.popleft()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+def device_record(ac, t, name: str, store):
+    """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by module
+    ``name``) on the device path (``device_records.device_codes_apply``): kept where too
+    small, fixed-width codes offloaded into ``store``, else block or fixed codes by
+    ``ac.config["device_layout"]``."""
+    config, stats, debug, compactor = ac.config, ac.stats, ac.debug, ac._compactor
+    rel = config["rel"]
+    if too_small(t):  # kept on the device: a store's put costs more than it saves
+        return Kept(t, t.numel() * t.element_size(), stats)
+    if store is not None:
+        return OffloadedCodes(t, rel, stats, name, debug, store)
+    if config.get("device_layout", "blocks") == "fixed":
+        return DeviceCompressed(t, rel, stats, name, debug)
+    compactor.run()  # the records made before this one whose sizes have arrived
+    rec = BlockCodes(t, rel, stats, name, debug)
+    compactor.add(rec)
+    return rec

@@ -1,0 +1,104 @@
+"""Block codes for tensors under a ``rel`` bound: per-block widths on the device, with no
+host read when they are made.
+
+Why a second layout. The fixed-width codes (``device_codes.py``) hold every tensor at the
+width the bound allows its worst case, ``32 / bits`` at best; what holds fewer bytes is
+data-dependent. Here each block of ``BLOCK`` elements keeps its codes relative to its
+smallest one, at the width its own code range needs: a block of zeros (after a ReLU)
+takes no bits, a block of an activation whose range is set by a few outliers takes the
+bits of its own spread. The step, the codes' meaning and the restore are the fixed
+layout's (the bound's reasoning is in ``device_codes.py``), so every element keeps
+``|x' - x| <= rel * (hi - lo)``; only where the codes go differs
+(``kernels/device_blocks_torch.py`` has the record's bytes).
+
+Its memory behaviour. The record is written into a slot of the worst case's size, known
+from the element count and the bound alone, so the kernel runs with nothing read back;
+the bytes in use are a device scalar. :class:`LaggedSize` copies that scalar without
+blocking into pinned host memory behind a CUDA event, and a caller compacts the record
+(one device copy of its used prefix, the slot freed) once the event has completed, asked
+with ``event.query()``, never waited for. So a slot lives only as long as the GPU lags
+the CPU, no host thread waits, and what stays held is the compact record. On the CPU the
+size is known at once; on meta tensors never (records stay at their worst size). The
+restore reads the layout from the record itself, so it takes the slot or the compact
+copy alike. Compiled graphs and CUDA graphs keep the fixed layout: a record's size there
+must be a graph constant.
+
+The block size: 256 elements. The header takes 5 bytes a block (an int32 base, a uint8
+width); smaller blocks follow local ranges more closely but pay that more often
+(``benchmarks/activations.py`` shows the reductions at 256).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import device_ops
+from .kernels.device_blocks_torch import header_bytes, worst_bytes
+from .kernels.device_codes_layout import DTYPES, MIN_REL, code_bits, supports
+
+__all__ = ["BLOCK", "LaggedSize", "compress_blocks", "restore_blocks", "worst_size"]
+
+#: elements a block holds
+BLOCK = 256
+
+
+def worst_size(numel: int, rel: float, block: int = BLOCK) -> int:
+    """Bytes of the slot a record of ``numel`` elements is written into."""
+    return worst_bytes(numel, block, code_bits(rel))
+
+
+def smallest_size(numel: int, block: int = BLOCK) -> int:
+    """Bytes of the smallest record of ``numel`` elements (every block constant)."""
+    return header_bytes(numel, block) + 4
+
+
+def compress_blocks(x: torch.Tensor, rel: float, block: int = BLOCK):
+    """(slot uint8 of :func:`worst_size` bytes, used: int64[1] on the device, the bytes
+    of the slot's prefix that hold the record) of ``x`` (float16, bfloat16 or float32)
+    within ``rel`` of its finite range; nothing is read back to the host."""
+    if not supports(x.dtype, rel):
+        raise ValueError(
+            f"block codes hold {', '.join(str(d) for d in DTYPES)} under rel >= {MIN_REL}, "
+            f"got {x.dtype} with rel={rel!r}"
+        )
+    if not (isinstance(block, int) and block > 0 and block % 32 == 0):
+        raise ValueError(f"block must be a positive multiple of 32, got {block!r}")
+    return device_ops.device_blocks(x.detach(), float(rel), block)
+
+
+def restore_blocks(record: torch.Tensor, shape, dtype: torch.dtype, block: int = BLOCK):
+    """The tensor a record (its slot, or the slot's used prefix) holds, on its device."""
+    return device_ops.device_blocks_restore(record, list(shape), dtype, block)
+
+
+class LaggedSize:
+    """A device int64 scalar on its way to the host: copied without blocking into pinned
+    memory behind an event on CUDA, known at once on the CPU, never on meta tensors."""
+
+    __slots__ = ("host", "event")
+
+    def __init__(self, value: torch.Tensor):
+        self.event = None
+        if value.device.type == "meta":
+            self.host = None
+            return
+        if value.device.type == "cuda":
+            self.host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+            self.host.copy_(value, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = value.reshape(1)
+
+    def ready(self) -> bool:
+        """Whether :meth:`value` returns without waiting (never waits to find out)."""
+        return self.host is not None and (self.event is None or self.event.query())
+
+    def value(self) -> int:
+        """The scalar; only once :meth:`ready`: a read of host memory, no device sync."""
+        return read_host(self.host)
+
+
+def read_host(host: torch.Tensor) -> int:
+    """The int in one-element host tensor ``host`` (pinned, its copy complete)."""
+    return int(host.tolist()[0])

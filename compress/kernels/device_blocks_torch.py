@@ -1,0 +1,145 @@
+"""The torch reference of the block codes (``compress/device_blocks.py``): static-shape
+tensor ops on any device that read nothing back to the host.
+
+The record (one uint8 tensor, offsets in bytes):
+
+- ``[0, 24)``: float64 ``[lo, hi, step]`` as in the fixed-width layout;
+- then ``nblocks`` int32 bases (each block's smallest code), then ``nblocks`` uint8
+  widths (bits a code of that block takes, 0 for a constant block), padded to 8 bytes;
+- then the codes, each as ``code - base`` at its block's width, block after block,
+  LSB first in little-endian 32-bit words (the fixed layout's bit order).
+
+Codes: 0 an exact zero, 1 NaN, 2 +Inf, 3 -Inf, ``4 + rint((x - lo) / step)`` a finite
+``x``. Zero comes first so that a block of a ReLU's output (zeros and values from
+``lo = 0`` up) needs only the width of its own largest value, and a block of zeros none.
+The last block is padded with its base (width unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .device_codes_torch import finite_range, round_to
+
+SPECIALS = 4  # zero, NaN, +Inf, -Inf ahead of the finite codes
+SCALAR_BYTES = 24  # lo, hi, step (float64)
+
+
+def blocks(n: int, block: int) -> int:
+    """Blocks of ``block`` elements that ``n`` elements fill."""
+    return -(-n // block)
+
+
+def header_bytes(n: int, block: int) -> int:
+    """Bytes ahead of the codes: scalars, bases, widths (a multiple of 8)."""
+    nb = blocks(n, block)
+    return SCALAR_BYTES + (5 * nb + 7) // 8 * 8
+
+
+def worst_bytes(n: int, block: int, bits: int) -> int:
+    """The most bytes a record of ``n`` elements takes: every block at ``bits``, and a
+    spare word (every code is read as a pair of words)."""
+    words = -(-(blocks(n, block) * block * bits) // 32)
+    return header_bytes(n, block) + 4 * (words + 1)
+
+
+def quantize(flat: torch.Tensor, rel: float, nsteps: int, margin: float):
+    """(codes int64, scalars float64 ``[lo, hi, step]``) of non-empty ``flat``."""
+    lo, hi = finite_range(flat)
+    step = (rel * (hi - lo)) * margin
+    x = flat.double()
+    v = torch.where(step > 0, (x - lo) / step, 0.0)
+    q = v.round().clamp(0, nsteps).to(torch.int64) + SPECIALS
+    q = torch.where(x == 0, 0, q)
+    q = torch.where(torch.isnan(x), 1, q)
+    q = torch.where(x == math.inf, 2, q)
+    q = torch.where(x == -math.inf, 3, q)
+    return q, torch.stack([lo, hi, step])
+
+
+def _bit_length(v: torch.Tensor) -> torch.Tensor:
+    """Bits of non-negative int64 ``v`` below ``2**24`` (0 for 0), exact in float32's
+    exponent: ``frexp`` gives ``v = m * 2**e`` with ``0.5 <= m < 1``."""
+    return torch.frexp(v.to(torch.float32)).exponent.to(torch.int64)
+
+
+def _offsets(widths: torch.Tensor, n_padded: int, block: int) -> torch.Tensor:
+    """Bit offset of every (padded) element's code, int64."""
+    per_block = widths * block
+    starts = torch.cumsum(per_block, 0) - per_block
+    within = torch.arange(block, device=widths.device, dtype=torch.int64)
+    return (starts[:, None] + within[None, :] * widths[:, None]).reshape(n_padded)
+
+
+def compress(x: torch.Tensor, rel: float, nsteps: int, bits: int, margin: float, block: int):
+    """(record uint8 of ``worst_bytes`` bytes, used int64[1]: the bytes in use)."""
+    flat = x.reshape(-1)
+    n = flat.numel()
+    record = torch.zeros(worst_bytes(n, block, bits), dtype=torch.uint8, device=x.device)
+    if n == 0:
+        used = torch.full((1,), header_bytes(0, block), dtype=torch.int64, device=x.device)
+        return record, used
+    codes, scalars = quantize(flat, rel, nsteps, margin)
+    nb = blocks(n, block)
+    padded = torch.nn.functional.pad(codes, (0, nb * block - n), value=0).view(nb, block)
+    last = padded[-1]  # the last block's padding takes a code of that block
+    real = torch.arange(block, device=x.device) < n - (nb - 1) * block
+    padded[-1] = torch.where(real, last, last[0])
+    base = padded.amin(1)
+    widths = _bit_length(padded.amax(1) - base)
+    values = (padded - base[:, None]).reshape(-1)
+    offsets = _offsets(widths, nb * block, block)
+    shifted = values << (offsets & 31)  # below 2**52: no overflow
+    nwords = (record.numel() - header_bytes(n, block)) // 4
+    words = torch.zeros(nwords, dtype=torch.int64, device=x.device)
+    index = offsets >> 5
+    # disjoint bits: adding is or-ing, and integer sums do not depend on their order
+    words.scatter_add_(0, index, shifted & 0xFFFFFFFF)
+    words.scatter_add_(0, index + 1, shifted >> 32)
+    head = header_bytes(n, block)
+    record[:SCALAR_BYTES] = scalars.view(torch.uint8)
+    record[SCALAR_BYTES : SCALAR_BYTES + 4 * nb] = base.to(torch.int32).view(torch.uint8)
+    record[SCALAR_BYTES + 4 * nb : SCALAR_BYTES + 5 * nb] = widths.to(torch.uint8)
+    record[head:] = words[:nwords].view(torch.uint8).view(nwords, 8)[:, :4].reshape(-1)
+    used_bits = (widths * block).sum()
+    used = head + 4 * ((used_bits + 31) // 32 + 1)
+    return record, used.reshape(1)
+
+
+def unpack(record: torch.Tensor, n: int, block: int):
+    """(codes int64 of the ``n`` elements, scalars float64 ``[lo, hi, step]``)."""
+    nb = blocks(n, block)
+    head = header_bytes(n, block)
+    scalars = record[:SCALAR_BYTES].view(torch.float64)
+    base = record[SCALAR_BYTES : SCALAR_BYTES + 4 * nb].view(torch.int32).to(torch.int64)
+    widths = record[SCALAR_BYTES + 4 * nb : SCALAR_BYTES + 5 * nb].to(torch.int64)
+    words = record[head:].view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    offsets = _offsets(widths, nb * block, block)[:n]
+    # a block of width 0 may start past the last word in use: its reads are clamped
+    # (the spare word keeps ``words`` non-empty), and its mask takes no bit of them
+    last = words.numel() - 1
+    index = offsets >> 5
+    pair = words[index.clamp_max(last)] | (words[(index + 1).clamp_max(last)] << 32)
+    width = widths.repeat_interleave(block, output_size=nb * block)[:n]
+    mask = torch.bitwise_left_shift(torch.ones_like(width), width) - 1
+    values = (pair >> (offsets & 31)) & mask
+    return values + base.repeat_interleave(block, output_size=nb * block)[:n], scalars
+
+
+def restore(record: torch.Tensor, shape, dtype: torch.dtype, block: int) -> torch.Tensor:
+    """The tensor of ``shape`` and ``dtype`` that ``record`` holds."""
+    n = math.prod(shape)
+    if n == 0:
+        return torch.empty(shape, dtype=dtype, device=record.device)
+    codes, scalars = unpack(record, n, block)
+    lo, hi, step = scalars[0], scalars[1], scalars[2]
+    q = (codes - SPECIALS).clamp_min(0).double()
+    r = torch.minimum(torch.maximum(lo + q * step, lo), hi)
+    y = round_to(r, dtype)
+    y = torch.where(codes == 0, 0.0, y)
+    y = torch.where(codes == 1, math.nan, y)
+    y = torch.where(codes == 2, math.inf, y)
+    y = torch.where(codes == 3, -math.inf, y)
+    return y.to(dtype).reshape(shape)
