@@ -21,9 +21,11 @@ against SZ3 per array at rel 1e-2, 1e-3, 1e-4), and so are candidates of
 ``auto``: constant prediction (noise-like activations and gradients, where any
 prediction from neighbours adds their noise: the largest gain, most on skewed
 ones such as GELU outputs and attention probabilities), multi-dimensional cubic
-interpolation with the tighter coarse levels (smooth 2-d and 3-d fields), and
-costing candidates by their Huffman stream rather than by zstd over the raw
-codes (which mistook runs of equal codes for cheap ones). What did not pay and
+interpolation with the tighter coarse levels (smooth 2-d and 3-d fields), a
+2-d layout for chunks of 3 or more dimensions (all but the last merged: N, C, H,
+W activations, whose channels do not predict each other), and costing
+candidates by their Huffman stream rather than by zstd over the raw codes
+(which mistook runs of equal codes for cheap ones). What did not pay and
 was left out: fixed stronger level-wise tightening for all chunks (alpha 1.5
 and more lost on most arrays), multi-dimensional linear interpolation as an
 ``auto`` candidate (rarely better than the cubic one; still selectable), and a
@@ -34,7 +36,8 @@ Payload layout (inside one zstd frame), little-endian::
 
     u8  predictor      0 raw (lossless), 1 Lorenzo, 2 linear interp, 3 cubic interp,
                        4 multi-dim linear interp, 5 multi-dim cubic interp, 6 constant
-    u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d
+    u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
+                       bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
     f64 alpha, beta    interpolation level tuning: level l uses eb / min(alpha**(l-1), beta);
                        constant prediction (6): alpha is the prediction, beta is 1
@@ -110,6 +113,9 @@ _PREDICTOR_IDS = {
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT)
 FLAG_LOG = 1
 FLAG_FLAT = 2
+#: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
+#: interpolation across channels predicts badly; benchmarks/compressors.py)
+FLAG_ROWS = 4
 #: a chunk whose last dimension is below this many elements may also be coded as
 #: 1-d (e.g. 3x3 convolution kernels); the 1-d layout decodes faster there (long
 #: lines instead of very short ones: the conv weight gradient of
@@ -233,8 +239,9 @@ class SZCodec(Codec):
         pred, alpha, beta = choice
         w = ByteWriter()
         w.u8(pred)
-        as_1d = shape != squeezed_shape(chunk.shape)
-        w.u8((FLAG_LOG if log_domain else 0) | (FLAG_FLAT if as_1d else 0))
+        squeezed = squeezed_shape(chunk.shape)
+        layout_flag = 0 if shape == squeezed else FLAG_FLAT if len(shape) == 1 else FLAG_ROWS
+        w.u8((FLAG_LOG if log_domain else 0) | layout_flag)
         w.f64(eb)
         w.f64(alpha)
         w.f64(beta)
@@ -275,7 +282,10 @@ class SZCodec(Codec):
             else:
                 candidates.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
         layouts = [shape]
-        if len(shape) > 1 and shape[-1] < _FLAT_BELOW:
+        if len(shape) > 2:
+            layouts.append((values.size // shape[-1], shape[-1]))
+        flat = len(shape) > 1 and shape[-1] < _FLAT_BELOW
+        if flat:
             layouts.append((values.size,))
         candidates = [
             (c, layout)
@@ -288,14 +298,18 @@ class SZCodec(Codec):
         samples = {
             layout: sample_blocks(values.reshape(fold_shape(layout, 3))) for layout in layouts
         }
+        if len(shape) > 2:  # the same blocks as the shape's, so that their costs compare
+            samples[layouts[1]] = [b.reshape(-1, b.shape[-1]) for b in samples[shape]]
 
         def cost(candidate):
             cand, layout = candidate
-            coded = [encode_with(cand, b, b.shape, eb, prec, self.radius) for b in samples[layout]]
+            # constant prediction does not see the layout: its costs compare with the shape's
+            blocks = samples[shape if cand[0] == CONSTANT else layout]
+            coded = [encode_with(cand, b, b.shape, eb, prec, self.radius) for b in blocks]
             codes = np.concatenate([c for c, _ in coded])
             bits = code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
             # the 1-d layout codes fast: it wins near-ties
-            return bits * _FLAT_SLACK if len(layouts) > 1 and layout is shape else bits
+            return bits * _FLAT_SLACK if flat and layout is not layouts[-1] else bits
 
         def costs(cands):
             return list(pool.map(cost, cands) if pool else map(cost, cands))
@@ -321,8 +335,17 @@ class SZCodec(Codec):
             flat = byte_unshuffle(bytes(r.blob()), dtype, size)
             r.done()
             return deliver(flat, shape, out)
-        if pred not in _PREDICTED or flags & ~(FLAG_LOG | FLAG_FLAT):
+        if pred not in _PREDICTED or flags & ~(FLAG_LOG | FLAG_FLAT | FLAG_ROWS):
             raise ValueError(f"sz payload names unknown predictor {pred} or flags {flags}")
+        shape1 = squeezed_shape(shape)
+        if flags & FLAG_FLAT and flags & FLAG_ROWS:
+            raise ValueError("sz payload: flags name two layouts")
+        if flags & FLAG_FLAT:
+            shape1 = (size,)
+        elif flags & FLAG_ROWS:
+            if len(shape1) < 3:
+                raise ValueError("sz payload: flags name the 2-d layout of 3 dims or more")
+            shape1 = (size // shape1[-1], shape1[-1])
         log_domain = bool(flags & FLAG_LOG)
         eb, alpha, beta = r.f64(), r.f64(), r.f64()
         radius = r.u32()
@@ -350,7 +373,6 @@ class SZCodec(Codec):
         direct = out is not None and not log_domain and work_dtype == dtype
         dest = out.reshape(-1) if direct else np.empty(size, work_dtype)
         choice = (pred, alpha, beta)
-        shape1 = (size,) if flags & FLAG_FLAT else squeezed_shape(shape)
         if pred not in (LORENZO, CONSTANT, *MULTI_DIM) and worth_threads(threads, size):
             with SizedPool(1) as pool:
                 zeros, top = decode_overlapped(

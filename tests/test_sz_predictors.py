@@ -139,3 +139,51 @@ def test_constant_prediction_pays_on_noise():
     others = [len(tp.compress(x, rel=1e-3, predictor=p)) for p in ("interp", "lorenzo")]
     assert auto < 0.98 * min(others)  # about 0.29 of the 8.3 bits per value
     assert auto <= len(tp.compress(x, rel=1e-3, predictor="constant"))
+
+
+def _payload_flags(payload: bytes) -> int:
+    from tensorpress.compress.stages import zstd_decompress
+
+    return zstd_decompress(payload, 1 << 26)[1]
+
+
+def _channels(shape, seed=5):
+    """N, C, H, W: every channel its own smooth image, unrelated to its neighbours."""
+    rng = np.random.default_rng(seed)
+    x = np.cumsum(np.cumsum(rng.standard_normal(shape), axis=-1), axis=-2)
+    return (x * rng.uniform(0.1, 10.0, shape[:-2] + (1, 1))).astype(np.float32)
+
+
+def test_unrelated_channels_are_coded_as_2d():
+    """Channels that do not predict each other: the chunk is coded as 2-d (flag bit 2,
+    all dimensions but the last merged), within the bound."""
+    from tensorpress.compress import sz
+    from tensorpress.compress.bounds import ErrorBound
+
+    x = _channels((4, 16, 32, 32))
+    codec = sz.SZCodec()
+    bound = ErrorBound("rel", 1e-3).resolve(x)
+    payload = codec.encode(x, bound)
+    assert _payload_flags(payload) & sz.FLAG_ROWS
+    y = codec.decode(payload, x.shape, x.dtype)
+    assert np.all(np.abs(y.astype(np.float64) - x) <= bound.tolerance)
+    assert np.array_equal(y, codec.decode(payload, x.shape, x.dtype, threads=2))
+
+
+def test_two_layout_flags_are_refused():
+    from tensorpress.compress import sz
+    from tensorpress.compress.bounds import ErrorBound
+    from tensorpress.compress.stages import zstd_compress, zstd_decompress
+
+    x = _channels((4, 16, 32, 32))
+    codec = sz.SZCodec()
+    raw = bytearray(zstd_decompress(codec.encode(x, ErrorBound("rel", 1e-3).resolve(x)), 1 << 26))
+    raw[1] |= sz.FLAG_FLAT | sz.FLAG_ROWS
+    with pytest.raises(ValueError, match="layout"):
+        codec.decode(zstd_compress(bytes(raw), 3), x.shape, x.dtype)
+    with pytest.raises(ValueError, match="layout"):  # 2-d needs 3 dimensions or more
+        codec.decode(
+            zstd_compress(bytes(raw[:1]) + bytes([sz.FLAG_ROWS]) + bytes(raw[2:]), 3),
+            (4096, 64),
+            x.dtype,
+        )

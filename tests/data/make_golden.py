@@ -121,6 +121,9 @@ def cases():
     noise = np.random.default_rng(23).standard_normal((40, 50)).astype(np.float16)
     noise[5, 7] = np.nan  # a patch; values past 3.1 are outliers (radius 32)
     yield "sz_f16_constant", noise, {"abs": 0.05, "predictor": "constant", "radius": 32}
+    # sz flag bit 2: unrelated channels coded as 2-d (all dimensions but the last merged)
+    channels = np.stack([_smooth((24, 24), np.float32, 30 + c) * (c + 1) for c in range(12)])
+    yield "sz_f32_channels_2d", channels.reshape(3, 4, 24, 24), {"rel": 1e-3}
 
 
 def _entropy_mix(dtype, seed):
