@@ -52,7 +52,12 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_device_codes.py", "tests/test_device_activations.py"]
+TESTS = [
+    "tests/test_device_codes.py",
+    "tests/test_device_activations.py",
+    "tests/test_device_offload.py",
+    "tests/test_device_compile.py",
+]
 
 
 TOTAL_S = 8 * 60  # the whole run, seconds: what a GPU loan leaves after starting up
