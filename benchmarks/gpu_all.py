@@ -4,10 +4,10 @@ GPU time is scarce, so this runs, most important first, each stage with its own 
 limit (a stage that runs over is stopped and reported, the next one still runs; the
 limits add up to at most ``TOTAL_S``, 8 minutes):
 
-1. the CUDA tests of the device path (``tests/test_device_codes.py``,
-   ``tests/test_device_activations.py``, ``-k cuda``): the Triton kernels against the
-   torch reference, and compress/restore and a training step under
-   ``torch.cuda.set_sync_debug_mode("error")`` (any host synchronisation raises);
+1. the CUDA tests of the device path (``TESTS``, ``-k cuda``): the Triton kernels
+   against the torch reference; compress/restore, a training step, offloaded codes and
+   a compiled step under ``torch.cuda.set_sync_debug_mode("error")`` (any host
+   synchronisation raises);
 2. ``benchmarks/gpt2_memory.py``: a GPT-2-small-shaped decoder (12 layers, width 768,
    sequence 1024, bf16 autocast) with plain, checkpoint, 2-bit quant, adaptive block,
    device codes and compressed offload: step time over plain, peak CUDA memory,
