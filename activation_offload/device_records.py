@@ -1,5 +1,8 @@
 """Saved tensors held as device codes (``compress/device_codes.py``): no host waits.
 
+(The eager hooks hold block codes by default, ``device_block_records.py``; this record
+is ``device_layout="fixed"``.)
+
 A record made here is compressed and restored by two ``torch.library`` custom ops
 that read nothing back to the host: the code width follows from the ``rel`` bound
 alone and the tensor's range stays on the device. It is used (``device_codes_apply``)

@@ -24,8 +24,16 @@ copy alike. Compiled graphs and CUDA graphs keep the fixed layout: a record's si
 must be a graph constant.
 
 The block size: 256 elements. The header takes 5 bytes a block (an int32 base, a uint8
-width); smaller blocks follow local ranges more closely but pay that more often
-(``benchmarks/activations.py`` shows the reductions at 256).
+width); smaller blocks follow local ranges more closely but pay that more often, and
+from 64 to 256 elements the two balance on the CNN and the byte-level LM of
+``benchmarks/activations.py`` (its device rows), while 512 holds more. A byte-level LM's
+saved tensors spread over their whole range in nearly every block: there blocks hold
+about what the fixed width holds, and what holds fewer bytes (GELU outputs restored from
+their inputs, entropy coding) is the host path's.
+
+On CUDA the pinned size tensors come from torch's caching host allocator, which reuses a
+block once the copy recorded on it has completed, so steady-state steps allocate no
+pinned memory.
 """
 
 from __future__ import annotations
