@@ -159,3 +159,23 @@ def test_cuda_step_never_synchronizes(layout):
         torch.cuda.set_sync_debug_mode("default")
     assert ac.stats.rows["0"].tolerance is None
     assert math.isfinite(float(loss)) and math.isfinite(float(gx.abs().sum()))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_block_records_are_compacted_once_their_sizes_arrive():
+    held = {}
+    for device in ("meta", "cuda"):  # meta: every record stays in its worst-case slot
+        model = mlp(device)
+        x = torch.randn(512, 64).to(device).requires_grad_(True)
+        y = torch.randint(0, 10, (512,)).to(device)
+        ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_layout="blocks")
+        with ac:
+            loss = F.cross_entropy(model(x), y)
+            if device == "cuda":
+                torch.cuda.synchronize()  # every size has reached the host now
+            # a save after it compacts every record made before it
+            extra = torch.sin(torch.zeros(8192, device=device, requires_grad=True))
+        held[device] = (ac.stats.stored_bytes, ac.stats.live_bytes)
+        (loss + extra.sum()).backward()
+    stored, live = held["cuda"]
+    assert stored == live < held["meta"][0]
