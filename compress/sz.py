@@ -146,10 +146,11 @@ def _middle(values: np.ndarray) -> float:
     return mid if math.isfinite(mid) else 0.0
 
 
-#: predictors sampled first; when constant prediction beats linear interpolation there,
-#: the neighbours do not predict the chunk and the higher-order interpolations (cubic,
-#: multi-dimensional) are not sampled: on noise-like chunks they lose too, and
-#: skipping them keeps compression fast (benchmarks/compressors.py)
+#: predictors sampled first, on every layout; when constant prediction beats linear
+#: interpolation there, the neighbours do not predict the chunk and the higher-order
+#: interpolations (cubic, multi-dimensional) are not sampled (on noise-like chunks they
+#: lose too); else they are sampled on the layout where linear did best only. Both
+#: keep compression fast (benchmarks/compressors.py)
 _FIRST = (LORENZO, LINEAR, CONSTANT)
 
 
@@ -317,10 +318,12 @@ class SZCodec(Codec):
         first = [c for c in candidates if c[0][0] in _FIRST]
         rest = [c for c in candidates if c[0][0] not in _FIRST]
         tried = costs(first)
-        best = first[int(np.argmin(tried))] if first else None
-        if not first or best[0][0] != CONSTANT or LINEAR not in {c[0][0] for c in first}:
-            first, tried = first + rest, tried + costs(rest)
-        return first[int(np.argmin(tried))]
+        linear = [(t, c[1]) for t, c in zip(tried, first, strict=True) if c[0][0] == LINEAR]
+        if linear:  # the higher orders are sampled on the layout where linear did best
+            if first[int(np.argmin(tried))][0][0] == CONSTANT:
+                rest = []
+            rest = [c for c in rest if c[1] is min(linear, key=lambda tl: tl[0])[1]]
+        return min(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])[1]
 
     # -- decoding -------------------------------------------------------------
 
