@@ -1,7 +1,7 @@
 """The device codes as ``torch.library`` custom ops: ``tensorpress::device_codes`` and
 ``tensorpress::device_restore`` (the layout is in ``device_codes.py``), and the block
 codes as ``tensorpress::device_blocks`` and ``tensorpress::device_blocks_restore``
-(``device_blocks.py``; the torch reference on every device).
+(``device_blocks.py``; Triton kernels on CUDA for blocks of 256, as for the fixed codes).
 
 Their fake implementations compute the outputs' shapes from the layout alone, so the
 codes run on meta tensors (the CPU's proof that nothing is read back) and trace as one
@@ -38,6 +38,23 @@ def _triton():
 
 def _kernels(device: torch.device):
     return _triton() if device.type == "cuda" else None
+
+
+@functools.cache
+def _blocks_triton():
+    """The block codes' Triton kernels, or None (as :func:`_triton`)."""
+    if _triton() is None:
+        return None
+    from .kernels import device_blocks_triton
+
+    return device_blocks_triton
+
+
+def _block_kernels(device: torch.device, block: int, n: int):
+    """The Triton kernels for ``n`` elements in blocks of ``block`` on ``device``, or None."""
+    if device.type != "cuda" or n == 0 or _blocks_triton() is None:
+        return None
+    return _blocks_triton() if block == _blocks_triton().BLOCK else None
 
 
 @torch.library.custom_op("tensorpress::device_codes", mutates_args=())
@@ -83,6 +100,9 @@ def device_blocks(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor
     """(record uint8 of the worst case's size, bytes in use int64[1]) of ``x`` under
     ``rel`` in blocks of ``block`` elements (the layout is in ``device_blocks.py``)."""
     nsteps, bits = steps(rel), code_bits(rel)
+    triton = _block_kernels(x.device, block, x.numel())
+    if triton is not None:
+        return triton.compress(x.contiguous(), rel, nsteps, bits, STEP_MARGIN)
     return blocks_reference.compress(x, rel, nsteps, bits, STEP_MARGIN, block)
 
 
@@ -98,6 +118,9 @@ def device_blocks_restore(
 ) -> torch.Tensor:
     """The tensor of ``shape`` and ``dtype`` that ``record`` (whole or its used prefix)
     holds."""
+    triton = _block_kernels(record.device, block, math.prod(shape))
+    if triton is not None:
+        return triton.restore(record, tuple(shape), dtype)
     return blocks_reference.restore(record, tuple(shape), dtype, block)
 
 

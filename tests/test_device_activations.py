@@ -179,3 +179,22 @@ def test_cuda_block_records_are_compacted_once_their_sizes_arrive():
         (loss + extra.sum()).backward()
     stored, live = held["cuda"]
     assert stored == live < held["meta"][0]
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_block_codes_match_the_torch_reference(dtype):
+    from tensorpress.compress.device_blocks import compress_blocks, restore_blocks
+    from tensorpress.compress.kernels import device_blocks_torch as reference
+    from tensorpress.compress.kernels.device_codes_layout import STEP_MARGIN, steps
+
+    x = torch.randn(3 * 256 + 37, device="cuda").to(dtype)
+    x[::5], x[3], x[4] = 0.0, math.nan, -math.inf
+    slot, used = compress_blocks(x, 1e-2)  # Triton kernels where triton is installed
+    ref, ref_used = reference.compress(x, 1e-2, steps(1e-2), code_bits(1e-2), STEP_MARGIN, 256)
+    n = int(ref_used)
+    assert int(used) == n and torch.equal(slot[:n], ref[:n])
+    y = restore_blocks(slot[:n].clone(), x.shape, dtype)
+    z = reference.restore(ref[:n].clone(), x.shape, dtype, 256)
+    nan = z.isnan()
+    assert torch.equal(nan, y.isnan()) and torch.equal(y[~nan], z[~nan])

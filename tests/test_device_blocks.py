@@ -6,7 +6,12 @@ arrive."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +28,9 @@ from tensorpress.compress.device_blocks import (
     worst_size,
 )
 from tensorpress.compress.device_codes import DTYPES, code_bits, payload_bytes
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def assert_within(x: torch.Tensor, y: torch.Tensor, rel: float) -> None:
@@ -183,3 +191,45 @@ def test_hooks_hold_compact_records_and_fewer_bytes_than_the_fixed_width():
         grads["fixed"].flatten(), grads["blocks"].flatten(), dim=0
     )
     assert float(cos) > 0.99
+
+
+#: the Triton kernels against the torch reference: the same used prefix, byte for byte,
+#: and the same restored values (NaN where it is NaN)
+TRITON_CHECK = """
+import math, torch
+from tensorpress.compress.kernels import device_blocks_torch as R
+from tensorpress.compress.kernels import device_blocks_triton as T
+from tensorpress.compress.kernels.device_codes_layout import STEP_MARGIN, code_bits, steps
+g = torch.Generator().manual_seed(0)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for n in (1, 255, 3 * 256 + 37):
+        for rel in (1e-2, 1e-4):
+            x = torch.randn(n, generator=g).to(dtype)
+            x[::5] = 0
+            x[: n // 2] = torch.relu(x[: n // 2])
+            if n > 10:
+                x[3], x[4], x[6] = math.nan, math.inf, -math.inf
+            x = x.to("{device}")
+            a, ua = R.compress(x, rel, steps(rel), code_bits(rel), STEP_MARGIN, T.BLOCK)
+            b, ub = T.compress(x, rel, steps(rel), code_bits(rel), STEP_MARGIN)
+            u = int(ua)
+            assert u == int(ub) and torch.equal(a[:u], b[:u]), (dtype, n, rel)
+            ya = R.restore(a[:u].clone(), (n,), dtype, T.BLOCK)
+            yb = T.restore(a[:u].clone(), (n,), dtype)
+            nan = ya.isnan()
+            assert torch.equal(nan, yb.isnan()) and torch.equal(ya[~nan], yb[~nan]), (dtype, n)
+"""
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+def test_triton_kernels_match_the_reference_under_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run(
+        [sys.executable, "-c", TRITON_CHECK.format(device="cpu")],
+        env=env,
+        cwd=ROOT.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]

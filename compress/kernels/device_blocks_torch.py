@@ -12,7 +12,7 @@ The record (one uint8 tensor, offsets in bytes):
 Codes: 0 an exact zero, 1 NaN, 2 +Inf, 3 -Inf, ``4 + rint((x - lo) / step)`` a finite
 ``x``. Zero comes first so that a block of a ReLU's output (zeros and values from
 ``lo = 0`` up) needs only the width of its own largest value, and a block of zeros none.
-The last block is padded with its base (width unchanged).
+The last block is padded (its width unchanged) with zero bits.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def compress(x: torch.Tensor, rel: float, nsteps: int, bits: int, margin: float,
     base = padded.amin(1)
     widths = _bit_length(padded.amax(1) - base)
     values = (padded - base[:, None]).reshape(-1)
+    values[n:] = 0  # the padding's bits are zeros
     offsets = _offsets(widths, nb * block, block)
     shifted = values << (offsets & 31)  # below 2**52: no overflow
     nwords = (record.numel() - header_bytes(n, block)) // 4

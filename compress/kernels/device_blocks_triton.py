@@ -1,0 +1,192 @@
+"""Triton kernels of the block codes (``compress/device_blocks.py``; the record's bytes
+are in ``device_blocks_torch.py``, whose bytes and restored values these match).
+
+Compress: the fixed layout's range kernel, then one program a block writes its base and
+width, a cumulative sum (torch) places the blocks, and one program a block packs its
+codes. A block of 256 codes at ``w`` bits is ``8 w`` whole 32-bit words, so every block
+starts on a word of its own and no two programs write the same word: 32 codes fill
+exactly ``w`` words, as 8 codes fill ``W`` bytes in the fixed layout's kernel. Restore:
+the same cumulative sum, then one program a block. The arithmetic is the reference's,
+in float64 (see ``device_codes_triton.py`` for the rounding and bfloat16's bits).
+
+With ``TRITON_INTERPRET=1`` set before triton is imported, Triton's interpreter runs the
+same kernels on CPU tensors (the tests' check against the reference).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .device_blocks_torch import SCALAR_BYTES, blocks, header_bytes, worst_bytes
+from .device_codes_triton import (
+    _FORMATS,
+    _KIND,
+    PARTS,
+    RANGE_BLOCK,
+    _as_kernel_input,
+    _bits,
+    _range_kernel,
+)
+
+BLOCK = 256  # the only block size these kernels take
+
+
+@triton.jit
+def _codes(x_ptr, idx, inside, lo, step, KIND: tl.constexpr, NSTEPS: tl.constexpr):
+    """int64 codes of the elements at ``idx``: 0 zero, 1 NaN, 2 +Inf, 3 -Inf, 4 + step."""
+    if KIND == 2:
+        b = tl.load(x_ptr + idx, mask=inside, other=0).to(tl.int32)
+        x = (b << 16).to(tl.float32, bitcast=True).to(tl.float64)
+    else:
+        x = tl.load(x_ptr + idx, mask=inside, other=0.0).to(tl.float64)
+    fin = tl.abs(x) < float("inf")
+    v = tl.where(fin, (x - lo) / tl.where(step > 0, step, 1.0), 0.0)
+    v = tl.minimum(tl.maximum(v, 0.0), NSTEPS)
+    q = ((v + 4503599627370496.0) - 4503599627370496.0).to(tl.int64) + 4  # rint: 2**52
+    q = tl.where(x == 0, 0, q)
+    q = tl.where(x != x, 1, q)
+    q = tl.where(x == float("inf"), 2, q)
+    return tl.where(x == float("-inf"), 3, q)
+
+
+@triton.jit
+def _widths_kernel(
+    x_ptr, parts_ptr, nparts, scalars_ptr, base_ptr, width_ptr, n, rel_bits, margin_bits,
+    KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr, PARTS: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    p = tl.arange(0, PARTS)
+    lo = tl.min(tl.load(parts_ptr + p, mask=p < nparts, other=float("inf")), axis=0)
+    hi = tl.max(tl.load(parts_ptr + nparts + p, mask=p < nparts, other=float("-inf")), axis=0)
+    none = lo > hi  # no finite element
+    lo = tl.where(none, 0.0, lo).to(tl.float64)
+    hi = tl.where(none, 0.0, hi).to(tl.float64)
+    step = (rel_bits.to(tl.float64, bitcast=True) * (hi - lo)) * margin_bits.to(
+        tl.float64, bitcast=True
+    )
+    first = pid == 0
+    tl.store(scalars_ptr, lo, mask=first)
+    tl.store(scalars_ptr + 1, hi, mask=first)
+    tl.store(scalars_ptr + 2, step, mask=first)
+    idx = pid * B + tl.arange(0, B)
+    inside = idx < n
+    q = _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS)
+    base = tl.min(tl.where(inside, q, 1 << 40), axis=0)
+    spread = (tl.max(tl.where(inside, q, -1), axis=0) - base).to(tl.float32)
+    # bit length: float32's biased exponent less 126 (exact below 2**24), 0 for 0
+    width = tl.where(spread > 0, ((spread.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126, 0)
+    tl.store(base_ptr + pid, base.to(tl.int32))
+    tl.store(width_ptr + pid, width.to(tl.uint8))
+
+
+@triton.jit
+def _pack_kernel(
+    x_ptr, scalars_ptr, base_ptr, width_ptr, start_ptr, words_ptr, n,
+    KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    lo = tl.load(scalars_ptr)
+    step = tl.load(scalars_ptr + 2)
+    base = tl.load(base_ptr + pid).to(tl.int64)
+    w = tl.load(width_ptr + pid).to(tl.int64)
+    first_word = tl.load(start_ptr + pid) >> 5  # a block starts on a word
+    g = tl.arange(0, B // 32)
+    k = tl.arange(0, 32)
+    idx = pid * B + g[:, None] * 32 + k[None, :]
+    inside = idx < n
+    v = tl.where(inside, _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS) - base, 0)
+    for b in range(w):  # word b of each group of 32 codes
+        shift = k.to(tl.int64) * w - 32 * b  # where code k starts, from the word's first bit
+        up = tl.minimum(tl.maximum(shift, 0), 63)
+        down = tl.minimum(tl.maximum(-shift, 0), 63)
+        part = tl.where(shift[None, :] >= 0, v << up[None, :], v >> down[None, :])
+        part = tl.where(((shift < 32) & (shift > -w))[None, :], part & 0xFFFFFFFF, 0)
+        word = tl.sum(part, axis=1)  # disjoint bits: the sum is their or
+        tl.store(words_ptr + first_word + g * w + b, word.to(tl.uint32).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _restore_kernel(
+    words_ptr, nwords, scalars_ptr, base_ptr, width_ptr, start_ptr, out_ptr, n,
+    KIND: tl.constexpr, B: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    lo = tl.load(scalars_ptr)
+    hi = tl.load(scalars_ptr + 1)
+    step = tl.load(scalars_ptr + 2)
+    base = tl.load(base_ptr + pid).to(tl.int64)
+    w = tl.load(width_ptr + pid).to(tl.int64)
+    i = tl.arange(0, B)
+    idx = pid * B + i
+    inside = idx < n
+    bit = tl.load(start_ptr + pid) + i.to(tl.int64) * w
+    at = bit >> 5
+    low = tl.load(words_ptr + at, mask=inside & (at < nwords), other=0).to(tl.int64)
+    high = tl.load(words_ptr + at + 1, mask=inside & (at + 1 < nwords), other=0).to(tl.int64)
+    pair = (low & 0xFFFFFFFF) | ((high & 0xFFFFFFFF) << 32)
+    q = ((pair >> (bit & 31)) & ((1 << w) - 1)) + base
+    r = lo + tl.maximum(q - 4, 0).to(tl.float64) * step
+    r = tl.minimum(tl.maximum(r, lo), hi)
+    e = ((r.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1023
+    unit = ((tl.maximum(e, EMIN) - MANT + 1023) << 52).to(tl.float64, bitcast=True)
+    shift = unit * 6755399441055744.0  # 1.5 * 2**52 units: rounds once, ties to even
+    y = ((r + shift) - shift).to(tl.float32)  # exact: a value of the dtype
+    y = tl.where(q == 0, 0.0, y)
+    y = tl.where(q == 1, float("nan"), y)
+    y = tl.where(q == 2, float("inf"), y)
+    y = tl.where(q == 3, float("-inf"), y)
+    if KIND == 2:
+        tl.store(out_ptr + idx, (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16), mask=inside)
+    elif KIND == 1:
+        tl.store(out_ptr + idx, y.to(tl.float16), mask=inside)
+    else:
+        tl.store(out_ptr + idx, y, mask=inside)
+
+
+def _fields(record: torch.Tensor, n: int):
+    """(scalars, bases, widths, block start bits int64, words int32) views of ``record``."""
+    nb = blocks(n, BLOCK)
+    scalars = record[:SCALAR_BYTES].view(torch.float64)
+    base = record[SCALAR_BYTES : SCALAR_BYTES + 4 * nb].view(torch.int32)
+    widths = record[SCALAR_BYTES + 4 * nb : SCALAR_BYTES + 5 * nb]
+    per_block = widths.to(torch.int64) * BLOCK
+    starts = torch.cumsum(per_block, 0) - per_block
+    return scalars, base, widths, starts, record[header_bytes(n, BLOCK) :].view(torch.int32)
+
+
+def compress(x, rel: float, nsteps: int, bits: int, margin: float):
+    """(record uint8, used int64[1]) of contiguous, non-empty ``x`` (see the reference)."""
+    n, kind = x.numel(), _KIND[x.dtype]
+    flat = _as_kernel_input(x.reshape(-1))
+    nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
+    parts = torch.empty(2 * nparts, dtype=torch.float32, device=x.device)
+    _range_kernel[(nparts,)](flat, parts, n, KIND=kind, BLOCK=RANGE_BLOCK)
+    record = torch.zeros(worst_bytes(n, BLOCK, bits), dtype=torch.uint8, device=x.device)
+    nb = blocks(n, BLOCK)
+    scalars, base, widths, _, _ = _fields(record, n)
+    _widths_kernel[(nb,)](
+        flat, parts, nparts, scalars, base, widths, n, _bits(rel), _bits(margin),
+        KIND=kind, NSTEPS=nsteps, B=BLOCK, PARTS=PARTS,
+    )  # fmt: skip
+    scalars, base, widths, starts, words = _fields(record, n)
+    _pack_kernel[(nb,)](
+        flat, scalars, base, widths, starts, words, n, KIND=kind, NSTEPS=nsteps, B=BLOCK
+    )
+    used_bits = starts[-1] + widths[-1].to(torch.int64) * BLOCK
+    used = header_bytes(n, BLOCK) + 4 * ((used_bits + 31) // 32 + 1)
+    return record, used.reshape(1)
+
+
+def restore(record, shape, dtype):
+    """The tensor of non-empty ``shape`` and ``dtype`` that ``record`` holds."""
+    out = torch.empty(shape, dtype=dtype, device=record.device)
+    n = out.numel()
+    mant, emin = _FORMATS[dtype]
+    scalars, base, widths, starts, words = _fields(record, n)
+    _restore_kernel[(blocks(n, BLOCK),)](
+        words, words.numel(), scalars, base, widths, starts, _as_kernel_input(out.reshape(-1)),
+        n, KIND=_KIND[dtype], B=BLOCK, MANT=mant, EMIN=emin,
+    )  # fmt: skip
+    return out
