@@ -31,6 +31,12 @@ saved tensors spread over their whole range in nearly every block: there blocks 
 about what the fixed width holds, and what holds fewer bytes (GELU outputs restored from
 their inputs, entropy coding) is the host path's.
 
+The kernels: a torch reference (``kernels/device_blocks_torch.py``, any device) and, on
+CUDA with ``triton`` installed, Triton kernels (``kernels/device_blocks_triton.py``) that
+write the same bytes and restore the same values, through the custom ops
+``tensorpress::device_blocks`` / ``device_blocks_restore`` (``device_ops.py``), whose fake
+implementations give the slot's and the tensor's shapes.
+
 On CUDA the pinned size tensors come from torch's caching host allocator, which reuses a
 block once the copy recorded on it has completed, so steady-state steps allocate no
 pinned memory.
