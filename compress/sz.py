@@ -270,8 +270,8 @@ class SZCodec(Codec):
 
     def _choose(self, values, shape, eb, prec, pool) -> tuple[tuple, tuple]:
         """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
-        cost least, and the shape it codes the chunk as (``shape`` or 1-d, see
-        ``_FLAT_BELOW``)."""
+        cost least, and the shape it codes the chunk as: ``shape``, 2-d (3 or more
+        dimensions, see ``FLAG_ROWS``) or 1-d (see ``_FLAT_BELOW``)."""
         candidates = []
         for pred in _PREDICTOR_IDS[self.predictor]:
             if pred == CONSTANT:
