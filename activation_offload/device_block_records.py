@@ -123,9 +123,6 @@ class Compactor:
                 return
             self._pending.popleft()
 
-    def __len__(self) -> int:
-        return len(self._pending)
-
 
 def device_record(ac, t, name: str, store):
     """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by module

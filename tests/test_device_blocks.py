@@ -233,3 +233,33 @@ def test_triton_kernels_match_the_reference_under_the_interpreter():
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def test_the_ops_compile_as_one_graph():
+    def roundtrip(x):
+        slot, used = compress_blocks(x * 2, 1e-3)
+        y = restore_blocks(slot, x.shape, x.dtype)
+        return y + 1, slot.numel(), used
+
+    compiled = torch.compile(roundtrip, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 300)
+    y, nbytes, used = compiled(x)
+    assert nbytes == worst_size(1200, 1e-3) and smallest_size(1200) <= int(used) <= nbytes
+    assert_within(x * 2, y - 1, 1.01e-3)  # the + 1 rounds once more
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("read back to the host")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_making_and_restoring_read_nothing_back(monkeypatch, dtype):
+    x = torch.randn(1000).to(dtype)
+    x[7], x[9] = math.nan, 0.0
+    for name in ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__", "__int__"):
+        monkeypatch.setattr(torch.Tensor, name, _refuse)
+    monkeypatch.setattr(torch, "nonzero", _refuse)
+    slot, used = compress_blocks(x, 1e-2)
+    y = restore_blocks(slot, x.shape, dtype)
+    monkeypatch.undo()
+    assert_within(x, y, 1e-2)
