@@ -7,6 +7,7 @@ The codec itself (config, payload layout, encode and decode) is in ``sz.py``.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -266,8 +267,32 @@ def sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
 
 
 def code_bits(codes: np.ndarray) -> float:
-    """Estimated cost of ``codes`` after entropy coding, in bits: their Huffman stream
-    through zstd, as the payload codes them (zstd over the raw codes misjudged runs of
-    equal codes and picked constant prediction where it lost; the Huffman code's length
-    alone misjudged low bit rates, where zstd shortens the stream: benchmarks/compressors.py)."""
-    return 8.0 * len(zstd_compress(huffman_encode(codes), 1))
+    """Estimated cost of ``codes`` after entropy coding, in bits.
+
+    Above ``_ZSTD_BELOW`` bits per code, the length of their Huffman code (zstd finds
+    little to shorten there); below, their Huffman stream through zstd, as the payload
+    codes them (zstd over the raw codes misjudged runs of equal codes and picked
+    constant prediction where it lost; the Huffman length alone misjudged low bit
+    rates, where zstd shortens the stream: benchmarks/compressors.py).
+    """
+    bits = huffman_bits(codes)
+    if bits < _ZSTD_BELOW * codes.size:
+        return 8.0 * len(zstd_compress(huffman_encode(codes), 1))
+    return bits
+
+
+#: bits per code below which the cost estimate runs zstd over the Huffman stream
+_ZSTD_BELOW = 3.0
+
+
+def huffman_bits(codes: np.ndarray) -> float:
+    """Bits of a Huffman code of ``codes`` (lengths from their counts; 2 bytes per
+    distinct code for its table)."""
+    counts = np.unique(codes, return_counts=True)[1].tolist()
+    heapq.heapify(counts)
+    bits = 16 * len(counts)
+    while len(counts) > 1:  # a merge adds one bit to every code below it
+        merged = heapq.heappop(counts) + heapq.heappop(counts)
+        bits += merged
+        heapq.heappush(counts, merged)
+    return float(bits)
