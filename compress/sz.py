@@ -6,8 +6,8 @@ Pipeline per chunk (SZ3's design, our code):
    see them); a ``pw_rel`` bound moves the data to log2|x| where it becomes
    an absolute bound;
 2. a predictor is chosen per chunk by running each candidate on samples of the
-   chunk and keeping the one whose codes cost the fewest bits (their Huffman
-   stream through zstd): first-order Lorenzo (1-d to 4-d), multilevel
+   chunk and keeping the one whose codes cost the fewest bits (as Huffman codes
+   them, and zstd after it at low bit rates): first-order Lorenzo (1-d to 4-d), multilevel
    interpolation (linear or cubic, coarse levels under a tighter bound as in
    QoZ), multi-dimensional interpolation (HPEZ: the mean of the interpolations
    along every dimension whose neighbours are known) or constant prediction;
@@ -24,12 +24,14 @@ ones such as GELU outputs and attention probabilities), multi-dimensional cubic
 interpolation with the tighter coarse levels (smooth 2-d and 3-d fields), a
 2-d layout for chunks of 3 or more dimensions (all but the last merged: N, C, H,
 W activations, whose channels do not predict each other), and costing
-candidates by their Huffman stream rather than by zstd over the raw codes
-(which mistook runs of equal codes for cheap ones). What did not pay and
+candidates as Huffman (and zstd) code them rather than by zstd over the raw
+codes (which mistook runs of equal codes for cheap ones). What did not pay and
 was left out: fixed stronger level-wise tightening for all chunks (alpha 1.5
 and more lost on most arrays), multi-dimensional linear interpolation as an
-``auto`` candidate (rarely better than the cubic one; still selectable), and a
-context (the previous code) for the entropy coder (under 2% below the order-0
+``auto`` candidate (rarely better than the cubic one; still selectable), the
+reversed order of dimensions (a gain on one smooth 2-d field, losses elsewhere), a
+per-column mean as the constant (no better than one constant), and a context
+(the previous code) for the entropy coder (under 2% below the order-0
 entropy that Huffman plus zstd already reach).
 
 Payload layout (inside one zstd frame), little-endian::
