@@ -6,10 +6,20 @@ width the bound allows its worst case, ``32 / bits`` at best; what holds fewer b
 data-dependent. Here each block of ``BLOCK`` elements keeps its codes relative to its
 smallest one, at the width its own code range needs: a block of zeros (after a ReLU)
 takes no bits, a block of an activation whose range is set by a few outliers takes the
-bits of its own spread. The step, the codes' meaning and the restore are the fixed
-layout's (the bound's reasoning is in ``device_codes.py``), so every element keeps
-``|x' - x| <= rel * (hi - lo)``; only where the codes go differs
-(``kernels/device_blocks_torch.py`` has the record's bytes).
+bits of its own spread. The codes' meaning and the restore are the fixed layout's (the
+bound's reasoning is in ``device_codes.py``), so every element keeps
+``|x' - x| <= rel * (hi - lo)``; where the codes go differs
+(``kernels/device_blocks_torch.py`` has the record's bytes), and so may the step.
+
+A step twice as coarse, chosen on the device. The fixed layout's step, ``tol (1 -
+2**-7)`` with ``tol = rel * (hi - lo)``, leaves room for rounding the float64 value to
+the dtype, which can move it as far as quantizing did. Where that rounding is small
+next to ``tol`` (``M 2**-(mant + 1) <= tol 2**-8``, ``M`` the larger of ``|lo|``,
+``|hi|`` and the dtype's smallest normal, ``mant`` its mantissa bits: float32 tensors
+whose range is not tiny next to their magnitude), the step is doubled: half a step,
+``tol (1 - 2**-7)``, plus the rounding, ``tol 2**-8``, plus the float64 arithmetic's
+``tol 2**-9`` stay inside ``tol``. The choice is one ``where`` on device scalars; the
+slot keeps the fine step's size, and the block widths take the bit saved.
 
 Its memory behaviour. The record is written into a slot of the worst case's size, known
 from the element count and the bound alone, so the kernel runs with nothing read back;

@@ -56,11 +56,13 @@ def assert_within(x: torch.Tensor, y: torch.Tensor, rel: float) -> None:
 def tensors(draw):
     """float16/bfloat16/float32 tensors of odd sizes (mostly not multiples of a block):
     noise, constants, runs of zeros (a ReLU's output), outliers that set the range, the
-    dtype's extremes, with NaN and infinities placed anywhere."""
+    dtype's extremes, values far from zero for their range (where the step stops being
+    coarse), with NaN and infinities placed anywhere."""
     dtype = draw(st.sampled_from(DTYPES))
     n = draw(st.integers(1, 3 * BLOCK + 37))
     info = torch.finfo(dtype)
-    kind = draw(st.sampled_from(["normal", "constant", "relu", "outliers", "wide", "tiny"]))
+    kinds = ["normal", "constant", "relu", "outliers", "wide", "tiny", "offset"]
+    kind = draw(st.sampled_from(kinds))
     g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if kind == "constant":
         x = np.full(n, draw(st.sampled_from([0.0, -0.0, 1.5, -3e3])))
@@ -72,6 +74,8 @@ def tensors(draw):
         x[g.integers(0, n, 3)] = draw(st.sampled_from([-1e3, 1e4]))
     elif kind == "wide":
         x = g.standard_normal(n) * float(info.max) / 8
+    elif kind == "offset":  # magnitude over range near where float32's step doubles
+        x = draw(st.sampled_from([1e2, 1e3, 1e4, 1e5, 1e6])) + g.standard_normal(n)
     elif kind == "tiny":
         x = g.integers(-40, 40, n) * float(info.smallest_normal) / 16
     else:
@@ -107,9 +111,11 @@ def test_constant_blocks_take_no_bits_and_the_worst_case_fills_the_slot(dtype):
     slot, used = compress_blocks(zeros, 1e-2)
     assert int(used) == smallest_size(n)
     assert torch.equal(bits(restore_blocks(slot[: int(used)], zeros.shape, dtype)), bits(zeros))
-    # every block holds zero and the range's top: each needs every code's width
-    worst = torch.zeros(4 * BLOCK, dtype=dtype)
-    worst[1::2] = 1.0
+    # every block holds the range's ends: each needs every code's width (for float32 away
+    # from zero, whose rounding would otherwise let the step double)
+    base = 2.0**16 if dtype == torch.float32 else 0.0
+    worst = torch.full((4 * BLOCK,), base, dtype=dtype)
+    worst[1::2] = base + 64
     slot, used = compress_blocks(worst, 1e-2)
     assert int(used) == slot.numel() == worst_size(worst.numel(), 1e-2)
     assert_within(worst, restore_blocks(slot, worst.shape, dtype), 1e-2)

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .device_codes_torch import finite_range, round_to
+from .device_codes_torch import _FORMATS, finite_range, round_to
 
 SPECIALS = 4  # zero, NaN, +Inf, -Inf ahead of the finite codes
 SCALAR_BYTES = 24  # lo, hi, step (float64)
@@ -45,10 +45,23 @@ def worst_bytes(n: int, block: int, bits: int) -> int:
     return header_bytes(n, block) + 4 * (words + 1)
 
 
+def coarse(lo, hi, tol, dtype: torch.dtype):
+    """Whether the step may be twice the fixed layout's, for a tensor of ``dtype`` in
+    ``[lo, hi]`` under the absolute bound ``tol`` (float64 device scalars): where
+    rounding to the dtype moves a value by at most ``2**-8 tol``, half a step of
+    ``2 tol (1 - 2**-7)`` and that rounding stay inside ``tol`` with the float64
+    arithmetic's ``2**-9 tol`` (``compress/device_blocks.py``)."""
+    mant, emin = _FORMATS[dtype]
+    top = torch.maximum(torch.maximum(lo.abs(), hi.abs()), torch.full_like(lo, 2.0**emin))
+    return top * 2.0 ** -(mant + 1) <= tol * 2.0**-8
+
+
 def quantize(flat: torch.Tensor, rel: float, nsteps: int, margin: float):
     """(codes int64, scalars float64 ``[lo, hi, step]``) of non-empty ``flat``."""
     lo, hi = finite_range(flat)
-    step = (rel * (hi - lo)) * margin
+    tol = rel * (hi - lo)
+    step = tol * margin
+    step = torch.where(coarse(lo, hi, tol, flat.dtype), step * 2, step)
     x = flat.double()
     v = torch.where(step > 0, (x - lo) / step, 0.0)
     q = v.round().clamp(0, nsteps).to(torch.int64) + SPECIALS

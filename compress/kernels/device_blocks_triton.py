@@ -54,6 +54,7 @@ def _codes(x_ptr, idx, inside, lo, step, KIND: tl.constexpr, NSTEPS: tl.constexp
 @triton.jit
 def _widths_kernel(
     x_ptr, parts_ptr, nparts, scalars_ptr, base_ptr, width_ptr, n, rel_bits, margin_bits,
+    ulp_bits, normal_bits,
     KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr, PARTS: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -63,9 +64,11 @@ def _widths_kernel(
     none = lo > hi  # no finite element
     lo = tl.where(none, 0.0, lo).to(tl.float64)
     hi = tl.where(none, 0.0, hi).to(tl.float64)
-    step = (rel_bits.to(tl.float64, bitcast=True) * (hi - lo)) * margin_bits.to(
-        tl.float64, bitcast=True
-    )
+    tol = rel_bits.to(tl.float64, bitcast=True) * (hi - lo)
+    step = tol * margin_bits.to(tl.float64, bitcast=True)
+    top = tl.maximum(tl.maximum(tl.abs(lo), tl.abs(hi)), normal_bits.to(tl.float64, bitcast=True))
+    fine = top * ulp_bits.to(tl.float64, bitcast=True) <= tol * 0.00390625  # 2**-8
+    step = tl.where(fine, step * 2, step)  # see device_blocks_torch.coarse
     first = pid == 0
     tl.store(scalars_ptr, lo, mask=first)
     tl.store(scalars_ptr + 1, hi, mask=first)
@@ -166,8 +169,10 @@ def compress(x, rel: float, nsteps: int, bits: int, margin: float):
     record = torch.zeros(worst_bytes(n, BLOCK, bits), dtype=torch.uint8, device=x.device)
     nb = blocks(n, BLOCK)
     scalars, base, widths, _, _ = _fields(record, n)
+    mant, emin = _FORMATS[x.dtype]
     _widths_kernel[(nb,)](
         flat, parts, nparts, scalars, base, widths, n, _bits(rel), _bits(margin),
+        _bits(2.0 ** -(mant + 1)), _bits(2.0**emin),
         KIND=kind, NSTEPS=nsteps, B=BLOCK, PARTS=PARTS,
     )  # fmt: skip
     scalars, base, widths, starts, words = _fields(record, n)
