@@ -105,7 +105,8 @@ def _pack_kernel(
         up = tl.minimum(tl.maximum(shift, 0), 63)
         down = tl.minimum(tl.maximum(-shift, 0), 63)
         part = tl.where(shift[None, :] >= 0, v << up[None, :], v >> down[None, :])
-        part = tl.where(((shift < 32) & (shift > -w))[None, :], part & 0xFFFFFFFF, 0)
+        low = part.to(tl.uint32).to(tl.int64)  # the low 32 bits, zero-extended
+        part = tl.where(((shift < 32) & (shift > -w))[None, :], low, 0)
         word = tl.sum(part, axis=1)  # disjoint bits: the sum is their or
         tl.store(words_ptr + first_word + g * w + b, word.to(tl.uint32).to(tl.int32, bitcast=True))
 
@@ -126,9 +127,10 @@ def _restore_kernel(
     inside = idx < n
     bit = tl.load(start_ptr + pid) + i.to(tl.int64) * w
     at = bit >> 5
-    low = tl.load(words_ptr + at, mask=inside & (at < nwords), other=0).to(tl.int64)
-    high = tl.load(words_ptr + at + 1, mask=inside & (at + 1 < nwords), other=0).to(tl.int64)
-    pair = (low & 0xFFFFFFFF) | ((high & 0xFFFFFFFF) << 32)
+    low = tl.load(words_ptr + at, mask=inside & (at < nwords), other=0)
+    high = tl.load(words_ptr + at + 1, mask=inside & (at + 1 < nwords), other=0)
+    # each word zero-extended: int32 -> uint32 -> int64
+    pair = low.to(tl.uint32).to(tl.int64) | (high.to(tl.uint32).to(tl.int64) << 32)
     q = ((pair >> (bit & 31)) & ((1 << w) - 1)) + base
     r = lo + tl.maximum(q - 4, 0).to(tl.float64) * step
     r = tl.minimum(tl.maximum(r, lo), hi)
