@@ -269,3 +269,31 @@ def test_making_and_restoring_read_nothing_back(monkeypatch, dtype):
     y = restore_blocks(slot, x.shape, dtype)
     monkeypatch.undo()
     assert_within(x, y, 1e-2)
+
+
+def test_records_whose_sizes_lag_hold_slots_until_the_sizes_arrive(monkeypatch):
+    # the device lagging behind the host, on the CPU: no size arrives until told
+    model, x = relu_net(), torch.randn(64, 64)
+    x[0, 0] = 300.0
+    extra = torch.randn(8192, requires_grad=True)
+    arrived = {"now": True}
+    ready = LaggedSize.ready
+    monkeypatch.setattr(LaggedSize, "ready", lambda self: arrived["now"] and ready(self))
+    held, grads = {}, {}
+    for lag in (False, True):
+        arrived["now"] = not lag
+        ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True)
+        model.zero_grad()
+        with ac:
+            loss = model(x).square().mean()
+            before = ac.stats.live_bytes
+            arrived["now"] = True  # the device catches up
+            loss = loss + extra.sin().sum()  # this save compacts the records before it
+        held[lag] = (before, ac.stats.live_bytes, ac.stats.stored_bytes)
+        loss.backward()
+        grads[lag] = [p.grad.clone() for p in model.parameters()]
+        assert ac.stats.live_bytes == 0  # every record dropped, its bytes released
+    assert held[True][0] > held[False][0]  # worst-case slots until the sizes arrive
+    assert held[True][1:] == held[False][1:]  # then the compact records, counted so
+    for a, b in zip(grads[False], grads[True], strict=True):
+        assert torch.equal(a, b)
