@@ -37,13 +37,16 @@ entropy that Huffman plus zstd already reach).
 Payload layout (inside one zstd frame), little-endian::
 
     u8  predictor      0 raw (lossless), 1 Lorenzo, 2 linear interp, 3 cubic interp,
-                       4 multi-dim linear interp, 5 multi-dim cubic interp, 6 constant
+                       4 multi-dim linear interp, 5 multi-dim cubic interp, 6 constant,
+                       7 block-wise Lorenzo or linear regression
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
     f64 alpha, beta    interpolation level tuning: level l uses eb / min(alpha**(l-1), beta);
                        constant prediction (6): alpha is the prediction, beta is 1
     u32 radius         codes are q + radius; code 0 marks an outlier
+    u64 n + n bytes    only with predictor 7: per-block choices and regression
+                       coefficients (see compress/kernels/regression.py)
     u64 n + n bytes    Huffman stream of the codes (see compress/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
@@ -88,6 +91,7 @@ from .sz_steps import (
     MD_LINEAR,
     MULTI_DIM,
     RAW,
+    REGRESSION,
     SizedPool,
     chunk_pool,
     code_bits,
@@ -108,11 +112,12 @@ _PREDICTOR_IDS = {
     "md-linear": (MD_LINEAR,),
     "md-cubic": (MD_CUBIC,),
     "constant": (CONSTANT,),
+    "regression": (REGRESSION,),
     "interp": (LINEAR, CUBIC, MD_CUBIC),
-    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT),
+    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION),
 }
 #: the ids of predicted payloads (all but RAW)
-_PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT)
+_PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -153,7 +158,7 @@ def _middle(values: np.ndarray) -> float:
 #: interpolations (cubic, multi-dimensional) are not sampled (on noise-like chunks they
 #: lose too); else they are sampled on the layout where linear did best only. Both
 #: keep compression fast (benchmarks/compressors.py)
-_FIRST = (LORENZO, LINEAR, CONSTANT)
+_FIRST = (LORENZO, LINEAR, CONSTANT, REGRESSION)
 
 
 @register_codec
@@ -230,11 +235,14 @@ class SZCodec(Codec):
 
         with chunk_pool(threads, values.size) as pool:
             choice, shape = self._choose(values, squeezed_shape(chunk.shape), eb, prec, pool)
-            codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool)
+            side = []  # REGRESSION's side information
+            codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool, side)
             stream = huffman_encode(codes, pool)
 
         if log_domain:
-            logs = decode_with(choice, codes, outliers, shape, eb, prec, self.radius, np.float64)
+            logs = decode_with(
+                choice, codes, outliers, shape, eb, prec, self.radius, np.float64, None, *side
+            )
             y = from_log_domain(logs, signs, flat.dtype)
             missed = pw_rel_violations(work, y, tol)
             patch_idx = np.union1d(np.union1d(patch_idx, zero_idx), missed)
@@ -249,6 +257,8 @@ class SZCodec(Codec):
         w.f64(alpha)
         w.f64(beta)
         w.u32(self.radius)
+        if pred == REGRESSION:
+            w.blob(side[0])
         w.blob(stream)
         w.u64(outliers.size)
         w.array(outliers)
@@ -278,8 +288,8 @@ class SZCodec(Codec):
         for pred in _PREDICTOR_IDS[self.predictor]:
             if pred == CONSTANT:
                 candidates.append((CONSTANT, _middle(values), 1.0))
-            elif pred == LORENZO:
-                candidates.append((LORENZO, 1.0, 1.0))
+            elif pred in (LORENZO, REGRESSION):
+                candidates.append((pred, 1.0, 1.0))
             elif self.alpha is not None:
                 candidates.append((pred, self.alpha, self.beta))
             else:
@@ -308,9 +318,13 @@ class SZCodec(Codec):
             cand, layout = candidate
             # constant prediction does not see the layout: its costs compare with the shape's
             blocks = samples[shape if cand[0] == CONSTANT else layout]
-            coded = [encode_with(cand, b, b.shape, eb, prec, self.radius) for b in blocks]
+            side = []
+            coded = [
+                encode_with(cand, b, b.shape, eb, prec, self.radius, None, side) for b in blocks
+            ]
             codes = np.concatenate([c for c, _ in coded])
             bits = code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
+            bits += 8 * len(zstd_compress(b"".join(side), 1)) if side else 0
             # the 1-d layout codes fast: it wins near-ties
             return bits * _FLAT_SLACK if flat and layout is not layouts[-1] else bits
 
@@ -354,6 +368,7 @@ class SZCodec(Codec):
         log_domain = bool(flags & FLAG_LOG)
         eb, alpha, beta = r.f64(), r.f64(), r.f64()
         radius = r.u32()
+        side = r.blob() if pred == REGRESSION else b""
         if pred == CONSTANT:  # alpha is the prediction
             tuning = math.isfinite(alpha) and beta == 1
         else:
@@ -378,7 +393,7 @@ class SZCodec(Codec):
         direct = out is not None and not log_domain and work_dtype == dtype
         dest = out.reshape(-1) if direct else np.empty(size, work_dtype)
         choice = (pred, alpha, beta)
-        if pred not in (LORENZO, CONSTANT, *MULTI_DIM) and worth_threads(threads, size):
+        if pred not in (LORENZO, CONSTANT, REGRESSION, *MULTI_DIM) and worth_threads(threads, size):
             with SizedPool(1) as pool:
                 zeros, top = decode_overlapped(
                     pool, choice, decoder, outliers, shape1, eb, prec, radius, dest
@@ -386,7 +401,7 @@ class SZCodec(Codec):
         else:
             codes = decoder.finish()
             zeros, top = code_summary(codes)
-            decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest)
+            decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest, side)
         # the kernels never go out of bounds on damaged codes; these catch the rest
         if zeros != n_out:
             raise ValueError("sz payload: outlier count does not match the codes")

@@ -26,10 +26,13 @@ from .kernels.interpolation import (
     interp_pass_sizes,
 )
 from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
+from .kernels.regression import regression_decode, regression_encode
 from .stages import zstd_compress
 
 #: predictor ids, as a payload's first byte records them
 RAW, LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT = 0, 1, 2, 3, 4, 5, 6
+#: block-wise Lorenzo or linear regression (kernels/regression.py)
+REGRESSION = 7
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
 MULTI_DIM = (MD_LINEAR, MD_CUBIC)
 #: predictor choice: sample blocks per chunk, the share of the chunk they cover
@@ -84,14 +87,21 @@ def chunk_pool(threads: int, size: int):
     return SizedPool(threads) if worth else contextlib.nullcontext()  # None: one thread
 
 
-def encode_with(choice, values, shape, eb, prec, radius, pool=None):
+def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     """``(codes, outliers)`` of ``values`` (flat, laid out as ``shape``) under the
-    predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT."""
+    predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT.
+    REGRESSION appends its side information (bytes) to the list ``side``, if given."""
     pred, alpha, beta = choice
     n = values.size
     codes = np.empty(n, np.uint16)
     outliers = np.empty(n, values.dtype)
-    if pred == CONSTANT:  # alpha is the prediction
+    if pred == REGRESSION:
+        k, info = regression_encode(
+            values.reshape(fold_shape(shape, 3)), eb, radius, prec, codes, outliers
+        )
+        if side is not None:
+            side.append(info)
+    elif pred == CONSTANT:  # alpha is the prediction
         k = constant_encode(values.reshape(-1), alpha, eb, radius, prec, codes, outliers)
     elif pred == LORENZO:
         data = values.reshape(fold_shape(shape, 4))
@@ -109,11 +119,17 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None):
     return codes, outliers[:k].copy()
 
 
-def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None):
-    """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat result."""
+def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
+    """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
+    result. ``side``: REGRESSION's side information."""
     pred, alpha, beta = choice
     if dest is None:
         dest = np.empty(math.prod(shape), work_dtype)
+    if pred == REGRESSION:
+        regression_decode(
+            codes, outliers, side, eb, radius, prec, dest.reshape(fold_shape(shape, 3))
+        )
+        return dest
     if pred == CONSTANT:
         constant_decode(codes, outliers, alpha, eb, radius, prec, dest)
         return dest
