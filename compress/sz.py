@@ -153,6 +153,20 @@ def _middle(values: np.ndarray) -> float:
     return mid if math.isfinite(mid) else 0.0
 
 
+#: zstd level for payloads under ``_LOW_RATE_BITS`` bits per element: there the
+#: Huffman stream is mostly runs of the zero code's bit that a deeper match search
+#: shortens, and so few bytes go through zstd that the higher level costs little
+#: time (benchmarks/compressors.py: smooth fields at rel 1e-2)
+LOW_RATE_LEVEL = 9
+_LOW_RATE_BITS = 2.0
+
+
+def _zstd_level(level: int, nbytes: int, elements: int) -> int:
+    """The zstd level for a payload of ``nbytes`` bytes coding ``elements`` elements."""
+    low_rate = 8 * nbytes < _LOW_RATE_BITS * elements
+    return max(level, LOW_RATE_LEVEL) if low_rate and level > 0 else level
+
+
 #: predictors sampled first, on every layout; when constant prediction beats linear
 #: interpolation there, the neighbours do not predict the chunk and the higher-order
 #: interpolations (cubic, multi-dimensional) are not sampled (on noise-like chunks they
@@ -169,10 +183,16 @@ class SZCodec(Codec):
     ``cubic``, ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant`` or
     ``interp`` (linear, cubic or md-cubic by sampling). alpha/beta: fixed
     interpolation level tuning, or None to choose by sampling. radius: codes
-    per side of the quantizer (at most 32768). level: zstd level.
+    per side of the quantizer (at most 32768). level: zstd level (at least
+    ``LOW_RATE_LEVEL`` for payloads under 2 bits per element, see ``_zstd_level``).
     """
 
     name = "sz"
+    #: larger than the 4 MiB of other codecs: a chunk is coded in threads already, and
+    #: thin slabs of 3-d fields (chunks split along axis 0) lose the coarse levels of
+    #: interpolation across their thin dimension (benchmarks/compressors.py: 256^3
+    #: turbulence). The trade is memory: the CLI holds about 2 x workers x 32 MiB
+    default_chunk_bytes = 32 << 20
 
     def __init__(
         self,
@@ -265,7 +285,8 @@ class SZCodec(Codec):
         write_patches(w, patch_idx, flat[patch_idx])
         if log_domain:
             w.blob(signs.tobytes())
-        payload = zstd_compress(w.getvalue(), self.level)
+        body = w.getvalue()
+        payload = zstd_compress(body, _zstd_level(self.level, len(body), flat.size))
         if len(payload) > flat.nbytes:  # prediction did not pay: keep the chunk exactly
             raw = self._raw(flat)
             if len(raw) < len(payload):
