@@ -124,6 +124,11 @@ def cases():
     # sz flag bit 2: unrelated channels coded as 2-d (all dimensions but the last merged)
     channels = np.stack([_smooth((24, 24), np.float32, 30 + c) * (c + 1) for c in range(12)])
     yield "sz_f32_channels_2d", channels.reshape(3, 4, 24, 24), {"rel": 1e-3}
+    # sz's block-wise Lorenzo or linear regression (predictor 7): steps between blocks
+    steps = np.repeat(np.repeat(np.random.default_rng(31).uniform(-4, 4, (3, 4, 5)), 6, 0), 6, 1)
+    ramps = _smooth((18, 24, 30), np.float64, 32) * 0.05 + np.repeat(steps, 6, 2)
+    yield "sz_f32_regression_3d", ramps.astype(np.float32), {"rel": 1e-3, "predictor": "regression"}
+    yield "sz_f64_regression_pw_rel", ramps[4], {"pw_rel": 1e-2, "predictor": "regression"}
 
 
 def _entropy_mix(dtype, seed):
