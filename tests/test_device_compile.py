@@ -68,7 +68,9 @@ def test_fullgraph_step_holds_device_codes_and_matches_eager():
 
     plain = _grads(model, None, step, x, y)
     settings = {"rel": 1e-2, "min_bytes": MIN_BYTES, "device_path": True, "model": model}
-    eager = _grads(model, ActivationCompression("block", **settings), step, x, y)
+    # compiled graphs hold fixed-width codes (the eager hooks' default is block codes)
+    eager_ac = ActivationCompression("block", device_layout="fixed", **settings)
+    eager = _grads(model, eager_ac, step, x, y)
     backend = _Recording()
     compiled = torch.compile(step, fullgraph=True, backend=backend)
     ac = ActivationCompression("block", **settings)
@@ -109,7 +111,9 @@ def test_cuda_fullgraph_step_matches_eager():
         return F.cross_entropy(model(x), y)
 
     settings = {"rel": 1e-2, "min_bytes": MIN_BYTES, "model": model}
-    eager = _grads(model, ActivationCompression("block", **settings), step, x, y)
+    # compiled graphs hold fixed-width codes (the eager hooks' default is block codes)
+    eager_ac = ActivationCompression("block", device_layout="fixed", **settings)
+    eager = _grads(model, eager_ac, step, x, y)
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     ac = ActivationCompression("block", **settings)
     for _ in range(2):
