@@ -23,11 +23,15 @@ prediction from neighbours adds their noise: the largest gain, most on skewed
 ones such as GELU outputs and attention probabilities), multi-dimensional cubic
 interpolation with the tighter coarse levels (smooth 2-d and 3-d fields), a
 2-d layout for chunks of 3 or more dimensions (all but the last merged: N, C, H,
-W activations, whose channels do not predict each other), and costing
+W activations, whose channels do not predict each other), costing
 candidates as Huffman (and zstd) code them rather than by zstd over the raw
-codes (which mistook runs of equal codes for cheap ones). What did not pay and
+codes (which mistook runs of equal codes for cheap ones), chunks of 32 MiB rather
+than 4 (3-d fields cut into thin slabs lose interpolation levels), and zstd level 9
+over low-rate payloads (smooth fields at loose bounds). What did not pay and
 was left out: fixed stronger level-wise tightening for all chunks (alpha 1.5
-and more lost on most arrays), multi-dimensional linear interpolation as an
+and more lost on most arrays; SZ3's set (1, 1), (1.5, 2.5), (2, 3) sampled per
+chunk picked the stronger ones on the sample blocks, and whole chunks then lost:
+smooth_2d, interface_rho), multi-dimensional linear interpolation as an
 ``auto`` candidate (rarely better than the cubic one; still selectable), the
 reversed order of dimensions (a gain on one smooth 2-d field, losses elsewhere), a
 per-column mean as the constant (no better than one constant), and a context
