@@ -1,11 +1,13 @@
 """Triton kernels of the block codes (``compress/device_blocks.py``; the record's bytes
 are in ``device_blocks_torch.py``, whose bytes and restored values these match).
 
-Compress: the fixed layout's range kernel, then one program a block writes its base and
-width, a cumulative sum (torch) places the blocks, and one program a block packs its
-codes. A block of 256 codes at ``w`` bits is ``8 w`` whole 32-bit words, so every block
-starts on a word of its own and no two programs write the same word: 32 codes fill
-exactly ``w`` words, as 8 codes fill ``W`` bytes in the fixed layout's kernel. Restore:
+Compress (a zeroed slot, then three kernels and one cumulative sum): the fixed layout's
+range kernel, then one program a block writes its base and width, a cumulative sum of
+the widths (torch) places the blocks, and one program a block packs its codes, the last
+one writing the bytes in use. A block of 256 codes at ``w`` bits is ``8 w`` whole
+32-bit words, so every block starts on a word of its own and no two programs write the
+same word: 32 codes fill exactly ``w`` words, as 8 codes fill ``W`` bytes in the fixed
+layout's kernel. Restore:
 the same cumulative sum, then one program a block. The arithmetic is the reference's,
 in float64 (see ``device_codes_triton.py`` for the rounding and bfloat16's bits).
 
@@ -86,7 +88,7 @@ def _widths_kernel(
 
 @triton.jit
 def _pack_kernel(
-    x_ptr, scalars_ptr, base_ptr, width_ptr, start_ptr, words_ptr, n,
+    x_ptr, scalars_ptr, base_ptr, width_ptr, ends_ptr, words_ptr, used_ptr, n, nb, head,
     KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -94,7 +96,12 @@ def _pack_kernel(
     step = tl.load(scalars_ptr + 2)
     base = tl.load(base_ptr + pid).to(tl.int64)
     w = tl.load(width_ptr + pid).to(tl.int64)
-    first_word = tl.load(start_ptr + pid) >> 5  # a block starts on a word
+    end = tl.load(ends_ptr + pid)  # the widths' running sum up to this block
+    first_word = ((end - w) * B) >> 5  # a block starts on a word
+    # the last block's end is the bits in use: the record's bytes, with the spare word
+    used = head + 4 * ((end * B + 31) // 32 + 1)
+    one = tl.arange(0, 1)
+    tl.store(used_ptr + one, one.to(tl.int64) + used, mask=one + pid == nb - 1)
     g = tl.arange(0, B // 32)
     k = tl.arange(0, 32)
     idx = pid * B + g[:, None] * 32 + k[None, :]
@@ -113,7 +120,7 @@ def _pack_kernel(
 
 @triton.jit
 def _restore_kernel(
-    words_ptr, nwords, scalars_ptr, base_ptr, width_ptr, start_ptr, out_ptr, n,
+    words_ptr, nwords, scalars_ptr, base_ptr, width_ptr, ends_ptr, out_ptr, n,
     KIND: tl.constexpr, B: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -125,7 +132,7 @@ def _restore_kernel(
     i = tl.arange(0, B)
     idx = pid * B + i
     inside = idx < n
-    bit = tl.load(start_ptr + pid) + i.to(tl.int64) * w
+    bit = (tl.load(ends_ptr + pid) - w) * B + i.to(tl.int64) * w
     at = bit >> 5
     low = tl.load(words_ptr + at, mask=inside & (at < nwords), other=0)
     high = tl.load(words_ptr + at + 1, mask=inside & (at + 1 < nwords), other=0)
@@ -151,14 +158,14 @@ def _restore_kernel(
 
 
 def _fields(record: torch.Tensor, n: int):
-    """(scalars, bases, widths, block start bits int64, words int32) views of ``record``."""
+    """(scalars, bases, widths, the widths' running sums int64, words int32) of
+    ``record``: views, and one cumulative sum."""
     nb = blocks(n, BLOCK)
     scalars = record[:SCALAR_BYTES].view(torch.float64)
     base = record[SCALAR_BYTES : SCALAR_BYTES + 4 * nb].view(torch.int32)
     widths = record[SCALAR_BYTES + 4 * nb : SCALAR_BYTES + 5 * nb]
-    per_block = widths.to(torch.int64) * BLOCK
-    starts = torch.cumsum(per_block, 0) - per_block
-    return scalars, base, widths, starts, record[header_bytes(n, BLOCK) :].view(torch.int32)
+    ends = torch.cumsum(widths, 0, dtype=torch.int64)
+    return scalars, base, widths, ends, record[header_bytes(n, BLOCK) :].view(torch.int32)
 
 
 def compress(x, rel: float, nsteps: int, bits: int, margin: float):
@@ -170,20 +177,23 @@ def compress(x, rel: float, nsteps: int, bits: int, margin: float):
     _range_kernel[(nparts,)](flat, parts, n, KIND=kind, BLOCK=RANGE_BLOCK)
     record = torch.zeros(worst_bytes(n, BLOCK, bits), dtype=torch.uint8, device=x.device)
     nb = blocks(n, BLOCK)
-    scalars, base, widths, _, _ = _fields(record, n)
+    nbase = SCALAR_BYTES + 4 * nb
+    scalars = record[:SCALAR_BYTES].view(torch.float64)
+    base = record[SCALAR_BYTES:nbase].view(torch.int32)
+    widths = record[nbase : nbase + nb]
     mant, emin = _FORMATS[x.dtype]
     _widths_kernel[(nb,)](
         flat, parts, nparts, scalars, base, widths, n, _bits(rel), _bits(margin),
         _bits(2.0 ** -(mant + 1)), _bits(2.0**emin),
         KIND=kind, NSTEPS=nsteps, B=BLOCK, PARTS=PARTS,
     )  # fmt: skip
-    scalars, base, widths, starts, words = _fields(record, n)
+    _, _, _, ends, words = _fields(record, n)
+    used = torch.empty(1, dtype=torch.int64, device=x.device)
     _pack_kernel[(nb,)](
-        flat, scalars, base, widths, starts, words, n, KIND=kind, NSTEPS=nsteps, B=BLOCK
-    )
-    used_bits = starts[-1] + widths[-1].to(torch.int64) * BLOCK
-    used = header_bytes(n, BLOCK) + 4 * ((used_bits + 31) // 32 + 1)
-    return record, used.reshape(1)
+        flat, scalars, base, widths, ends, words, used, n, nb, header_bytes(n, BLOCK),
+        KIND=kind, NSTEPS=nsteps, B=BLOCK,
+    )  # fmt: skip
+    return record, used
 
 
 def restore(record, shape, dtype):
@@ -191,9 +201,9 @@ def restore(record, shape, dtype):
     out = torch.empty(shape, dtype=dtype, device=record.device)
     n = out.numel()
     mant, emin = _FORMATS[dtype]
-    scalars, base, widths, starts, words = _fields(record, n)
+    scalars, base, widths, ends, words = _fields(record, n)
     _restore_kernel[(blocks(n, BLOCK),)](
-        words, words.numel(), scalars, base, widths, starts, _as_kernel_input(out.reshape(-1)),
+        words, words.numel(), scalars, base, widths, ends, _as_kernel_input(out.reshape(-1)),
         n, KIND=_KIND[dtype], B=BLOCK, MANT=mant, EMIN=emin,
     )  # fmt: skip
     return out
