@@ -73,6 +73,10 @@ _PAIR_BITS = 6
 _HEADER = struct.Struct("<IQ")  # n, nbits
 _HEADER_SIZE = _HEADER.size  # 12 bytes
 _ALPHABET = 65536
+#: below this many symbols they are counted by numpy up to the largest one: the
+#: full-alphabet histogram's fixed cost was most of the time of sz's candidate costs
+#: on small samples
+_SMALL = 1 << 16
 
 
 def _limit_lengths(lengths_desc: list[int], max_len: int) -> list[int]:
@@ -177,7 +181,9 @@ def huffman_encode(symbols: np.ndarray, pool=None) -> bytes:
         )
     symbols = np.ascontiguousarray(symbols)
     halves = (symbols[: symbols.size // 2], symbols[symbols.size // 2 :])
-    if pool is None:
+    if pool is None and symbols.size < _SMALL:  # counts only up to the largest symbol
+        hists = [np.bincount(symbols) if symbols.size else np.zeros(1, np.int64)]
+    elif pool is None:
         hists = [_k.histogram_u16(symbols)]
     else:
         hists = list(pool.map(_k.histogram_u16, halves))
@@ -195,7 +201,7 @@ def huffman_encode(symbols: np.ndarray, pool=None) -> bytes:
 
     codes, _, _, _, _ = _canonical(lengths, MAX_CODE_LEN)
     ln = lengths.astype(np.int64)
-    table = np.zeros(_ALPHABET, dtype=np.uint32)
+    table = np.zeros(hist.size, dtype=np.uint32)  # symbols index it: none is past its end
     table[syms] = (_reverse_bits(codes, ln) | (ln << 24)).astype(np.uint32)
     nbits = int(np.dot(freqs, ln))
     words = np.empty((nbits + 63) // 64, dtype=np.uint64)
