@@ -33,6 +33,10 @@ from .formats.stream_reader import (
 )
 from .formats.workers import resolve_workers
 
+# `import tensorpress.hdf5` and `from tensorpress.hdf5 import filter` work too (as os.path
+# does), without a module file at the package root
+sys.modules[__name__ + ".hdf5"] = hdf5
+
 __all__ = [
     "ErrorBound",
     "__version__",

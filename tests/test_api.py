@@ -146,9 +146,18 @@ def test_compress_is_also_the_codecs_subpackage():
 
 
 def test_public_api_is_small():
-    names = "ErrorBound __version__ available_codecs compress decompress get_codec info open"
+    names = "ErrorBound __version__ available_codecs compress decompress get_codec hdf5 info open"
     assert set(tp.__all__) == set(names.split())
     assert all(hasattr(tp, name) for name in tp.__all__)
+
+
+def test_hdf5_filter_helper_imports_as_a_module():
+    import tensorpress.hdf5
+    from tensorpress.hdf5 import FILTER_ID, filter  # noqa: A004
+
+    assert tensorpress.hdf5 is tp.hdf5
+    assert FILTER_ID == 307
+    assert filter(abs=1e-3)["compression"] == FILTER_ID
 
 
 def test_open_reads_a_compressed_file_lazily(tmp_path):
