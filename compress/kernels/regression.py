@@ -26,7 +26,9 @@ import math
 import numpy as np
 from numba import njit
 
+from .interpolation import _dequantize_sel, _quantize_sel
 from .lorenzo import _dequantize, _qparams, _quantize
+from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: block side per number of dimensions above 1 (SZ2's choice for 3-d; 2-d and 1-d
 #: blocks of about the same count of elements would not fit a line as well)
@@ -125,7 +127,22 @@ def _fit(src, s0, s1, s2, steps, noise, kinds, qcoef):
 @njit(cache=True, nogil=True)
 def _run(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, decode):
     """Quantize ``src`` (decode=False) or reconstruct ``dst`` (decode=True) block by
-    block; return the number of outliers written or used."""
+    block; return the number of outliers written or used. The branch-free quantizer
+    of :mod:`.interpolation` (the same bits) where it applies."""
+    two_eb, inv, _ = _qparams(eb, radius)
+    if inv > 0.0 and radius < 2**30:
+        if prec == PREC_FLOAT32:
+            return _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
+                           PREC_FLOAT32, True, decode)  # fmt: skip
+        if prec == PREC_FLOAT64:
+            return _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
+                           PREC_FLOAT64, True, decode)  # fmt: skip
+    return _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec,
+                   False, decode)  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, sel, decode):
     n0, n1, n2 = dst.shape if decode else src.shape
     two_eb, inv, lim = _qparams(eb, radius)
     rec = np.zeros((n0 + 1, n1 + 1, n2 + 1))  # reconstructions, one zero plane before
@@ -157,12 +174,17 @@ def _run(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, 
                                         )
                                     v = float(outliers[oi])
                                     oi += 1
+                                elif sel:
+                                    v = _dequantize_sel(c, p, two_eb, radius, prec)
                                 else:
                                     v = _dequantize(c, p, two_eb, radius, prec)
                                 dst[i, j, k] = v
                             else:
                                 x = float(src[i, j, k])
-                                c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                                if sel:
+                                    c, v = _quantize_sel(x, p, eb, two_eb, inv, lim, radius, prec)
+                                else:
+                                    c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
                                 codes[f] = c
                                 if c == 0:
                                     outliers[oi] = src[i, j, k]
