@@ -378,7 +378,9 @@ def compressed(tmp_path):
     x = rng.standard_normal((100, 8, 9)).cumsum(axis=2).astype(np.float32)
     plain = _make(tmp_path / "plain.h5", x, labels=np.arange(100, dtype=np.int64))
     packed = str(tmp_path / "packed.h5")
-    compress_file(plain, packed, {"rel": 1e-3}, chunk_bytes=16 * 8 * 9 * 4, workers=1)
+    compress_file(
+        plain, packed, {"rel": 1e-3}, chunk_bytes=16 * 8 * 9 * 4, workers=1, layout="stream"
+    )
     return plain, packed
 
 
