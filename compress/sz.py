@@ -336,6 +336,7 @@ class SZCodec(Codec):
             for layout in layouts
             for c in candidates
             if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
+            if layout is shape or c[0] != REGRESSION  # it paid on the chunk's own shape only
         ]
         if len(candidates) == 1:
             return candidates[0]
