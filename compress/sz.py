@@ -171,10 +171,16 @@ LOW_RATE_LEVEL = 9
 _LOW_RATE_BITS = 2.0
 
 
-def _zstd_level(level: int, nbytes: int, elements: int) -> int:
-    """The zstd level for a payload of ``nbytes`` bytes coding ``elements`` elements."""
-    low_rate = 8 * nbytes < _LOW_RATE_BITS * elements
-    return max(level, LOW_RATE_LEVEL) if low_rate and level > 0 else level
+#: zstd level of every other payload when the config leaves the level open
+DEFAULT_LEVEL = 3
+
+
+def _zstd_level(level: int | None, nbytes: int, elements: int) -> int:
+    """The zstd level for a payload of ``nbytes`` bytes coding ``elements`` elements: the
+    configured ``level``, or when it is None the default for the payload's rate."""
+    if level is not None:
+        return level
+    return LOW_RATE_LEVEL if 8 * nbytes < _LOW_RATE_BITS * elements else DEFAULT_LEVEL
 
 
 #: predictors sampled first, on every layout; when constant prediction beats linear
@@ -193,8 +199,8 @@ class SZCodec(Codec):
     ``cubic``, ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant`` or
     ``interp`` (linear, cubic or md-cubic by sampling). alpha/beta: fixed
     interpolation level tuning, or None to choose by sampling. radius: codes
-    per side of the quantizer (at most 32768). level: zstd level (at least
-    ``LOW_RATE_LEVEL`` for payloads under 2 bits per element, see ``_zstd_level``).
+    per side of the quantizer (at most 32768). level: zstd level, or None for
+    ``DEFAULT_LEVEL`` and ``LOW_RATE_LEVEL`` on payloads under 2 bits per element.
     """
 
     name = "sz"
@@ -210,7 +216,7 @@ class SZCodec(Codec):
         alpha: float | None = None,
         beta: float | None = None,
         radius: int = 32768,
-        level: int = 3,
+        level: int | None = None,
         **bound,
     ):
         super().__init__(**bound)
@@ -230,7 +236,7 @@ class SZCodec(Codec):
         self.alpha = None if alpha is None else float(alpha)
         self.beta = None if beta is None else float(beta)
         self.radius = radius
-        self.level = check_level(level)
+        self.level = None if level is None else check_level(level)
 
     def parameters(self) -> dict:
         return {
@@ -309,7 +315,7 @@ class SZCodec(Codec):
         w.u8(RAW)
         w.u8(0)
         w.blob(byte_shuffle(flat))
-        return zstd_compress(w.getvalue(), self.level)
+        return zstd_compress(w.getvalue(), DEFAULT_LEVEL if self.level is None else self.level)
 
     def _choose(self, values, shape, eb, prec, pool) -> tuple[tuple, tuple]:
         """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes

@@ -36,12 +36,20 @@ def test_low_rate_payloads_decode_within_the_bound(level):
     assert np.abs(y.astype(np.float64) - x).max() <= eb
 
 
-def test_low_rate_payloads_get_the_deeper_search():
-    """Under 2 bits per element the default level writes as many bytes as level 9
-    (only the recorded config differs), fewer than the fast levels."""
+def _payload(x, **config):
+    """The sz payload of ``x`` as one chunk under ``config`` (bound included)."""
+    codec = tp.get_codec({"id": "sz", **config})
+    return codec.encode_chunk(x, codec.resolve_bound(x))
+
+
+def test_low_rate_payloads_get_the_deeper_search_unless_a_level_is_given():
+    """Under 2 bits per element the default level writes the payload level 9 writes,
+    fewer bytes than the fast levels; a level the config names is the one used."""
     x = _smooth((600, 800))
     eb = 1e-2 * float(x.max() - x.min())
-    default = tp.compress(x, codec="sz", abs=eb)
-    assert len(default) == len(tp.compress(x, codec="sz", abs=eb, level=9))
-    assert len(default) < len(tp.compress(x, codec="sz", abs=eb, level=-1))
-    assert np.abs(tp.decompress(default).astype(np.float64) - x).max() <= eb
+    default = _payload(x, abs=eb)
+    assert default == _payload(x, abs=eb, level=9)
+    assert len(default) < len(_payload(x, abs=eb, level=1))
+    assert len(_payload(x, abs=eb, level=1)) < len(_payload(x, abs=eb, level=-1))
+    y = tp.decompress(tp.compress(x, codec="sz", abs=eb))
+    assert np.abs(y.astype(np.float64) - x).max() <= eb
