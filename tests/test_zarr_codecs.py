@@ -195,7 +195,7 @@ def test_config_keeps_only_the_given_bound():
         "alpha": None,
         "beta": None,
         "radius": 32768,
-        "level": 3,
+        "level": None,
     }
     assert Block(pw_rel=0.1).get_config() == {"id": "tensorpress.block", "pw_rel": 0.1}
     assert SZ(rel=1e-3) != SZ(abs=1e-3)
@@ -367,7 +367,7 @@ def test_zarr3_store_reopens_in_a_new_process(tmp_path, cube):
                 "alpha": None,
                 "beta": None,
                 "radius": 32768,
-                "level": 3,
+                "level": None,
             },
         }
     ]
