@@ -166,6 +166,17 @@ def _compressed_report(name, source, codec, bound, nbytes, t0, target=None) -> D
     )
 
 
+def _check_hdf5_input(src, dst, dtype, shape) -> None:
+    """Raise ValueError for arguments an HDF5 input cannot take."""
+    if dtype is not None or shape is not None:
+        raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is HDF5")
+    if not is_hdf5_path(dst):
+        raise ValueError(
+            f"{src} is HDF5: its compressed form is HDF5 too; give a destination "
+            "ending in .h5 or .hdf5"
+        )
+
+
 def compress_file(
     src,
     dst,
@@ -216,13 +227,7 @@ def compress_file(
     if kind == "container":
         raise ValueError(f"{src} is already a tensorpress file: decompress it instead")
     if kind == "hdf5":
-        if dtype is not None or shape is not None:
-            raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is HDF5")
-        if not is_hdf5_path(dst):
-            raise ValueError(
-                f"{src} is HDF5: its compressed form is HDF5 too; give a destination "
-                "ending in .h5 or .hdf5"
-            )
+        _check_hdf5_input(src, dst, dtype, shape)
         with h5py.File(src, "r") as fin:
             return _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress)
     if kind in ("npy", "npz") and (dtype is not None or shape is not None):
