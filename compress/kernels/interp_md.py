@@ -28,8 +28,8 @@ them.  The quantizer is :mod:`.lorenzo`'s, so ``|x - decoded| <= max(eb_levels)`
 import numpy as np
 from numba import njit
 
-from .interpolation import _dequantize_sel, _quantize_sel
-from .lorenzo import _dequantize, _qparams, _quantize
+from .interpolation import code_phase
+from .lorenzo import _qparams
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: odd-coordinate sets in coding order, as bit masks (bit d: dimension d is odd)
@@ -188,50 +188,12 @@ def md_code(src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode):
                             for t in range(m):
                                 pbuf[t] = float(r[f0 + t * fst - st])
                     # (de)quantize the line into vbuf
-                    nz = 0
-                    if decode:
-                        if fast and prec == PREC_FLOAT64:
-                            for t in range(m):
-                                c = codes[ci + t]
-                                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
-                                nz += c == 0
-                        elif fast:
-                            for t in range(m):
-                                c = codes[ci + t]
-                                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
-                                nz += c == 0
-                        else:
-                            for t in range(m):
-                                c = codes[ci + t]
-                                vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
-                                nz += c == 0
-                    else:
+                    if not decode:
                         for t in range(m):
                             vbuf[t] = sr[f0 + t * fst]
-                        if fast and prec == PREC_FLOAT64:
-                            for t in range(m):
-                                c, v = _quantize_sel(
-                                    vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64
-                                )
-                                codes[ci + t] = c
-                                vbuf[t] = v
-                                nz += c == 0
-                        elif fast:
-                            for t in range(m):
-                                c, v = _quantize_sel(
-                                    vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32
-                                )
-                                codes[ci + t] = c
-                                vbuf[t] = v
-                                nz += c == 0
-                        else:
-                            for t in range(m):
-                                c, v = _quantize(
-                                    vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec
-                                )
-                                codes[ci + t] = c
-                                vbuf[t] = v
-                                nz += c == 0
+                    nz = code_phase(
+                        decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, radius, prec
+                    )
                     for t in range(m):
                         r[f0 + t * fst] = vbuf[t]
                     if nz:  # outliers, in coding order

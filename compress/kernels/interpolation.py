@@ -137,6 +137,51 @@ def _dequantize_sel(c, p, two_eb, radius, prec):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def code_phase(decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, radius, prec):
+    """(De)quantize ``m`` values against their predictions ``pbuf[:m]``, the codes at
+    ``codes[ci:]``: decoding fills ``vbuf[:m]`` with the reconstructions, encoding
+    quantizes ``vbuf[:m]`` (the values) and leaves the reconstructions there. Returns the
+    number of outlier codes (0). The precision is chosen outside the loops so each one
+    runs without branches (``fast``: the branch-free quantizer applies)."""
+    nz = 0
+    if decode:
+        if fast and prec == PREC_FLOAT64:
+            for t in range(m):
+                c = codes[ci + t]
+                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
+                nz += c == 0
+        elif fast:
+            for t in range(m):
+                c = codes[ci + t]
+                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
+                nz += c == 0
+        else:
+            for t in range(m):
+                c = codes[ci + t]
+                vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
+                nz += c == 0
+    elif fast and prec == PREC_FLOAT64:
+        for t in range(m):
+            c, v = _quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64)
+            codes[ci + t] = c
+            vbuf[t] = v
+            nz += c == 0
+    elif fast:
+        for t in range(m):
+            c, v = _quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32)
+            codes[ci + t] = c
+            vbuf[t] = v
+            nz += c == 0
+    else:
+        for t in range(m):
+            c, v = _quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
+            codes[ci + t] = c
+            vbuf[t] = v
+            nz += c == 0
+    return nz
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _geometry(n0, n1, n2, d, s):
     """Lines of the pass along ``d`` with stride ``s``: ``(i_lo, i_st, j_lo, j_st, st,
     k0, cl, nj, nlines)`` -- first i/j and their steps, the flat offset of +-s along
@@ -264,46 +309,7 @@ def _pass(
             continue
         # (de)quantize the chunk into vbuf
         m = nl * cl
-        nz = 0
-        if decode:
-            if fast and prec == PREC_FLOAT64:
-                for t in range(m):
-                    c = codes[ci + t]
-                    vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
-                    nz += c == 0
-            elif fast:
-                for t in range(m):
-                    c = codes[ci + t]
-                    vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
-                    nz += c == 0
-            else:
-                for t in range(m):
-                    c = codes[ci + t]
-                    vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
-                    nz += c == 0
-        else:
-            if fast and prec == PREC_FLOAT64:
-                for t in range(m):
-                    c, v = _quantize_sel(
-                        vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64
-                    )
-                    codes[ci + t] = c
-                    vbuf[t] = v
-                    nz += c == 0
-            elif fast:
-                for t in range(m):
-                    c, v = _quantize_sel(
-                        vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32
-                    )
-                    codes[ci + t] = c
-                    vbuf[t] = v
-                    nz += c == 0
-            else:
-                for t in range(m):
-                    c, v = _quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
-                    codes[ci + t] = c
-                    vbuf[t] = v
-                    nz += c == 0
+        nz = code_phase(decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, radius, prec)
         # store the reconstructions
         if cl == 1:
             for b in range(nl):
