@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -28,6 +25,7 @@ from tensorpress.compress.device_blocks import (
     worst_size,
 )
 from tensorpress.compress.device_codes import DTYPES, code_bits, payload_bytes
+from test_device_codes import assert_runs_under_the_triton_interpreter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
@@ -229,16 +227,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
 def test_triton_kernels_match_the_reference_under_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run(
-        [sys.executable, "-c", TRITON_CHECK.format(device="cpu")],
-        env=env,
-        cwd=ROOT.parent,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert_runs_under_the_triton_interpreter(TRITON_CHECK.format(device="cpu"))
 
 
 def test_the_ops_compile_as_one_graph():

@@ -216,11 +216,11 @@ assert not bad
 """
 
 
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-def test_triton_kernels_match_the_reference_under_the_interpreter():
+def assert_runs_under_the_triton_interpreter(script: str) -> None:
+    """Run ``script`` in a fresh interpreter with ``TRITON_INTERPRET=1``; it must exit 0."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run(
-        [sys.executable, "-c", _TRITON_CHECK.format(device="cpu")],
+        [sys.executable, "-c", script],
         env=env,
         cwd=ROOT.parent,
         capture_output=True,
@@ -228,6 +228,11 @@ def test_triton_kernels_match_the_reference_under_the_interpreter():
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+def test_triton_kernels_match_the_reference_under_the_interpreter():
+    assert_runs_under_the_triton_interpreter(_TRITON_CHECK.format(device="cpu"))
 
 
 @pytest.mark.skipif(not (HAVE_TRITON and CUDA), reason="needs CUDA and triton")
