@@ -204,10 +204,10 @@ class SZCodec(Codec):
     """
 
     name = "sz"
-    #: larger than the 4 MiB of other codecs: a chunk is coded in threads already, and
+    #: larger than other codecs' default: a chunk is coded in threads already, and
     #: thin slabs of 3-d fields (chunks split along axis 0) lose the coarse levels of
     #: interpolation across their thin dimension (benchmarks/compressors.py: 256^3
-    #: turbulence). The trade is memory: the CLI holds about 2 x workers x 32 MiB
+    #: turbulence). The trade is memory: the CLI holds about 2 x workers x this many bytes
     default_chunk_bytes = 32 << 20
 
     def __init__(
