@@ -28,7 +28,7 @@ them.  The quantizer is :mod:`.lorenzo`'s, so ``|x - decoded| <= max(eb_levels)`
 import numpy as np
 from numba import njit
 
-from .interpolation import code_phase
+from .interpolation import code_phase, move_outlier
 from .lorenzo import _qparams
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
@@ -199,18 +199,7 @@ def md_code(src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode):
                     if nz:  # outliers, in coding order
                         for t in range(m):
                             if codes[ci + t] == 0:
-                                f = f0 + t * fst
-                                if oi >= outliers.size:
-                                    if decode:
-                                        raise ValueError(
-                                            "corrupt stream: more outlier codes than outliers"
-                                        )
-                                    raise ValueError("outliers capacity too small")
-                                if decode:
-                                    r[f] = outliers[oi]
-                                else:
-                                    outliers[oi] = sr[f]
-                                oi += 1
+                                oi = move_outlier(decode, r, sr, f0 + t * fst, outliers, oi)
                     ci += m
     return oi
 

@@ -137,6 +137,21 @@ def _dequantize_sel(c, p, two_eb, radius, prec):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def move_outlier(decode, r, sr, f, outliers, oi):
+    """Outlier ``oi``, at flat position ``f``: decoding writes it into ``r``, encoding
+    stores the value ``sr[f]``. Returns ``oi + 1``; raises ValueError past ``outliers``."""
+    if oi >= outliers.size:
+        if decode:
+            raise ValueError("corrupt stream: more outlier codes than outliers")
+        raise ValueError("outliers capacity too small")
+    if decode:
+        r[f] = outliers[oi]
+    else:
+        outliers[oi] = sr[f]
+    return oi + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
 def code_phase(decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, radius, prec):
     """(De)quantize ``m`` values against their predictions ``pbuf[:m]``, the codes at
     ``codes[ci:]``: decoding fills ``vbuf[:m]`` with the reconstructions, encoding
@@ -327,16 +342,7 @@ def _pass(
                 p0 = b * cl
                 for t in range(cl):
                     if codes[ci + p0 + t] == 0:
-                        f = fb + t * fst
-                        if oi >= outliers.size:
-                            if decode:
-                                raise ValueError("corrupt stream: more outlier codes than outliers")
-                            raise ValueError("outliers capacity too small")
-                        if decode:
-                            r[f] = outliers[oi]
-                        else:
-                            outliers[oi] = sr[f]
-                        oi += 1
+                        oi = move_outlier(decode, r, sr, fb + t * fst, outliers, oi)
         ci += m
         nl = 0
     return ci, oi
