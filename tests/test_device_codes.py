@@ -174,13 +174,18 @@ def _refuse(*args, **kwargs):
     raise AssertionError("read back to the host")
 
 
+def refuse_host_reads(monkeypatch) -> None:
+    """Make every way a tensor's values reach the host raise (until ``monkeypatch.undo()``)."""
+    for name in ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__", "__int__"):
+        monkeypatch.setattr(torch.Tensor, name, _refuse)
+    monkeypatch.setattr(torch, "nonzero", _refuse)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_no_host_reads(monkeypatch, dtype):
     x = torch.randn(1000).to(dtype)
     x[7] = math.nan
-    for name in ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__"):
-        monkeypatch.setattr(torch.Tensor, name, _refuse)
-    monkeypatch.setattr(torch, "nonzero", _refuse)
+    refuse_host_reads(monkeypatch)
     y = restore_codes(compress_codes(x, 1e-2))
     monkeypatch.undo()
     assert_within(x, y, 1e-2)

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from tensorpress.activation_offload import ActivationCompression, TieredStore
 from tensorpress.activation_offload.device_offload import DEVICE_MIN_ELEMENTS
-from test_device_activations import _refuse, mlp, step
+from test_device_activations import mlp, step
+from test_device_codes import refuse_host_reads
 
 CUDA = torch.cuda.is_available()
 
@@ -80,9 +81,7 @@ def test_pack_and_unpack_with_a_store_read_nothing_back(monkeypatch):
     with TieredStore(1 << 24) as store:
         ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True, offload=store)
         x = x.requires_grad_(True)
-        for name in ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__float__"):
-            monkeypatch.setattr(torch.Tensor, name, _refuse)
-        monkeypatch.setattr(torch, "nonzero", _refuse)
+        refuse_host_reads(monkeypatch)
         with ac:
             loss = F.cross_entropy(model(x), y)
         loss.backward()
