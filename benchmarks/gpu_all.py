@@ -60,7 +60,7 @@ TESTS = [
 ]
 
 
-TOTAL_S = 8 * 60  # the whole run, seconds: what a GPU loan leaves after starting up
+TOTAL_S = 8 * 60  # the whole run, seconds: short enough to fit a brief GPU slot
 GPT2_TINY = ["--layers", "2", "--width", "64", "--heads", "4", "--seq", "64", "--batch", "4"]
 GPT2_TINY += ["--steps", "4", "--turn", "4", "--warmup", "1", "--val-batches", "2"]
 GPT2_TINY += ["--max-batch", "4", "--store-gib", "0.25", "--budget-s", "540", "--search-s", "240"]
