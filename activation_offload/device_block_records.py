@@ -11,8 +11,8 @@ that restores from its slot. On the CPU every record is compact when made.
 ``device_record``: what the eager hooks hold for a tensor on the device path:
 ``device_layout="blocks"`` (per-block widths, the default: they hold fewer bytes,
 ``benchmarks/activations.py``) or ``"fixed"`` (the fixed-width codes, also what
-compiled graphs and a store get, whose sizes must be known when the graph is made or
-the bytes are put).
+compiled graphs get, whose sizes must be known when the graph is made); a store gets
+block codes, put once their sizes arrive (``device_block_offload.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from collections import deque
 import torch
 
 from ..compress.device_blocks import LaggedSize, compress_blocks, restore_blocks
-from .device_offload import OffloadedCodes, too_small
+from .device_block_offload import offload_blocks
+from .device_offload import too_small
 from .device_records import DeviceCompressed
 from .identity import VersionWatch
 from .records import Held, Kept, Watched, check_restored
@@ -127,14 +128,14 @@ class Compactor:
 def device_record(ac, t, name: str, store):
     """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by module
     ``name``) on the device path (``device_records.device_codes_apply``): kept where too
-    small, fixed-width codes offloaded into ``store``, else block or fixed codes by
+    small, block codes offloaded into ``store``, else block or fixed codes by
     ``ac.config["device_layout"]``."""
     config, stats, debug, compactor = ac.config, ac.stats, ac.debug, ac._compactor
     rel = config["rel"]
     if too_small(t):  # kept on the device: a store's put costs more than it saves
         return Kept(t, t.numel() * t.element_size(), stats)
     if store is not None:
-        return OffloadedCodes(t, rel, stats, name, debug, store)
+        return offload_blocks(ac, t, name, store)  # put once their sizes arrive
     if config.get("device_layout", "blocks") == "fixed":
         return DeviceCompressed(t, rel, stats, name, debug)
     compactor.run()  # the records made before this one whose sizes have arrived

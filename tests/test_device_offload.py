@@ -1,19 +1,50 @@
-"""Device codes with an offload store (activation_offload/device_offload.py): records
-round-trip within their bound through the pinned pool and through files, leave the
-device's memory, and read nothing back to the host; tensors too small for the codes'
-launches are kept exactly."""
+"""Device codes with an offload store (activation_offload/device_block_offload.py):
+block records hold their slot until their size arrives, then their used bytes go to the
+store; they round-trip within their bound through the pinned pool and through files,
+restore from the slot when asked before their put, leave the device's memory, and read
+nothing back to the host but their sizes; tensors too small for the codes' launches are
+kept exactly."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression, TieredStore
+from tensorpress.activation_offload.device_block_offload import OffloadedBlocks
 from tensorpress.activation_offload.device_offload import DEVICE_MIN_ELEMENTS
+from tensorpress.activation_offload.stats import ActivationStats
+from tensorpress.compress import device_blocks
+from tensorpress.compress.device_blocks import LaggedSize, worst_size
 from test_device_activations import mlp, step
+from test_device_blocks import assert_within, tensors
 from test_device_codes import refuse_host_reads
 
 CUDA = torch.cuda.is_available()
+
+
+def allow_size_reads(monkeypatch) -> None:
+    """Let through the one host read the block records make: their size, copied to the
+    host (pinned memory behind an event on CUDA; at once on the CPU, where the device
+    is the host)."""
+    tolist = torch.Tensor.tolist
+
+    def lagged_read(host):
+        assert host.device.type == "cpu" and host.dtype == torch.int64 and host.numel() == 1
+        return int(tolist(host)[0])
+
+    monkeypatch.setattr(device_blocks, "read_host", lagged_read)
+
+
+def lag_sizes(monkeypatch) -> dict:
+    """The device lagging behind the host, on the CPU: no record's size arrives while
+    ``arrived["now"]`` is False."""
+    arrived = {"now": False}
+    ready = LaggedSize.ready
+    monkeypatch.setattr(LaggedSize, "ready", lambda self: arrived["now"] and ready(self))
+    return arrived
 
 
 def _batch(n=128, seed=1, device="cpu"):
@@ -32,9 +63,7 @@ def _store(tier: str, tmp_path) -> TieredStore:
 def test_round_trip_through_a_store_within_the_bound(tier, tmp_path):
     model = mlp("cpu")
     x, y = _batch()
-    plain = ActivationCompression(
-        "block", rel=1e-2, min_bytes=0, device_path=True, device_layout="fixed"
-    )
+    plain = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True)
     _, gx0, grads0 = step(model, plain, x, y)
     with _store(tier, tmp_path) as store:
         # debug: every restored tensor is checked against its bound, element by element
@@ -42,14 +71,14 @@ def test_round_trip_through_a_store_within_the_bound(tier, tmp_path):
             "block", rel=1e-2, min_bytes=0, device_path=True, offload=store, debug=True
         )
         _, gx, grads = step(model, ac, x, y)
-        assert ac.stats.records["OffloadedCodes"] == plain.stats.records["DeviceCompressed"]
+        assert ac.stats.records["OffloadedBlocks"] == plain.stats.records["BlockCodes"]
         assert store.stats.prefetched_gets == store.stats.puts  # every record came back
         if tier == "files":
             assert store.stats.spilled_bytes > 0 and store.stats.read_bytes > 0
         else:
             assert store.stats.spilled_bytes == 0 and store.stats.peak_cpu_bytes > 0
         assert len(store) == 0  # every record let go once backward used it
-    # the same codes as without a store: the same gradients, bit for bit
+    # the same block codes as without a store: the same gradients, bit for bit
     for a, b in zip([gx0, *grads0], [gx, *grads], strict=True):
         assert torch.equal(a, b)
     assert ac.stats.stored_bytes == plain.stats.stored_bytes
@@ -81,12 +110,13 @@ def test_pack_and_unpack_with_a_store_read_nothing_back(monkeypatch):
     with TieredStore(1 << 24) as store:
         ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True, offload=store)
         x = x.requires_grad_(True)
+        allow_size_reads(monkeypatch)
         refuse_host_reads(monkeypatch)
         with ac:
             loss = F.cross_entropy(model(x), y)
         loss.backward()
         monkeypatch.undo()
-        assert ac.stats.records["OffloadedCodes"] >= 3
+        assert ac.stats.records["OffloadedBlocks"] >= 3
         assert store.stats.gets == store.stats.puts > 0
     assert bool(torch.isfinite(x.grad).all())
 
@@ -111,10 +141,92 @@ def test_tensors_too_small_for_a_launch_are_kept_exactly(store):
     assert stats.saved_bytes == stats.stored_bytes == (DEVICE_MIN_ELEMENTS - 1) * 4
     assert torch.equal(grad, exact)  # sin's backward read the saved input exactly
     stats, grad, exact = results[DEVICE_MIN_ELEMENTS]
-    coded = "OffloadedCodes" if store else "BlockCodes"
+    coded = "OffloadedBlocks" if store else "BlockCodes"
     assert stats.records == {coded: 1}
     assert stats.stored_bytes < stats.saved_bytes / 4
     assert not torch.equal(grad, exact)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    x=tensors(),
+    rel=st.sampled_from([1e-1, 1e-2, 1e-4]),
+    how=st.sampled_from(["get", "prefetch", "slot"]),
+)
+def test_a_record_restores_within_the_bound_from_the_store_or_its_slot(x, rel, how):
+    """float16/bfloat16/float32 of odd sizes with NaN and infinities: back from the
+    store (prefetched or not), or from the slot when restored before its put."""
+    stats = ActivationStats()
+    with TieredStore(1 << 20) as store:
+        if how == "slot":  # the size has not arrived: the slot stays, nothing is put
+            with pytest.MonkeyPatch.context() as mp:
+                lag_sizes(mp)
+                rec = OffloadedBlocks(x, rel, stats, "x", False, store)
+                assert not rec.compact and len(store) == 0
+                assert stats.device_bytes == worst_size(x.numel(), rel)
+                y = rec.restore()
+        else:
+            rec = OffloadedBlocks(x, rel, stats, "x", False, store)
+            assert rec.compact and stats.device_bytes == 0 and len(store) == 1
+            if how == "prefetch":
+                rec.prefetch()
+            y = rec.restore()
+            assert store.stats.prefetched_gets == (how == "prefetch")
+        assert_within(x, y, rel)
+        del rec
+        assert len(store) == 0 and stats.live_bytes == 0
+
+
+def test_records_restored_before_their_put_and_put_while_backward_runs(monkeypatch):
+    """Sizes that arrive late: the forward pass holds slots on the device and puts
+    nothing; backward restores the last layers' records from their slots, then the
+    sizes arrive and the unpacks put the rest into the store and get them back. This
+    gives the gradients of records put at once, bit for bit."""
+    model = mlp("cpu")
+    x, y = _batch()
+    arrived = lag_sizes(monkeypatch)
+
+    def arrive_in_backward(module, args, out):  # once the gradient reaches model[3]
+        out.register_hook(lambda g: arrived.update(now=True))
+
+    model[3].register_forward_hook(arrive_in_backward)
+    result = {}
+    for lag in (False, True):
+        arrived["now"] = not lag
+        with TieredStore(1 << 24) as store:
+            ac = ActivationCompression(
+                "block", rel=1e-2, min_bytes=0, device_path=True, offload=store, debug=True
+            )
+            _, gx, grads = step(model, ac, x, y)
+            blocks = ac.stats.records["OffloadedBlocks"]
+            result[lag] = (store.stats.puts, store.stats.gets, blocks, gx, grads)
+            assert len(store) == 0 and ac.stats.live_bytes == 0
+    puts, gets, blocks, gx, grads = result[True]
+    puts0, gets0, blocks0, gx0, grads0 = result[False]
+    assert blocks == blocks0 >= 3
+    # the records unpacked before the sizes arrived (Linear 5's input: the ReLU's
+    # output, saved by both) were restored from their slots and never put
+    assert 0 < puts0 - puts < blocks and gets > 0
+    assert torch.equal(gx, gx0)
+    for a, b in zip(grads, grads0, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_hook_path_with_a_store_runs_on_meta_tensors():
+    """A meta tensor's size never arrives: the slots stay on the device, nothing is put,
+    and forward and backward run through with the shapes alone."""
+    model = mlp("meta")
+    x = torch.empty(128, 64, device="meta")
+    y = torch.empty(128, dtype=torch.long, device="meta")
+    with TieredStore(1 << 20) as store:
+        # min_bytes keeps the log-probabilities (held exactly, so put as they are) here
+        ac = ActivationCompression("block", rel=1e-2, min_bytes=8192, offload=store)
+        _, gx, grads = step(model, ac, x, y)
+        assert store.stats.puts == 0
+        assert ac.stats.records["OffloadedBlocks"] >= 3
+        assert ac.stats.rows["0"].stored_bytes == worst_size(128 * 64, 1e-2)
+    assert gx.shape == x.shape and gx.device.type == "meta"
+    assert all(g is not None and g.device.type == "meta" for g in grads)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
@@ -126,6 +238,6 @@ def test_cuda_offloaded_codes_round_trip():
     with TieredStore(1 << 26) as store:
         ac = ActivationCompression("block", rel=1e-2, min_bytes=0, offload=store, debug=True)
         _, gx, _ = step(model, ac, x, y)
-        assert ac.stats.records["OffloadedCodes"] >= 3
+        assert ac.stats.records["OffloadedBlocks"] >= 3
         assert store.stats.prefetched_gets > 0
     assert torch.equal(gx0, gx)
