@@ -297,10 +297,15 @@ def lorenzo_decode(codes, outliers, eb, radius, prec, out):
 
 @njit(cache=True, nogil=True)
 def code_summary(codes):
-    """``(outlier codes, largest code)`` of a uint16 code array, in one pass."""
+    """``(outlier codes, largest code)`` of a uint16 code array, in one pass.
+
+    The maximum is kept as uint16 and the count added as an integer, so the loop
+    vectorizes (a Python ``max`` over mixed integer types did not: several times slower).
+    """
     zeros = 0
-    top = 0
-    for c in codes:
-        zeros += c == 0
-        top = max(top, c)
-    return zeros, top
+    top = np.uint16(0)
+    for i in range(codes.shape[0]):
+        c = codes[i]
+        zeros += np.int64(c == 0)
+        top = c if c > top else top
+    return zeros, np.int64(top)
