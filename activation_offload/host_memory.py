@@ -7,7 +7,13 @@ benchmarks/offload.py), registered with
 CUDA once (``cudaHostRegister``: the exact size, unlike ``pin_memory()``, which
 rounds up to a power of two) so device copies run asynchronously. It is handed
 out in extents rounded up to ``ALIGN`` bytes, first fit, with freed neighbours
-merged: a reusable pool instead of a fresh pinned buffer per tensor.
+merged: a reusable pool instead of a fresh pinned buffer per tensor. An extent that a
+device copy may still read or write is freed behind that copy's event
+(:meth:`HostPool.free_after`): handed out again only once ``event.query()`` says the
+copy is done, so no host thread waits for a copy to let go of its extent.
+
+``copy_into_pool`` and ``copy_to_device`` are the device copies in and out of the pool:
+queued, never waited for, each giving the event that marks it done.
 
 ``BufferCache`` keeps the buffers that records are read into from files (and device
 bytes are copied into on their way to files): huge-page buffers handed out as tensors
@@ -48,13 +54,15 @@ class HostPool:
         self._lock = threading.Lock()
         self._starts = [0] if self.capacity else []  # free extents, sorted by start
         self._sizes = {0: self.capacity} if self.capacity else {}
-        self.used = 0  # bytes handed out (rounded)
+        self._lagging: list = []  # (offset, nbytes, events): freed once the events are done
+        self.used = 0  # bytes handed out (rounded), lagging extents included
         self.peak = 0
 
     def alloc(self, nbytes: int) -> int | None:
         """Offset of a free extent of at least ``nbytes``; None when none is free."""
         need = max(round_up(nbytes), ALIGN)
         with self._lock:
+            self._sweep()
             for i, start in enumerate(self._starts):
                 size = self._sizes[start]
                 if size >= need:
@@ -69,28 +77,69 @@ class HostPool:
 
     def free(self, offset: int, nbytes: int) -> None:
         """Return the extent at ``offset`` that ``alloc(nbytes)`` gave."""
-        size = max(round_up(nbytes), ALIGN)
         with self._lock:
-            i = bisect.bisect_left(self._starts, offset)
-            if i < len(self._starts) and self._starts[i] < offset + size:
-                raise ValueError(f"extent at {offset} is already free")
-            if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] > offset:
-                raise ValueError(f"extent at {offset} is already free")
-            self.used -= size
-            end = offset + size
-            if i < len(self._starts) and self._starts[i] == end:  # merge the next
-                size += self._sizes.pop(self._starts.pop(i))
-            if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] == offset:
-                self._sizes[self._starts[i - 1]] += size  # merge into the previous
+            self._free(offset, nbytes)
+
+    def free_after(self, offset: int, nbytes: int, events) -> None:
+        """Return the extent at ``offset`` once every one of ``events`` (CUDA events, or
+        None) has completed: the copies that read or write it. Never waits: an extent
+        with a copy under way is kept out of use until a later call finds it done."""
+        pending = [e for e in events if e is not None and not e.query()]
+        with self._lock:
+            if pending:
+                self._lagging.append((offset, nbytes, pending))
             else:
-                self._starts.insert(i, offset)
-                self._sizes[offset] = size
+                self._free(offset, nbytes)
+
+    def wait_lagging(self) -> bool:
+        """Wait for the copies of the oldest extent still in use by one (a host wait,
+        for a caller that cannot go on without room); False when there is none."""
+        with self._lock:
+            events = self._lagging[0][2] if self._lagging else None
+        if events is None:
+            return False
+        for e in events:
+            e.synchronize()
+        with self._lock:
+            self._sweep()
+        return True
+
+    def _sweep(self) -> None:
+        """Free the lagging extents whose copies are done (lock held)."""
+        keep = []
+        for offset, nbytes, events in self._lagging:
+            events = [e for e in events if not e.query()]
+            if events:
+                keep.append((offset, nbytes, events))
+            else:
+                self._free(offset, nbytes)
+        self._lagging[:] = keep
+
+    def _free(self, offset: int, nbytes: int) -> None:
+        size = max(round_up(nbytes), ALIGN)
+        i = bisect.bisect_left(self._starts, offset)
+        if i < len(self._starts) and self._starts[i] < offset + size:
+            raise ValueError(f"extent at {offset} is already free")
+        if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] > offset:
+            raise ValueError(f"extent at {offset} is already free")
+        self.used -= size
+        end = offset + size
+        if i < len(self._starts) and self._starts[i] == end:  # merge the next
+            size += self._sizes.pop(self._starts.pop(i))
+        if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] == offset:
+            self._sizes[self._starts[i - 1]] += size  # merge into the previous
+        else:
+            self._starts.insert(i, offset)
+            self._sizes[offset] = size
 
     def view(self, offset: int, nbytes: int) -> torch.Tensor:
         """The extent's first ``nbytes`` bytes as a uint8 tensor (no copy)."""
         return self.buffer[offset : offset + nbytes]
 
     def close(self) -> None:
+        """Wait for the copies still using extents, then unpin the pool."""
+        while self.wait_lagging():
+            pass
         if self.pinned:
             _unregister(self.buffer)
             self.pinned = False
@@ -184,6 +233,36 @@ class _Lease(np.ndarray):
 # BufferCache); the free ones kept cover what gets in order hand back (one a get) and a
 # dozen more for many prefetches queued at once
 IO_BUFFERS = BufferCache(256 << 20)
+
+
+def copy_into_pool(dst: torch.Tensor, src: torch.Tensor):
+    """Copy ``src`` (any device) into host tensor ``dst`` (a pool extent) on the current
+    stream without waiting for it; returns the CUDA event that marks the copy done, or
+    None where it is done already (CPU, or a ``dst`` not pinned: those copies block).
+    ``src``'s device memory is kept from reuse by its allocator until the copy has
+    read it."""
+    if not (src.is_cuda and dst.is_pinned()):
+        copy_and_wait(dst, src)
+        return None
+    dst.copy_(src, non_blocking=True)
+    src.record_stream(torch.cuda.current_stream(src.device))
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+def copy_to_device(src: torch.Tensor, device: torch.device):
+    """(``src`` on ``device``, the CUDA event that marks when the copy has read ``src``,
+    or None where it has). On CUDA from pinned memory the copy is queued on the current
+    stream and not waited for; on the CPU, a copy."""
+    if device.type != "cuda":
+        return src.clone(), None
+    data = src.to(device, non_blocking=src.is_pinned())
+    if not src.is_pinned():
+        return data, None  # from pageable memory the copy has read it on return
+    event = torch.cuda.Event()
+    event.record()
+    return data, event
 
 
 def copy_and_wait(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,11 @@ for saved activations the first saved is the last needed). ``prefetch`` starts
 bringing a record back to its device; ``get`` returns it, waiting only for what
 is not done yet.
 
+No host thread waits for a device copy to or from the pool: copies are queued behind
+events (a copy back waits on its stream for the copy in), and an extent is handed out
+again only once its copies' events have completed (``HostPool.free_after``); the file
+tier alone waits, in a worker, for the bytes it writes to reach the host.
+
 Faults never lose a tensor silently: a failed spill keeps the record in host memory
 over the budget (with a warning), up to ``max_host_bytes``; past it the record is not
 stored and ``wait``/``get`` raise ``HostMemoryFull``. Every failure is counted in
@@ -26,7 +31,7 @@ from dataclasses import replace
 import torch
 
 from ..compress import compress_tensor, decompress_tensor
-from .host_memory import HostPool, copy_and_wait, io_buffer
+from .host_memory import HostPool, copy_and_wait, copy_into_pool, copy_to_device, io_buffer
 from .spill import SpillDir, SpillError
 from .store_state import (
     CPU,
@@ -44,9 +49,8 @@ from .store_state import (
 
 __all__ = ["PENDING", "Handle", "HostMemoryFull", "StoreStats", "TieredStore"]
 
-# records a get in the order of the puts reads ahead: one read is then always queued
-# while the last is checked, so gets in order keep the disk busy (see
-# benchmarks/offload.py, its in-order reads against the raw loop)
+# records a get in the order of the puts reads ahead: one read is then always queued while
+# the last is checked, so gets in order keep the disk busy (benchmarks/offload.py)
 READ_AHEAD = 1
 
 
@@ -64,7 +68,8 @@ class TieredStore:
     :func:`tensorpress.compress.compress_tensor`). ``workers`` background threads, and
     one that reads records from files.
     ``max_pending_bytes``: :meth:`put` waits while the tensors put and not yet stored
-    (still where they were, kept alive by the store) would pass this many bytes; one
+    (still where they were, kept alive by the store until their copies are queued) would
+    pass this many bytes; one
     larger than it waits until none are pending. None: no cap.
     A tensor given to :meth:`put` must not be modified in place until its record
     is stored (:meth:`wait`); a modification that is seen raises on :meth:`get`.
@@ -103,7 +108,8 @@ class TieredStore:
         self._streams: dict = {}
         self._warned = False
         self._closed = False
-        weakref.finalize(self, _shutdown, self._workers, self._reader, self.spill, self.pool)
+        self._parts = (self._workers, self._reader, self.spill, self.pool, self._records)
+        weakref.finalize(self, _shutdown, *self._parts)
 
     # ------------------------------------------------------------------ public
 
@@ -134,8 +140,12 @@ class TieredStore:
         return handle
 
     def wait(self, handle: Handle) -> None:
-        """Block until ``handle``'s record is stored; raises what storing raised."""
-        self._wait(self._record(handle))
+        """Block until ``handle``'s record is stored; raises what storing raised. The
+        caller's CUDA stream then waits (not the host) for the copy into the pool."""
+        rec = self._record(handle)
+        self._wait(rec)
+        if rec.written is not None and rec.handle.device.type == "cuda":
+            torch.cuda.current_stream(rec.handle.device).wait_event(rec.written)
 
     @staticmethod
     def _wait(rec: Record) -> None:
@@ -211,7 +221,7 @@ class TieredStore:
         if self._closed:
             return
         self._closed = True
-        _shutdown(self._workers, self._reader, self.spill, self.pool)
+        _shutdown(*self._parts)
         self._records.clear()
 
     def __enter__(self):
@@ -294,7 +304,7 @@ class TieredStore:
         n = rec.nbytes = data.numel()
         offset = self._reserve(n)
         if offset is not None:
-            copy_and_wait(self.pool.view(offset, n), data)
+            rec.written = copy_into_pool(self.pool.view(offset, n), data)
             self._set_tier(rec, CPU, offset=offset)
             return
         if self.spill is not None:
@@ -348,8 +358,12 @@ class TieredStore:
         room when there is a file tier; None when it cannot."""
         while True:
             offset = self.pool.alloc(n)
-            if offset is not None or self.spill is None or n > self.pool.capacity:
+            if offset is not None or n > self.pool.capacity:
                 return offset
+            if self.pool.wait_lagging():  # room that copies still use: wait for them
+                continue
+            if self.spill is None:
+                return None
             with self._cond:
                 victim = next(
                     (r for r in self._records.values() if r.tier == CPU and not r.busy), None
@@ -362,6 +376,8 @@ class TieredStore:
 
     def _spill(self, rec: Record) -> bool:
         """Move a CPU record to a file; False (record kept, warned) when writing fails."""
+        if rec.written is not None:  # the file needs the bytes on the host
+            rec.written.synchronize()
         try:
             loc = self.spill.write(self.pool.view(rec.offset, rec.nbytes).numpy())
         except SpillError as exc:
@@ -371,8 +387,8 @@ class TieredStore:
                 self._cond.notify_all()
             return False
         with self._cond:  # a delete meanwhile waits in _free for the tier to settle
-            self.pool.free(rec.offset, rec.nbytes)
-            rec.offset, rec.loc = None, loc
+            self.pool.free_after(rec.offset, rec.nbytes, rec.reads)
+            rec.offset, rec.loc, rec.written, rec.reads = None, loc, None, []
             self.stats.spilled_bytes += rec.nbytes
             self._retier(rec, NVME)
             self._cond.notify_all()
@@ -419,7 +435,7 @@ class TieredStore:
             if rec.error is not None:
                 raise rec.error
             rec.busy += 1
-            tier = rec.tier
+            tier, copied = rec.tier, None
         try:
             if tier == CPU:
                 src = self.pool.view(rec.offset, rec.nbytes)
@@ -433,19 +449,19 @@ class TieredStore:
                 with self._cond:
                     self.stats.read_bytes += rec.nbytes
             h = rec.handle
-            if h.device.type == "cpu":
-                data = src.clone() if tier != NVME and rec.meta is None else src
+            if h.device.type == "cpu" and (tier == NVME or rec.meta is not None):
+                data = src  # a buffer of its own, or decoded into one below
             else:
-                data = src.to(h.device, non_blocking=src.is_pinned())
-                if src.is_pinned():  # the pool extent must outlive the copy
-                    copied = torch.cuda.Event()
-                    copied.record()
-                    copied.synchronize()
+                if rec.written is not None and h.device.type == "cuda":  # the copy in first
+                    torch.cuda.current_stream(h.device).wait_event(rec.written)
+                data, copied = copy_to_device(src, h.device)
             if rec.meta is not None:
                 return decompress_tensor(replace(rec.meta, payload=data))
             return data.view(h.dtype).reshape(h.shape)
         finally:
             with self._cond:
+                if tier == CPU and copied is not None:  # the extent outlives the copy
+                    rec.reads = [e for e in rec.reads if not e.query()] + [copied]
                 rec.busy -= 1
                 self._cond.notify_all()
 
@@ -462,7 +478,7 @@ class TieredStore:
             while rec.busy or rec.tier == SPILLING:
                 self._cond.wait()
             if rec.tier == CPU and rec.offset is not None:
-                self.pool.free(rec.offset, rec.nbytes)
+                self.pool.free_after(rec.offset, rec.nbytes, rec.copies())
             elif rec.tier == NVME and rec.loc is not None:
                 self.spill.free(rec.loc)
             rec.offset = rec.host = rec.loc = None
@@ -474,11 +490,11 @@ class TieredStore:
             warnings.warn(f"TieredStore: {message}", RuntimeWarning, stacklevel=2)
 
 
-def _shutdown(
-    workers: ThreadPoolExecutor, reader: ThreadPoolExecutor, spill: SpillDir | None, pool: HostPool
-) -> None:
+def _shutdown(workers, reader, spill: SpillDir | None, pool: HostPool, records: dict) -> None:
     workers.shutdown(wait=True)
     reader.shutdown(wait=True)
+    for event in [e for rec in list(records.values()) for e in rec.copies()]:
+        event.synchronize()  # the pool is unpinned next: no copy may still use it
     if spill is not None:
         spill.close()
     pool.close()

@@ -105,5 +105,11 @@ class Record:
         self.stored: Future | None = None  # the put's background work
         self.ready: Future | None = None  # a prefetch: (tensor, CUDA event or None)
         self.busy = 0  # readers of the pool extent or file record
+        self.written = None  # CUDA event: the copy into the pool extent done
+        self.reads: list = []  # CUDA events: copies out of the pool extent done
         self.deleted = False
         self.error: BaseException | None = None
+
+    def copies(self) -> list:
+        """The CUDA events of the copies into and out of the record's pool extent."""
+        return [e for e in (self.written, *self.reads) if e is not None]
