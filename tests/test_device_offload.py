@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.activation_offload import ActivationCompression, TieredStore
+from tensorpress.activation_offload import ActivationCompression, Offload, TieredStore
 from tensorpress.activation_offload.device_block_offload import OffloadedBlocks
 from tensorpress.activation_offload.device_offload import DEVICE_MIN_ELEMENTS
 from tensorpress.activation_offload.stats import ActivationStats
@@ -59,20 +59,23 @@ def _store(tier: str, tmp_path) -> TieredStore:
     return TieredStore(0, nvme_dir=tmp_path)  # no pool: every record goes to a file
 
 
-@pytest.mark.parametrize("tier", ["pool", "files"])
-def test_round_trip_through_a_store_within_the_bound(tier, tmp_path):
+@pytest.mark.parametrize("tier, prefetch", [("pool", 2), ("files", 2), ("pool", 0)])
+def test_round_trip_through_a_store_within_the_bound(tier, prefetch, tmp_path):
     model = mlp("cpu")
     x, y = _batch()
     plain = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True)
     _, gx0, grads0 = step(model, plain, x, y)
     with _store(tier, tmp_path) as store:
         # debug: every restored tensor is checked against its bound, element by element
+        offload = Offload(store, prefetch)
         ac = ActivationCompression(
-            "block", rel=1e-2, min_bytes=0, device_path=True, offload=store, debug=True
+            "block", rel=1e-2, min_bytes=0, device_path=True, offload=offload, debug=True
         )
         _, gx, grads = step(model, ac, x, y)
         assert ac.stats.records["OffloadedBlocks"] == plain.stats.records["BlockCodes"]
-        assert store.stats.prefetched_gets == store.stats.puts  # every record came back
+        # every record came back, prefetched where asked (debug reads each once more)
+        assert store.stats.gets >= store.stats.puts
+        assert store.stats.prefetched_gets == (store.stats.puts if prefetch else 0)
         if tier == "files":
             assert store.stats.spilled_bytes > 0 and store.stats.read_bytes > 0
         else:
@@ -230,7 +233,7 @@ def test_the_hook_path_with_a_store_runs_on_meta_tensors():
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_cuda_offloaded_codes_round_trip():
+def test_cuda_offloaded_blocks_round_trip():
     model = mlp("cuda")
     x, y = _batch(512, device="cuda")
     plain = ActivationCompression("block", rel=1e-2, min_bytes=0)
@@ -239,5 +242,38 @@ def test_cuda_offloaded_codes_round_trip():
         ac = ActivationCompression("block", rel=1e-2, min_bytes=0, offload=store, debug=True)
         _, gx, _ = step(model, ac, x, y)
         assert ac.stats.records["OffloadedBlocks"] >= 3
-        assert store.stats.prefetched_gets > 0
-    assert torch.equal(gx0, gx)
+        assert store.stats.gets >= store.stats.puts > 0
+    assert torch.equal(gx0, gx)  # from a slot or from the store: the same block codes
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_cuda_offloaded_step_never_synchronizes(prefetch):
+    """Forward and backward with a store under sync debug mode "error": the forward pass
+    holds slots and puts what has arrived; with every size arrived, backward's unpacks
+    put the rest and get every record back (prefetched or not), all without a host
+    wait (a worker's would fail its record, and the get raise it)."""
+    model = mlp("cuda")
+    x, y = _batch(512, device="cuda")
+    plain = ActivationCompression("block", rel=1e-2, min_bytes=0)
+    _, gx0, _ = step(model, plain, x, y)
+    with TieredStore(1 << 26) as store:
+        ac = ActivationCompression("block", rel=1e-2, min_bytes=0, offload=Offload(store, prefetch))
+        step(model, ac, x, y)  # warm-up: kernels compiled, caches filled
+        x = x.detach().requires_grad_(True)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with ac:
+                loss = F.cross_entropy(model(x), y)
+            torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()  # every size has reached the host now
+            puts = store.stats.puts
+            torch.cuda.set_sync_debug_mode("error")
+            loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert store.stats.puts > puts  # records put by backward's unpacks
+        assert (store.stats.prefetched_gets > 0) == (prefetch > 0)
+        assert len(store) == 0
+    assert torch.equal(gx0, x.grad)
