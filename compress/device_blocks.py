@@ -1,5 +1,6 @@
-"""Block codes for tensors under a ``rel`` bound: per-block widths on the device, with no
-host read when they are made.
+"""Block codes for tensors under a ``rel`` or ``abs`` bound, or a learned tolerance between
+the bound and a ceiling: per-block widths on the device, with no host read when they are
+made.
 
 Why a second layout. The fixed-width codes (``device_codes.py``) hold every tensor at the
 width the bound allows its worst case, ``32 / bits`` at best; what holds fewer bytes is
@@ -20,6 +21,30 @@ whose range is not tiny next to their magnitude), the step is doubled: half a st
 ``tol (1 - 2**-7)``, plus the rounding, ``tol 2**-8``, plus the float64 arithmetic's
 ``tol 2**-9`` stay inside ``tol``. The choice is one ``where`` on device scalars; the
 slot keeps the fine step's size, and the block widths take the bit saved.
+
+A learned tolerance (adaptive bounds, ``activation_offload/adaptive.py``): a float64 device
+scalar ``e``, used as ``min(max(e, rel (hi - lo)), ceiling (hi - lo))``, computed where
+the range is, in the kernel. It never falls below the ``rel`` tolerance, so no code passes
+the ``rel`` bound's ``nsteps`` and the slot sized for ``rel`` holds every such tensor;
+and every step of the proof above holds with ``tol`` in place of ``rel (hi - lo)``: the
+step is ``tol (1 - 2**-7)`` (doubled by the same test), the float64 arithmetic's error
+only shrinks next to a larger ``tol``.
+
+``abs`` bounds. The steps across a range have no ceiling under ``abs``, so a slot sized
+before the kernel runs needs a fallback that is exact: a block whose code width would
+reach the dtype's own bits is stored raw, its values' bits at the dtype's width (exact,
+NaN and infinities included), and so is one with an element more than ``2**30`` steps
+from ``lo`` (bases stay int32) or, for the whole tensor, a largest magnitude ``M`` over
+``2**39`` times the bound. That last test keeps the float64 arithmetic's error, at most
+about ``2**-50 (hi - lo) + 2**-51 M``, below ``2**-9`` of the bound, inside the margin
+(under ``rel`` the range itself keeps it so). The worst case is then the raw size plus the
+headers (5 bytes a block of 256, 24 a tensor), known from the element count and the
+dtype; the lagged compaction below shrinks it to the bytes in use, so what stays held is
+the raw bits only where the bound asks for them. The other design, a width learned from
+the previous step of the same tensor kind with an overflow flag, keeps a smaller slot but
+needs the original kept until the flag reaches the host, and a host read to act on it;
+the raw fallback needs neither. Raw blocks also cap widths under ``rel``: a float16
+tensor at ``rel`` 1e-5 takes no more than its own 16 bits a value.
 
 Its memory behaviour. The record is written into a slot of the worst case's size, known
 from the element count and the bound alone, so the kernel runs with nothing read back;
@@ -54,10 +79,12 @@ pinned memory.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import device_ops
-from .kernels.device_blocks_torch import header_bytes, worst_bytes
+from .kernels.device_blocks_torch import header_bytes, slot_bits, worst_bytes
 from .kernels.device_codes_layout import DTYPES, MIN_REL, code_bits, supports
 
 __all__ = ["BLOCK", "LaggedSize", "compress_blocks", "restore_blocks", "worst_size"]
@@ -66,9 +93,11 @@ __all__ = ["BLOCK", "LaggedSize", "compress_blocks", "restore_blocks", "worst_si
 BLOCK = 256
 
 
-def worst_size(numel: int, rel: float, block: int = BLOCK) -> int:
-    """Bytes of the slot a record of ``numel`` elements is written into."""
-    return worst_bytes(numel, block, code_bits(rel))
+def worst_size(numel: int, rel=None, block: int = BLOCK, *, dtype=torch.float32, abs=None):
+    """Bytes of the slot a record of ``numel`` elements of ``dtype`` is written into, under
+    ``rel`` or ``abs`` (the raw size plus headers: no ceiling on its steps)."""
+    bits = slot_bits(dtype, None if abs is not None else code_bits(rel))
+    return worst_bytes(numel, block, bits)
 
 
 def smallest_size(numel: int, block: int = BLOCK) -> int:
@@ -76,18 +105,50 @@ def smallest_size(numel: int, block: int = BLOCK) -> int:
     return header_bytes(numel, block) + 4
 
 
-def compress_blocks(x: torch.Tensor, rel: float, block: int = BLOCK):
+def compress_blocks(
+    x: torch.Tensor,
+    rel=None,
+    block: int = BLOCK,
+    *,
+    abs=None,
+    learned: torch.Tensor | None = None,
+    ceiling=None,
+):
     """(slot uint8 of :func:`worst_size` bytes, used: int64[1] on the device, the bytes
     of the slot's prefix that hold the record) of ``x`` (float16, bfloat16 or float32)
-    within ``rel`` of its finite range; nothing is read back to the host."""
-    if not supports(x.dtype, rel):
+    within ``rel`` of its finite range or within ``abs``; with ``learned`` (a float64
+    device scalar, one element) within that tolerance held between the bound and
+    ``ceiling`` (in the bound's units). Nothing is read back to the host."""
+    _check(x, rel, abs, block)
+    if learned is not None:
+        if not (isinstance(ceiling, (int, float)) and ceiling >= (rel if abs is None else abs)):
+            raise ValueError(f"a learned tolerance needs a ceiling >= the bound, got {ceiling!r}")
+        if learned.numel() != 1 or learned.dtype != torch.float64:
+            raise ValueError("learned takes a float64 tensor of one element")
+    bound, absolute = (float(rel), False) if abs is None else (float(abs), True)
+    if learned is None and not absolute:
+        return device_ops.device_blocks(x.detach(), bound, block)
+    ceiling = 0.0 if ceiling is None else float(ceiling)
+    return device_ops.device_blocks_bounded(x.detach(), bound, block, absolute, learned, ceiling)
+
+
+def _check(x: torch.Tensor, rel, abs, block) -> None:
+    if (rel is None) == (abs is None):
+        raise ValueError(f"block codes take exactly one of rel= and abs=, got {rel=}, {abs=}")
+    if abs is not None:
+        ok = isinstance(abs, (int, float)) and math.isfinite(abs) and abs >= 0
+        if x.dtype not in DTYPES or not ok:
+            raise ValueError(
+                f"block codes hold {', '.join(str(d) for d in DTYPES)} under a finite abs "
+                f">= 0, got {x.dtype} with abs={abs!r}"
+            )
+    elif not supports(x.dtype, rel):
         raise ValueError(
             f"block codes hold {', '.join(str(d) for d in DTYPES)} under rel >= {MIN_REL}, "
             f"got {x.dtype} with rel={rel!r}"
         )
     if not (isinstance(block, int) and block > 0 and block % 32 == 0):
         raise ValueError(f"block must be a positive multiple of 32, got {block!r}")
-    return device_ops.device_blocks(x.detach(), float(rel), block)
 
 
 def restore_blocks(record: torch.Tensor, shape, dtype: torch.dtype, block: int = BLOCK):

@@ -1,6 +1,7 @@
 """The device codes as ``torch.library`` custom ops: ``tensorpress::device_codes`` and
 ``tensorpress::device_restore`` (the layout is in ``device_codes.py``), and the block
-codes as ``tensorpress::device_blocks`` and ``tensorpress::device_blocks_restore``
+codes as ``tensorpress::device_blocks`` (``rel``), ``tensorpress::device_blocks_bounded``
+(``rel`` or ``abs``, with a learned tolerance) and ``tensorpress::device_blocks_restore``
 (``device_blocks.py``; Triton kernels on CUDA for blocks of 256, as for the fixed codes).
 
 Their fake implementations compute the outputs' shapes from the layout alone, so the
@@ -95,20 +96,58 @@ def _(payload, scalars, shape, dtype, rel) -> torch.Tensor:
     return payload.new_empty(tuple(shape), dtype=dtype)
 
 
+def _slot(dtype: torch.dtype, bound: float, absolute: bool) -> tuple[int, int]:
+    """(steps, slot bits) of block codes of ``dtype`` under the bound."""
+    if absolute:
+        return blocks_reference.RAW_LIMIT, blocks_reference.slot_bits(dtype, None)
+    return steps(bound), blocks_reference.slot_bits(dtype, code_bits(bound))
+
+
 @torch.library.custom_op("tensorpress::device_blocks", mutates_args=())
 def device_blocks(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(record uint8 of the worst case's size, bytes in use int64[1]) of ``x`` under
     ``rel`` in blocks of ``block`` elements (the layout is in ``device_blocks.py``)."""
-    nsteps, bits = steps(rel), code_bits(rel)
-    triton = _block_kernels(x.device, block, x.numel())
-    if triton is not None:
-        return triton.compress(x.contiguous(), rel, nsteps, bits, STEP_MARGIN)
-    return blocks_reference.compress(x, rel, nsteps, bits, STEP_MARGIN, block)
+    return _blocks(x, rel, block, False, None, 0.0)
 
 
 @device_blocks.register_fake
 def _(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    nbytes = blocks_reference.worst_bytes(x.numel(), block, code_bits(rel))
+    return _blocks_fake(x, rel, block, False)
+
+
+@torch.library.custom_op("tensorpress::device_blocks_bounded", mutates_args=())
+def device_blocks_bounded(
+    x: torch.Tensor,
+    bound: float,
+    block: int,
+    absolute: bool,
+    learned: torch.Tensor | None,
+    ceiling: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`device_blocks` under ``rel`` (``absolute`` False) or ``abs`` ``bound``, with a
+    learned absolute tolerance (float64 [1], or None) held between the bound and
+    ``ceiling`` (``kernels/device_blocks_torch.tolerance``)."""
+    return _blocks(x, bound, block, absolute, learned, ceiling)
+
+
+@device_blocks_bounded.register_fake
+def _(x, bound, block, absolute, learned, ceiling) -> tuple[torch.Tensor, torch.Tensor]:
+    return _blocks_fake(x, bound, block, absolute)
+
+
+def _blocks(x, bound, block, absolute, learned, ceiling):
+    nsteps, bits = _slot(x.dtype, bound, absolute)
+    triton = _block_kernels(x.device, block, x.numel())
+    if triton is not None:
+        x = x.contiguous()
+        return triton.compress(x, bound, nsteps, bits, STEP_MARGIN, absolute, learned, ceiling)
+    return blocks_reference.compress(
+        x, bound, nsteps, bits, STEP_MARGIN, block, absolute, learned, ceiling
+    )
+
+
+def _blocks_fake(x, bound, block, absolute):
+    nbytes = blocks_reference.worst_bytes(x.numel(), block, _slot(x.dtype, bound, absolute)[1])
     return x.new_empty(nbytes, dtype=torch.uint8), x.new_empty(1, dtype=torch.int64)
 
 

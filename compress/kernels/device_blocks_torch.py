@@ -13,6 +13,19 @@ Codes: 0 an exact zero, 1 NaN, 2 +Inf, 3 -Inf, ``4 + rint((x - lo) / step)`` a f
 ``x``. Zero comes first so that a block of a ReLU's output (zeros and values from
 ``lo = 0`` up) needs only the width of its own largest value, and a block of zeros none.
 The last block is padded (its width unchanged) with zero bits.
+
+A raw block: width ``RAW[dtype]`` (the dtype's own bits: 16 or 32), base 0, and each
+code the element's bits (NaN payloads and the sign of zero kept). A block is raw where
+its code width would reach the dtype's, where one of its finite elements lies past
+``RAW_LIMIT`` steps from ``lo`` (``abs`` bounds, whose steps across the range have no
+ceiling; an ``abs`` bound of 0), or where, under ``abs``, the tensor's largest
+magnitude exceeds ``ABS_SPAN`` times the bound (the float64 arithmetic's error would
+no longer be small next to the bound: ``compress/device_blocks.py``). So no block ever
+takes more than the dtype's bits, and the slot is sized by ``slot_bits``.
+
+The tolerance (``tolerance``): ``rel * (hi - lo)`` or ``abs``; with a learned absolute
+tolerance (adaptive bounds, a float64 device scalar) that one held between the bound
+and the ceiling (``ceiling * (hi - lo)`` under ``rel``, ``ceiling`` under ``abs``).
 """
 
 from __future__ import annotations
@@ -25,6 +38,17 @@ from .device_codes_torch import _FORMATS, finite_range, round_to
 
 SPECIALS = 4  # zero, NaN, +Inf, -Inf ahead of the finite codes
 SCALAR_BYTES = 24  # lo, hi, step (float64)
+RAW_LIMIT = 2**30  # the most steps from lo a coded element may lie (bases fit int32)
+ABS_SPAN = 2.0**39  # under abs: a larger magnitude / bound holds the tensor raw
+#: a raw block's width: the dtype's bits; and the integer dtype of the same size
+RAW = {torch.float16: 16, torch.bfloat16: 16, torch.float32: 32}
+_INT = {16: torch.int16, 32: torch.int32}
+
+
+def slot_bits(dtype: torch.dtype, bits: int | None) -> int:
+    """The widest block of ``dtype`` under a bound whose codes take ``bits`` (None: no
+    ceiling, ``abs``): raw blocks cap every width at the dtype's bits."""
+    return RAW[dtype] if bits is None else min(bits, RAW[dtype])
 
 
 def blocks(n: int, block: int) -> int:
@@ -56,26 +80,59 @@ def coarse(lo, hi, tol, dtype: torch.dtype):
     return top * 2.0 ** -(mant + 1) <= tol * 2.0**-8
 
 
-def quantize(flat: torch.Tensor, rel: float, nsteps: int, margin: float):
-    """(codes int64, scalars float64 ``[lo, hi, step]``) of non-empty ``flat``."""
+def tolerance(lo, hi, bound: float, absolute: bool, learned=None, ceiling: float = 0.0):
+    """The absolute tolerance, a float64 device scalar: ``bound`` (``abs``) or ``bound``
+    times ``hi - lo`` (``rel``); with ``learned`` (float64, one element) that one held
+    between it and ``ceiling`` (scaled alike). A NaN ``learned`` gives the bound."""
+    scale = torch.ones_like(lo) if absolute else hi - lo
+    tol = bound * scale
+    if learned is None:
+        return tol
+    learned = learned.reshape(()).to(torch.float64)
+    tol = torch.where(learned > tol, learned, tol)
+    top = ceiling * scale
+    return torch.where(tol < top, tol, top)
+
+
+def quantize(
+    flat: torch.Tensor,
+    bound: float,
+    nsteps: int,
+    margin: float,
+    absolute=False,
+    learned=None,
+    ceiling=0.0,
+):
+    """(codes int64, scalars float64 ``[lo, hi, step]``, bool: the elements that need
+    their block raw) of non-empty ``flat``."""
     lo, hi = finite_range(flat)
-    tol = rel * (hi - lo)
+    tol = tolerance(lo, hi, bound, absolute, learned, ceiling)
     step = tol * margin
     step = torch.where(coarse(lo, hi, tol, flat.dtype), step * 2, step)
     x = flat.double()
-    v = torch.where(step > 0, (x - lo) / step, 0.0)
+    # a zero step (a constant tensor, or abs=0) codes only lo; any other value goes raw
+    v = torch.where(step > 0, (x - lo) / step, torch.where(x == lo, 0.0, math.inf))
+    wide = torch.isfinite(x) & (v > RAW_LIMIT)
+    if absolute:
+        wide = wide | (torch.maximum(lo.abs(), hi.abs()) > tol * ABS_SPAN)
     q = v.round().clamp(0, nsteps).to(torch.int64) + SPECIALS
     q = torch.where(x == 0, 0, q)
     q = torch.where(torch.isnan(x), 1, q)
     q = torch.where(x == math.inf, 2, q)
     q = torch.where(x == -math.inf, 3, q)
-    return q, torch.stack([lo, hi, step])
+    return q, torch.stack([lo, hi, step]), wide
 
 
 def _bit_length(v: torch.Tensor) -> torch.Tensor:
-    """Bits of non-negative int64 ``v`` below ``2**24`` (0 for 0), exact in float32's
+    """Bits of non-negative int64 ``v`` below ``2**53`` (0 for 0), exact in float64's
     exponent: ``frexp`` gives ``v = m * 2**e`` with ``0.5 <= m < 1``."""
-    return torch.frexp(v.to(torch.float32)).exponent.to(torch.int64)
+    return torch.frexp(v.to(torch.float64)).exponent.to(torch.int64)
+
+
+def raw_bits(flat: torch.Tensor) -> torch.Tensor:
+    """The bits of each element of ``flat`` as a non-negative int64."""
+    bits = RAW[flat.dtype]
+    return flat.view(_INT[bits]).to(torch.int64) & ((1 << bits) - 1)
 
 
 def _offsets(widths: torch.Tensor, n_padded: int, block: int) -> torch.Tensor:
@@ -86,15 +143,26 @@ def _offsets(widths: torch.Tensor, n_padded: int, block: int) -> torch.Tensor:
     return (starts[:, None] + within[None, :] * widths[:, None]).reshape(n_padded)
 
 
-def compress(x: torch.Tensor, rel: float, nsteps: int, bits: int, margin: float, block: int):
-    """(record uint8 of ``worst_bytes`` bytes, used int64[1]: the bytes in use)."""
+def compress(
+    x: torch.Tensor,
+    bound: float,
+    nsteps: int,
+    bits: int,
+    margin: float,
+    block: int,
+    absolute=False,
+    learned=None,
+    ceiling=0.0,
+):
+    """(record uint8 of ``worst_bytes`` bytes, used int64[1]: the bytes in use); ``bits``:
+    ``slot_bits`` of the bound, ``nsteps``: its steps (``RAW_LIMIT`` under ``abs``)."""
     flat = x.reshape(-1)
     n = flat.numel()
     record = torch.zeros(worst_bytes(n, block, bits), dtype=torch.uint8, device=x.device)
     if n == 0:
         used = torch.full((1,), header_bytes(0, block), dtype=torch.int64, device=x.device)
         return record, used
-    codes, scalars = quantize(flat, rel, nsteps, margin)
+    codes, scalars, wide = quantize(flat, bound, nsteps, margin, absolute, learned, ceiling)
     nb = blocks(n, block)
     padded = torch.nn.functional.pad(codes, (0, nb * block - n), value=0).view(nb, block)
     last = padded[-1]  # the last block's padding takes a code of that block
@@ -102,10 +170,15 @@ def compress(x: torch.Tensor, rel: float, nsteps: int, bits: int, margin: float,
     padded[-1] = torch.where(real, last, last[0])
     base = padded.amin(1)
     widths = _bit_length(padded.amax(1) - base)
-    values = (padded - base[:, None]).reshape(-1)
+    pad = (0, nb * block - n)
+    raw = (widths >= RAW[x.dtype]) | torch.nn.functional.pad(wide, pad).view(nb, block).any(1)
+    widths = torch.where(raw, RAW[x.dtype], widths)
+    base = torch.where(raw, 0, base)
+    own = torch.nn.functional.pad(raw_bits(flat), pad).view(nb, block)
+    values = torch.where(raw[:, None], own, padded - base[:, None]).reshape(-1)
     values[n:] = 0  # the padding's bits are zeros
     offsets = _offsets(widths, nb * block, block)
-    shifted = values << (offsets & 31)  # below 2**52: no overflow
+    shifted = values << (offsets & 31)  # below 2**63: no overflow
     nwords = (record.numel() - header_bytes(n, block)) // 4
     words = torch.zeros(nwords, dtype=torch.int64, device=x.device)
     index = offsets >> 5
@@ -123,7 +196,8 @@ def compress(x: torch.Tensor, rel: float, nsteps: int, bits: int, margin: float,
 
 
 def unpack(record: torch.Tensor, n: int, block: int):
-    """(codes int64 of the ``n`` elements, scalars float64 ``[lo, hi, step]``)."""
+    """(codes int64 of the ``n`` elements, scalars float64 ``[lo, hi, step]``, each
+    element's block width int64)."""
     nb = blocks(n, block)
     head = header_bytes(n, block)
     scalars = record[:SCALAR_BYTES].view(torch.float64)
@@ -139,7 +213,7 @@ def unpack(record: torch.Tensor, n: int, block: int):
     width = widths.repeat_interleave(block, output_size=nb * block)[:n]
     mask = torch.bitwise_left_shift(torch.ones_like(width), width) - 1
     values = (pair >> (offsets & 31)) & mask
-    return values + base.repeat_interleave(block, output_size=nb * block)[:n], scalars
+    return values + base.repeat_interleave(block, output_size=nb * block)[:n], scalars, width
 
 
 def restore(record: torch.Tensor, shape, dtype: torch.dtype, block: int) -> torch.Tensor:
@@ -147,7 +221,7 @@ def restore(record: torch.Tensor, shape, dtype: torch.dtype, block: int) -> torc
     n = math.prod(shape)
     if n == 0:
         return torch.empty(shape, dtype=dtype, device=record.device)
-    codes, scalars = unpack(record, n, block)
+    codes, scalars, width = unpack(record, n, block)
     lo, hi, step = scalars[0], scalars[1], scalars[2]
     q = (codes - SPECIALS).clamp_min(0).double()
     r = torch.minimum(torch.maximum(lo + q * step, lo), hi)
@@ -156,4 +230,7 @@ def restore(record: torch.Tensor, shape, dtype: torch.dtype, block: int) -> torc
     y = torch.where(codes == 1, math.nan, y)
     y = torch.where(codes == 2, math.inf, y)
     y = torch.where(codes == 3, -math.inf, y)
-    return y.to(dtype).reshape(shape)
+    bits = RAW[dtype]
+    own = torch.where(codes >= 1 << (bits - 1), codes - (1 << bits), codes).to(_INT[bits])
+    y = torch.where(width == bits, own, y.to(dtype).view(_INT[bits]))
+    return y.view(dtype).reshape(shape)

@@ -7,9 +7,10 @@ the widths (torch) places the blocks, and one program a block packs its codes, t
 one writing the bytes in use. A block of 256 codes at ``w`` bits is ``8 w`` whole
 32-bit words, so every block starts on a word of its own and no two programs write the
 same word: 32 codes fill exactly ``w`` words, as 8 codes fill ``W`` bytes in the fixed
-layout's kernel. Restore:
-the same cumulative sum, then one program a block. The arithmetic is the reference's,
-in float64 (see ``device_codes_triton.py`` for the rounding and bfloat16's bits).
+layout's kernel. A raw block (width the dtype's bits, ``device_blocks_torch.py``) packs
+the elements' own bits the same way. Restore: the same cumulative sum, then one program
+a block. The arithmetic is the reference's, in float64 (see ``device_codes_triton.py``
+for the rounding and bfloat16's bits).
 
 With ``TRITON_INTERPRET=1`` set before triton is imported, Triton's interpreter runs the
 same kernels on CPU tensors (the tests' check against the reference).
@@ -21,7 +22,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .device_blocks_torch import SCALAR_BYTES, blocks, header_bytes, worst_bytes
+from .device_blocks_torch import (
+    ABS_SPAN,
+    RAW,
+    RAW_LIMIT,
+    SCALAR_BYTES,
+    blocks,
+    header_bytes,
+    worst_bytes,
+)
 from .device_codes_triton import (
     _FORMATS,
     _KIND,
@@ -33,31 +42,52 @@ from .device_codes_triton import (
 )
 
 BLOCK = 256  # the only block size these kernels take
+_LIMIT = tl.constexpr(RAW_LIMIT)
+_SPAN = tl.constexpr(ABS_SPAN)
 
 
 @triton.jit
 def _codes(x_ptr, idx, inside, lo, step, KIND: tl.constexpr, NSTEPS: tl.constexpr):
-    """int64 codes of the elements at ``idx``: 0 zero, 1 NaN, 2 +Inf, 3 -Inf, 4 + step."""
+    """(int64 codes of the elements at ``idx``: 0 zero, 1 NaN, 2 +Inf, 3 -Inf, 4 + step;
+    whether each is a finite element past ``RAW_LIMIT`` steps, whose block goes raw)."""
     if KIND == 2:
         b = tl.load(x_ptr + idx, mask=inside, other=0).to(tl.int32)
         x = (b << 16).to(tl.float32, bitcast=True).to(tl.float64)
     else:
         x = tl.load(x_ptr + idx, mask=inside, other=0.0).to(tl.float64)
     fin = tl.abs(x) < float("inf")
-    v = tl.where(fin, (x - lo) / tl.where(step > 0, step, 1.0), 0.0)
+    # a zero step (a constant tensor, or abs=0) codes only lo; any other value goes raw
+    v = tl.where(step > 0, (x - lo) / tl.where(step > 0, step, 1.0), 0.0)
+    v = tl.where(x == lo, 0.0, tl.where(step > 0, v, float("inf")))
+    v = tl.where(fin, v, 0.0)
+    wide = fin & (v > _LIMIT)
     v = tl.minimum(tl.maximum(v, 0.0), NSTEPS)
     q = ((v + 4503599627370496.0) - 4503599627370496.0).to(tl.int64) + 4  # rint: 2**52
     q = tl.where(x == 0, 0, q)
     q = tl.where(x != x, 1, q)
     q = tl.where(x == float("inf"), 2, q)
-    return tl.where(x == float("-inf"), 3, q)
+    return tl.where(x == float("-inf"), 3, q), wide
+
+
+@triton.jit
+def _raw_bits(x_ptr, idx, inside, KIND: tl.constexpr):
+    """The bits of the elements at ``idx``, as non-negative int64."""
+    if KIND == 0:
+        b = tl.load(x_ptr + idx, mask=inside, other=0.0).to(tl.int32, bitcast=True)
+        return b.to(tl.int64) & 0xFFFFFFFF
+    elif KIND == 1:
+        b = tl.load(x_ptr + idx, mask=inside, other=0.0).to(tl.int16, bitcast=True)
+        return b.to(tl.int64) & 0xFFFF
+    else:
+        return tl.load(x_ptr + idx, mask=inside, other=0).to(tl.int64) & 0xFFFF
 
 
 @triton.jit
 def _widths_kernel(
-    x_ptr, parts_ptr, nparts, scalars_ptr, base_ptr, width_ptr, n, rel_bits, margin_bits,
-    ulp_bits, normal_bits,
+    x_ptr, parts_ptr, nparts, scalars_ptr, base_ptr, width_ptr, n, bound_bits, margin_bits,
+    ulp_bits, normal_bits, learned_ptr, ceiling_bits,
     KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr, PARTS: tl.constexpr,
+    ABS: tl.constexpr, LEARNED: tl.constexpr, RAW: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     p = tl.arange(0, PARTS)
@@ -66,9 +96,17 @@ def _widths_kernel(
     none = lo > hi  # no finite element
     lo = tl.where(none, 0.0, lo).to(tl.float64)
     hi = tl.where(none, 0.0, hi).to(tl.float64)
-    tol = rel_bits.to(tl.float64, bitcast=True) * (hi - lo)
+    scale = 1.0 if ABS else hi - lo  # see device_blocks_torch.tolerance
+    # an argument's bits: 0 (a bound or ceiling of 0.0) arrives as an int32
+    tol = bound_bits.to(tl.int64).to(tl.float64, bitcast=True) * scale
+    if LEARNED:
+        e = tl.load(learned_ptr)
+        tol = tl.where(e > tol, e, tol)
+        top = ceiling_bits.to(tl.int64).to(tl.float64, bitcast=True) * scale
+        tol = tl.where(tol < top, tol, top)
     step = tol * margin_bits.to(tl.float64, bitcast=True)
-    top = tl.maximum(tl.maximum(tl.abs(lo), tl.abs(hi)), normal_bits.to(tl.float64, bitcast=True))
+    big = tl.maximum(tl.abs(lo), tl.abs(hi))
+    top = tl.maximum(big, normal_bits.to(tl.float64, bitcast=True))
     fine = top * ulp_bits.to(tl.float64, bitcast=True) <= tol * 0.00390625  # 2**-8
     step = tl.where(fine, step * 2, step)  # see device_blocks_torch.coarse
     first = pid == 0
@@ -77,19 +115,22 @@ def _widths_kernel(
     tl.store(scalars_ptr + 2, step, mask=first)
     idx = pid * B + tl.arange(0, B)
     inside = idx < n
-    q = _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS)
+    q, wide = _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS)
     base = tl.min(tl.where(inside, q, 1 << 40), axis=0)
-    spread = (tl.max(tl.where(inside, q, -1), axis=0) - base).to(tl.float32)
-    # bit length: float32's biased exponent less 126 (exact below 2**24), 0 for 0
-    width = tl.where(spread > 0, ((spread.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126, 0)
-    tl.store(base_ptr + pid, base.to(tl.int32))
-    tl.store(width_ptr + pid, width.to(tl.uint8))
+    spread = (tl.max(tl.where(inside, q, -1), axis=0) - base).to(tl.float64)
+    # bit length: float64's biased exponent less 1022 (exact below 2**53), 0 for 0
+    width = tl.where(spread > 0, ((spread.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022, 0)
+    raw = (width >= RAW) | (tl.max(wide.to(tl.int32), axis=0) > 0)
+    if ABS:
+        raw = raw | (big > tol * _SPAN)
+    tl.store(base_ptr + pid, tl.where(raw, 0, base).to(tl.int32))
+    tl.store(width_ptr + pid, tl.where(raw, RAW, width).to(tl.uint8))
 
 
 @triton.jit
 def _pack_kernel(
     x_ptr, scalars_ptr, base_ptr, width_ptr, ends_ptr, words_ptr, used_ptr, n, nb, head,
-    KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr,
+    KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr, RAW: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     lo = tl.load(scalars_ptr)
@@ -106,7 +147,11 @@ def _pack_kernel(
     k = tl.arange(0, 32)
     idx = pid * B + g[:, None] * 32 + k[None, :]
     inside = idx < n
-    v = tl.where(inside, _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS) - base, 0)
+    q, _ = _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS)
+    if w == RAW:
+        v = tl.where(inside, _raw_bits(x_ptr, idx, inside, KIND), 0)
+    else:
+        v = tl.where(inside, q - base, 0)
     for b in range(w):  # word b of each group of 32 codes
         shift = k.to(tl.int64) * w - 32 * b  # where code k starts, from the word's first bit
         up = tl.minimum(tl.maximum(shift, 0), 63)
@@ -122,6 +167,7 @@ def _pack_kernel(
 def _restore_kernel(
     words_ptr, nwords, scalars_ptr, base_ptr, width_ptr, ends_ptr, out_ptr, n,
     KIND: tl.constexpr, B: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
+    RAW: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     lo = tl.load(scalars_ptr)
@@ -149,12 +195,16 @@ def _restore_kernel(
     y = tl.where(q == 1, float("nan"), y)
     y = tl.where(q == 2, float("inf"), y)
     y = tl.where(q == 3, float("-inf"), y)
+    # out_ptr: the output's bits (int32, or int16 for 16-bit dtypes); a raw block's codes
+    # are those bits (int64 -> narrower ints wrap)
+    raw = w == RAW
     if KIND == 2:
-        tl.store(out_ptr + idx, (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16), mask=inside)
+        bits = tl.where(raw, q.to(tl.int16), (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16))
     elif KIND == 1:
-        tl.store(out_ptr + idx, y.to(tl.float16), mask=inside)
+        bits = tl.where(raw, q.to(tl.int16), y.to(tl.float16).to(tl.int16, bitcast=True))
     else:
-        tl.store(out_ptr + idx, y, mask=inside)
+        bits = tl.where(raw, q.to(tl.int32), y.to(tl.int32, bitcast=True))
+    tl.store(out_ptr + idx, bits, mask=inside)
 
 
 def _fields(record: torch.Tensor, n: int):
@@ -168,7 +218,16 @@ def _fields(record: torch.Tensor, n: int):
     return scalars, base, widths, ends, record[header_bytes(n, BLOCK) :].view(torch.int32)
 
 
-def compress(x, rel: float, nsteps: int, bits: int, margin: float):
+def compress(
+    x,
+    bound: float,
+    nsteps: int,
+    bits: int,
+    margin: float,
+    absolute=False,
+    learned=None,
+    ceiling=0.0,
+):
     """(record uint8, used int64[1]) of contiguous, non-empty ``x`` (see the reference)."""
     n, kind = x.numel(), _KIND[x.dtype]
     flat = _as_kernel_input(x.reshape(-1))
@@ -182,16 +241,20 @@ def compress(x, rel: float, nsteps: int, bits: int, margin: float):
     base = record[SCALAR_BYTES:nbase].view(torch.int32)
     widths = record[nbase : nbase + nb]
     mant, emin = _FORMATS[x.dtype]
+    if learned is not None:
+        learned = learned.reshape(1).to(torch.float64)
     _widths_kernel[(nb,)](
-        flat, parts, nparts, scalars, base, widths, n, _bits(rel), _bits(margin),
+        flat, parts, nparts, scalars, base, widths, n, _bits(bound), _bits(margin),
         _bits(2.0 ** -(mant + 1)), _bits(2.0**emin),
+        scalars if learned is None else learned, _bits(ceiling),
         KIND=kind, NSTEPS=nsteps, B=BLOCK, PARTS=PARTS,
+        ABS=bool(absolute), LEARNED=learned is not None, RAW=RAW[x.dtype],
     )  # fmt: skip
     _, _, _, ends, words = _fields(record, n)
     used = torch.empty(1, dtype=torch.int64, device=x.device)
     _pack_kernel[(nb,)](
         flat, scalars, base, widths, ends, words, used, n, nb, header_bytes(n, BLOCK),
-        KIND=kind, NSTEPS=nsteps, B=BLOCK,
+        KIND=kind, NSTEPS=nsteps, B=BLOCK, RAW=RAW[x.dtype],
     )  # fmt: skip
     return record, used
 
@@ -202,8 +265,9 @@ def restore(record, shape, dtype):
     n = out.numel()
     mant, emin = _FORMATS[dtype]
     scalars, base, widths, ends, words = _fields(record, n)
+    bits = out.reshape(-1).view(torch.int32 if RAW[dtype] == 32 else torch.int16)
     _restore_kernel[(blocks(n, BLOCK),)](
-        words, words.numel(), scalars, base, widths, ends, _as_kernel_input(out.reshape(-1)),
-        n, KIND=_KIND[dtype], B=BLOCK, MANT=mant, EMIN=emin,
+        words, words.numel(), scalars, base, widths, ends, bits,
+        n, KIND=_KIND[dtype], B=BLOCK, MANT=mant, EMIN=emin, RAW=RAW[dtype],
     )  # fmt: skip
     return out
