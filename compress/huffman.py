@@ -36,12 +36,15 @@ DEFLATE: the bitstream is filled from the least significant bit of byte 0 upward
 (equivalently: little-endian uint64 words, from bit 0 up), and each code is written
 starting with its most significant bit.  Padding bits of the last byte are zero.
 
-Decoding (little-endian hosts): a 64-bit bit buffer, refilled with 32-bit words
-whenever it holds fewer bits than the longest code; the next ``min(12, max_length)``
-bits index a table of (symbol, length) -- of two symbols when the second code fits
-too, for streams of at most 6 bits a code on average; codes longer than that are
-decoded length by length from the canonical first code per length.  Every header field is validated
-before decoding and the kernel never reads past the (zero-padded) bitstream, so a
+Decoding (little-endian hosts): the next ``min(12, max_length)`` stream bits index
+a table. Streams of at most 4 bits a code on average take ``kernels/huffman_multi.py``:
+64-bit windows read from any bit position, up to three codes a lookup, a second
+table for codes longer than the index. Others take ``kernels/huffman.py``: a 64-bit
+bit buffer refilled with 32-bit words whenever it holds fewer bits than the longest
+code, (symbol, length) a lookup -- of two symbols when the second code fits too, for
+streams of at most 6 bits a code -- and codes longer than the index decoded length by
+length from the canonical first code per length.  Every header field is validated
+before decoding and the kernels never read past the (zero-padded) bitstream, so a
 damaged or truncated stream raises ``ValueError``.
 """
 
@@ -53,6 +56,7 @@ import struct
 import numpy as np
 
 from .kernels import huffman as _k
+from .kernels import huffman_multi as _km
 
 __all__ = [
     "MAX_CODE_LEN",
@@ -69,6 +73,9 @@ MAX_CODE_LEN = 24
 LUT_BITS = 12
 #: mean code length (bits) up to which the decoder's table holds pairs of codes
 _PAIR_BITS = 6
+#: mean code length (bits) up to which it holds up to three codes
+#: (``kernels/huffman_multi.py``)
+_MULTI_BITS = 4
 
 _HEADER = struct.Struct("<IQ")  # n, nbits
 _HEADER_SIZE = _HEADER.size  # 12 bytes
@@ -312,22 +319,37 @@ class HuffmanDecoder:
         if nbits % 8 and data[-1] >> (nbits % 8):
             raise ValueError("huffman: nonzero padding bits after the bitstream")
 
-        codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
-        tb = min(LUT_BITS, lmax)
-        lut = _k.decode_table(_reverse_bits(codes, lengths), lengths, syms, tb)
-        # two codes a lookup pay off for short codes; the larger table slows long ones
-        self._kernel = _k.decode_bits
-        if nbits <= _PAIR_BITS * count:
-            lut, self._kernel = _k.pair_table(lut), _k.decode_pairs
-
         words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
         words.view(np.uint8)[:nbytes] = data[table_end:]
-        self._tables = (words.view(np.uint32), np.int64(nbits), lut, tb, first_code, cnt, offset)
-        self._sorted = syms[rank].astype(np.uint16)
-        self._lmax = lmax
+        self._build(words, nbits, count, syms, lengths)
+        self._nbits = nbits
         self._state = np.zeros(3, np.uint64)
         self.symbols = np.empty(count, dtype=np.uint16)
         self.done = 0
+
+    def _build(self, words, nbits, count, syms, lengths) -> None:
+        """Choose the kernel and build its tables for the validated code ``lengths``
+        of ``syms`` and the bitstream ``words`` (uint64, zero-padded)."""
+        lmax = int(lengths.max())
+        codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
+        tb = min(LUT_BITS, lmax)
+        rev = _reverse_bits(codes, lengths)
+        # up to three codes a lookup pay off for short codes, two up to _PAIR_BITS; the
+        # larger tables slow long ones (benchmarks/compressors.py, decompress speed)
+        self._multi = nbits <= _MULTI_BITS * count
+        if self._multi:
+            lut, sub = _km.multi_tables(rev, lengths, syms, tb)
+            self._kernel = _km.decode_multi
+            self._tables = (words, np.int64(nbits), lut, sub, tb, first_code, cnt, offset)
+        else:
+            lut = _k.decode_table(rev, lengths, syms, tb)
+            self._kernel = _k.decode_bits
+            if nbits <= _PAIR_BITS * count:
+                lut, self._kernel = _k.pair_table(lut), _k.decode_pairs
+            self._tables = (words.view(np.uint32), np.int64(nbits), lut, tb)
+            self._tables += (first_code, cnt, offset)
+        self._sorted = syms[rank].astype(np.uint16)
+        self._lmax = lmax
 
     def decode_to(self, stop: int) -> None:
         """Decode ``symbols[done:stop]`` (``stop`` at most ``count``)."""
@@ -347,8 +369,11 @@ class HuffmanDecoder:
         """Decode the rest, check no bits are left over; the ``count`` symbols."""
         self.decode_to(self.symbols.shape[0])
         if self._state is not None:
-            used = 32 * int(self._state[2]) - int(self._state[1])
-            if used != self._tables[1]:
+            if self._multi:  # the bit position
+                used = int(self._state[0])
+            else:  # words loaded less the bits pending
+                used = 32 * int(self._state[2]) - int(self._state[1])
+            if used != self._nbits:
                 raise ValueError(
                     f"huffman: bits left over after decoding {self.symbols.shape[0]} symbols"
                 )

@@ -165,7 +165,7 @@ def pair_table(lut):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _long_code(buf, prefix, tb, first_code, cnt, offset, sorted_syms, max_len):
+def long_code(buf, prefix, tb, first_code, cnt, offset, sorted_syms, max_len):
     """``(symbol, length)`` of the code longer than ``tb`` bits at the start of
     ``buf`` whose first tb bits read MSB-first are ``prefix``; length 0 if none."""
     code = prefix
@@ -222,7 +222,7 @@ def decode_bits(
         if ln != 0:
             out[i] = e >> 8
         else:
-            out[i], ln = _long_code(
+            out[i], ln = long_code(
                 buf, np.int64(e >> 8), tb, first_code, cnt, offset, sorted_syms, max_len
             )
             if ln == 0:
@@ -263,7 +263,7 @@ def decode_pairs(
             ln = (e >> 48) & 0xFF
             i += 1
         else:
-            out[i], ln = _long_code(
+            out[i], ln = long_code(
                 buf, e & 0xFFFFFFFF, tb, first_code, cnt, offset, sorted_syms, max_len
             )
             if ln == 0:
