@@ -24,6 +24,7 @@ Side information (``pack_side`` / ``unpack_side``), little-endian::
 import math
 
 import numpy as np
+from numba import float64 as f64
 from numba import njit
 
 from .interpolation import _dequantize_sel, _quantize_sel
@@ -125,27 +126,39 @@ def _fit(src, s0, s1, s2, steps, noise, kinds, qcoef):
 
 
 @njit(cache=True, nogil=True)
-def _run(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, decode):
+def _run(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, decode):
     """Quantize ``src`` (decode=False) or reconstruct ``dst`` (decode=True) block by
     block; return the number of outliers written or used. The branch-free quantizer
-    of :mod:`.interpolation` (the same bits) where it applies."""
+    of :mod:`.interpolation` (the same bits) where it applies. ``rec``: zeros of the
+    shape plus one along each dimension, for the reconstructions (see ``rec_buffer``)."""
     two_eb, inv, _ = _qparams(eb, radius)
     if inv > 0.0 and radius < 2**30:
         if prec == PREC_FLOAT32:
-            return _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
+            return _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
                            PREC_FLOAT32, True, decode)  # fmt: skip
         if prec == PREC_FLOAT64:
-            return _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
+            return _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
                            PREC_FLOAT64, True, decode)  # fmt: skip
-    return _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec,
+    return _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec,
                    False, decode)  # fmt: skip
 
 
+def rec_buffer(shape3: tuple, prec: int) -> np.ndarray:
+    """Zeroed reconstruction buffer of ``shape3`` plus one along each dimension: float32
+    unless the storage precision is float64, since every reconstruction is rounded to
+    the storage precision (or is an outlier of the float32 kernel dtype) and so is held
+    exactly; half the memory traffic of float64 (benchmarks/compressors.py, decompress
+    speed of the arrays coded with this predictor). The kernels read it as float64, so
+    the predictions, codes and values are those of a float64 buffer."""
+    dtype = np.float64 if prec == PREC_FLOAT64 else np.float32
+    return np.zeros(tuple(n + 1 for n in shape3), dtype)
+
+
 @njit(cache=True, nogil=True)
-def _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, sel, decode):
+def _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, sel,
+            decode):  # fmt: skip
     n0, n1, n2 = dst.shape if decode else src.shape
     two_eb, inv, lim = _qparams(eb, radius)
-    rec = np.zeros((n0 + 1, n1 + 1, n2 + 1))  # reconstructions, one zero plane before
     oi, f, blk = 0, 0, 0
     for b0 in range(0, n0, s0):
         for b1 in range(0, n1, s1):
@@ -160,10 +173,13 @@ def _blocks(src, dst, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, pre
                             if reg:
                                 p = c0 * (i - b0) + c1 * (j - b1) + c2 * (k - b2) + c3
                             else:
+                                # float64 sums whatever rec's dtype (numba's float()
+                                # of a float32 stays float32)
                                 p = (
-                                    rec[i, j + 1, k + 1] + rec[i + 1, j, k + 1]
-                                    + rec[i + 1, j + 1, k] - rec[i, j, k + 1]
-                                    - rec[i, j + 1, k] - rec[i + 1, j, k] + rec[i, j, k]
+                                    f64(rec[i, j + 1, k + 1]) + f64(rec[i + 1, j, k + 1])
+                                    + f64(rec[i + 1, j + 1, k]) - f64(rec[i, j, k + 1])
+                                    - f64(rec[i, j + 1, k]) - f64(rec[i + 1, j, k])
+                                    + f64(rec[i, j, k])
                                 )  # fmt: skip
                             if decode:
                                 c = codes[f]
@@ -208,7 +224,9 @@ def regression_encode(src3, eb, radius, prec, codes, outliers) -> tuple[int, byt
     qcoef = np.zeros((nblocks, 4), np.int64)
     noise = _NOISE[sum(n > 1 for n in src3.shape)] * eb
     _fit(src3, *sides, steps, noise, kinds, qcoef)
-    n = _run(src3, src3, codes, outliers, kinds, qcoef * steps, *sides, eb, radius, prec, False)
+    rec = rec_buffer(src3.shape, prec)
+    coefs = qcoef * steps
+    n = _run(src3, src3, rec, codes, outliers, kinds, coefs, *sides, eb, radius, prec, False)
     return n, pack_side(kinds, qcoef[kinds != 0])
 
 
@@ -222,7 +240,8 @@ def regression_decode(codes, outliers, side, eb, radius, prec, out) -> int:
     qcoef = np.zeros((kinds.size, 4), np.int64)
     qcoef[kinds != 0] = qreg
     coefs = qcoef * coef_steps(eb, sides)
-    return _run(out, out, codes, outliers, kinds, coefs, *sides, eb, radius, prec, True)
+    rec = rec_buffer(out.shape, prec)
+    return _run(out, out, rec, codes, outliers, kinds, coefs, *sides, eb, radius, prec, True)
 
 
 def pack_side(kinds: np.ndarray, qreg: np.ndarray) -> bytes:
