@@ -11,10 +11,10 @@ side stream behind an event, and the slot is freed once that copy has read it. A
 restored before its put restores from its slot. On the CPU the size is known at once and
 the record is put as it is made; on meta tensors never (the slot stays held).
 
-Against the fixed-width codes (``OffloadedCodes``, which compiled graphs keep: there a
-size must be a graph constant), the store holds each record's used bytes, fewer where
-blocks need fewer bits than the tensor's worst case; the device holds a slot only while
-the GPU lags the CPU.
+Against the fixed-width codes (``OffloadedCodes``, what ``device_layout="fixed"`` puts,
+at once: their size follows from the element count), the store holds each record's used
+bytes, fewer where blocks need fewer bits than the tensor's worst case; the device holds
+a slot only while the GPU lags the CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..compress.device_blocks import LaggedSize, compress_blocks, restore_blocks
+from .device_offload import OffloadedCodes
 from .identity import VersionWatch
 from .records import Held, Watched, _forget, check_restored
 from .stats import ActivationStats
@@ -117,11 +118,13 @@ class OffloadedBlocks(Watched, Held):
         _forget(getattr(self, "store", None), getattr(self, "handle", None))
 
 
-def offload_blocks(ac, t: torch.Tensor, name: str, store) -> OffloadedBlocks:
+def offload_blocks(ac, t: torch.Tensor, name: str, store) -> OffloadedBlocks | OffloadedCodes:
     """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by module
     ``name``) on the device path with ``store``: block codes, put once their size has
     arrived (by ``ac``'s compactor, which first puts the records made before this one
-    whose sizes have)."""
+    whose sizes have); under ``device_layout="fixed"``, fixed-width codes put at once."""
+    if ac.config.get("device_layout", "blocks") == "fixed":
+        return OffloadedCodes(t, ac.config["rel"], ac.stats, name, ac.debug, store)
     compactor = ac._compactor
     compactor.run()
     rec = OffloadedBlocks(t, ac.config["rel"], ac.stats, name, ac.debug, store)

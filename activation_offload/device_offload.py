@@ -3,7 +3,8 @@ compiled graphs, and skipped for tensors too small to pay for them.
 
 ``OffloadedCodes``: a saved tensor held as device codes (``device_records.py``) whose
 bytes (the float64 scalars, then the uint8 payload, as one uint8 tensor) go to a
-:class:`TieredStore` until backward. The store copies them into its pinned pool on a
+:class:`TieredStore` until backward, under ``device_layout="fixed"`` (block codes are the
+default with a store, ``device_block_offload.py``). The store copies them into its pinned pool on a
 side stream after an event (CUDA) in its worker threads, so the forward pass does not
 wait; backward's prefetch brings them back on another side stream, and the restore
 waits on that stream's event. On the CPU the same code runs, the copies synchronous.

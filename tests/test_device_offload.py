@@ -87,6 +87,25 @@ def test_round_trip_through_a_store_within_the_bound(tier, prefetch, tmp_path):
     assert ac.stats.stored_bytes == plain.stats.stored_bytes
 
 
+def test_the_fixed_layout_puts_fixed_width_codes_at_once():
+    """device_layout="fixed" with a store: the fixed-width codes, put as they are made
+    (their size follows from the element count), within the bound, the same gradients as
+    without a store."""
+    model = mlp("cpu")
+    x, y = _batch()
+    kwargs = {"rel": 1e-2, "min_bytes": 0, "device_path": True, "device_layout": "fixed"}
+    plain = ActivationCompression("block", **kwargs)
+    _, gx0, grads0 = step(model, plain, x, y)
+    with TieredStore(1 << 24) as store:
+        ac = ActivationCompression("block", offload=store, debug=True, **kwargs)
+        _, gx, grads = step(model, ac, x, y)
+        assert ac.stats.records["OffloadedCodes"] == plain.stats.records["DeviceCompressed"]
+        assert len(store) == 0
+    for a, b in zip([gx0, *grads0], [gx, *grads], strict=True):
+        assert torch.equal(a, b)
+    assert ac.stats.stored_bytes == plain.stats.stored_bytes
+
+
 def test_offloaded_codes_leave_the_device_memory(tmp_path):
     model = mlp("cpu")
     x, y = _batch()
