@@ -37,15 +37,15 @@ DEFLATE: the bitstream is filled from the least significant bit of byte 0 upward
 starting with its most significant bit.  Padding bits of the last byte are zero.
 
 Decoding (little-endian hosts): the next ``min(12, max_length)`` stream bits index
-a table. Streams of at most 4 bits a code on average take ``kernels/huffman_multi.py``:
-64-bit windows read from any bit position, up to three codes a lookup, a second
-table for codes longer than the index. Others take ``kernels/huffman.py``: a 64-bit
-bit buffer refilled with 32-bit words whenever it holds fewer bits than the longest
-code, (symbol, length) a lookup -- of two symbols when the second code fits too, for
-streams of at most 6 bits a code -- and codes longer than the index decoded length by
-length from the canonical first code per length.  Every header field is validated
-before decoding and the kernels never read past the (zero-padded) bitstream, so a
-damaged or truncated stream raises ``ValueError``.
+a table; which one by the stream's mean code length.  Up to 4 bits: up to three codes
+a lookup, from 64-bit windows read at any bit position (``kernels/huffman_multi.py``).
+Up to 6 bits: two codes a lookup when the second fits (``kernels/huffman.py``).
+Above: one code a lookup (``kernels/huffman_multi.py``).  The last two refill a 64-bit
+bit buffer with 32-bit words whenever it holds fewer bits than the longest code.
+Codes longer than the index are looked up in a second table (first and last) or
+found length by length from the canonical first code per length (the middle one).
+Every header field is validated before decoding and the kernels never read past the
+(zero-padded) bitstream, so a damaged or truncated stream raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -342,11 +342,14 @@ class HuffmanDecoder:
             self._kernel = _km.decode_multi
             self._tables = (words, np.int64(nbits), lut, sub, tb, first_code, cnt, offset)
         else:
-            lut = _k.decode_table(rev, lengths, syms, tb)
-            self._kernel = _k.decode_bits
             if nbits <= _PAIR_BITS * count:
-                lut, self._kernel = _k.pair_table(lut), _k.decode_pairs
-            self._tables = (words.view(np.uint32), np.int64(nbits), lut, tb)
+                lut = _k.pair_table(_k.decode_table(rev, lengths, syms, tb))
+                self._kernel = _k.decode_pairs
+                self._tables = (words.view(np.uint32), np.int64(nbits), lut, tb)
+            else:  # codes past the index are common: second tables for them
+                lut, sub = _km.single_tables(rev, lengths, syms, tb)
+                self._kernel = _km.decode_single
+                self._tables = (words.view(np.uint32), np.int64(nbits), lut, sub, tb)
             self._tables += (first_code, cnt, offset)
         self._sorted = syms[rank].astype(np.uint16)
         self._lmax = lmax

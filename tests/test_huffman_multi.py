@@ -1,6 +1,6 @@
-"""Tests of the low-rate Huffman decoder (up to three codes a lookup, second tables for
-long codes): the same symbols as the stream holds, in one piece or many, and damaged
-streams raise."""
+"""Tests of the Huffman decoders with second tables for long codes (up to three codes a
+lookup at low rates, one at high rates): the same symbols as the stream holds, in one
+piece or many, and damaged streams raise."""
 
 import numpy as np
 import pytest
@@ -42,6 +42,47 @@ def test_low_rate_streams_round_trip_in_pieces(seed, n, p_zero, tail, pieces):
         k = min(stop, n)
         np.testing.assert_array_equal(decoder.symbols[:k], x[:k])
     np.testing.assert_array_equal(decoder.finish(), x)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 30_000),
+    scale=st.floats(8.0, 5000.0),
+    pieces=st.lists(st.integers(0, 30_000), max_size=6),
+)
+def test_high_rate_streams_round_trip_in_pieces(seed, n, scale, pieces):
+    rng = np.random.default_rng(seed)
+    x = np.clip(32768 + np.rint(rng.laplace(0, scale, n)), 0, 65535).astype(np.uint16)
+    buf = huffman_encode(x)
+    decoder = HuffmanDecoder(buf, n)
+    for stop in sorted(pieces):
+        decoder.decode_to(stop)
+        k = min(stop, n)
+        np.testing.assert_array_equal(decoder.symbols[:k], x[:k])
+    np.testing.assert_array_equal(decoder.finish(), x)
+
+
+def test_high_rate_long_codes_and_damage():
+    rng = np.random.default_rng(5)
+    x = np.clip(32768 + np.rint(rng.laplace(0, 400.0, 300_000)), 0, 65535).astype(np.uint16)
+    buf = huffman_encode(x)
+    n = np.unique(x).size
+    assert _bits_per_code(buf, x.size) > 6
+    assert np.frombuffer(buf, np.uint8, n, 12 + 2 * n).max() > 12  # past the first table
+    np.testing.assert_array_equal(huffman_decode(buf, x.size), x)
+    with pytest.raises(ValueError):
+        huffman_decode(buf[:-1], x.size)
+    with pytest.raises(ValueError):
+        huffman_decode(buf, x.size + 1)
+    b = bytearray(buf)
+    b[len(b) // 2] ^= 0x5A  # a flip inside the bitstream: other symbols or an error
+    try:
+        y = huffman_decode(bytes(b), x.size)
+    except ValueError:
+        pass
+    else:
+        assert not np.array_equal(y, x)
 
 
 @pytest.mark.parametrize("p_zero", [0.5, 0.8, 0.95])

@@ -110,8 +110,8 @@ def encode_bits(symbols, table, out, skip):
 
 @njit(cache=True, nogil=True)
 def decode_table(rev, lengths, syms, tb):
-    """The lookup table of :func:`decode_bits`: int32[2**tb], indexed by the next
-    ``tb`` stream bits (LSB-first).
+    """The one-code lookup table that :func:`pair_table` extends: int32[2**tb],
+    indexed by the next ``tb`` stream bits (LSB-first).
 
     rev, lengths, syms (int64): each symbol's code bit-reversed, its length, its value.
     For a code of length <= tb the entry is ``symbol << 8 | length``; otherwise
@@ -204,38 +204,6 @@ _DECODE_DOC = """Decode symbols ``out[start:]`` from ``stream``; returns a DECOD
 
 
 @njit(cache=True, nogil=True)
-def decode_bits(
-    stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
-):  # fmt: skip
-    nwords = stream.shape[0]
-    mask = np.uint64((1 << tb) - 1)
-    buf = state[0]  # the next `avail` stream bits, first bit in bit 0
-    avail = np.int64(state[1])
-    k = np.int64(state[2])  # next word of stream to load
-    for i in range(start, out.shape[0]):
-        if avail < max_len:  # refill: avail + 32 <= 55 bits, enough for any code
-            if k >= nwords:
-                return DECODE_OVERRUN
-            buf, avail, k = _load(stream, buf, avail, k)
-        e = lut[np.intp(buf & mask)]
-        ln = e & 0xFF
-        if ln != 0:
-            out[i] = e >> 8
-        else:
-            out[i], ln = long_code(
-                buf, np.int64(e >> 8), tb, first_code, cnt, offset, sorted_syms, max_len
-            )
-            if ln == 0:
-                return DECODE_BAD_CODE
-        buf >>= np.uint64(ln)
-        avail -= ln
-    state[0], state[1], state[2] = buf, np.uint64(avail), np.uint64(k)
-    if 32 * k - avail > nbits:  # the last code took bits of the zero padding
-        return DECODE_OVERRUN
-    return DECODE_OK
-
-
-@njit(cache=True, nogil=True)
 def decode_pairs(
     stream, nbits, lut, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
 ):  # fmt: skip
@@ -277,5 +245,4 @@ def decode_pairs(
     return DECODE_OK
 
 
-decode_bits.__doc__ = _DECODE_DOC % "the int32 table of :func:`decode_table`."
 decode_pairs.__doc__ = _DECODE_DOC % "the int64 table of :func:`pair_table` (two codes a lookup)."

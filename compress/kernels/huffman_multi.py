@@ -1,12 +1,17 @@
-"""numba Huffman decoding of up to three codes a table lookup, for low-rate streams.
+"""numba Huffman decoders with second tables for codes longer than the first table's index.
 
-The stream and its bit order are those of ``tensorpress.compress.huffman``; this is
-one more decoder of it, for streams of few bits a code (smooth fields, loose bounds),
-where one lookup of the next ``tb`` bits finds several whole codes. The stream is
-read as uint64 words from any bit position (``_peek``), so a 64-bit window holds at
-least ``64 - max_len`` bits of whole codes, decoded without a refill check each.
-Codes longer than ``tb`` bits take a second table, indexed by their next bits
-(``sub``), instead of a search by length.
+The stream and its bit order are those of ``tensorpress.compress.huffman``. Codes
+longer than the ``tb`` bits that index the first table take a second table, indexed
+by their next bits (``sub``), instead of a search by length.
+
+:func:`decode_multi`, for streams of few bits a code (smooth fields, loose bounds):
+one lookup finds up to three whole codes. The stream is read as uint64 words from any
+bit position (``_peek``), so a 64-bit window holds at least ``64 - max_len`` bits of
+whole codes, decoded without a refill check each.
+
+:func:`decode_single`, for streams of many bits a code (tight bounds), where codes
+past the first table are common: one code a lookup, from a bit buffer refilled with
+32-bit words as ``kernels/huffman.py`` does.
 
 Main table entry (int64), indexed by the next ``tb`` stream bits (LSB-first):
 
@@ -21,6 +26,10 @@ Main table entry (int64), indexed by the next ``tb`` stream bits (LSB-first):
                  is found length by length as ``kernels/huffman.py`` does
 
 Second table entry (int32): ``symbol << 8 | length``, length 0 for no code.
+
+Table entry of :func:`decode_single` (int32): ``symbol << 8 | length`` for a code of
+at most tb bits; for a longer one length 0, bits 8-12 ``sb`` and bits 13-30 the
+second table's offset (sb 0: the first tb bits as a code value, as above).
 """
 
 import numpy as np
@@ -172,5 +181,69 @@ def decode_multi(
         pos += used
     state[0] = np.uint64(pos)
     if pos > nbits:  # the last code took bits of the zero padding
+        return DECODE_OVERRUN
+    return DECODE_OK
+
+
+@njit(cache=True, nogil=True)
+def single_tables(rev, lengths, syms, tb):
+    """``(lut, sub)``: the tables of :func:`decode_single` (layout in the module
+    docstring); the arguments as for :func:`multi_tables`."""
+    multi, sub = multi_tables(rev, lengths, syms, tb)
+    lut = np.empty(multi.shape[0], dtype=np.int32)
+    for idx in range(multi.shape[0]):
+        e = multi[idx]
+        if (e >> 48) & 3:
+            lut[idx] = ((e & 0xFFFF) << 8) | ((e >> 58) & 0x3F)
+        else:  # offset (or prefix) below 2**18, sb at most 12
+            lut[idx] = ((e & 0xFFFFFFFF) << 13) | (((e >> 32) & 0x3F) << 8)
+    return lut, sub
+
+
+@njit(cache=True, nogil=True)
+def decode_single(
+    stream, nbits, lut, sub, tb, first_code, cnt, offset, sorted_syms, max_len, out, start, state
+):  # fmt: skip
+    """Decode symbols ``out[start:]``; returns a DECODE_* status.
+
+    stream: the bitstream as uint32 words, zero-padded to at least ceil(nbits / 32) + 2
+    words; lut, sub: from :func:`single_tables`; ``state`` (uint64[3]: pending bits,
+    their count, next word to load; zeros before the first piece) and the other
+    arguments as for ``kernels/huffman.py``'s ``decode_pairs``.
+    """
+    nwords = stream.shape[0]
+    mask = np.uint64((1 << tb) - 1)
+    utb = np.uint64(tb)
+    buf = state[0]
+    avail = np.int64(state[1])
+    k = np.int64(state[2])
+    for i in range(start, out.shape[0]):
+        if avail < max_len:  # refill: avail + 32 <= 55 bits, enough for any code
+            if k >= nwords:
+                return DECODE_OVERRUN
+            buf |= np.uint64(stream[k]) << np.uint64(avail)
+            avail += 32
+            k += 1
+        e = lut[np.intp(buf & mask)]
+        ln = e & 0xFF
+        if ln != 0:
+            out[i] = e >> 8
+        else:
+            sb = (e >> 8) & 0x1F
+            if sb != 0:
+                rest = np.int64((buf >> utb) & np.uint64((1 << sb) - 1))
+                e2 = sub[np.intp((e >> 13) + rest)]
+                ln = e2 & 0xFF
+                out[i] = e2 >> 8
+            else:
+                out[i], ln = long_code(
+                    buf, np.int64(e >> 13), tb, first_code, cnt, offset, sorted_syms, max_len
+                )
+            if ln == 0:
+                return DECODE_BAD_CODE
+        buf >>= np.uint64(ln)
+        avail -= ln
+    state[0], state[1], state[2] = buf, np.uint64(avail), np.uint64(k)
+    if 32 * k - avail > nbits:  # the last code took bits of the zero padding
         return DECODE_OVERRUN
     return DECODE_OK
