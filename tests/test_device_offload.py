@@ -126,20 +126,28 @@ def test_offloaded_codes_leave_the_device_memory(tmp_path):
     assert held["device"] > 20 * held["store"]
 
 
-def test_pack_and_unpack_with_a_store_read_nothing_back(monkeypatch):
+@pytest.mark.parametrize("lag", [False, True])
+def test_pack_and_unpack_with_a_store_read_nothing_back(monkeypatch, lag):
+    """Records put as they are made, or (``lag``) held in their slots through the forward
+    pass and put by backward's unpacks once their sizes arrive."""
     model = mlp("cpu")
     x, y = _batch(64)
     with TieredStore(1 << 24) as store:
         ac = ActivationCompression("block", rel=1e-2, min_bytes=0, device_path=True, offload=store)
         x = x.requires_grad_(True)
+        arrived = lag_sizes(monkeypatch)
+        arrived["now"] = not lag
         allow_size_reads(monkeypatch)
         refuse_host_reads(monkeypatch)
         with ac:
             loss = F.cross_entropy(model(x), y)
+        puts = store.stats.puts
+        arrived["now"] = True
         loss.backward()
         monkeypatch.undo()
         assert ac.stats.records["OffloadedBlocks"] >= 3
         assert store.stats.gets == store.stats.puts > 0
+        assert (store.stats.puts > puts) == lag  # the unpacks put what the forward held
     assert bool(torch.isfinite(x.grad).all())
 
 
