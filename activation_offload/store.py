@@ -69,8 +69,7 @@ class TieredStore:
     one that reads records from files.
     ``max_pending_bytes``: :meth:`put` waits while the tensors put and not yet stored
     (still where they were, kept alive by the store until their copies are queued) would
-    pass this many bytes; one
-    larger than it waits until none are pending. None: no cap.
+    pass this many bytes; one larger than it waits until none are pending. None: no cap.
     A tensor given to :meth:`put` must not be modified in place until its record
     is stored (:meth:`wait`); a modification that is seen raises on :meth:`get`.
     """
