@@ -48,7 +48,8 @@ Payload layout (inside one zstd frame), little-endian::
 
     u8  predictor      0 raw (lossless), 1 Lorenzo, 2 linear interp, 3 cubic interp,
                        4 multi-dim linear interp, 5 multi-dim cubic interp, 6 constant,
-                       7 block-wise Lorenzo or linear regression
+                       7 block-wise Lorenzo or linear regression, 8 and 9 linear and
+                       cubic interp with each level's dimensions in the reverse order
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
@@ -95,7 +96,10 @@ from .stages import check_level, zstd_compress, zstd_decompress
 from .sz_steps import (
     CONSTANT,
     CUBIC,
+    CUBIC_REV,
+    LINE_INTERP,
     LINEAR,
+    LINEAR_REV,
     LORENZO,
     MD_CUBIC,
     MD_LINEAR,
@@ -119,15 +123,17 @@ _PREDICTOR_IDS = {
     "lorenzo": (LORENZO,),
     "linear": (LINEAR,),
     "cubic": (CUBIC,),
+    "linear-rev": (LINEAR_REV,),
+    "cubic-rev": (CUBIC_REV,),
     "md-linear": (MD_LINEAR,),
     "md-cubic": (MD_CUBIC,),
     "constant": (CONSTANT,),
     "regression": (REGRESSION,),
-    "interp": (LINEAR, CUBIC, MD_CUBIC),
-    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION),
+    "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
+    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
 }
 #: the ids of predicted payloads (all but RAW)
-_PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION)
+_PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -148,8 +154,10 @@ _MAX_BETA = 2.0**20
 #: (alpha, beta) pairs tried per interpolation when the config leaves them open
 #: (tighter coarse levels pay off for cubic, rarely for linear)
 LEVEL_TUNINGS = {
-    LINEAR: ((1.0, 1.0),),
+    LINEAR: ((1.0, 1.0), (1.125, 2.0)),
     CUBIC: ((1.0, 1.0), (1.25, 2.0)),
+    LINEAR_REV: ((1.0, 1.0), (1.125, 2.0)),
+    CUBIC_REV: ((1.0, 1.0), (1.25, 2.0)),
     MD_LINEAR: ((1.0, 1.0),),
     MD_CUBIC: ((1.25, 2.0),),
 }
@@ -183,12 +191,18 @@ def _zstd_level(level: int | None, nbytes: int, elements: int) -> int:
     return LOW_RATE_LEVEL if 8 * nbytes < _LOW_RATE_BITS * elements else DEFAULT_LEVEL
 
 
+#: the interpolations whose dimension order is tried in reverse once they win the sampling
+_REVERSED = {LINEAR: LINEAR_REV, CUBIC: CUBIC_REV}
+#: the configs that choose between predictors by sampling
+_SEARCHES = ("auto", "interp")
+
 #: predictors sampled first, on every layout; when constant prediction beats linear
 #: interpolation there, the neighbours do not predict the chunk and the higher-order
-#: interpolations (cubic, multi-dimensional) are not sampled (on noise-like chunks they
-#: lose too); else they are sampled on the layout where linear did best only. Both
-#: keep compression fast (benchmarks/compressors.py)
-_FIRST = (LORENZO, LINEAR, CONSTANT, REGRESSION)
+#: interpolations (cubic, multi-dimensional, linear with tighter coarse levels) are not
+#: sampled (on noise-like chunks they lose too); else they are sampled on the layout and
+#: in the dimension order where linear did best only. Both keep compression fast
+#: (benchmarks/compressors.py)
+_FIRST = (LORENZO, LINEAR, LINEAR_REV, CONSTANT, REGRESSION)
 
 
 @register_codec
@@ -196,9 +210,10 @@ class SZCodec(Codec):
     """Error-bounded prediction codec (abs/rel/pw_rel), float16/32/64, any number of dims.
 
     predictor: ``auto`` (chosen per chunk by sampling), ``lorenzo``, ``linear``,
-    ``cubic``, ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant`` or
-    ``interp`` (linear, cubic or md-cubic by sampling). alpha/beta: fixed
-    interpolation level tuning, or None to choose by sampling. radius: codes
+    ``cubic``, ``linear-rev``, ``cubic-rev`` (each level's dimensions in the reverse
+    order), ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant``,
+    ``regression`` or ``interp`` (the interpolations but md-linear, by sampling).
+    alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for
     ``DEFAULT_LEVEL`` and ``LOW_RATE_LEVEL`` on payloads under 2 bits per element.
     """
@@ -317,35 +332,44 @@ class SZCodec(Codec):
         w.blob(byte_shuffle(flat))
         return zstd_compress(w.getvalue(), DEFAULT_LEVEL if self.level is None else self.level)
 
-    def _choose(self, values, shape, eb, prec, pool) -> tuple[tuple, tuple]:
-        """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
-        cost least, and the shape it codes the chunk as: ``shape``, 2-d (3 or more
-        dimensions, see ``FLAG_ROWS``) or 1-d (see ``_FLAT_BELOW``)."""
-        candidates = []
+    def _candidates(self, values, shape) -> tuple[list, list]:
+        """``(candidates, layouts)``: every ``((predictor id, alpha, beta), layout)`` the
+        config allows, and the layouts: ``shape``, 2-d (3 or more dimensions, see
+        ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply."""
+        preds = []
         for pred in _PREDICTOR_IDS[self.predictor]:
             if pred == CONSTANT:
-                candidates.append((CONSTANT, _middle(values), 1.0))
+                preds.append((CONSTANT, _middle(values), 1.0))
             elif pred in (LORENZO, REGRESSION):
-                candidates.append((pred, 1.0, 1.0))
+                preds.append((pred, 1.0, 1.0))
             elif self.alpha is not None:
-                candidates.append((pred, self.alpha, self.beta))
+                preds.append((pred, self.alpha, self.beta))
             else:
-                candidates.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
+                preds.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
         layouts = [shape]
         if len(shape) > 2:
             layouts.append((values.size // shape[-1], shape[-1]))
-        flat = len(shape) > 1 and shape[-1] < _FLAT_BELOW
-        if flat:
+        if len(shape) > 1 and shape[-1] < _FLAT_BELOW:
             layouts.append((values.size,))
+        search = self.predictor in _SEARCHES
         candidates = [
             (c, layout)
             for layout in layouts
-            for c in candidates
+            for c in preds
             if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
             if layout is shape or c[0] != REGRESSION  # it paid on the chunk's own shape only
+            # on one dimension the reverse order is the same: not sampled twice
+            if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
         ]
+        return candidates, layouts
+
+    def _choose(self, values, shape, eb, prec, pool) -> tuple[tuple, tuple]:
+        """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
+        cost least, and the shape it codes the chunk as (see ``_candidates``)."""
+        candidates, layouts = self._candidates(values, shape)
         if len(candidates) == 1:
             return candidates[0]
+        flat = len(layouts[-1]) == 1 and len(shape) > 1
         samples = {
             layout: sample_blocks(values.reshape(fold_shape(layout, 3))) for layout in layouts
         }
@@ -369,14 +393,22 @@ class SZCodec(Codec):
         def costs(cands):
             return list(pool.map(cost, cands) if pool else map(cost, cands))
 
-        first = [c for c in candidates if c[0][0] in _FIRST]
-        rest = [c for c in candidates if c[0][0] not in _FIRST]
+        # the first tuning of linear only (the others are higher orders)
+        first = [
+            c
+            for c in candidates
+            if c[0][0] in _FIRST
+            if c[0][0] not in LINE_INTERP or c[0][1:] == LEVEL_TUNINGS[LINEAR][0] or self.alpha
+        ]
+        rest = [c for c in candidates if c not in first]
         tried = costs(first)
-        linear = [(t, c[1]) for t, c in zip(tried, first, strict=True) if c[0][0] == LINEAR]
-        if linear:  # the higher orders are sampled on the layout where linear did best
+        linear = [(t, c) for t, c in zip(tried, first, strict=True) if c[0][0] in LINE_INTERP]
+        if linear:  # the higher orders: sampled on the layout and in the order linear did best
             if first[int(np.argmin(tried))][0][0] == CONSTANT:
                 rest = []
-            rest = [c for c in rest if c[1] is min(linear, key=lambda tl: tl[0])[1]]
+            _, ((lin, _, _), layout) = min(linear, key=lambda tc: tc[0])
+            order = LINE_INTERP[lin]
+            rest = [c for c in rest if c[1] is layout and LINE_INTERP.get(c[0][0], order) == order]
         return min(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])[1]
 
     # -- decoding -------------------------------------------------------------

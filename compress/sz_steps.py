@@ -33,6 +33,11 @@ from .stages import zstd_compress
 RAW, LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT = 0, 1, 2, 3, 4, 5, 6
 #: block-wise Lorenzo or linear regression (kernels/regression.py)
 REGRESSION = 7
+#: linear and cubic interpolation with each level's dimensions in the reverse order
+#: (the last first: kernels/interpolation.py's ``order=1``)
+LINEAR_REV, CUBIC_REV = 8, 9
+#: the interpolations of kernels/interpolation.py, and their dimension order
+LINE_INTERP = {LINEAR: 0, CUBIC: 0, LINEAR_REV: 1, CUBIC_REV: 1}
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
 MULTI_DIM = (MD_LINEAR, MD_CUBIC)
 #: predictor choice: sample blocks per chunk, the share of the chunk they cover
@@ -112,7 +117,8 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
         if pred in MULTI_DIM:
             k = md_encode(data, levels, radius, prec, pred == MD_CUBIC, codes, outliers)
         elif pool is None:
-            k = interp_encode(data, levels, radius, prec, pred == CUBIC, codes, outliers)
+            cubic, order = pred in (CUBIC, CUBIC_REV), LINE_INTERP[pred]
+            k = interp_encode(data, levels, radius, prec, cubic, codes, outliers, order)
         else:
             rec = np.empty_like(data)
             k = interp_threaded(pool, data, rec, codes, outliers, levels, radius, prec, pred)
@@ -142,7 +148,8 @@ def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, de
         if pred in MULTI_DIM:
             md_decode(codes, outliers, levels, radius, prec, pred == MD_CUBIC, out)
         else:
-            interp_decode(codes, outliers, levels, radius, prec, pred == CUBIC, out)
+            cubic, order = pred in (CUBIC, CUBIC_REV), LINE_INTERP[pred]
+            interp_decode(codes, outliers, levels, radius, prec, cubic, out, order)
     return out.reshape(-1)
 
 
@@ -157,7 +164,9 @@ def decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius, 
     pred, alpha, beta = choice
     out = dest.reshape(fold_shape(shape, 3))
     levels = eb_levels(out.shape, eb, alpha, beta)
-    pieces = split_pieces(interp_pass_sizes(*out.shape), max(SPLIT_MIN_POINTS, out.size // 8))
+    cubic, order = pred in (CUBIC, CUBIC_REV), LINE_INTERP[pred]
+    sizes = interp_pass_sizes(*out.shape, order)
+    pieces = split_pieces(sizes, max(SPLIT_MIN_POINTS, out.size // 8))
     ready = [threading.Event() for _ in pieces]
 
     def huffman():
@@ -181,8 +190,8 @@ def decode_overlapped(pool, choice, decoder, outliers, shape, eb, prec, radius, 
             if decoder.done < end:
                 break
             oi = interp_code(
-                out, out, decoder.symbols, outliers, levels, radius, prec, pred == CUBIC, True,
-                q_lo, q_hi, ln_lo, ln_hi, oi,
+                out, out, decoder.symbols, outliers, levels, radius, prec, cubic, True,
+                q_lo, q_hi, ln_lo, ln_hi, oi, order,
             )  # fmt: skip
     finally:
         summary = job.result()  # the decoder's error first, if any
@@ -223,15 +232,16 @@ def interp_threaded(pool, src, rec, codes, outliers, levels, radius, prec, pred)
     parts' afterwards. Returns the number of outliers.
     """
     parts = pool.threads
-    sizes = interp_pass_sizes(*rec.shape)
+    cubic, order = pred in (CUBIC, CUBIC_REV), LINE_INTERP[pred]
+    sizes = interp_pass_sizes(*rec.shape, order)
     points = sizes[:, 0] * sizes[:, 1]
     starts = np.concatenate(([0], np.cumsum(points)))
-    cubic = pred == CUBIC
 
     def run(q_lo, q_hi, ln_lo, ln_hi, oi, out=outliers):
         return interp_code(
-            src, rec, codes, out, levels, radius, prec, cubic, False, q_lo, q_hi, ln_lo, ln_hi, oi
-        )
+            src, rec, codes, out, levels, radius, prec, cubic, False,
+            q_lo, q_hi, ln_lo, ln_hi, oi, order,
+        )  # fmt: skip
 
     oi, done = 0, 0  # outliers so far, passes done
     for q in np.flatnonzero((points >= SPLIT_MIN_POINTS) & (sizes[:, 0] >= parts)):

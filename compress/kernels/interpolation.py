@@ -11,7 +11,9 @@ Data are 3-D ``(n0, n1, n2)``; lower ranks are passed with leading 1s.  With
    ``k`` multiple of ``2s``), then dim 2 (``i``, ``j`` multiples of ``s``, ``k``
    odd multiple of ``s``); loops run ``i`` outer, ``k`` inner.  A pass along a
    size-1 dim is empty.  Every element is visited exactly once, and codes are
-   written in this order.
+   written in this order.  ``order=1`` runs the passes of each level along dims
+   2, 1, 0 instead (a dim passed earlier in the level is on the grid of ``s``, a
+   later one on ``2s``); the loops and the code order stay ``i`` outer.
 
 ``eb_levels[0]`` is unused.  Along the pass dimension, from reconstructed
 neighbours at offsets ±s, ±3s (``a[-s]`` always exists):
@@ -197,30 +199,43 @@ def code_phase(decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, rad
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _geometry(n0, n1, n2, d, s):
+def _pass_dim(q, order):
+    """Dimension of pass ``q >= 1``: 0, 1, 2 per level (``order`` 0) or 2, 1, 0 (1)."""
+    d = (q - 1) % 3
+    return d if order == 0 else 2 - d
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _step(e, d, s, order):
+    """Grid step of dimension ``e`` in the pass along ``d`` (stride ``s``): ``s`` once
+    ``e`` was interpolated at this level (it comes earlier in the order), else ``2s``."""
+    earlier = e < d if order == 0 else e > d
+    return s if earlier else 2 * s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _geometry(n0, n1, n2, d, s, order):
     """Lines of the pass along ``d`` with stride ``s``: ``(i_lo, i_st, j_lo, j_st, st,
-    k0, cl, nj, nlines)`` -- first i/j and their steps, the flat offset of +-s along
-    ``d``, the first k, points per line, lines per i and the number of lines."""
+    k0, cl, nj, nlines, k_st)`` -- first i/j and their steps, the flat offset of +-s
+    along ``d``, the first k, points per line, lines per i, the number of lines and
+    the step of k (the flat stride along a line)."""
     s2 = 2 * s
-    if d == 0:
-        i_lo, i_st, j_lo, j_st, st = s, s2, 0, s2, s * n1 * n2
-    elif d == 1:
-        i_lo, i_st, j_lo, j_st, st = 0, s, s, s2, s * n2
-    else:
-        i_lo, i_st, j_lo, j_st, st = 0, s, 0, s, s
-    k0 = s if d == 2 else 0
-    cl = (n2 - k0 + s2 - 1) // s2 if n2 > k0 else 0
+    i_lo, i_st = (s, s2) if d == 0 else (0, _step(0, d, s, order))
+    j_lo, j_st = (s, s2) if d == 1 else (0, _step(1, d, s, order))
+    k0, k_st = (s, s2) if d == 2 else (0, _step(2, d, s, order))
+    st = s * n1 * n2 if d == 0 else s * n2 if d == 1 else s
+    cl = (n2 - k0 + k_st - 1) // k_st if n2 > k0 else 0
     ni = (n0 - i_lo + i_st - 1) // i_st if n0 > i_lo else 0
     nj = (n1 - j_lo + j_st - 1) // j_st if n1 > j_lo else 0
-    return i_lo, i_st, j_lo, j_st, st, k0, cl, nj, ni * nj
+    return i_lo, i_st, j_lo, j_st, st, k0, cl, nj, ni * nj, k_st
 
 
 @njit(cache=True, nogil=True)
-def interp_pass_sizes(n0, n1, n2):
+def interp_pass_sizes(n0, n1, n2, order=0):
     """``(lines, points per line)`` of every pass in coding order, int64[P, 2].
 
     Pass 0 is the anchor (one point); pass ``q >= 1`` is level
-    ``L - (q - 1) // 3`` along dimension ``(q - 1) % 3``.  Codes are written pass
+    ``L - (q - 1) // 3`` along dimension ``_pass_dim(q, order)``.  Codes are written pass
     after pass, line after line, so line ``t`` of pass ``q`` starts at code
     ``sum(lines * points over passes < q) + t * points``.
     """
@@ -231,7 +246,7 @@ def interp_pass_sizes(n0, n1, n2):
     sizes[0, 0], sizes[0, 1] = 1, 1
     for q in range(1, 3 * L + 1):
         s = 1 << (L - (q - 1) // 3 - 1)
-        g = _geometry(n0, n1, n2, (q - 1) % 3, s)
+        g = _geometry(n0, n1, n2, _pass_dim(q, order), s, order)
         sizes[q, 0], sizes[q, 1] = g[8] if g[6] > 0 else 0, g[6]
     return sizes
 
@@ -239,7 +254,7 @@ def interp_pass_sizes(n0, n1, n2):
 @njit(cache=True, nogil=True)
 def _pass(
     sr, r, codes, outliers, ci, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
-    n0, n1, n2, d, s, cubic, extrap, eb, radius, prec, decode, fine, ln_lo, ln_hi,
+    n0, n1, n2, d, s, cubic, extrap, eb, radius, prec, decode, fine, ln_lo, ln_hi, order,
 ):  # fmt: skip
     """Code lines ``ln_lo .. ln_hi - 1`` of one pass (level with stride ``s``,
     dimension ``d``), codes from ``ci`` and outliers from ``oi``; return ``(ci, oi)``.
@@ -253,12 +268,11 @@ def _pass(
     line stride the constant 2, which lets the prediction loops vectorize too.
     Array accesses stay in this body (helpers taking arrays cost refcounting).
     """
-    s2 = 2 * s
-    fst = 2 if fine else s2  # flat stride along a line
     two_eb, inv, lim = _qparams(eb, radius)
     fast = inv > 0.0 and radius < 2**30 and (prec == PREC_FLOAT64 or prec == PREC_FLOAT32)
     # i, j start/step and the flat offset of +-s along the pass dim; k steps by 2s
-    i_lo, i_st, j_lo, j_st, st, k0, cl, nj, nlines = _geometry(n0, n1, n2, d, s)
+    i_lo, i_st, j_lo, j_st, st, k0, cl, nj, nlines, k_st = _geometry(n0, n1, n2, d, s, order)
+    fst = 2 if fine else k_st  # flat stride along a line
     ln_hi = min(ln_hi, nlines)
     if cl <= 0 or ln_hi <= ln_lo:
         return ci, oi
@@ -285,8 +299,8 @@ def _pass(
         p0 = nl * cl
         for g in range(nseg):
             f0 = base + seg_lo[g]
-            cnt = (seg_hi[g] - seg_lo[g] + s2 - 1) // s2
-            q0 = p0 + (seg_lo[g] - k0) // s2
+            cnt = (seg_hi[g] - seg_lo[g] + k_st - 1) // k_st
+            q0 = p0 + (seg_lo[g] - k0) // k_st
             mode = seg_mode[g] if d == 2 else mode0
             # predict
             if mode == _CUBIC:
@@ -350,7 +364,8 @@ def _pass(
 
 @njit(cache=True, nogil=True)
 def interp_code(
-    src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode, q_lo, q_hi, ln_lo, ln_hi, oi
+    src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode, q_lo, q_hi, ln_lo, ln_hi, oi,
+    order=0,
 ):  # fmt: skip
     """Encode (``decode=False``: ``src`` -> codes/outliers, ``rec`` the work buffer of
     reconstructions) or decode (``codes``/``outliers`` -> ``rec``; ``src`` unused)
@@ -359,7 +374,8 @@ def interp_code(
 
     The passes before ``q_lo`` must be done in ``rec``.  The lines of one pass are
     independent, so disjoint line ranges of a pass may run in parallel threads, each
-    with its own outlier index (encoding: its own outlier buffer).
+    with its own outlier index (encoding: its own outlier buffer). ``order``: the
+    dimensions of each level in the order 0, 1, 2 (0) or 2, 1, 0 (1).
     """
     n0, n1, n2 = rec.shape
     L = _num_levels3(n0, n1, n2)
@@ -378,7 +394,7 @@ def interp_code(
         return oi
     r = rec.reshape(-1)
     sr = src.reshape(-1)
-    sizes = interp_pass_sizes(n0, n1, n2)
+    sizes = interp_pass_sizes(n0, n1, n2, order)
     q_hi = min(q_hi, sizes.shape[0])
     ci = np.int64(0)  # first code of the current pass
     for q in range(q_lo):
@@ -408,7 +424,7 @@ def interp_code(
         r[0] = v  # v is x itself for an outlier
     if q_lo == 0:
         ci += sizes[0, 0] * sizes[0, 1]
-    nbuf = max(_CHUNK, n2 // 2 + 1)  # at least one line
+    nbuf = max(_CHUNK, (n2 if order else n2 // 2) + 1)  # at least one line
     pbuf = np.empty(nbuf)  # a chunk's predictions
     vbuf = np.empty(nbuf)  # a chunk's inputs, then reconstructions
     lbase = np.empty(nbuf, np.int64)  # flat index of each chunk line's first point
@@ -419,26 +435,26 @@ def interp_code(
     for q in range(max(q_lo, 1), q_hi):
         lv = L - (q - 1) // 3
         s = 1 << (lv - 1)
-        d = (q - 1) % 3
+        d = _pass_dim(q, order)
         start = ci + min(ln_lo, sizes[q, 0]) * sizes[q, 1]
-        if s == 1:
+        if s == 1 and (d == 2 or order == 0):  # k on the grid of 2
             _, oi = _pass(
                 sr, r, codes, outliers, start, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
                 n0, n1, n2, d, s, cubic, _EXTRAPOLATE, eb_levels[lv], radius, prec, decode, True,
-                ln_lo, ln_hi,
+                ln_lo, ln_hi, order,
             )  # fmt: skip
         else:
             _, oi = _pass(
                 sr, r, codes, outliers, start, oi, pbuf, vbuf, lbase, seg_lo, seg_hi, seg_mode,
                 n0, n1, n2, d, s, cubic, _EXTRAPOLATE, eb_levels[lv], radius, prec, decode, False,
-                ln_lo, ln_hi,
+                ln_lo, ln_hi, order,
             )  # fmt: skip
         ci += sizes[q, 0] * sizes[q, 1]
     return oi
 
 
 @njit(cache=True, nogil=True)
-def interp_encode(data, eb_levels, radius, prec, cubic, codes, outliers):
+def interp_encode(data, eb_levels, radius, prec, cubic, codes, outliers, order=0):
     """Interpolation-predict and quantize ``data``; return the number of outliers.
 
     data: 3-D C-contiguous float32/float64 array (pad lower ranks with leading 1s).
@@ -449,17 +465,20 @@ def interp_encode(data, eb_levels, radius, prec, cubic, codes, outliers):
     cubic: cubic (True) or linear (False) interpolation.
     codes: 1-D uint16, length >= data.size, written in traversal order.
     outliers: 1-D, data.dtype, capacity >= data.size; first n entries used.
+    order: the dimensions of each level in the order 0, 1, 2 (0) or 2, 1, 0 (1).
     """
     rec = np.empty_like(data)
     return interp_code(
-        data, rec, codes, outliers, eb_levels, radius, prec, cubic, False, 0, ALL, 0, ALL, 0
+        data, rec, codes, outliers, eb_levels, radius, prec, cubic, False, 0, ALL, 0, ALL, 0, order
     )
 
 
 @njit(cache=True, nogil=True)
-def interp_decode(codes, outliers, eb_levels, radius, prec, cubic, out):
+def interp_decode(codes, outliers, eb_levels, radius, prec, cubic, out, order=0):
     """Invert :func:`interp_encode` into ``out`` (3-D C-contiguous, data's shape/dtype).
 
-    eb_levels, radius, prec and cubic must be those given to the encoder.
+    eb_levels, radius, prec, cubic and order must be those given to the encoder.
     """
-    interp_code(out, out, codes, outliers, eb_levels, radius, prec, cubic, True, 0, ALL, 0, ALL, 0)
+    interp_code(
+        out, out, codes, outliers, eb_levels, radius, prec, cubic, True, 0, ALL, 0, ALL, 0, order
+    )

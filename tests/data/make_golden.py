@@ -129,6 +129,17 @@ def cases():
     ramps = _smooth((18, 24, 30), np.float64, 32) * 0.05 + np.repeat(steps, 6, 2)
     yield "sz_f32_regression_3d", ramps.astype(np.float32), {"rel": 1e-3, "predictor": "regression"}
     yield "sz_f64_regression_pw_rel", ramps[4], {"pw_rel": 1e-2, "predictor": "regression"}
+    # sz's interpolation with each level's dimensions in the reverse order (predictors 8, 9)
+    yield (
+        "sz_f32_linear_rev_3d",
+        _smooth((14, 19, 23), np.float32, 33),
+        {"rel": 1e-3, "predictor": "linear-rev", "alpha": 1.125, "beta": 2.0},
+    )
+    yield (
+        "sz_f64_cubic_rev_2d",
+        _smooth((37, 29), np.float64, 34),
+        {"abs": 1e-2, "predictor": "cubic-rev"},
+    )
 
 
 def _entropy_mix(dtype, seed):
