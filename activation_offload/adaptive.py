@@ -20,6 +20,12 @@ the ceiling) cost accuracy and gradient error in benchmarks/activations.py. A te
 saved by a weighted layer and by another op (a ReLU output is also the next
 convolution's input) is held once, under the tighter bound.
 
+The statistics stay on the gradients' device: ||g_y||^2 accumulates as a device scalar,
+and e is computed there (a float64 device scalar, NaN until a finite e has been
+learned), so an update step reads nothing back to the host; the device path passes e to
+its kernels as it is (``learned``). The host reads it where a host float is asked for:
+the host path's ``tolerance``, ``tolerances`` and ``state_dict``.
+
 The default ``gradient_error`` is 1e-3, not the 1e-2 the derivation alone would
 suggest: rounding errors are not independent where inputs repeat (tokens that
 attention has made alike round the same way), so a layer's real gradient error can
@@ -55,20 +61,39 @@ class AdaptiveBounds:
             raise ValueError(f"update_every must be a positive integer, got {update_every!r}")
         self.gradient_error = float(gradient_error)
         self.update_every = update_every
-        self.tolerances: dict[str, float] = {}
-        self._grad_out: dict[str, float] = {}
+        self._learned: dict[str, torch.Tensor] = {}  # float64 [1] each, NaN: none yet
+        self._grad_out: dict[str, torch.Tensor] = {}
         self._watched: set[str] = set()
+
+    @property
+    def tolerances(self) -> dict[str, float]:
+        """The learned tolerances, as host floats (one read of each)."""
+        host = {name: float(t.cpu()[0]) for name, t in self._learned.items()}
+        return {name: tol for name, tol in host.items() if math.isfinite(tol)}
 
     def observing(self, step: int) -> bool:
         return step % self.update_every == 0
 
     def tolerance(self, name: str, kind: str, base: float, ceiling: float) -> float:
         """The tolerance of a tensor saved by layer ``name`` of ``kind`` (see
-        :func:`layer_kind`), given the user's bound ``base`` and the ``ceiling``."""
-        if kind == "weighted":
-            tol = self.tolerances.get(name)
-            return base if tol is None else min(max(tol, base), ceiling)
-        return base
+        :func:`layer_kind`), given the user's bound ``base`` and the ``ceiling``: a host
+        float (the learned one is read back)."""
+        learned = self.learned(name, kind)
+        if learned is None:
+            return base
+        tol = float(learned.cpu()[0])
+        return base if math.isnan(tol) else min(max(tol, base), ceiling)
+
+    def learned(self, name: str, kind: str, device=None) -> torch.Tensor | None:
+        """The learned tolerance of a tensor saved by layer ``name`` of ``kind``: a float64
+        tensor of one element (NaN: the bound), on ``device`` if given, or None where the
+        bound applies as it is. Reads nothing back to the host."""
+        if kind != "weighted":
+            return None
+        tol = self._learned.get(name)
+        if tol is not None and device is not None and tol.device != torch.device(device):
+            tol = self._learned[name] = tol.to(device)
+        return tol
 
     def observe(self, name: str, module: torch.nn.Module, output) -> None:
         """Hook one forward call of ``module`` (named ``name``) so that its backward
@@ -92,28 +117,38 @@ class AdaptiveBounds:
         def on_weight_grad(p: torch.Tensor) -> None:
             handle.remove()
             self._watched.discard(name)
-            gy = self._grad_out.pop(name, 0.0)
-            if p.grad is None or gy <= 0:
+            gy = self._grad_out.pop(name, None)
+            if p.grad is None or gy is None:
                 return
-            gw = float(p.grad.detach().float().pow(2).sum())
-            tol = math.sqrt(3.0 * self.gradient_error * gw / (k * gy))
-            if math.isfinite(tol):
-                self.tolerances[name] = tol
+            gw = _square_sum(p.grad).to(gy.device)
+            tol = torch.sqrt(3.0 * self.gradient_error * gw / (k * gy))
+            old = self._learned.get(name)
+            old = torch.full_like(tol, math.nan) if old is None else old.to(tol.device)
+            ok = torch.isfinite(tol) & (gy > 0)  # on the device: no read back
+            self._learned[name] = torch.where(ok, tol, old)
 
         handle = weight.register_post_accumulate_grad_hook(on_weight_grad)
 
     def _add_grad_out(self, name: str, g: torch.Tensor) -> None:
-        self._grad_out[name] = self._grad_out.get(name, 0.0) + float(
-            g.detach().float().pow(2).sum()
-        )
+        gy = _square_sum(g)
+        old = self._grad_out.get(name)
+        self._grad_out[name] = gy if old is None else old + gy
 
     def state_dict(self) -> dict:
         return {
             "gradient_error": self.gradient_error,
             "update_every": self.update_every,
-            "tolerances": dict(self.tolerances),
+            "tolerances": self.tolerances,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.__init__(state["gradient_error"], state["update_every"])
-        self.tolerances = {str(k): float(v) for k, v in state["tolerances"].items()}
+        self._learned = {
+            str(k): torch.tensor([float(v)], dtype=torch.float64)
+            for k, v in state["tolerances"].items()
+        }
+
+
+def _square_sum(g: torch.Tensor) -> torch.Tensor:
+    """||g||^2 as a float64 tensor of one element on ``g``'s device."""
+    return g.detach().float().pow(2).sum().double().reshape(1)

@@ -22,8 +22,14 @@ from collections import deque
 
 import torch
 
-from ..compress.device_blocks import LaggedSize, compress_blocks, restore_blocks
+from ..compress.device_blocks import (
+    LaggedSize,
+    compress_blocks,
+    held_tolerance,
+    restore_blocks,
+)
 from .device_block_offload import offload_blocks
+from .device_bounds import device_bound
 from .device_offload import too_small
 from .device_records import DeviceCompressed
 from .identity import VersionWatch
@@ -40,23 +46,46 @@ def check_device_layout(choice) -> None:
 
 
 class BlockCodes(Watched, Held):
-    """A tensor held as block codes on its device, within ``rel`` of its range."""
+    """A tensor held as block codes on its device: within ``rel`` of its range or within
+    ``abs``, or within a ``learned`` tolerance (a device scalar) held between the bound and
+    ``ceiling`` (``compress/device_blocks.py``)."""
 
     __slots__ = ("record", "size", "shape", "dtype", "rel", "rows", "watch", "name", "original")
+    __slots__ += ("abs", "learned", "ceiling", "tolerance")
     mode = "rel"
-    tolerance = None  # the absolute bound is a device scalar: the host does not learn it
     error = None
 
-    def __init__(self, t, rel: float, stats: ActivationStats, name: str, debug: bool):
-        self.record, used = compress_blocks(t, rel)
-        self.size = LaggedSize(used)
-        if self.size.ready():  # on the CPU: compact before the bytes are counted
-            self._shrink()
-        self.shape, self.dtype, self.rel, self.name = tuple(t.shape), t.dtype, rel, name
+    def __init__(self, t, rel, stats: ActivationStats, name: str, debug: bool, *, abs=None,
+                 learned=None, ceiling=None):  # fmt: skip
+        self.rel, self.abs, self.learned, self.ceiling = rel, abs, learned, ceiling
+        self._make(t)
+        self.shape, self.dtype, self.name = tuple(t.shape), t.dtype, name
+        # the host knows an abs bound; a rel or learned one is a device scalar
+        self.tolerance = abs if learned is None else None
         self.rows = stats.rows  # this step's rows: the ones a later compaction corrects
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
         super().__init__(self.record.numel(), stats)
+
+    def _make(self, t) -> None:
+        bound = {"learned": self.learned, "ceiling": self.ceiling, "abs": self.abs}
+        self.record, used = compress_blocks(t, self.rel, **bound)
+        self.size = LaggedSize(used)
+        if self.size.ready():  # on the CPU: compact before the bytes are counted
+            self._shrink()
+
+    def tighten(self, t, kind: str, compactor: Compactor) -> int:
+        """Hold ``t`` (the same tensor, saved again by a layer of ``kind``) under the bound
+        alone where the learned tolerance does not apply to that layer; returns the change
+        in bytes held."""
+        if self.learned is None or kind == "weighted":
+            return 0
+        before = self.nbytes
+        self.learned, self.ceiling, self.tolerance = None, None, self.abs
+        self._make(t)
+        self._set_nbytes(self.record.numel())
+        compactor.add(self)
+        return self.nbytes - before
 
     @property
     def compact(self) -> bool:
@@ -100,8 +129,7 @@ class BlockCodes(Watched, Held):
         """Raise AssertionError where ``y`` breaks the bound (debug mode reads the range)."""
         if self.original is None:
             return
-        lo, hi, _ = self.record[:24].view(torch.float64).tolist()
-        tol = self.rel * (hi - lo)
+        tol = held_tolerance(self.record, self.rel, self.abs, self.learned, self.ceiling)
         check_restored(self.name, self.original, y, tol, tol)
 
 
@@ -125,11 +153,11 @@ class Compactor:
             self._pending.popleft()
 
 
-def device_record(ac, t, name: str, store):
-    """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by module
-    ``name``) on the device path (``device_records.device_codes_apply``): kept where too
-    small, block codes offloaded into ``store``, else block or fixed codes by
-    ``ac.config["device_layout"]``."""
+def device_record(ac, t, name: str, store, module=None):
+    """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by ``module``,
+    named ``name``) on the device path (``device_records.device_codes_apply``): kept where
+    too small, block codes offloaded into ``store``, else block or fixed codes by
+    ``ac.config["device_layout"]``, block codes under the bound of ``device_bound``."""
     config, stats, debug, compactor = ac.config, ac.stats, ac.debug, ac._compactor
     rel = config["rel"]
     if too_small(t):  # kept on the device: a store's put costs more than it saves
@@ -139,6 +167,7 @@ def device_record(ac, t, name: str, store):
     if config.get("device_layout", "blocks") == "fixed":
         return DeviceCompressed(t, rel, stats, name, debug)
     compactor.run()  # the records made before this one whose sizes have arrived
-    rec = BlockCodes(t, rel, stats, name, debug)
+    bound = device_bound(ac, t, module, name)
+    rec = BlockCodes(t, bound.pop("rel", None), stats, name, debug, **bound)
     compactor.add(rec)
     return rec

@@ -33,25 +33,24 @@ from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
-from .device_block_records import Compactor, check_device_layout, device_record
+from .device_block_records import BlockCodes, Compactor, check_device_layout, device_record
+from .device_bounds import log_probs as _log_probs
 from .device_offload import graph_hooks, graph_hooks_apply
-from .device_records import check_device_path, device_codes_apply
+from .device_records import check_device_path, device_codes_apply, keeps_log_probs
 from .identity import ParameterStorages, SavedTable
 from .records import Compressed, Kept, Offloaded
-from .regions import LOG_SOFTMAX_NODE
 from .rules import ALL_RULES, RULES, Rules
 from .settings import Adaptive, Offload, adaptive_ceiling, as_adaptive, as_offload
 from .stats import ActivationStats
 from .store import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: a loss's log-probabilities (cross entropy saves them): an error e becomes a factor
-#: exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get the
-#: absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
-#: of their range (a bound relative to the range moves the probabilities enough to
-#: cost validation loss), and adaptive bounds give them the ceiling (see
-#: benchmarks/activations.py); a codec without a bound (``quant``) keeps them exact
-_LOG_PROBS_OF = frozenset({LOG_SOFTMAX_NODE})
+# a loss's log-probabilities (cross entropy saves them, ``_log_probs``): an error e becomes
+# a factor exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get
+# the absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
+# of their range (a bound relative to the range moves the probabilities enough to
+# cost validation loss), and adaptive bounds give them the ceiling (see
+# benchmarks/activations.py); a codec without a bound (``quant``) keeps them exact
 TOP = "(top)"  # the outermost module
 OUTSIDE = "(outside)"  # saved outside every module (a loss function, say)
 # inside a graph torch.compile traces, module hooks only name rows: skip them there
@@ -319,7 +318,9 @@ class ActivationCompression:
             stored = rec.nbytes
         else:  # saved again: held once, under the tighter of the two bounds
             stored = 0
-            if isinstance(rec, Compressed) and rec.mode == "abs":
+            if isinstance(rec, BlockCodes):  # a learned tolerance: the bound if it does not apply
+                stored = rec.tighten(t, layer_kind(module), self._compactor)
+            elif isinstance(rec, Compressed) and rec.mode == "abs":
                 tol = self._tolerance(t, module, name)
                 if tol < rec.tolerance:
                     stored = rec.tighten(t, tol)
@@ -338,19 +339,20 @@ class ActivationCompression:
         norm_inputs = next((n for n in self._norm_inputs if n.takes(module)), None)
         if norm_inputs is not None and norm_inputs.statistics(t, module):
             return Kept(t, nbytes, self.stats)  # a derived output needs them exactly
-        on_device = device_codes_apply(self.config, t, False)  # whose codes hold rel only:
-        keep = (  # a loss's log-probabilities, which get an absolute bound, are kept there
+        on_device = device_codes_apply(self.config, t, self.store is not None)
+        keep = (  # a loss's log-probabilities get an absolute bound: rel-only codes keep them
             self._codec is None
             or t.dtype not in _FLOATS
             or nbytes < self.config["min_bytes"]
             or excluded
-            or ((not self._codec.bounded or on_device) and _log_probs(t))
+            or (not self._codec.bounded and _log_probs(t))
+            or (on_device and _log_probs(t) and keeps_log_probs(self.config, self.store))
         )
         store = None
         if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
             store = self.store
         if not keep and on_device:
-            rec = device_record(self, t, name, store)
+            rec = device_record(self, t, name, store, module)
             return self._ordered(rec) if rec.store is not None else rec
         if keep:
             if store is None:
@@ -457,10 +459,6 @@ class ActivationCompression:
         self.step = int(state["step"])
         if self.bounds is not None and state["bounds"] is not None:
             self.bounds.load_state_dict(state["bounds"])
-
-
-def _log_probs(t: torch.Tensor) -> bool:
-    return type(t.grad_fn).__name__ in _LOG_PROBS_OF
 
 
 def offload_activations(

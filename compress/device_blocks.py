@@ -84,10 +84,23 @@ import math
 import torch
 
 from . import device_ops
-from .kernels.device_blocks_torch import header_bytes, slot_bits, worst_bytes
+from .kernels.device_blocks_torch import (
+    SCALAR_BYTES,
+    header_bytes,
+    slot_bits,
+    tolerance,
+    worst_bytes,
+)
 from .kernels.device_codes_layout import DTYPES, MIN_REL, code_bits, supports
 
-__all__ = ["BLOCK", "LaggedSize", "compress_blocks", "restore_blocks", "worst_size"]
+__all__ = [
+    "BLOCK",
+    "LaggedSize",
+    "compress_blocks",
+    "held_tolerance",
+    "restore_blocks",
+    "worst_size",
+]
 
 #: elements a block holds
 BLOCK = 256
@@ -149,6 +162,15 @@ def _check(x: torch.Tensor, rel, abs, block) -> None:
         )
     if not (isinstance(block, int) and block > 0 and block % 32 == 0):
         raise ValueError(f"block must be a positive multiple of 32, got {block!r}")
+
+
+def held_tolerance(record: torch.Tensor, rel=None, abs=None, learned=None, ceiling=None):
+    """The absolute bound a record made under these settings keeps, as a host float: reads
+    its range (and the learned tolerance) back, for checks outside the training step."""
+    lo, hi = record[:SCALAR_BYTES].view(torch.float64)[:2].double()
+    bound, absolute = (rel, False) if abs is None else (abs, True)
+    ceiling = 0.0 if ceiling is None else ceiling
+    return float(tolerance(lo, hi, float(bound), absolute, learned, float(ceiling)))
 
 
 def restore_blocks(record: torch.Tensor, shape, dtype: torch.dtype, block: int = BLOCK):

@@ -113,8 +113,8 @@ def test_pack_and_unpack_read_nothing_back(monkeypatch, layout):
     [
         {"rel": 1e-2},  # a CPU tensor, device_path not asked for
         {"rel": 1e-2, "device_path": False},
-        {"abs": 1e-3, "device_path": True},
-        {"rel": 1e-2, "adaptive": True, "device_path": True},
+        {"abs": 1e-3, "device_path": True, "device_layout": "fixed"},  # rel codes only
+        {"rel": 1e-2, "adaptive": True, "device_path": True, "device_layout": "fixed"},
         {"pw_rel": 1e-2, "device_path": True},
     ],
 )

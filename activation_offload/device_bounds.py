@@ -1,0 +1,43 @@
+"""The bound a saved tensor gets on the device path's block codes, with no host read.
+
+The host path's rules (``hooks.py``, ``_tolerance``), held on the device:
+
+- under ``rel``: ``rel`` of the tensor's finite range, on the device;
+- under ``abs``: ``abs`` (block codes hold any ``abs`` bound: a block whose steps would
+  need the dtype's own bits is stored raw, ``compress/device_blocks.py``);
+- with adaptive bounds, a tensor saved by a weighted layer (linear, convolution): the
+  tolerance learned from the gradients (``adaptive.py``), a float64 device scalar that
+  the kernel holds between the bound and the ceiling: its value is never read back;
+- a loss's log-probabilities under ``rel``: the absolute bound ``rel`` (the ceiling with
+  adaptive bounds), as on the host path, held under ``abs``.
+
+A tensor saved by a weighted layer and again by another op is held once, under the
+tighter bound: a record made under a learned tolerance is made again under the bound
+alone (``BlockCodes.tighten``), as the host path re-compresses under the tighter
+tolerance.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .adaptive import layer_kind
+from .regions import LOG_SOFTMAX_NODE
+
+
+def log_probs(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a loss's log-probabilities (a log-softmax's output)."""
+    return type(t.grad_fn).__name__ == LOG_SOFTMAX_NODE
+
+
+def device_bound(ac, t: torch.Tensor, module, name: str) -> dict:
+    """The keywords of ``compress_blocks`` for ``t``, saved by ``module`` (named ``name``)
+    under the settings of ``ActivationCompression`` ``ac``."""
+    config, bounds = ac.config, ac.bounds
+    if config["rel"] is not None and log_probs(t):
+        return {"abs": config["rel"] if bounds is None else config["ceiling"]}
+    bound = {"rel": config["rel"]} if config["abs"] is None else {"abs": config["abs"]}
+    learned = None if bounds is None else bounds.learned(name, layer_kind(module), t.device)
+    if learned is not None:
+        bound.update(learned=learned, ceiling=config["ceiling"])
+    return bound
