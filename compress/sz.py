@@ -193,6 +193,30 @@ def _zstd_level(level: int | None, nbytes: int, elements: int) -> int:
 
 #: the interpolations whose dimension order is tried in reverse once they win the sampling
 _REVERSED = {LINEAR: LINEAR_REV, CUBIC: CUBIC_REV}
+#: when the sample blocks hold under ``_FEW`` elements each (chunks under 2M elements),
+#: and Lorenzo and an interpolation are the cheapest of their kinds and sample within
+#: ``_CLOSE`` of each other, the two are sampled again on blocks ``_LARGER`` times
+#: larger: a few small blocks misjudged a structured image (benchmarks/compressors.py:
+#: motorcycle_disp). Other near-ties are left alone: they are frequent on deep-learning
+#: arrays and on large chunks, and sampling them again cost time and changed no choice
+_FEW = 4096
+_CLOSE = 1.1
+_LARGER = 4
+_INTERPOLATIONS = (LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, *LINE_INTERP)
+
+
+def _rival(scored: list) -> tuple | None:
+    """``(cost, candidate)`` of the cheapest interpolation when Lorenzo is the cheapest
+    of ``scored`` (sorted by cost), or of Lorenzo when an interpolation is; else None."""
+    first = scored[0][1][0][0]
+    if first not in (LORENZO, *_INTERPOLATIONS):
+        return None
+    for t, c in scored[1:]:
+        if (c[0][0] == LORENZO) != (first == LORENZO) and c[0][0] in (LORENZO, *_INTERPOLATIONS):
+            return t, c
+    return None
+
+
 #: the configs that choose between predictors by sampling
 _SEARCHES = ("auto", "interp")
 
@@ -370,13 +394,19 @@ class SZCodec(Codec):
         if len(candidates) == 1:
             return candidates[0]
         flat = len(layouts[-1]) == 1 and len(shape) > 1
-        samples = {
-            layout: sample_blocks(values.reshape(fold_shape(layout, 3))) for layout in layouts
-        }
-        if len(shape) > 2:  # the same blocks as the shape's, so that their costs compare
-            samples[layouts[1]] = [b.reshape(-1, b.shape[-1]) for b in samples[shape]]
 
-        def cost(candidate):
+        def sampled(scale):  # blocks per layout
+            out = {
+                layout: sample_blocks(values.reshape(fold_shape(layout, 3)), scale)
+                for layout in layouts
+            }
+            if len(shape) > 2:  # the same blocks as the shape's, so that their costs compare
+                out[layouts[1]] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
+            return out
+
+        samples = sampled(1)
+
+        def cost(candidate, samples=samples):
             cand, layout = candidate
             # constant prediction does not see the layout: its costs compare with the shape's
             blocks = samples[shape if cand[0] == CONSTANT else layout]
@@ -409,7 +439,14 @@ class SZCodec(Codec):
             _, ((lin, _, _), layout) = min(linear, key=lambda tc: tc[0])
             order = LINE_INTERP[lin]
             rest = [c for c in rest if c[1] is layout and LINE_INTERP.get(c[0][0], order) == order]
-        return min(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])[1]
+        scored = sorted(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])
+        (best_cost, best), rival = scored[0], _rival(scored)
+        few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
+        if not few or rival is None or rival[0] > _CLOSE * best_cost:
+            return best
+        larger = sampled(_LARGER)
+        pair = [best, rival[1]]
+        return pair[int(np.argmin([cost(c, larger) for c in pair]))]
 
     # -- decoding -------------------------------------------------------------
 

@@ -269,15 +269,15 @@ def eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
     return eb / np.minimum(alpha ** np.maximum(levels - 1, 0), beta)
 
 
-def sample_blocks(data3: np.ndarray) -> list[np.ndarray]:
+def sample_blocks(data3: np.ndarray, scale: int = 1) -> list[np.ndarray]:
     """``SAMPLE_BLOCKS`` contiguous sub-blocks spread over the chunk, together
-    about 1/``SAMPLE_FRACTION`` of it (each at most ``SAMPLE_ELEMENTS``).
+    about ``scale``/``SAMPLE_FRACTION`` of it (each at most ``scale * SAMPLE_ELEMENTS``).
 
     A block keeps small dimensions whole and halves the largest one until it
     fits, so it has the same kind of neighbourhoods as the chunk.
     """
-    per_block = min(SAMPLE_ELEMENTS, data3.size // (SAMPLE_FRACTION * SAMPLE_BLOCKS))
-    if per_block < SAMPLE_MIN_ELEMENTS:
+    per_block = scale * min(SAMPLE_ELEMENTS, data3.size // (SAMPLE_FRACTION * SAMPLE_BLOCKS))
+    if per_block < SAMPLE_MIN_ELEMENTS or per_block * SAMPLE_BLOCKS >= data3.size:
         return [np.ascontiguousarray(data3)]
     block = list(data3.shape)
     while math.prod(block) > per_block:

@@ -53,3 +53,37 @@ def test_low_rate_payloads_get_the_deeper_search_unless_a_level_is_given():
     assert len(_payload(x, abs=eb, level=1)) < len(_payload(x, abs=eb, level=-1))
     y = tp.decompress(tp.compress(x, codec="sz", abs=eb))
     assert np.abs(y.astype(np.float64) - x).max() <= eb
+
+
+def test_larger_samples_stay_inside_the_chunk():
+    """The blocks sampled again for a near-tie hold about ``scale`` times the elements,
+    are slices of the chunk, and a chunk the larger sample would cover comes back whole."""
+    from tensorpress.compress.sz_steps import sample_blocks
+
+    x3 = _smooth((1, 500, 741)).reshape(1, 500, 741)
+    small, large = sample_blocks(x3), sample_blocks(x3, 4)
+    assert len(small) == len(large) == 4
+    assert 3 * small[0].size <= large[0].size <= 4 * small[0].size
+    for b in large:  # each block is a contiguous slice of the chunk
+        starts = np.argwhere(x3 == b.flat[0])
+        assert any(
+            np.array_equal(x3[tuple(slice(i, i + n) for i, n in zip(h, b.shape, strict=True))], b)
+            for h in starts
+        )
+    tiny = _smooth((1, 60, 300)).reshape(1, 60, 300)
+    assert [b.shape for b in sample_blocks(tiny, 4)] == [(1, 60, 300)]
+
+
+def test_near_ties_between_lorenzo_and_interpolation_take_the_smaller():
+    """A stereo disparity map (flat patches, sharp edges, 500 x 741): Lorenzo and the
+    interpolation nearly tie on the first sample blocks, which favour Lorenzo; sampled
+    again on larger blocks, the choice writes no more than 1% over the smaller of the
+    two, within the bound."""
+    data = pytest.importorskip("skimage.data")
+    disp = np.asarray(data.stereo_motorcycle()[2], dtype=np.float32)
+    x = np.where(np.isfinite(disp), disp, np.float32(0))
+    eb = 1e-3 * float(np.ptp(x))
+    best = min(len(tp.compress(x, abs=eb, predictor=p)) for p in ("lorenzo", "linear-rev"))
+    auto = tp.compress(x, abs=eb)
+    assert len(auto) <= 1.01 * best
+    assert np.abs(tp.decompress(auto).astype(np.float64) - x).max() <= eb
