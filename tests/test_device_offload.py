@@ -278,9 +278,8 @@ def test_cuda_offloaded_blocks_round_trip():
 def test_cuda_offloaded_step_never_synchronizes(prefetch):
     """Forward and backward with a store under sync debug mode "error": the forward pass
     holds slots and puts what has arrived; with every size arrived, backward's unpacks
-    put the rest (at least the last block record saved: no save after it puts it) and
-    get every record back, prefetched or not, all without a host wait (a worker's would
-    fail its record, and the get raise it)."""
+    put the rest and get every record back, prefetched or not, all without a host wait
+    (a worker's would fail its record, and the get raise it)."""
     model = mlp("cuda")
     x, y = _batch(512, device="cuda")
     plain = ActivationCompression("block", rel=1e-2, min_bytes=0)
