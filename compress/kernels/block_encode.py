@@ -285,16 +285,20 @@ def encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out):
         if bad:
             bad = _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb)
         raw_bytes = m * itemsize
-        # both candidates' statistics (codes, differences) in int32 (codes < 2**28): the
-        # np.int32 wraps and the code before the block in qa[0] let it run 8 lanes wide
-        qa[0] = prev
+        # both candidates' ranges and non-zero counts (codes, differences) in int32 (codes
+        # < 2**28), 8 lanes wide; the code before each value is carried, not read back
+        # from qa: a read straddling the quantizer's just-stored lanes waits for them to
+        # reach the cache (benchmarks/compressors.py, rows tp-block/1)
+        qa[0] = prev  # for the packing below
         big = np.int32(2**31 - 1)
         mn_d = mn_l = big
         mx_d = mx_l = np.int32(-big)
         nz_d = nz_l = np.int32(0)
+        p = np.int32(prev)
         for j in range(m):
-            v = qa[j + 1]
-            d = np.int32(v - qa[j])
+            v = qb[j]
+            d = np.int32(v - p)
+            p = v
             mn_d = min(mn_d, v)
             mx_d = max(mx_d, v)
             nz_d = np.int32(nz_d + (v != 0))
