@@ -303,3 +303,24 @@ def test_cuda_offloaded_step_never_synchronizes(prefetch):
         assert (store.stats.prefetched_gets > 0) == (prefetch > 0)
         assert len(store) == 0
     assert torch.equal(gx0, x.grad)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_store_reuses_extents_only_once_their_copies_are_done():
+    """Puts, gets (prefetched or not) and deletes through a pool with room for three
+    records, the host running ahead of the device: extents are handed out again as
+    their copies finish (or, the pool full, once the store has waited for them), and
+    every tensor comes back with its own bytes."""
+    g = torch.Generator().manual_seed(4)
+    xs = [torch.randn(1 << 16, generator=g).cuda() for _ in range(24)]
+    got = []
+    with TieredStore(3 * (1 << 18)) as store:
+        for i in range(0, len(xs), 3):
+            hs = [store.put(x) for x in xs[i : i + 3]]
+            store.prefetch(hs[1])
+            got += [store.get(h) for h in hs]
+            for h in hs:
+                store.delete(h)
+        assert store.stats.host_bytes == 0 and store.stats.peak_host_bytes == 0
+    for x, y in zip(xs, got, strict=True):
+        assert torch.equal(x, y)
