@@ -29,20 +29,31 @@ W activations, whose channels do not predict each other), block-wise regression
 (attention probabilities, whose rows are nearly flat in blocks; Gray-Scott), costing
 candidates as Huffman (and zstd) code them rather than by zstd over the raw
 codes (which mistook runs of equal codes for cheap ones), chunks of 32 MiB rather
-than 4 (3-d fields cut into thin slabs lose interpolation levels), and zstd level 9
-over low-rate payloads (smooth fields at loose bounds). What did not pay and
-was left out: fixed stronger level-wise tightening for all chunks (alpha 1.5
-and more lost on most arrays; SZ3's set (1, 1), (1.5, 2.5), (2, 3) sampled per
-chunk picked the stronger ones on the sample blocks, and whole chunks then lost:
-smooth_2d, interface_rho), multi-dimensional linear interpolation as an
-``auto`` candidate (rarely better than the cubic one; still selectable), the
-reversed order of dimensions (a gain on one smooth 2-d field, losses elsewhere), a
-per-column mean as the constant (no better than one constant), and a context
-(the previous code) for the entropy coder (under 2% below the order-0
-entropy that Huffman plus zstd already reach), and screening the candidates on one
-sample block before costing the close ones on all (with a margin that kept the
-ratio it dropped almost none, so saved no time; tighter margins lost up to 20% on
-small images).
+than 4 (3-d fields cut into thin slabs lose interpolation levels), zstd level 9
+over low-rate payloads (smooth fields at loose bounds), each level's dimensions
+passed last to first (``linear-rev``, ``cubic-rev``: a level's last pass predicts
+half of its points, so the smoothest dimension should come last; sampled beside
+linear, and cubic sampled in the order linear did best: interface_rho,
+motorcycle_disp, anisotropic fields), linear interpolation with slightly tighter
+coarse levels (1.125, 2) among the higher orders (climate_t2m), and sampling a
+near-tie between Lorenzo and an interpolation again on larger blocks for chunks
+under 2M elements (motorcycle_disp, where four small blocks favoured Lorenzo). What
+did not pay and was left out: fixed stronger level-wise tightening for all chunks
+(alpha 1.5 and more lost on most arrays; SZ3's set (1, 1), (1.5, 2.5), (2, 3)
+sampled per chunk picked the stronger ones on the sample blocks, and whole chunks
+then lost: smooth_2d, interface_rho), multi-dimensional linear interpolation as
+an ``auto`` candidate (rarely better than the cubic one; still selectable), the
+reversed order of dimensions by transposing the chunk (the same predictions as
+``linear-rev``, but the codes in the transposed order, which zstd shortens less
+at low rates: interface_rho lost 11%), a per-column mean as the constant (no
+better than one constant), a context (the previous code) for the entropy coder
+(under 2% below the order-0 entropy that Huffman plus zstd already reach),
+screening the candidates on one sample block before costing the close ones on
+all (with a margin that kept the ratio it dropped almost none, so saved no time;
+tighter margins lost up to 20% on small images), sample blocks with sides of
+2**k + 1 (no extrapolated points at their ends; smooth_2d lost 45% at rel 1e-2),
+and sampling every near-tie between kinds of predictor again (about a tenth more
+compress time; no choice changed but motorcycle_disp's).
 
 Payload layout (inside one zstd frame), little-endian::
 
@@ -93,13 +104,12 @@ from .special_values import (
     write_patches,
 )
 from .stages import check_level, zstd_compress, zstd_decompress
+from .sz_choice import PREDICTOR_IDS, choose
 from .sz_steps import (
     CONSTANT,
     CUBIC,
-    CUBIC_REV,
     LINE_INTERP,
     LINEAR,
-    LINEAR_REV,
     LORENZO,
     MD_CUBIC,
     MD_LINEAR,
@@ -108,30 +118,14 @@ from .sz_steps import (
     REGRESSION,
     SizedPool,
     chunk_pool,
-    code_bits,
     decode_overlapped,
     decode_with,
     encode_with,
-    fold_shape,
     kernel_dtype,
-    sample_blocks,
     squeezed_shape,
     worth_threads,
 )
 
-_PREDICTOR_IDS = {
-    "lorenzo": (LORENZO,),
-    "linear": (LINEAR,),
-    "cubic": (CUBIC,),
-    "linear-rev": (LINEAR_REV,),
-    "cubic-rev": (CUBIC_REV,),
-    "md-linear": (MD_LINEAR,),
-    "md-cubic": (MD_CUBIC,),
-    "constant": (CONSTANT,),
-    "regression": (REGRESSION,),
-    "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
-    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
-}
 #: the ids of predicted payloads (all but RAW)
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
 FLAG_LOG = 1
@@ -139,37 +133,11 @@ FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
 #: interpolation across channels predicts badly; benchmarks/compressors.py)
 FLAG_ROWS = 4
-#: a chunk whose last dimension is below this many elements may also be coded as
-#: 1-d (e.g. 3x3 convolution kernels); the 1-d layout decodes faster there (long
-#: lines instead of very short ones: the conv weight gradient of
-#: benchmarks/compressors.py), so it is chosen unless the shaped one samples 2% fewer bits
-_FLAT_BELOW = 8
-_FLAT_SLACK = 1.02
 #: bounds below this (about 1e-301) are stored losslessly: nothing could be
 #: quantized, and per-level bounds eb / beta must not underflow to 0
 _MIN_EB = 2.0**-1000
 #: largest alpha and beta: coarse-level bounds stay >= _MIN_EB / 2**20, never 0
 _MAX_BETA = 2.0**20
-
-#: (alpha, beta) pairs tried per interpolation when the config leaves them open
-#: (tighter coarse levels pay off for cubic, rarely for linear)
-LEVEL_TUNINGS = {
-    LINEAR: ((1.0, 1.0), (1.125, 2.0)),
-    CUBIC: ((1.0, 1.0), (1.25, 2.0)),
-    LINEAR_REV: ((1.0, 1.0), (1.125, 2.0)),
-    CUBIC_REV: ((1.0, 1.0), (1.25, 2.0)),
-    MD_LINEAR: ((1.0, 1.0),),
-    MD_CUBIC: ((1.25, 2.0),),
-}
-
-
-def _middle(values: np.ndarray) -> float:
-    """The middle of the range of the (finite) ``values``: the constant prediction."""
-    if values.size == 0:
-        return 0.0
-    mid = 0.5 * float(values.min()) + 0.5 * float(values.max())
-    return mid if math.isfinite(mid) else 0.0
-
 
 #: zstd level for payloads under ``_LOW_RATE_BITS`` bits per element: there the
 #: Huffman stream is mostly runs of the zero code's bit that a deeper match search
@@ -189,44 +157,6 @@ def _zstd_level(level: int | None, nbytes: int, elements: int) -> int:
     if level is not None:
         return level
     return LOW_RATE_LEVEL if 8 * nbytes < _LOW_RATE_BITS * elements else DEFAULT_LEVEL
-
-
-#: the interpolations whose dimension order is tried in reverse once they win the sampling
-_REVERSED = {LINEAR: LINEAR_REV, CUBIC: CUBIC_REV}
-#: when the sample blocks hold under ``_FEW`` elements each (chunks under 2M elements),
-#: and Lorenzo and an interpolation are the cheapest of their kinds and sample within
-#: ``_CLOSE`` of each other, the two are sampled again on blocks ``_LARGER`` times
-#: larger: a few small blocks misjudged a structured image (benchmarks/compressors.py:
-#: motorcycle_disp). Other near-ties are left alone: they are frequent on deep-learning
-#: arrays and on large chunks, and sampling them again cost time and changed no choice
-_FEW = 4096
-_CLOSE = 1.1
-_LARGER = 4
-_INTERPOLATIONS = (LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, *LINE_INTERP)
-
-
-def _rival(scored: list) -> tuple | None:
-    """``(cost, candidate)`` of the cheapest interpolation when Lorenzo is the cheapest
-    of ``scored`` (sorted by cost), or of Lorenzo when an interpolation is; else None."""
-    first = scored[0][1][0][0]
-    if first not in (LORENZO, *_INTERPOLATIONS):
-        return None
-    for t, c in scored[1:]:
-        if (c[0][0] == LORENZO) != (first == LORENZO) and c[0][0] in (LORENZO, *_INTERPOLATIONS):
-            return t, c
-    return None
-
-
-#: the configs that choose between predictors by sampling
-_SEARCHES = ("auto", "interp")
-
-#: predictors sampled first, on every layout; when constant prediction beats linear
-#: interpolation there, the neighbours do not predict the chunk and the higher-order
-#: interpolations (cubic, multi-dimensional, linear with tighter coarse levels) are not
-#: sampled (on noise-like chunks they lose too); else they are sampled on the layout and
-#: in the dimension order where linear did best only. Both keep compression fast
-#: (benchmarks/compressors.py)
-_FIRST = (LORENZO, LINEAR, LINEAR_REV, CONSTANT, REGRESSION)
 
 
 @register_codec
@@ -259,9 +189,9 @@ class SZCodec(Codec):
         **bound,
     ):
         super().__init__(**bound)
-        if predictor not in _PREDICTOR_IDS:
+        if predictor not in PREDICTOR_IDS:
             raise ValueError(
-                f"unknown sz predictor {predictor!r}; use one of {sorted(_PREDICTOR_IDS)}"
+                f"unknown sz predictor {predictor!r}; use one of {sorted(PREDICTOR_IDS)}"
             )
         if (alpha is None) != (beta is None):
             raise ValueError("give both alpha and beta, or neither")
@@ -309,7 +239,10 @@ class SZCodec(Codec):
             prec = prec_of(flat.dtype)
 
         with chunk_pool(threads, values.size) as pool:
-            choice, shape = self._choose(values, squeezed_shape(chunk.shape), eb, prec, pool)
+            choice, shape = choose(
+                values, squeezed_shape(chunk.shape), eb, prec, pool,
+                self.predictor, self.alpha, self.beta, self.radius,
+            )  # fmt: skip
             side = []  # REGRESSION's side information
             codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool, side)
             stream = huffman_encode(codes, pool)
@@ -355,98 +288,6 @@ class SZCodec(Codec):
         w.u8(0)
         w.blob(byte_shuffle(flat))
         return zstd_compress(w.getvalue(), DEFAULT_LEVEL if self.level is None else self.level)
-
-    def _candidates(self, values, shape) -> tuple[list, list]:
-        """``(candidates, layouts)``: every ``((predictor id, alpha, beta), layout)`` the
-        config allows, and the layouts: ``shape``, 2-d (3 or more dimensions, see
-        ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply."""
-        preds = []
-        for pred in _PREDICTOR_IDS[self.predictor]:
-            if pred == CONSTANT:
-                preds.append((CONSTANT, _middle(values), 1.0))
-            elif pred in (LORENZO, REGRESSION):
-                preds.append((pred, 1.0, 1.0))
-            elif self.alpha is not None:
-                preds.append((pred, self.alpha, self.beta))
-            else:
-                preds.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
-        layouts = [shape]
-        if len(shape) > 2:
-            layouts.append((values.size // shape[-1], shape[-1]))
-        if len(shape) > 1 and shape[-1] < _FLAT_BELOW:
-            layouts.append((values.size,))
-        search = self.predictor in _SEARCHES
-        candidates = [
-            (c, layout)
-            for layout in layouts
-            for c in preds
-            if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
-            if layout is shape or c[0] != REGRESSION  # it paid on the chunk's own shape only
-            # on one dimension the reverse order is the same: not sampled twice
-            if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
-        ]
-        return candidates, layouts
-
-    def _choose(self, values, shape, eb, prec, pool) -> tuple[tuple, tuple]:
-        """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
-        cost least, and the shape it codes the chunk as (see ``_candidates``)."""
-        candidates, layouts = self._candidates(values, shape)
-        if len(candidates) == 1:
-            return candidates[0]
-        flat = len(layouts[-1]) == 1 and len(shape) > 1
-
-        def sampled(scale):  # blocks per layout
-            out = {
-                layout: sample_blocks(values.reshape(fold_shape(layout, 3)), scale)
-                for layout in layouts
-            }
-            if len(shape) > 2:  # the same blocks as the shape's, so that their costs compare
-                out[layouts[1]] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
-            return out
-
-        samples = sampled(1)
-
-        def cost(candidate, samples=samples):
-            cand, layout = candidate
-            # constant prediction does not see the layout: its costs compare with the shape's
-            blocks = samples[shape if cand[0] == CONSTANT else layout]
-            side = []
-            coded = [
-                encode_with(cand, b, b.shape, eb, prec, self.radius, None, side) for b in blocks
-            ]
-            codes = np.concatenate([c for c, _ in coded])
-            bits = code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
-            bits += 8 * len(zstd_compress(b"".join(side), 1)) if side else 0
-            # the 1-d layout codes fast: it wins near-ties
-            return bits * _FLAT_SLACK if flat and layout is not layouts[-1] else bits
-
-        def costs(cands):
-            return list(pool.map(cost, cands) if pool else map(cost, cands))
-
-        # the first tuning of linear only (the others are higher orders)
-        first = [
-            c
-            for c in candidates
-            if c[0][0] in _FIRST
-            if c[0][0] not in LINE_INTERP or c[0][1:] == LEVEL_TUNINGS[LINEAR][0] or self.alpha
-        ]
-        rest = [c for c in candidates if c not in first]
-        tried = costs(first)
-        linear = [(t, c) for t, c in zip(tried, first, strict=True) if c[0][0] in LINE_INTERP]
-        if linear:  # the higher orders: sampled on the layout and in the order linear did best
-            if first[int(np.argmin(tried))][0][0] == CONSTANT:
-                rest = []
-            _, ((lin, _, _), layout) = min(linear, key=lambda tc: tc[0])
-            order = LINE_INTERP[lin]
-            rest = [c for c in rest if c[1] is layout and LINE_INTERP.get(c[0][0], order) == order]
-        scored = sorted(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])
-        (best_cost, best), rival = scored[0], _rival(scored)
-        few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
-        if not few or rival is None or rival[0] > _CLOSE * best_cost:
-            return best
-        larger = sampled(_LARGER)
-        pair = [best, rival[1]]
-        return pair[int(np.argmin([cost(c, larger) for c in pair]))]
 
     # -- decoding -------------------------------------------------------------
 

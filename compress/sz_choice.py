@@ -1,0 +1,207 @@
+"""``sz``'s predictor choice: the candidates a config allows, sampled on blocks of the
+chunk, the one whose codes cost fewest bits (as Huffman and zstd code them) kept.
+
+The codec itself (config, payload layout, encode and decode) is in ``sz.py``; the
+steps it shares with this module (prediction dispatch, sampling, costs) in
+``sz_steps.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .stages import zstd_compress
+from .sz_steps import (
+    CONSTANT,
+    CUBIC,
+    CUBIC_REV,
+    LINE_INTERP,
+    LINEAR,
+    LINEAR_REV,
+    LORENZO,
+    MD_CUBIC,
+    MD_LINEAR,
+    REGRESSION,
+    code_bits,
+    encode_with,
+    fold_shape,
+    sample_blocks,
+)
+
+#: predictor config name -> the predictor ids it samples
+PREDICTOR_IDS = {
+    "lorenzo": (LORENZO,),
+    "linear": (LINEAR,),
+    "cubic": (CUBIC,),
+    "linear-rev": (LINEAR_REV,),
+    "cubic-rev": (CUBIC_REV,),
+    "md-linear": (MD_LINEAR,),
+    "md-cubic": (MD_CUBIC,),
+    "constant": (CONSTANT,),
+    "regression": (REGRESSION,),
+    "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
+    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
+}
+
+#: a chunk whose last dimension is below this many elements may also be coded as
+#: 1-d (e.g. 3x3 convolution kernels); the 1-d layout decodes faster there (long
+#: lines instead of very short ones: the conv weight gradient of
+#: benchmarks/compressors.py), so it is chosen unless the shaped one samples 2% fewer bits
+_FLAT_BELOW = 8
+_FLAT_SLACK = 1.02
+
+#: (alpha, beta) pairs tried per interpolation when the config leaves them open
+#: (tighter coarse levels pay off for cubic; for linear only slightly tighter ones, and
+#: rarely: sampled among the higher orders, benchmarks/compressors.py's climate_t2m)
+LEVEL_TUNINGS = {
+    LINEAR: ((1.0, 1.0), (1.125, 2.0)),
+    CUBIC: ((1.0, 1.0), (1.25, 2.0)),
+    LINEAR_REV: ((1.0, 1.0), (1.125, 2.0)),
+    CUBIC_REV: ((1.0, 1.0), (1.25, 2.0)),
+    MD_LINEAR: ((1.0, 1.0),),
+    MD_CUBIC: ((1.25, 2.0),),
+}
+
+
+def _middle(values: np.ndarray) -> float:
+    """The middle of the range of the (finite) ``values``: the constant prediction."""
+    if values.size == 0:
+        return 0.0
+    mid = 0.5 * float(values.min()) + 0.5 * float(values.max())
+    return mid if math.isfinite(mid) else 0.0
+
+
+#: the line interpolations and their twins with each level's dimensions in reverse order
+_REVERSED = {LINEAR: LINEAR_REV, CUBIC: CUBIC_REV}
+#: when the sample blocks hold under ``_FEW`` elements each (chunks under 2M elements),
+#: and Lorenzo and an interpolation are the cheapest of their kinds and sample within
+#: ``_CLOSE`` of each other, the two are sampled again on blocks ``_LARGER`` times
+#: larger: a few small blocks misjudged a structured image (benchmarks/compressors.py:
+#: motorcycle_disp). Other near-ties are left alone: they are frequent on deep-learning
+#: arrays and on large chunks, and sampling them again cost time and changed no choice
+_FEW = 4096
+_CLOSE = 1.1
+_LARGER = 4
+_INTERPOLATIONS = (LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, *LINE_INTERP)
+
+
+def _rival(scored: list) -> tuple | None:
+    """``(cost, candidate)`` of the cheapest interpolation when Lorenzo is the cheapest
+    of ``scored`` (sorted by cost), or of Lorenzo when an interpolation is; else None."""
+    first = scored[0][1][0][0]
+    if first not in (LORENZO, *_INTERPOLATIONS):
+        return None
+    for t, c in scored[1:]:
+        if (c[0][0] == LORENZO) != (first == LORENZO) and c[0][0] in (LORENZO, *_INTERPOLATIONS):
+            return t, c
+    return None
+
+
+#: the configs that choose between predictors by sampling
+_SEARCHES = ("auto", "interp")
+
+#: predictors sampled first, on every layout; when constant prediction beats linear
+#: interpolation there, the neighbours do not predict the chunk and the higher-order
+#: interpolations (cubic, multi-dimensional, linear with tighter coarse levels) are not
+#: sampled (on noise-like chunks they lose too); else they are sampled on the layout and
+#: in the dimension order where linear did best only. Both keep compression fast
+#: (benchmarks/compressors.py)
+_FIRST = (LORENZO, LINEAR, LINEAR_REV, CONSTANT, REGRESSION)
+
+
+def candidates(values, shape, predictor, alpha, beta) -> tuple[list, list]:
+    """``(candidates, layouts)``: every ``((predictor id, alpha, beta), layout)`` the
+    config allows, and the layouts: ``shape``, 2-d (3 or more dimensions, see
+    ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply."""
+    preds = []
+    for pred in PREDICTOR_IDS[predictor]:
+        if pred == CONSTANT:
+            preds.append((CONSTANT, _middle(values), 1.0))
+        elif pred in (LORENZO, REGRESSION):
+            preds.append((pred, 1.0, 1.0))
+        elif alpha is not None:
+            preds.append((pred, alpha, beta))
+        else:
+            preds.extend((pred, a, b) for a, b in LEVEL_TUNINGS[pred])
+    layouts = [shape]
+    if len(shape) > 2:
+        layouts.append((values.size // shape[-1], shape[-1]))
+    if len(shape) > 1 and shape[-1] < _FLAT_BELOW:
+        layouts.append((values.size,))
+    search = predictor in _SEARCHES
+    candidates = [
+        (c, layout)
+        for layout in layouts
+        for c in preds
+        if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
+        if layout is shape or c[0] != REGRESSION  # it paid on the chunk's own shape only
+        # on one dimension the reverse order is the same: not sampled twice
+        if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
+    ]
+    return candidates, layouts
+
+
+def choose(values, shape, eb, prec, pool, predictor, alpha, beta, radius) -> tuple[tuple, tuple]:
+    """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
+    cost least, and the shape it codes the chunk as (see ``candidates``).
+
+    values: the chunk, flat; shape: its squeezed shape; eb, prec, radius: the
+    quantizer's bound, precision and radius; pool: threads for the sampling, or None;
+    predictor, alpha, beta: the codec's config."""
+    every, layouts = candidates(values, shape, predictor, alpha, beta)
+    if len(every) == 1:
+        return every[0]
+    flat = len(layouts[-1]) == 1 and len(shape) > 1
+
+    def sampled(scale):  # blocks per layout
+        out = {
+            layout: sample_blocks(values.reshape(fold_shape(layout, 3)), scale)
+            for layout in layouts
+        }
+        if len(shape) > 2:  # the same blocks as the shape's, so that their costs compare
+            out[layouts[1]] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
+        return out
+
+    samples = sampled(1)
+
+    def cost(candidate, samples=samples):
+        cand, layout = candidate
+        # constant prediction does not see the layout: its costs compare with the shape's
+        blocks = samples[shape if cand[0] == CONSTANT else layout]
+        side = []
+        coded = [encode_with(cand, b, b.shape, eb, prec, radius, None, side) for b in blocks]
+        codes = np.concatenate([c for c, _ in coded])
+        bits = code_bits(codes) + 8 * sum(o.nbytes for _, o in coded)
+        bits += 8 * len(zstd_compress(b"".join(side), 1)) if side else 0
+        # the 1-d layout codes fast: it wins near-ties
+        return bits * _FLAT_SLACK if flat and layout is not layouts[-1] else bits
+
+    def costs(cands):
+        return list(pool.map(cost, cands) if pool else map(cost, cands))
+
+    # the first tuning of linear only (the others are higher orders)
+    first = [
+        c
+        for c in every
+        if c[0][0] in _FIRST
+        if c[0][0] not in LINE_INTERP or c[0][1:] == LEVEL_TUNINGS[LINEAR][0] or alpha
+    ]
+    rest = [c for c in every if c not in first]
+    tried = costs(first)
+    linear = [(t, c) for t, c in zip(tried, first, strict=True) if c[0][0] in LINE_INTERP]
+    if linear:  # the higher orders: sampled on the layout and in the order linear did best
+        if first[int(np.argmin(tried))][0][0] == CONSTANT:
+            rest = []
+        _, ((lin, _, _), layout) = min(linear, key=lambda tc: tc[0])
+        order = LINE_INTERP[lin]
+        rest = [c for c in rest if c[1] is layout and LINE_INTERP.get(c[0][0], order) == order]
+    scored = sorted(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])
+    (best_cost, best), rival = scored[0], _rival(scored)
+    few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
+    if not few or rival is None or rival[0] > _CLOSE * best_cost:
+        return best
+    larger = sampled(_LARGER)
+    pair = [best, rival[1]]
+    return pair[int(np.argmin([cost(c, larger) for c in pair]))]
