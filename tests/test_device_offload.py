@@ -19,7 +19,7 @@ from tensorpress.activation_offload.stats import ActivationStats
 from tensorpress.compress import device_blocks
 from tensorpress.compress.device_blocks import LaggedSize, worst_size
 from test_device_activations import mlp, step
-from test_device_blocks import assert_within, tensors
+from test_device_blocks import assert_within, bits, tensors
 from test_device_codes import refuse_host_reads
 
 CUDA = torch.cuda.is_available()
@@ -195,6 +195,11 @@ def test_a_record_restores_within_the_bound_from_the_store_or_its_slot(x, rel, h
                 assert not rec.compact and len(store) == 0
                 assert stats.device_bytes == worst_size(x.numel(), rel)
                 y = rec.restore()
+            # the size arrives: the used bytes go to the store, the slot is let go, and
+            # the record restores the same values from there
+            assert rec.try_compact() and len(store) == 1 and stats.device_bytes == 0
+            assert stats.live_bytes == store.stats.put_bytes <= worst_size(x.numel(), rel)
+            assert torch.equal(bits(rec.restore()), bits(y))
         else:
             rec = OffloadedBlocks(x, rel, stats, "x", False, store)
             assert rec.compact and stats.device_bytes == 0 and len(store) == 1
