@@ -80,8 +80,9 @@ class ActivationCompression:
     ``model``: names the rows of ``stats`` through hooks on its modules (otherwise torch's
     global module hooks find modules on the fly, and torch.compile(model) warns of them).
     ``debug``: check every restored tensor against its bound (keeps a copy).
-    ``device_path``: under ``rel``, hold tensors as device codes with no host waits
-    (``device_records.py``): None on CUDA (not the CPU), True on every device, False never;
+    ``device_path``: hold tensors as device codes with no host waits (``abs`` and adaptive
+    bounds in block codes, ``device_bounds.py``; ``device_records.py``): None on CUDA (not
+    the CPU), True on every device, False never;
     with a store they are offloaded, without one compiled graphs inline them
     (``device_offload.py``); ``device_layout``: the eager hooks' codes, ``"blocks"`` or
     ``"fixed"`` (``device_block_records.py``).

@@ -30,9 +30,10 @@ of its values, so for ``rel >= MIN_REL`` that error is below ``tol * 2**-9``, in
 dtype's largest values) and can only bring it nearer to ``x``. float64 tensors are
 refused: their own rounding is as fine as the arithmetic's.
 
-What this layout refuses, and the callers keep on their existing paths: ``abs`` and
-``pw_rel`` bounds, per-layer bounds that change step to step (adaptive), float64 and
-integer tensors, ``rel`` below ``MIN_REL``.
+What this layout refuses: ``abs`` and ``pw_rel`` bounds, per-layer bounds that change
+step to step (adaptive), float64 and integer tensors, ``rel`` below ``MIN_REL``. The block
+codes (``device_blocks.py``) hold ``abs`` and adaptive bounds; the rest keep the
+callers' existing paths.
 
 Why the width is the worst case the bound allows, and stays so. A payload sized before
 the kernel runs must hold the worst tensor, and under ``rel`` that tensor needs every
