@@ -102,13 +102,18 @@ def _rival(scored: list) -> tuple | None:
 #: the configs that choose between predictors by sampling
 _SEARCHES = ("auto", "interp")
 
-#: predictors sampled first, on every layout; when constant prediction beats linear
-#: interpolation there, the neighbours do not predict the chunk and the higher-order
-#: interpolations (cubic, multi-dimensional, linear with tighter coarse levels) are not
-#: sampled (on noise-like chunks they lose too); else they are sampled on the layout and
-#: in the dimension order where linear did best only. Both keep compression fast
-#: (benchmarks/compressors.py)
-_FIRST = (LORENZO, LINEAR, LINEAR_REV, CONSTANT, REGRESSION)
+#: predictors sampled first, on every layout; when constant prediction beats them
+#: there, the neighbours do not predict the chunk and nothing else is sampled (on
+#: noise-like chunks the rest lose too); else linear in the reverse dimension order
+#: is sampled on the layout where linear did best, and then the higher orders (cubic,
+#: multi-dimensional, linear with tighter coarse levels) on that layout and in the
+#: better of the two orders. Both keep compression fast (benchmarks/compressors.py)
+_FIRST = (LORENZO, LINEAR, CONSTANT, REGRESSION)
+
+
+def _bits(scored_candidate: tuple) -> float:
+    """The cost of a ``(cost, candidate)`` pair."""
+    return scored_candidate[0]
 
 
 def candidates(values, shape, predictor, alpha, beta) -> tuple[list, list]:
@@ -181,23 +186,32 @@ def choose(values, shape, eb, prec, pool, predictor, alpha, beta, radius) -> tup
     def costs(cands):
         return list(pool.map(cost, cands) if pool else map(cost, cands))
 
-    # the first tuning of linear only (the others are higher orders)
-    first = [
-        c
-        for c in every
-        if c[0][0] in _FIRST
-        if c[0][0] not in LINE_INTERP or c[0][1:] == LEVEL_TUNINGS[LINEAR][0] or alpha
-    ]
+    def firsts(preds):  # the first tuning of a line interpolation (the rest: higher orders)
+        return [
+            c
+            for c in every
+            if c[0][0] in preds
+            if c[0][0] not in LINE_INTERP or c[0][1:] == LEVEL_TUNINGS[LINEAR][0] or alpha
+        ]
+
+    first = firsts(_FIRST) or firsts((LINEAR_REV,))  # the latter: "linear-rev" alone
+    scored = list(zip(costs(first), first, strict=True))
     rest = [c for c in every if c not in first]
-    tried = costs(first)
-    linear = [(t, c) for t, c in zip(tried, first, strict=True) if c[0][0] in LINE_INTERP]
-    if linear:  # the higher orders: sampled on the layout and in the order linear did best
-        if first[int(np.argmin(tried))][0][0] == CONSTANT:
+    lines = [tc for tc in scored if tc[1][0][0] in LINE_INTERP]
+    if lines:  # the higher orders: sampled on the layout and in the order linear did best
+        if min(scored, key=_bits)[1][0][0] == CONSTANT:
             rest = []
-        _, ((lin, _, _), layout) = min(linear, key=lambda tc: tc[0])
+        layout = min(lines, key=_bits)[1][1]
+        twins = [c for c in firsts((LINEAR_REV,)) if c[1] is layout and c in rest]
+        scored += zip(costs(twins), twins, strict=True)
+        _, ((lin, _, _), _) = min(lines + scored[-len(twins) :] if twins else lines, key=_bits)
         order = LINE_INTERP[lin]
-        rest = [c for c in rest if c[1] is layout and LINE_INTERP.get(c[0][0], order) == order]
-    scored = sorted(zip(tried + costs(rest), first + rest, strict=True), key=lambda tc: tc[0])
+        rest = [
+            c
+            for c in rest
+            if c not in twins and c[1] is layout and LINE_INTERP.get(c[0][0], order) == order
+        ]
+    scored = sorted(scored + list(zip(costs(rest), rest, strict=True)), key=_bits)
     (best_cost, best), rival = scored[0], _rival(scored)
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
