@@ -26,6 +26,7 @@ import math
 import numpy as np
 from numba import njit
 
+from .lorenzo_rows import lorenzo_decode_2d
 from .rounding import PREC_FLOAT64, round_to_storage
 
 
@@ -262,6 +263,9 @@ def _dispatch(src, dst, codes, outliers, eb, radius, prec, decode):
         return _run1(src.reshape(-1), dst.reshape(-1), codes, outliers, eb, radius, prec, decode)
     if nd == 2:
         sh2 = (d[0], d[1])
+        if decode and prec != PREC_FLOAT64:  # two rows at a time, the same values: the
+            # rounding to storage makes one row a long chain (lorenzo_rows.py)
+            return lorenzo_decode_2d(codes, outliers, eb, radius, prec, dst.reshape(sh2))
         return _run2(src.reshape(sh2), dst.reshape(sh2), codes, outliers, eb, radius, prec, decode)
     if nd == 3:
         sh3 = (d[0], d[1], d[2])
