@@ -74,14 +74,19 @@ class BlockCodes(Watched, Held):
         if self.size.ready():  # on the CPU: compact before the bytes are counted
             self._shrink()
 
-    def tighten(self, t, kind: str, compactor: Compactor) -> int:
-        """Hold ``t`` (the same tensor, saved again by a layer of ``kind``) under the bound
-        alone where the learned tolerance does not apply to that layer; returns the change
-        in bytes held."""
-        if self.learned is None or kind == "weighted":
+    def tighten(self, t, bound: dict, compactor: Compactor) -> int:
+        """Hold ``t`` (the same tensor, saved again, whose save asks for ``bound``, the
+        keywords of ``compress_blocks``) under the tighter of the two: the bound alone, or
+        the smaller learned tolerance (chosen on the device); returns the change in bytes
+        held."""
+        learned = bound.get("learned")
+        if self.learned is None or learned is self.learned:
             return 0
+        # NaN (nothing learned) is the bound itself: torch.minimum keeps it
+        self.learned = None if learned is None else torch.minimum(self.learned, learned)
+        self.ceiling = None if learned is None else self.ceiling
+        self.tolerance = self.abs if learned is None else None
         before = self.nbytes
-        self.learned, self.ceiling, self.tolerance = None, None, self.abs
         self._make(t)
         self._set_nbytes(self.record.numel())
         compactor.add(self)

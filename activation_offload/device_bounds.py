@@ -11,10 +11,10 @@ The host path's rules (``hooks.py``, ``_tolerance``), held on the device:
 - a loss's log-probabilities under ``rel``: the absolute bound ``rel`` (the ceiling with
   adaptive bounds), as on the host path, held under ``abs``.
 
-A tensor saved by a weighted layer and again by another op is held once, under the
-tighter bound: a record made under a learned tolerance is made again under the bound
-alone (``BlockCodes.tighten``), as the host path re-compresses under the tighter
-tolerance.
+A tensor saved twice is held once, under the tighter bound, as on the host path: a record
+made under a learned tolerance is made again (``BlockCodes.tighten``) under the bound
+alone when another op saves it, or under the smaller of two learned tolerances (a
+``torch.minimum`` on the device) when another weighted layer does.
 """
 
 from __future__ import annotations

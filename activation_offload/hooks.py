@@ -34,6 +34,7 @@ from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
 from .device_block_records import BlockCodes, Compactor, check_device_layout, device_record
+from .device_bounds import device_bound
 from .device_bounds import log_probs as _log_probs
 from .device_offload import graph_hooks, graph_hooks_apply
 from .device_records import check_device_path, device_codes_apply, keeps_log_probs
@@ -319,8 +320,8 @@ class ActivationCompression:
             stored = rec.nbytes
         else:  # saved again: held once, under the tighter of the two bounds
             stored = 0
-            if isinstance(rec, BlockCodes):  # a learned tolerance: the bound if it does not apply
-                stored = rec.tighten(t, layer_kind(module), self._compactor)
+            if isinstance(rec, BlockCodes):  # a learned tolerance: the tighter one on the device
+                stored = rec.tighten(t, device_bound(self, t, module, name), self._compactor)
             elif isinstance(rec, Compressed) and rec.mode == "abs":
                 tol = self._tolerance(t, module, name)
                 if tol < rec.tolerance:

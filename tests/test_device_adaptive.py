@@ -129,11 +129,18 @@ def test_log_probabilities_are_held_under_abs(adaptive):
 
 def test_a_record_under_a_learned_tolerance_is_tightened_when_saved_again():
     x = torch.randn(50, 300)
+    span = float(x.max() - x.min())
     stats = ActivationStats()
-    loose = torch.tensor([0.5], dtype=torch.float64)
-    rec = BlockCodes(x, 1e-2, stats, "lin", False, learned=loose, ceiling=0.2)
+    loose = torch.tensor([0.3 * span], dtype=torch.float64)
+    rec = BlockCodes(x, 1e-2, stats, "lin", False, learned=loose, ceiling=0.5)
+    assert rec.tighten(x, {"rel": 1e-2, "learned": loose}, Compactor()) == 0  # the same
     loose_bytes = rec.nbytes
-    assert rec.tighten(x, "weighted", Compactor()) == 0  # the same kind: nothing to do
-    grew = rec.tighten(x, "other", Compactor())
+    # another weighted layer with a smaller learned tolerance: the smaller one holds
+    finer = torch.tensor([0.05 * span], dtype=torch.float64)
+    grew = rec.tighten(x, {"rel": 1e-2, "learned": finer, "ceiling": 0.5}, Compactor())
     assert grew > 0 and rec.nbytes == loose_bytes + grew
+    assert_within(x, rec.restore(), 0.05)
+    # an op the learned tolerance does not apply to: the bound alone
+    assert rec.tighten(x, {"rel": 1e-2}, Compactor()) > 0
     assert_within(x, rec.restore(), 1e-2)
+    assert rec.tighten(x, {"rel": 1e-2}, Compactor()) == 0  # nothing tighter left
