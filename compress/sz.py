@@ -32,10 +32,11 @@ codes (which mistook runs of equal codes for cheap ones), chunks of 32 MiB rathe
 than 4 (3-d fields cut into thin slabs lose interpolation levels), zstd level 9
 over low-rate payloads (smooth fields at loose bounds), each level's dimensions
 passed last to first (``linear-rev``, ``cubic-rev``: a level's last pass predicts
-half of its points, so the smoothest dimension should come last; sampled beside
-linear, and cubic sampled in the order linear did best: interface_rho,
-motorcycle_disp, anisotropic fields), linear interpolation with slightly tighter
-coarse levels (1.125, 2) among the higher orders (climate_t2m), and sampling a
+half of its points, so the smoothest dimension should come last; sampled once
+something beats constant prediction, and the higher orders in the order linear did
+best: interface_rho, motorcycle_disp, anisotropic fields), linear interpolation
+with slightly tighter coarse levels (1.125, 2) among the higher orders
+(climate_t2m), and sampling a
 near-tie between Lorenzo and an interpolation again on larger blocks for chunks
 under 2M elements (motorcycle_disp, where four small blocks favoured Lorenzo). What
 did not pay and was left out: fixed stronger level-wise tightening for all chunks
