@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload import ActivationCompression, Adaptive
 from tensorpress.compress import device_blocks
 from tensorpress.compress.device_blocks import worst_size
 from tensorpress.compress.device_codes import code_bits, payload_bytes
@@ -154,6 +154,28 @@ def test_cuda_step_never_synchronizes(layout):
         torch.cuda.set_sync_debug_mode("default")
     assert ac.stats.rows["0"].tolerance is None
     assert math.isfinite(float(loss)) and math.isfinite(float(gx.abs().sum()))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize(
+    "bound",
+    [{"rel": 1e-2, "adaptive": Adaptive(update_every=1)}, {"abs": 1e-2}],
+    ids=["adaptive", "abs"],
+)
+def test_cuda_adaptive_and_abs_steps_never_synchronize(bound):
+    model = mlp("cuda")
+    x = torch.randn(512, 64, device="cuda")
+    y = torch.randint(0, 10, (512,), device="cuda")
+    ac = ActivationCompression("block", min_bytes=0, **bound)
+    step(model, ac, x, y)  # warm-up; adaptive: tolerances learned on the device
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:  # adaptive: an update step, held under the learned tolerances
+        loss, gx, _ = step(model, ac, x, y)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert math.isfinite(float(loss)) and math.isfinite(float(gx.abs().sum()))
+    assert ac.stats.stored_bytes < ac.stats.saved_bytes / 3
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
