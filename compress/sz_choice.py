@@ -76,27 +76,23 @@ def _middle(values: np.ndarray) -> float:
 #: the line interpolations and their twins with each level's dimensions in reverse order
 _REVERSED = {LINEAR: LINEAR_REV, CUBIC: CUBIC_REV}
 #: when the sample blocks hold under ``_FEW`` elements each (chunks under 2M elements),
-#: and Lorenzo and an interpolation are the cheapest of their kinds and sample within
-#: ``_CLOSE`` of each other, the two are sampled again on blocks ``_LARGER`` times
-#: larger: a few small blocks misjudged a structured image (benchmarks/compressors.py:
-#: motorcycle_disp). Other near-ties are left alone: they are frequent on deep-learning
-#: arrays and on large chunks, and sampling them again cost time and changed no choice
+#: Lorenzo samples cheapest and an interpolation within ``_CLOSE`` of it, the two are
+#: sampled again on blocks ``_LARGER`` times larger: on small blocks the points a level
+#: extrapolates at the blocks' ends weigh more than in the chunk, so interpolation is
+#: priced too high (benchmarks/compressors.py: motorcycle_disp). Other near-ties are
+#: left alone: sampling them again cost time and changed no choice on the corpus
 _FEW = 4096
-_CLOSE = 1.1
+_CLOSE = 1.08
 _LARGER = 4
 _INTERPOLATIONS = (LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, *LINE_INTERP)
 
 
 def _rival(scored: list) -> tuple | None:
     """``(cost, candidate)`` of the cheapest interpolation when Lorenzo is the cheapest
-    of ``scored`` (sorted by cost), or of Lorenzo when an interpolation is; else None."""
-    first = scored[0][1][0][0]
-    if first not in (LORENZO, *_INTERPOLATIONS):
+    of ``scored`` (sorted by cost); else None."""
+    if scored[0][1][0][0] != LORENZO:
         return None
-    for t, c in scored[1:]:
-        if (c[0][0] == LORENZO) != (first == LORENZO) and c[0][0] in (LORENZO, *_INTERPOLATIONS):
-            return t, c
-    return None
+    return next(((t, c) for t, c in scored if c[0][0] in _INTERPOLATIONS), None)
 
 
 #: the configs that choose between predictors by sampling
