@@ -17,6 +17,7 @@ block codes, put once their sizes arrive (``device_block_offload.py``).
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import deque
 
@@ -28,6 +29,7 @@ from ..compress.device_blocks import (
     held_tolerance,
     restore_blocks,
 )
+from . import device_gelu
 from .device_block_offload import offload_blocks
 from .device_bounds import device_bound
 from .device_offload import too_small
@@ -65,7 +67,11 @@ class BlockCodes(Watched, Held):
         self.rows = stats.rows  # this step's rows: the ones a later compaction corrects
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
-        super().__init__(self.record.numel(), stats)
+        super().__init__(self._held(), stats)
+
+    def _held(self) -> int:
+        """Bytes this record holds."""
+        return self.record.numel()
 
     def _make(self, t) -> None:
         bound = {"learned": self.learned, "ceiling": self.ceiling, "abs": self.abs}
@@ -88,7 +94,7 @@ class BlockCodes(Watched, Held):
         self.tolerance = self.abs if learned is None else None
         before = self.nbytes
         self._make(t)
-        self._set_nbytes(self.record.numel())
+        self._set_nbytes(self._held())
         compactor.add(self)
         return self.nbytes - before
 
@@ -105,7 +111,7 @@ class BlockCodes(Watched, Held):
         if not self.size.ready():
             return False
         self._shrink()
-        self._recount(self.record.numel())
+        self._recount(self._held())
         return True
 
     def _shrink(self) -> None:
@@ -135,6 +141,53 @@ class BlockCodes(Watched, Held):
         if self.original is None:
             return
         tol = held_tolerance(self.record, self.rel, self.abs, self.learned, self.ceiling)
+        check_restored(self.name, self.original, y, tol, tol)
+
+
+class GeluResidual(BlockCodes):
+    """A GELU's output held as block codes of its residual from GELU of ``source`` (the
+    block codes of GELU's input), within the output's own bound (``device_gelu.py``)."""
+
+    __slots__ = ("source", "approximate", "scalars")
+
+    def __init__(self, t, source: BlockCodes, approximate: str, rel, stats, name, debug,
+                 **bound):  # fmt: skip
+        self.source, self.approximate = source, approximate
+        super().__init__(t, rel, stats, name, debug, **bound)
+
+    def _held(self) -> int:
+        return self.record.numel() + self.scalars.numel() * self.scalars.element_size()
+
+    def _settings(self):
+        absolute = self.abs is not None
+        bound = self.abs if absolute else self.rel
+        return float(bound), absolute, self.learned, float(self.ceiling or 0.0)
+
+    def _make(self, t) -> None:
+        src = self.source
+        x = restore_blocks(src.record, src.shape, src.dtype)  # what backward restores
+        self.scalars, t_r = device_gelu.output_scalars(t.detach(), *self._settings())
+        p = device_gelu.prediction(x, self.approximate, self.scalars)
+        r = device_gelu.residual(t.detach(), p)
+        bound = device_gelu.residual_bound(self.rel, self.abs)
+        self.record, used = compress_blocks(r, learned=t_r, **bound)
+        self.size = LaggedSize(used)
+        if self.size.ready():
+            self._shrink()
+
+    def restore(self) -> torch.Tensor:
+        if self._keep is not None:
+            return self._keep
+        x = self.source.restore()
+        self.source.keep_restored(x)  # GELU's backward, next, takes it
+        p = device_gelu.prediction(x, self.approximate, self.scalars)
+        r = restore_blocks(self.record, (p.numel(),), torch.float32)
+        return device_gelu.restore_output(p, r, self.scalars, self.shape, self.dtype)
+
+    def check(self, y: torch.Tensor) -> None:
+        if self.original is None:
+            return
+        tol = device_gelu.output_tolerance(self.original, *self._settings())
         check_restored(self.name, self.original, y, tol, tol)
 
 
@@ -173,6 +226,15 @@ def device_record(ac, t, name: str, store, module=None):
         return DeviceCompressed(t, rel, stats, name, debug)
     compactor.run()  # the records made before this one whose sizes have arrived
     bound = device_bound(ac, t, module, name)
-    rec = BlockCodes(t, bound.pop("rel", None), stats, name, debug, **bound)
+    rel = bound.pop("rel", None)
+    source = device_gelu.gelu_input(ac._gelu_inputs, t)
+    if source is not None and type(source[0]) is BlockCodes and source[0].learned is None:
+        # a GELU's output: its residual from GELU of its input
+        rec = GeluResidual(t, *source, rel, stats, name, debug, **bound)
+    else:
+        rec = BlockCodes(t, rel, stats, name, debug, **bound)
+        if ac._gelu_inputs is not None and rec.learned is None:
+            # a GELU's input, maybe: its record never changes (``tighten`` keeps it)
+            ac._gelu_inputs.add(t, rec, math.inf)
     compactor.add(rec)
     return rec
