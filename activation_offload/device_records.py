@@ -14,7 +14,8 @@ store; under ``abs`` and adaptive bounds in block codes without a store
 the existing path.
 
 On this path the host never learns a record's absolute bound, so what needs one is
-left out for its tensors: the derived-tensor rules (GELU, norms, views of held memory),
+left out for its tensors: the derived-tensor rules (norms, views of held memory; a GELU's
+output is held as a residual instead, in block codes without a store, ``device_gelu.py``),
 the int8 codes and the zstd stage; a loss's log-probabilities (held within an absolute
 bound under ``rel``) are kept as they are by the fixed codes and with a store, and held
 under ``abs`` by block codes; the stats show no tolerance for ``rel`` records. Each
