@@ -15,7 +15,11 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression, Rules
-from tensorpress.activation_offload.device_block_records import BlockCodes, GeluResidual
+from tensorpress.activation_offload.device_block_records import (
+    BlockCodes,
+    Compactor,
+    GeluResidual,
+)
 from tensorpress.activation_offload.stats import ActivationStats
 from tensorpress.compress import device_blocks
 from test_device_activations import mlp, step
@@ -180,3 +184,16 @@ def test_an_input_modified_in_place_after_saving_is_not_a_source():
     assert "GeluResidual" not in ac.stats.records
     with pytest.raises(RuntimeError, match="inplace"):
         b.sum().backward()
+
+
+def test_saved_again_under_the_bound_alone_the_residual_is_made_again_within_it():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3001, generator=g)
+    y = F.gelu(x)
+    learned = torch.tensor([0.04 * float(y.max() - y.min())], dtype=torch.float64)
+    _, rec = held_pair(x, y, rel=1e-3, learned=learned, ceiling=0.05)
+    loose = rec.nbytes
+    assert_within_tol(y, rec.restore(), float(learned))
+    grown = rec.tighten(y, {"rel": 1e-3}, Compactor())  # another op saves y: rel alone
+    assert grown == rec.nbytes - loose > 0
+    assert_within_tol(y, rec.restore(), bound_of(y, rel=1e-3))
