@@ -157,12 +157,14 @@ def choose(values, shape, eb, prec, pool, predictor, alpha, beta, radius) -> tup
     flat = len(layouts[-1]) == 1 and len(shape) > 1
 
     def sampled(scale):  # blocks per layout
+        rows = layouts[1] if len(shape) > 2 else None
         out = {
             layout: sample_blocks(values.reshape(fold_shape(layout, 3)), scale)
             for layout in layouts
+            if layout is not rows
         }
-        if len(shape) > 2:  # the same blocks as the shape's, so that their costs compare
-            out[layouts[1]] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
+        if rows is not None:  # the same blocks as the shape's, so that their costs compare
+            out[rows] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
         return out
 
     samples = sampled(1)
