@@ -175,11 +175,12 @@ def _reverse_bits(values: np.ndarray, widths) -> np.ndarray:
     return rev24 >> (24 - np.asarray(widths, dtype=np.int64))
 
 
-def huffman_encode(symbols: np.ndarray, pool=None) -> bytes:
+def huffman_encode(symbols: np.ndarray, pool=None, hist: np.ndarray | None = None) -> bytes:
     """Huffman-code a 1-d uint16 array; returns the self-contained stream (bytes).
 
     ``pool``: an executor whose two threads count and pack the two halves of the
-    symbols (the stream is the same).
+    symbols (the stream is the same); ``hist``: the symbols' counts
+    (``np.bincount(symbols)``), when the caller has them already (not with ``pool``).
     """
     symbols = np.asarray(symbols)
     if symbols.dtype != np.uint16 or symbols.ndim != 1:
@@ -188,7 +189,9 @@ def huffman_encode(symbols: np.ndarray, pool=None) -> bytes:
         )
     symbols = np.ascontiguousarray(symbols)
     halves = (symbols[: symbols.size // 2], symbols[symbols.size // 2 :])
-    if pool is None and symbols.size < _SMALL:  # counts only up to the largest symbol
+    if hist is not None and pool is None:
+        hists = [hist]
+    elif pool is None and symbols.size < _SMALL:  # counts only up to the largest symbol
         hists = [np.bincount(symbols) if symbols.size else np.zeros(1, np.int64)]
     elif pool is None:
         hists = [_k.histogram_u16(symbols)]

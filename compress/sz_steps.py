@@ -13,12 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .huffman import _HEADER as HUFFMAN_HEADER
-from .huffman import MAX_CODE_LEN, code_lengths
-from .huffman import _canonical as canonical_codes
-from .huffman import _reverse_bits as reverse_bits
+from .huffman import huffman_encode
 from .kernels.constant import constant_decode, constant_encode
-from .kernels.huffman import encode_bits, huffman_depths
+from .kernels.huffman import huffman_depths
 from .kernels.interp_md import md_decode, md_encode
 from .kernels.interpolation import (
     ALL,
@@ -310,7 +307,7 @@ def code_bits(codes: np.ndarray) -> float:
     freqs = hist[syms]
     bits = _huffman_bits(np.sort(freqs))
     if bits < _ZSTD_BELOW * codes.size:
-        return 8.0 * len(zstd_compress(_huffman_stream(codes, hist, syms, freqs), 1))
+        return 8.0 * len(zstd_compress(huffman_encode(codes, hist=hist), 1))
     return bits
 
 
@@ -332,26 +329,3 @@ def _huffman_bits(counts: np.ndarray) -> float:
     # the two-queue Huffman construction (O(distinct codes) in numba; a heap in
     # Python was most of the choice's cost on small chunks at tight bounds)
     return float(16 * counts.size + np.dot(huffman_depths(counts), counts))
-
-
-def _huffman_stream(codes, hist, syms, freqs) -> bytes:
-    """``huffman_encode(codes)``, byte for byte, from the counts ``code_bits`` has
-    already taken (``hist``, the codes that occur ``syms`` and their ``freqs``):
-    counting the codes again was a large share of the choice on small chunks (the
-    layout is huffman.py's; tests/test_sz_code_bits.py keeps the two equal)."""
-    n = syms.shape[0]
-    gaps = np.empty(n, dtype="<u2")
-    gaps[0] = syms[0]
-    gaps[1:] = np.diff(syms) - 1
-    lengths = code_lengths(freqs)
-    if n < 2:
-        return HUFFMAN_HEADER.pack(n, 0) + gaps.tobytes() + lengths.tobytes()
-    canon, _, _, _, _ = canonical_codes(lengths, MAX_CODE_LEN)
-    ln = lengths.astype(np.int64)
-    table = np.zeros(hist.size, dtype=np.uint32)
-    table[syms] = (reverse_bits(canon, ln) | (ln << 24)).astype(np.uint32)
-    nbits = int(np.dot(freqs, ln))
-    words = np.empty((nbits + 63) // 64, dtype=np.uint64)
-    encode_bits(codes, table, words, 0)
-    stream = words.view(np.uint8)[: (nbits + 7) // 8]
-    return b"".join((HUFFMAN_HEADER.pack(n, nbits), gaps.tobytes(), lengths.tobytes(), stream.data))
