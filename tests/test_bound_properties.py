@@ -15,8 +15,8 @@ Hypothesis settings: the default run is derandomized and database-free, so it
 tests the same examples on every machine and every run. A CI failure then
 reproduces locally from the printed ``Case``, and a commit cannot go red
 because a new random draw happened to find an old bug. Exploring new inputs
-is the job of the ``slow`` variant (about two minutes; part of the default run,
-``-m "not slow"`` leaves it out): it draws fresh random examples on each run and prints the
+is the job of the ``slow`` variant (about two minutes; left out of the default run,
+``-m slow`` runs it): it draws fresh random examples on each run and prints the
 falsifying ``Case`` and a ``@reproduce_failure`` blob, from which a regression
 test is one copy away.
 """
@@ -537,5 +537,5 @@ def _bound_holds_many(case):
 
 @pytest.mark.slow
 def test_bound_holds_on_every_element_many():
-    """Thousands of fresh random cases (about two minutes; deselect with -m "not slow")."""
+    """Thousands of fresh random cases (about two minutes; run with -m slow)."""
     _bound_holds_many()
