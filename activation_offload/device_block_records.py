@@ -165,12 +165,10 @@ class GeluResidual(BlockCodes):
 
     def _make(self, t) -> None:
         src = self.source
-        x = restore_blocks(src.record, src.shape, src.dtype)  # what backward restores
-        self.scalars, t_r = device_gelu.output_scalars(t.detach(), *self._settings())
-        p = device_gelu.prediction(x, self.approximate, self.scalars)
-        r = device_gelu.residual(t.detach(), p)
-        bound = device_gelu.residual_bound(self.rel, self.abs)
-        self.record, used = compress_blocks(r, learned=t_r, **bound)
+        self.scalars, self.record, used = device_gelu.pack_output(
+            t.detach(), src.record, src.shape, self.approximate, self.rel, self.abs,
+            self._settings(),
+        )  # fmt: skip
         self.size = LaggedSize(used)
         if self.size.ready():
             self._shrink()
@@ -180,9 +178,9 @@ class GeluResidual(BlockCodes):
             return self._keep
         x = self.source.restore()
         self.source.keep_restored(x)  # GELU's backward, next, takes it
-        p = device_gelu.prediction(x, self.approximate, self.scalars)
-        r = restore_blocks(self.record, (p.numel(),), torch.float32)
-        return device_gelu.restore_output(p, r, self.scalars, self.shape, self.dtype)
+        return device_gelu.unpack_output(
+            x, self.record, self.approximate, self.scalars, self.shape, self.dtype
+        )
 
     def check(self, y: torch.Tensor) -> None:
         if self.original is None:

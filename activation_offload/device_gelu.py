@@ -63,6 +63,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..compress.device_blocks import compress_blocks, restore_blocks
 from ..compress.kernels.device_blocks_torch import coarse, tolerance
 from ..compress.kernels.device_codes_layout import supports
 from ..compress.kernels.device_codes_torch import finite_range, round_to
@@ -157,3 +158,23 @@ def output_tolerance(y: torch.Tensor, bound: float, absolute: bool, learned, cei
     """``T`` of ``y`` as a host float (reads ``y``: for checks outside the training step)."""
     lo, hi = finite_range(y.reshape(-1))
     return float(tolerance(lo, hi, bound, absolute, learned, ceiling))
+
+
+def pack_output(y: torch.Tensor, source, source_shape, approximate: str, rel, abs, settings):
+    """Hold GELU's output ``y`` as its residual from GELU of the input restored from the
+    block record ``source`` (of ``source_shape``, ``y``'s dtype): (scalars, the residual's
+    block record, its used bytes as a device scalar). ``settings`` are ``output_scalars``'s
+    (bound, absolute, learned, ceiling)."""
+    x = restore_blocks(source, source_shape, y.dtype)  # what backward restores
+    scalars, t_r = output_scalars(y, *settings)
+    r = residual(y, prediction(x, approximate, scalars))
+    record, used = compress_blocks(r, learned=t_r, **residual_bound(rel, abs))
+    return scalars, record, used
+
+
+def unpack_output(x: torch.Tensor, record, approximate: str, scalars, shape, dtype):
+    """GELU's output of ``shape`` and ``dtype`` from the restored input ``x`` and the
+    residual's block record."""
+    p = prediction(x, approximate, scalars)
+    r = restore_blocks(record, (p.numel(),), torch.float32)
+    return restore_output(p, r, scalars, shape, dtype)
