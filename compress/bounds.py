@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels.minmax import min_max
 from .threads import map_ordered
 
 MODES = ("abs", "rel", "pw_rel")
@@ -100,7 +99,7 @@ class ErrorBound:
 
 #: arrays of at least this many elements have their range read on several threads
 PARALLEL_RANGE_ELEMENTS = 1 << 20
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # what min_max reads
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # read in parts
 
 
 def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
@@ -113,8 +112,13 @@ def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
     if threads > 1 and data.size >= PARALLEL_RANGE_ELEMENTS and data.dtype in _KERNEL_DTYPES:
         flat = np.ravel(data)  # a view when contiguous, else one copy
         cut = -(-flat.size // threads)
-        parts = map_ordered(min_max, [flat[a : a + cut] for a in range(0, flat.size, cut)], threads)
-        lo, hi = min(p[0] for p in parts), max(p[1] for p in parts)
+        # numpy's reductions (vectorized, GIL released) on each part: a scalar loop reads
+        # far slower, and made two threads slower than one (benchmarks/thread_scaling.py);
+        # a NaN propagates to the masked pass below
+        cuts = range(0, flat.size, cut)
+        parts = map_ordered(_min_max, [flat[a : a + cut] for a in cuts], threads)
+        lo = float(np.min([p[0] for p in parts]))
+        hi = float(np.max([p[1] for p in parts]))
     else:
         lo, hi = float(data.min()), float(data.max())
     if math.isfinite(lo) and math.isfinite(hi):  # the common case: no mask
@@ -123,3 +127,8 @@ def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
     if data.size == 0:
         return 0.0, 0.0
     return float(data.min()), float(data.max())
+
+
+def _min_max(part: np.ndarray) -> tuple[float, float]:
+    """(min, max) of a 1-d float array, NaN when it holds one."""
+    return float(part.min()), float(part.max())
