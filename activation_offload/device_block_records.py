@@ -2,24 +2,23 @@
 device has caught up, and the choice between the device path's records.
 
 ``BlockCodes``: a record written into a slot of its worst case's size; its size in use
-travels to the host behind an event (:class:`LaggedSize`). ``Compactor`` keeps the
-records not compacted yet, in save order; each pack, the end of the forward pass and
-each unpack ask it to compact those whose size has arrived (``event.query()``, no
-wait): one device copy of the used prefix, the slot freed. A record restored before
-that restores from its slot. On the CPU every record is compact when made.
+travels to the host behind an event (:class:`LaggedSize`). The :class:`Compactor` keeps
+the records not compacted yet, in save order; each pack and each unpack ask it to
+compact those whose size has arrived (``event.query()``, no wait): one device copy of
+the used prefix, the slot freed, or with an offload store the prefix put into the store
+(``device_block_offload.py``). A record restored before that restores from its slot. On
+the CPU every record is compact when made.
 
 ``device_record``: what the eager hooks hold for a tensor on the device path:
 ``device_layout="blocks"`` (per-block widths, the default: they hold fewer bytes,
 ``benchmarks/activations.py``) or ``"fixed"`` (the fixed-width codes, also what
-compiled graphs get, whose sizes must be known when the graph is made); a store gets
-block codes, put once their sizes arrive (``device_block_offload.py``).
+compiled graphs get, whose sizes must be known when the graph is made), in a store or
+on the device alike.
 """
 
 from __future__ import annotations
 
 import math
-import weakref
-from collections import deque
 
 import torch
 
@@ -30,13 +29,15 @@ from ..compress.device_blocks import (
     restore_blocks,
 )
 from . import device_gelu
-from .device_block_offload import offload_blocks
+from .device_block_offload import Compactor, Parked
 from .device_bounds import device_bound
-from .device_offload import too_small
+from .device_offload import OffloadedCodes, too_small
 from .device_records import DeviceCompressed
 from .identity import VersionWatch
 from .records import Held, Kept, Watched, check_restored
 from .stats import ActivationStats
+
+__all__ = ["BlockCodes", "Compactor", "GeluResidual", "check_device_layout", "device_record"]
 
 LAYOUTS = ("blocks", "fixed")
 
@@ -47,19 +48,21 @@ def check_device_layout(choice) -> None:
         raise ValueError(f"device_layout takes one of {LAYOUTS}, got {choice!r}")
 
 
-class BlockCodes(Watched, Held):
-    """A tensor held as block codes on its device: within ``rel`` of its range or within
-    ``abs``, or within a ``learned`` tolerance (a device scalar) held between the bound and
-    ``ceiling`` (``compress/device_blocks.py``)."""
+class BlockCodes(Parked, Watched, Held):
+    """A tensor held as block codes on its device, or with a ``store`` in the store once
+    its size has arrived: within ``rel`` of its range or within ``abs``, or within a
+    ``learned`` tolerance (a device scalar) held between the bound and ``ceiling``
+    (``compress/device_blocks.py``)."""
 
     __slots__ = ("record", "size", "shape", "dtype", "rel", "rows", "watch", "name", "original")
-    __slots__ += ("abs", "learned", "ceiling", "tolerance")
+    __slots__ += ("abs", "learned", "ceiling", "tolerance", "store", "handle", "put_bytes")
     mode = "rel"
     error = None
 
     def __init__(self, t, rel, stats: ActivationStats, name: str, debug: bool, *, abs=None,
-                 learned=None, ceiling=None):  # fmt: skip
+                 learned=None, ceiling=None, store=None):  # fmt: skip
         self.rel, self.abs, self.learned, self.ceiling = rel, abs, learned, ceiling
+        self.store, self.handle, self.put_bytes = store, None, 0
         self._make(t)
         self.shape, self.dtype, self.name = tuple(t.shape), t.dtype, name
         # the host knows an abs bound; a rel or learned one is a device scalar
@@ -67,17 +70,22 @@ class BlockCodes(Watched, Held):
         self.rows = stats.rows  # this step's rows: the ones a later compaction corrects
         self.watch = VersionWatch(t)
         self.original = t.detach().clone() if debug else None
-        super().__init__(self._held(), stats)
+        super().__init__(self._held(), stats, offloaded=self.handle is not None)
 
     def _held(self) -> int:
-        """Bytes this record holds."""
-        return self.record.numel()
+        """Bytes this record holds (on its device, or in the store)."""
+        return self.record.numel() if self.handle is None else self.put_bytes
 
     def _make(self, t) -> None:
         bound = {"learned": self.learned, "ceiling": self.ceiling, "abs": self.abs}
         self.record, used = compress_blocks(t, self.rel, **bound)
+        self._lag(used)
+
+    def _lag(self, used: torch.Tensor) -> None:
+        """Wait (never blocking) for ``used``, the record's size; on the CPU compact at
+        once, before the bytes are counted."""
         self.size = LaggedSize(used)
-        if self.size.ready():  # on the CPU: compact before the bytes are counted
+        if self.size.ready():
             self._shrink()
 
     def tighten(self, t, bound: dict, compactor: Compactor) -> int:
@@ -93,14 +101,15 @@ class BlockCodes(Watched, Held):
         self.ceiling = None if learned is None else self.ceiling
         self.tolerance = self.abs if learned is None else None
         before = self.nbytes
+        self._unpark()
         self._make(t)
-        self._set_nbytes(self._held())
+        self._account(self._held())
         compactor.add(self)
         return self.nbytes - before
 
     @property
     def compact(self) -> bool:
-        """Whether the record holds only its used bytes."""
+        """Whether the record holds only its used bytes (with a store: in the store)."""
         return self.size is None
 
     def try_compact(self) -> bool:
@@ -117,30 +126,38 @@ class BlockCodes(Watched, Held):
     def _shrink(self) -> None:
         used = self.size.value()
         self.size = None
-        if used < self.record.numel():
+        if self.store is not None:
+            self._park(used)
+        elif used < self.record.numel():
             self.record = self.record[:used].clone()  # the slot is freed with its view
 
-    def _recount(self, used: int) -> None:
-        saved = self.nbytes - used
-        if saved == 0:
-            return
-        stats = self._stats
+    def _recount(self, held: int) -> None:
+        """Count ``held`` bytes in place of the slot's, in this step's rows too."""
+        saved, stats = self.nbytes - held, self._stats
         row = self.rows.get(self.name)
-        if stats is not None and row is not None and stats.rows is self.rows:
+        if saved and stats is not None and row is not None and stats.rows is self.rows:
             row.stored_bytes -= saved  # still this step: its counts hold the slot's size
             stats.stored_bytes -= saved
-        self._set_nbytes(used)
+        self._account(held)
+
+    def _account(self, held: int) -> None:
+        """Hold ``held`` bytes, where the record is now (on the device, or in the store)."""
+        offloaded = self.handle is not None
+        if self._stats is not None:
+            self._stats.release(self.nbytes, self.offloaded)
+            self._stats.hold(held, offloaded)
+        self.nbytes, self.offloaded = held, offloaded
 
     def restore(self) -> torch.Tensor:
         if self._keep is not None:
             return self._keep
-        return restore_blocks(self.record, self.shape, self.dtype)
+        return restore_blocks(self.codes(), self.shape, self.dtype)
 
     def check(self, y: torch.Tensor) -> None:
         """Raise AssertionError where ``y`` breaks the bound (debug mode reads the range)."""
         if self.original is None:
             return
-        tol = held_tolerance(self.record, self.rel, self.abs, self.learned, self.ceiling)
+        tol = held_tolerance(self.codes(), self.rel, self.abs, self.learned, self.ceiling)
         check_restored(self.name, self.original, y, tol, tol)
 
 
@@ -156,7 +173,9 @@ class GeluResidual(BlockCodes):
         super().__init__(t, rel, stats, name, debug, **bound)
 
     def _held(self) -> int:
-        return self.record.numel() + self.scalars.numel() * self.scalars.element_size()
+        # the scalars (24 bytes) stay on the device, counted with the residual, wherever
+        # that is: a put of their own would cost more than they hold
+        return super()._held() + self.scalars.numel() * self.scalars.element_size()
 
     def _settings(self):
         absolute = self.abs is not None
@@ -166,12 +185,14 @@ class GeluResidual(BlockCodes):
     def _make(self, t) -> None:
         src = self.source
         self.scalars, self.record, used = device_gelu.pack_output(
-            t.detach(), src.record, src.shape, self.approximate, self.rel, self.abs,
+            t.detach(), src.codes(), src.shape, self.approximate, self.rel, self.abs,
             self._settings(),
         )  # fmt: skip
-        self.size = LaggedSize(used)
-        if self.size.ready():
-            self._shrink()
+        self._lag(used)
+
+    def prefetch(self) -> None:
+        self.source.prefetch()  # restored first: its bytes are queued first
+        super().prefetch()
 
     def restore(self) -> torch.Tensor:
         if self._keep is not None:
@@ -179,7 +200,7 @@ class GeluResidual(BlockCodes):
         x = self.source.restore()
         self.source.keep_restored(x)  # GELU's backward, next, takes it
         return device_gelu.unpack_output(
-            x, self.record, self.approximate, self.scalars, self.shape, self.dtype
+            x, self.codes(), self.approximate, self.scalars, self.shape, self.dtype
         )
 
     def check(self, y: torch.Tensor) -> None:
@@ -189,38 +210,18 @@ class GeluResidual(BlockCodes):
         check_restored(self.name, self.original, y, tol, tol)
 
 
-class Compactor:
-    """The records not compacted yet, in save order (weakly: a dropped one is gone)."""
-
-    def __init__(self):
-        self._pending: deque = deque()
-
-    def add(self, rec: BlockCodes) -> None:
-        if not rec.compact:
-            self._pending.append(weakref.ref(rec))
-
-    def run(self) -> None:
-        """Compact the oldest records whose sizes have arrived; stops at the first that
-        has not (the device finishes a stream's work in order)."""
-        while self._pending:
-            rec = self._pending[0]()
-            if rec is not None and not rec.try_compact():
-                return
-            self._pending.popleft()
-
-
 def device_record(ac, t, name: str, store, module=None):
     """The record an ``ActivationCompression`` ``ac`` makes for ``t`` (saved by ``module``,
-    named ``name``) on the device path (``device_records.device_codes_apply``): kept where
-    too small, block codes offloaded into ``store``, else block or fixed codes by
+    named ``name``) on the device path (``device_records.device_codes_apply``), parked in
+    ``store`` where given: kept where too small, else block or fixed codes by
     ``ac.config["device_layout"]``, block codes under the bound of ``device_bound``."""
     config, stats, debug, compactor = ac.config, ac.stats, ac.debug, ac._compactor
     rel = config["rel"]
     if too_small(t):  # kept on the device: a store's put costs more than it saves
         return Kept(t, t.numel() * t.element_size(), stats)
-    if store is not None:
-        return offload_blocks(ac, t, name, store)  # put once their sizes arrive
     if config.get("device_layout", "blocks") == "fixed":
+        if store is not None:  # put at once: their size follows from the element count
+            return OffloadedCodes(t, rel, stats, name, debug, store)
         return DeviceCompressed(t, rel, stats, name, debug)
     compactor.run()  # the records made before this one whose sizes have arrived
     bound = device_bound(ac, t, module, name)
@@ -228,9 +229,9 @@ def device_record(ac, t, name: str, store, module=None):
     source = device_gelu.gelu_input(ac._gelu_inputs, t)
     if source is not None and type(source[0]) is BlockCodes and source[0].learned is None:
         # a GELU's output: its residual from GELU of its input
-        rec = GeluResidual(t, *source, rel, stats, name, debug, **bound)
+        rec = GeluResidual(t, *source, rel, stats, name, debug, store=store, **bound)
     else:
-        rec = BlockCodes(t, rel, stats, name, debug, **bound)
+        rec = BlockCodes(t, rel, stats, name, debug, store=store, **bound)
         if ac._gelu_inputs is not None and rec.learned is None:
             # a GELU's input, maybe: its record never changes (``tighten`` keeps it)
             ac._gelu_inputs.add(t, rec, math.inf)

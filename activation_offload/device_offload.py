@@ -118,7 +118,7 @@ def graph_hooks(pack, unpack, config: dict) -> tuple:
     metas = []  # what the graphs traced so far hold, less the tensors
 
     def traced_pack(t: torch.Tensor):
-        if too_small(t) or not device_codes_apply(config, t, False) or _graph_log_probs():
+        if too_small(t) or not device_codes_apply(config, t) or _graph_log_probs():
             return t
         nbytes = t.numel() * t.element_size()
         if nbytes < config["min_bytes"]:

@@ -8,20 +8,20 @@ that read nothing back to the host: the code width follows from the ``rel`` boun
 alone and the tensor's range stays on the device. The device path
 (``device_codes_apply``) takes float16, bfloat16 and float32 tensors on any device but
 the CPU (CUDA; meta tensors in the tests), or on every device with ``device_path=True``
-(``device_path=False`` never): under a plain ``rel`` bound in every layout and with a
-store; under ``abs`` and adaptive bounds in block codes without a store
+(``device_path=False`` never): under a plain ``rel`` bound in every layout; under
+``abs`` and adaptive bounds in block codes, with a store or without
 (``device_bounds.py`` says which bound each tensor gets there). Everything else keeps
 the existing path.
 
 On this path the host never learns a record's absolute bound, so what needs one is
 left out for its tensors: the derived-tensor rules (norms, views of held memory; a GELU's
-output is held as a residual instead, in block codes without a store, ``device_gelu.py``),
-the int8 codes and the zstd stage; a loss's log-probabilities (held within an absolute
-bound under ``rel``) are kept as they are by the fixed codes and with a store, and held
-under ``abs`` by block codes; the stats show no tolerance for ``rel`` records. Each
-of these holds fewer bytes only where the data allows, and a sound fallback where it
-does not needs a host read before the tensor's memory is released
-(``compress/device_codes.py`` says why), so they stay on the existing path.
+output is held as a residual instead, in block codes, ``device_gelu.py``), the int8
+codes and the zstd stage; a loss's log-probabilities (held within an absolute bound under
+``rel``) are kept as they are by the fixed codes, and held under ``abs`` by block codes;
+the stats show no tolerance for ``rel`` records. Each of these holds fewer bytes only
+where the data allows, and a sound fallback where it does not needs a host read before
+the tensor's memory is released (``compress/device_codes.py`` says why), so they stay on
+the existing path.
 """
 
 from __future__ import annotations
@@ -34,26 +34,26 @@ from .records import Held, Watched, check_restored
 from .stats import ActivationStats
 
 
-def device_codes_apply(config: dict, t: torch.Tensor, has_store: bool) -> bool:
-    """Whether ``t`` is held on the device path under the settings ``config``; with a
-    store (``has_store``) or the fixed layout, only a plain ``rel`` bound (those records
-    hold nothing else): ``abs`` and adaptive bounds go to block codes."""
+def device_codes_apply(config: dict, t: torch.Tensor) -> bool:
+    """Whether ``t`` is held on the device path under the settings ``config``; with the
+    fixed layout only under a plain ``rel`` bound (those records hold nothing else):
+    ``abs`` and adaptive bounds go to block codes."""
     choice = config.get("device_path")
     if choice is False or (choice is None and t.device.type == "cpu"):
         return False
     if config["rel"] is not None and not config["adaptive"]:
         return supports(t.dtype, config["rel"])
-    if has_store or config.get("device_layout", "blocks") != "blocks":
+    if config.get("device_layout", "blocks") != "blocks":
         return False
     if config["abs"] is not None:
         return t.dtype in DTYPES
     return supports(t.dtype, config["rel"])
 
 
-def keeps_log_probs(config: dict, store) -> bool:
+def keeps_log_probs(config: dict) -> bool:
     """Whether the device path keeps a loss's log-probabilities as they are: they get an
-    absolute bound, which only block codes without a store hold."""
-    return store is not None or config.get("device_layout", "blocks") != "blocks"
+    absolute bound, which only block codes hold."""
+    return config.get("device_layout", "blocks") != "blocks"
 
 
 def check_device_path(choice) -> None:

@@ -341,14 +341,14 @@ class ActivationCompression:
         norm_inputs = next((n for n in self._norm_inputs if n.takes(module)), None)
         if norm_inputs is not None and norm_inputs.statistics(t, module):
             return Kept(t, nbytes, self.stats)  # a derived output needs them exactly
-        on_device = device_codes_apply(self.config, t, self.store is not None)
+        on_device = device_codes_apply(self.config, t)
         keep = (  # a loss's log-probabilities get an absolute bound: rel-only codes keep them
             self._codec is None
             or t.dtype not in _FLOATS
             or nbytes < self.config["min_bytes"]
             or excluded
             or (not self._codec.bounded and _log_probs(t))
-            or (on_device and _log_probs(t) and keeps_log_probs(self.config, self.store))
+            or (on_device and _log_probs(t) and keeps_log_probs(self.config))
         )
         store = None
         if self.store is not None and nbytes >= self.config["min_bytes"] and not excluded:
@@ -429,7 +429,6 @@ class ActivationCompression:
         return self._regions.tolerance(name, t, tol)  # as views derived from it need
 
     def _unpack(self, rec):
-        self._compactor.run()
         now = rec.current_version()
         if now != rec.version:
             raise RuntimeError(
@@ -441,6 +440,7 @@ class ActivationCompression:
         position = self._positions.get(rec) if rec.store is not None else None
         if position is not None:
             self._prefetch_before(position)
+        self._compactor.run(self._positions, self._next - max(self.prefetch, 1))
         y = rec.unpacked(rec.restore())
         if self.debug and hasattr(rec, "check"):  # the records with a bound to check
             rec.check(y)
