@@ -6,27 +6,44 @@ path restores ``y`` as GELU of ``x``'s record when ``x`` is held tightly enough
 (``derived.py``), which needs the host to know both records' absolute bounds. Here the
 bounds stay device scalars, so ``y`` is held as block codes of a residual instead::
 
-    p = clamp(GELU(x'), lo, hi) (lo where NaN) if use else 0   in y's dtype
-    r = float32(y) - float32(p)                                 one float32 rounding
+    p = clamp(float32(g(x')), lo, hi) (lo where NaN) if use else 0
+    r = float32(y) - p                                          one float32 rounding
     r' = block codes of r within the absolute tolerance t_r     (a device scalar)
     y' = round(clamp(float64(p) + float64(r'), lo, hi))         to y's dtype
 
-``x'`` is what backward restores for GELU's input, ``[lo, hi]`` is ``y``'s finite range
-and ``T`` its tolerance (``rel (hi - lo)``, or the learned one held between the bound and
-the ceiling: the kernel's ``tolerance``), all computed on the device at pack time. As
-``x'`` is within a few steps of ``x`` and GELU's slope is at most 1.13, ``r`` spans a few
-of ``y``'s steps, so its blocks take a few bits where ``y``'s take the bits of its
-range (the LM of ``benchmarks/activations.py`` shows the difference). The pair is found
-as the host path finds it (``derived.py``): the input's record is noted by its autograd
-node, and the output's node (or the reshape a linear layer saves) leads to it.
+``x'`` is what backward restores for GELU's input, ``g`` GELU in float64 basic operations
+(``compress/kernels/device_gelu_torch.py``: the same bits in the Triton kernels and the
+torch reference, at pack and at restore, on any device; within ``2e-8`` of GELU),
+``[lo, hi]`` is ``y``'s finite range and ``T`` its tolerance (``rel (hi - lo)``, or the
+learned one held between the bound and the ceiling: the kernel's ``tolerance``), all
+computed on the device at pack time. As ``x'`` is within a few steps of ``x`` and GELU's
+slope is at most 1.13, ``r`` spans a few of ``y``'s steps, so its blocks take a few bits
+where ``y``'s take the bits of its range (the LM of ``benchmarks/activations.py`` shows
+the difference). The pair is found as the host path finds it (``derived.py``): the
+input's record is noted by its autograd node, and the output's node (or the reshape a
+linear layer saves) leads to it. Packing is two launches on CUDA (``y``'s range, then one
+kernel that restores ``x'`` from its record and writes ``r``'s codes), restoring two
+(``compress/device_gelu_ops.py``).
 
-The residual's slot. Under ``rel``, ``p`` and a finite ``y`` lie in ``[lo, hi]``, so
-``r`` spans at most ``2 (1 + 2**-24) (hi - lo)`` (where not ``use``, ``r = y``: at most
-``hi - lo``), and ``t_r >= rel (hi - lo) (1 - 2**-7) / 2``. Codes made under
-``rel / 5`` of ``r``'s own range with ``t_r`` as a learned tolerance (held at least at
-that bound, which stays below ``t_r``) therefore keep ``t_r``, and their slot is
-``rel / 5``'s: two or three bits more than the output's own, known before the kernel
-runs. Under ``abs`` the residual takes the raw fallback's slot, as the output would.
+The residual's range, from ``y``'s alone. Where ``use``, ``p`` and a finite ``y`` lie in
+``[lo, hi]`` (dtype values), so ``|y - p| <= hi - lo`` exactly and, float32 rounding
+being monotone, ``|r| <= float32(hi - lo) <= (hi - lo)(1 + 2**-24)``; ``D = (hi - lo)
+(1 + 2**-20)`` computed in float64 (two roundings of ``2**-53``) is at least that, so
+``[-D, D]`` holds every finite ``r``. Where not ``use``, ``p = 0`` and ``r = y`` exactly:
+``[lo, hi]`` holds it. The residual's codes take that range as their ``lo``, ``hi``
+(``device_blocks_torch.quantize``'s ``span``): its proof needs only a range that holds
+every finite element (codes count steps from ``lo``; the restore clamps to the range,
+which only moves a value towards its element), and a wider ``M`` makes the ``coarse``
+and ``ABS_SPAN`` tests only more cautious. So one reduction over ``y`` gives every scalar,
+and no pass over ``r`` is needed before its codes are written.
+
+The residual's slot. Under ``rel``, its codes are made under ``rel / 5`` of that range
+with ``t_r`` as a learned tolerance (held at least at that bound): the range spans at most
+``2 D = 2 (1 + 2**-20)(hi - lo)`` (``hi - lo`` where not ``use``), so that bound is at most
+``0.41 rel (hi - lo)``, below ``t_r >= rel (hi - lo) (1 - 2**-7) / 2``: the codes keep
+``t_r``, and their slot is ``rel / 5``'s: two or three bits more than the output's own,
+known before the kernel runs. Under ``abs`` the residual takes the raw fallback's slot,
+as the output would (where ``use``, ``D <= 2**15 T``: no block goes raw by its steps).
 
 The bound, with ``M = max(|lo|, |hi|)``, for a finite ``y`` (a dtype value):
 
@@ -48,12 +65,10 @@ The bound, with ``M = max(|lo|, |hi|)``, for a finite ``y`` (a dtype value):
 Non-finite values: ``p`` is finite, so a NaN or infinite ``y`` gives a NaN or infinite
 ``r`` of the same kind (block codes hold those exactly) and ``p + r'`` restores it.
 
-Determinism: backward computes ``p`` again from the same ``x'`` (the same record restored
-by the same op on the same device: the codes' restore reads the record and nothing else)
-with the same ``F.gelu`` in the same dtype. An elementwise op computes each element with
-the same instructions each time on CUDA; on the CPU the split into vector runs follows
-the element count and the thread count, which are the same in forward and backward.
-So ``p`` is bit-identical at pack and restore, which the proof needs.
+Determinism: the proof needs ``p`` bit-identical at pack and restore. ``x'`` is the same
+record restored by the same arithmetic (the packing kernel restores it as the block
+codes' restore does, multiplications and additions each rounded once), and ``g`` is a
+fixed sequence of correctly rounded float64 operations: the same bits wherever it runs.
 """
 
 from __future__ import annotations
@@ -61,29 +76,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
-from ..compress.device_blocks import compress_blocks, restore_blocks
-from ..compress.kernels.device_blocks_torch import coarse, tolerance
-from ..compress.kernels.device_codes_layout import supports
-from ..compress.kernels.device_codes_torch import finite_range, round_to
+from ..compress import device_gelu_ops
+from ..compress.kernels.device_blocks_torch import tolerance
+from ..compress.kernels.device_codes_torch import finite_range
 from .derived import GELU_NODE, RESHAPES
-
-#: the residual's step margin: the block codes' room for rounding to the dtype
-MARGIN = 1 - 2**-7
-#: the prediction is used where ``M <= USE_SPAN * T`` (the float32 residual's rounding,
-#: at most ``2**-23 M``, then stays within ``2**-9 T``)
-USE_SPAN = 2.0**14
-#: the largest ``M`` for which ``y - p`` stays finite in float32
-FINITE_SPAN = 2.0**126
-#: under ``rel``, the residual's codes are made under ``rel / RESIDUAL_SHARE`` of its own
-#: range: ``y - p`` spans at most twice ``y``'s range and ``t_r`` is at least half of
-#: ``rel`` of it, so that bound stays under ``t_r`` (which the codes then keep) and sizes
-#: the slot
-RESIDUAL_SHARE = 5
-#: the ceiling the residual's codes are given: large enough never to cut below ``t_r``,
-#: finite so that a constant residual (range 0) keeps a zero tolerance
-RESIDUAL_CEILING = 2.0**60
 
 
 def gelu_input(inputs, t: torch.Tensor):
@@ -106,54 +103,6 @@ def gelu_input(inputs, t: torch.Tensor):
     return rec, fn._saved_approximate
 
 
-def residual_bound(rel, abs) -> dict:
-    """The keywords of ``compress_blocks`` (but ``learned``) for the residual of an output
-    held under ``rel`` or ``abs``: under ``rel`` a slot of ``rel / RESIDUAL_SHARE``'s codes;
-    under ``abs`` (whose steps have no ceiling) the raw fallback's slot."""
-    if abs is None and supports(torch.float32, rel / RESIDUAL_SHARE):
-        return {"rel": rel / RESIDUAL_SHARE, "ceiling": RESIDUAL_CEILING}
-    return {"rel": None, "abs": 0.0, "ceiling": math.inf}
-
-
-def output_scalars(y: torch.Tensor, bound: float, absolute: bool, learned, ceiling: float):
-    """(scalars float64 ``[lo, hi, use]`` of ``y``, the residual's tolerance ``t_r`` as a
-    float64 tensor of one element), on the device; ``bound`` and the rest as the block
-    codes' ``tolerance`` takes them."""
-    lo, hi = finite_range(y.reshape(-1))
-    tol = tolerance(lo, hi, bound, absolute, learned, ceiling)
-    top = torch.maximum(lo.abs(), hi.abs())
-    use = (top <= tol * USE_SPAN) & (top <= FINITE_SPAN)
-    fine = coarse(lo, hi, tol, y.dtype)
-    t_r = torch.where(fine, tol, tol * 0.5) * MARGIN
-    return torch.stack([lo, hi, use.to(torch.float64)]), t_r.reshape(1)
-
-
-def prediction(x: torch.Tensor, approximate: str, scalars: torch.Tensor) -> torch.Tensor:
-    """``p``: GELU of the restored input ``x`` clamped to the output's finite range
-    (``lo`` where NaN), or 0 everywhere where the prediction is not used; flat, in
-    ``x``'s dtype."""
-    g = F.gelu(x.reshape(-1), approximate=approximate)
-    lo, hi = scalars[0].to(g.dtype), scalars[1].to(g.dtype)  # dtype values: exact
-    p = torch.minimum(torch.maximum(g, lo), hi)  # NaN stays NaN, infinities clamp
-    p = torch.where(torch.isnan(p), lo, p)
-    return torch.where(scalars[2] > 0, p, torch.zeros_like(p))
-
-
-def residual(y: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """``r = float32(y) - float32(p)``, flat: one rounding."""
-    return y.reshape(-1).float() - p.float()
-
-
-def restore_output(p: torch.Tensor, r: torch.Tensor, scalars: torch.Tensor, shape, dtype):
-    """``y'`` of ``shape`` and ``dtype`` from the prediction ``p`` and the restored
-    residual ``r`` (both flat)."""
-    v = p.double() + r.reshape(-1).double()
-    lo, hi = scalars[0], scalars[1]
-    finite = torch.isfinite(v)
-    v = torch.where(finite, round_to(torch.minimum(torch.maximum(v, lo), hi), dtype), v)
-    return v.to(dtype).reshape(shape)
-
-
 def output_tolerance(y: torch.Tensor, bound: float, absolute: bool, learned, ceiling) -> float:
     """``T`` of ``y`` as a host float (reads ``y``: for checks outside the training step)."""
     lo, hi = finite_range(y.reshape(-1))
@@ -162,19 +111,21 @@ def output_tolerance(y: torch.Tensor, bound: float, absolute: bool, learned, cei
 
 def pack_output(y: torch.Tensor, source, source_shape, approximate: str, rel, abs, settings):
     """Hold GELU's output ``y`` as its residual from GELU of the input restored from the
-    block record ``source`` (of ``source_shape``, ``y``'s dtype): (scalars, the residual's
-    block record, its used bytes as a device scalar). ``settings`` are ``output_scalars``'s
-    (bound, absolute, learned, ceiling)."""
-    x = restore_blocks(source, source_shape, y.dtype)  # what backward restores
-    scalars, t_r = output_scalars(y, *settings)
-    r = residual(y, prediction(x, approximate, scalars))
-    record, used = compress_blocks(r, learned=t_r, **residual_bound(rel, abs))
-    return scalars, record, used
+    block record ``source`` (of ``source_shape``, ``y``'s dtype and element count):
+    (scalars float64 ``[lo, hi, use]``, the residual's block record, its used bytes as a
+    device scalar). ``settings`` are (bound, absolute, learned, ceiling) of ``y``'s bound
+    (``rel`` or ``abs``, which ``bound`` and ``absolute`` repeat)."""
+    bound, absolute, learned, ceiling = settings
+    if math.prod(source_shape) != y.numel():
+        raise ValueError(f"GELU's input holds {list(source_shape)}, its output {list(y.shape)}")
+    return device_gelu_ops.gelu_residual(
+        y.detach(), source, approximate, float(bound), bool(absolute), learned, float(ceiling)
+    )
 
 
 def unpack_output(x: torch.Tensor, record, approximate: str, scalars, shape, dtype):
-    """GELU's output of ``shape`` and ``dtype`` from the restored input ``x`` and the
-    residual's block record."""
-    p = prediction(x, approximate, scalars)
-    r = restore_blocks(record, (p.numel(),), torch.float32)
-    return restore_output(p, r, scalars, shape, dtype)
+    """GELU's output of ``shape`` and ``dtype`` (``x``'s) from the restored input ``x`` and
+    the residual's block record."""
+    if x.dtype != dtype:
+        raise ValueError(f"GELU's input restores as {x.dtype}, its output is {dtype}")
+    return device_gelu_ops.gelu_residual_restore(x, record, scalars, approximate, list(shape))

@@ -102,10 +102,12 @@ def quantize(
     absolute=False,
     learned=None,
     ceiling=0.0,
+    span=None,
 ):
     """(codes int64, scalars float64 ``[lo, hi, step]``, bool: the elements that need
-    their block raw) of non-empty ``flat``."""
-    lo, hi = finite_range(flat)
+    their block raw) of non-empty ``flat``; ``span``: a given ``(lo, hi)`` (float64 device
+    scalars holding every finite element) in place of the finite range."""
+    lo, hi = finite_range(flat) if span is None else span
     tol = tolerance(lo, hi, bound, absolute, learned, ceiling)
     step = tol * margin
     step = torch.where(coarse(lo, hi, tol, flat.dtype), step * 2, step)
@@ -153,16 +155,18 @@ def compress(
     absolute=False,
     learned=None,
     ceiling=0.0,
+    span=None,
 ):
     """(record uint8 of ``worst_bytes`` bytes, used int64[1]: the bytes in use); ``bits``:
-    ``slot_bits`` of the bound, ``nsteps``: its steps (``RAW_LIMIT`` under ``abs``)."""
+    ``slot_bits`` of the bound, ``nsteps``: its steps (``RAW_LIMIT`` under ``abs``);
+    ``span`` as :func:`quantize` takes it."""
     flat = x.reshape(-1)
     n = flat.numel()
     record = torch.zeros(worst_bytes(n, block, bits), dtype=torch.uint8, device=x.device)
     if n == 0:
         used = torch.full((1,), header_bytes(0, block), dtype=torch.int64, device=x.device)
         return record, used
-    codes, scalars, wide = quantize(flat, bound, nsteps, margin, absolute, learned, ceiling)
+    codes, scalars, wide = quantize(flat, bound, nsteps, margin, absolute, learned, ceiling, span)
     nb = blocks(n, block)
     padded = torch.nn.functional.pad(codes, (0, nb * block - n), value=0).view(nb, block)
     last = padded[-1]  # the last block's padding takes a code of that block

@@ -269,5 +269,6 @@ def restore(record, shape, dtype):
     _restore_kernel[(blocks(n, BLOCK),)](
         words, words.numel(), scalars, base, widths, ends, bits,
         n, KIND=_KIND[dtype], B=BLOCK, MANT=mant, EMIN=emin, RAW=RAW[dtype],
+        enable_fp_fusion=False,  # lo + q * step rounded twice, as the reference rounds it
     )  # fmt: skip
     return out
