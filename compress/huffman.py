@@ -80,10 +80,6 @@ _MULTI_BITS = 4
 _HEADER = struct.Struct("<IQ")  # n, nbits
 _HEADER_SIZE = _HEADER.size  # 12 bytes
 _ALPHABET = 65536
-#: below this many symbols they are counted by numpy up to the largest one: the
-#: full-alphabet histogram's fixed cost was most of the time of sz's candidate costs
-#: on small samples
-_SMALL = 1 << 16
 
 
 def _limit_lengths(lengths_desc: list[int], max_len: int) -> list[int]:
@@ -190,35 +186,33 @@ def huffman_encode(symbols: np.ndarray, pool=None, hist: np.ndarray | None = Non
     symbols = np.ascontiguousarray(symbols)
     halves = (symbols[: symbols.size // 2], symbols[symbols.size // 2 :])
     if hist is not None and pool is None:
-        hists = [hist]
-    elif pool is None and symbols.size < _SMALL:  # counts only up to the largest symbol
-        hists = [np.bincount(symbols) if symbols.size else np.zeros(1, np.int64)]
+        counts, lo, firsts = np.asarray(hist), 0, None
     elif pool is None:
-        hists = [_k.histogram_u16(symbols)]
+        (counts, lo), firsts = _k.histogram_span(symbols), None
     else:
-        hists = list(pool.map(_k.histogram_u16, halves))
-    hist = hists[0] if len(hists) == 1 else hists[0] + hists[1]
-    syms = np.flatnonzero(hist)
+        counts, lo, firsts = _merged_span(list(pool.map(_k.histogram_span, halves)))
+    present = np.flatnonzero(counts)
+    syms = present + lo
     n = syms.shape[0]
     gaps = np.empty(n, dtype="<u2")
     if n:
         gaps[0] = syms[0]
         gaps[1:] = np.diff(syms) - 1
-    freqs = hist[syms]
+    freqs = counts[present]
     lengths = code_lengths(freqs)
     if n < 2:
         return _HEADER.pack(n, 0) + gaps.tobytes() + lengths.tobytes()
 
     codes, _, _, _, _ = _canonical(lengths, MAX_CODE_LEN)
     ln = lengths.astype(np.int64)
-    table = np.zeros(hist.size, dtype=np.uint32)  # symbols index it: none is past its end
+    table = np.zeros(syms[-1] + 1, dtype=np.uint32)  # symbols index it: none is past its end
     table[syms] = (_reverse_bits(codes, ln) | (ln << 24)).astype(np.uint32)
     nbits = int(np.dot(freqs, ln))
     words = np.empty((nbits + 63) // 64, dtype=np.uint64)
     if pool is None:
         written = _k.encode_bits(symbols, table, words, 0)
     else:  # the second half goes to its own words from bit `first % 64` on, then is merged
-        first = int(np.dot(hists[0][syms], ln))
+        first = int(np.dot(firsts[present], ln))
         tail = np.empty((first % 64 + nbits - first + 63) // 64, dtype=np.uint64)
         jobs = [
             pool.submit(_k.encode_bits, halves[0], table, words, 0),
@@ -233,6 +227,23 @@ def huffman_encode(symbols: np.ndarray, pool=None, hist: np.ndarray | None = Non
         raise RuntimeError(f"huffman encoder wrote {written} bits, expected {nbits}")
     bitstream = words.view(np.uint8)[: (nbits + 7) // 8]
     return b"".join((_HEADER.pack(n, nbits), gaps.tobytes(), lengths.tobytes(), bitstream.data))
+
+
+def _merged_span(spans) -> tuple:
+    """``(counts, lo, first)`` of two halves' ``histogram_span`` results: the counts of
+    both over the span of both, from ``lo``, and the first half's over the same span."""
+    (c0, lo0), (c1, lo1) = spans
+    if c0.size == 0:
+        return c1, lo1, np.zeros_like(c1)
+    if c1.size == 0:
+        return c0, lo0, c0
+    lo = min(lo0, lo1)
+    width = max(lo0 + c0.size, lo1 + c1.size) - lo
+    first = np.zeros(width, dtype=np.int64)
+    first[lo0 - lo : lo0 - lo + c0.size] = c0
+    counts = first.copy()
+    counts[lo1 - lo : lo1 - lo + c1.size] += c1
+    return counts, lo, first
 
 
 def _as_u8(buf) -> np.ndarray:

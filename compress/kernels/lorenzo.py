@@ -18,51 +18,19 @@ verbatim and ``recon = x``.  Hence ``|x - decoded| <= eb`` for every element.
 
 Reconstructions are kept in a rolling float64 buffer padded by one zero
 row/column/plane: 2 values (1-D), 2 rows (2-D), 2 planes (3-D) or 2 volumes of
-``shape[1:]`` (4-D; at most about the data size).
+``shape[1:]`` (4-D; at most about the data size). 2-D and 3-D encoding runs several
+rows at a time (``lorenzo_wave.py``), with these expressions and the same codes.
 """
-
-import math
 
 import numpy as np
 from numba import njit
 
+from .linear_quant import _dequantize, _qparams, _quantize
 from .lorenzo_rows import lorenzo_decode_2d
-from .rounding import PREC_FLOAT64, round_to_storage
+from .lorenzo_wave import lorenzo_encode_2d, lorenzo_encode_3d
+from .rounding import PREC_FLOAT64
 
-
-@njit(cache=True, nogil=True, inline="always")
-def _qparams(eb, radius):
-    """Return ``(two_eb, inv_two_eb, lim)`` for bound ``eb``; inv_two_eb is -1.0
-    (meaning: divide) when 1/(2*eb) overflows, i.e. for eb below ~2.8e-309."""
-    two_eb = 2.0 * eb
-    inv = 1.0 / two_eb
-    if not (inv < math.inf):
-        inv = -1.0
-    return two_eb, inv, (radius - 1) * two_eb
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _quantize(x, p, eb, two_eb, inv, lim, radius, prec):
-    """Return ``(code, recon)``; code 0 means outlier (recon is then ``x``).
-
-    ``|diff| < lim`` bounds ``|q| <= radius-1`` before any int conversion.  The
-    ``+ 0.0`` maps ``rint``'s -0.0 to +0.0 so that ``p + q*two_eb`` matches the
-    decoder's ``p + float(code - radius)*two_eb`` bit for bit, also for p = -0.0.
-    """
-    diff = x - p
-    if abs(diff) < lim:  # float test first: diff may be huge, inf or nan
-        t = diff * inv if inv > 0.0 else diff / two_eb
-        q = np.rint(t) + 0.0
-        v = round_to_storage(p + q * two_eb, prec)
-        if abs(x - v) <= eb:
-            return int(q) + radius, v
-    return 0, x
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _dequantize(c, p, two_eb, radius, prec):
-    """Reconstruction for a non-zero code ``c`` and prediction ``p``."""
-    return round_to_storage(p + (np.int64(c) - radius) * two_eb, prec)
+__all__ = ["_dequantize", "_qparams", "_quantize", "lorenzo_decode", "lorenzo_encode"]
 
 
 # Each runner serves encoder (decode=False: reads src, writes codes/outliers) and
@@ -266,9 +234,13 @@ def _dispatch(src, dst, codes, outliers, eb, radius, prec, decode):
         if decode and prec != PREC_FLOAT64:  # two rows at a time, the same values: the
             # rounding to storage makes one row a long chain (lorenzo_rows.py)
             return lorenzo_decode_2d(codes, outliers, eb, radius, prec, dst.reshape(sh2))
+        if not decode:  # several rows at a time, the same codes (lorenzo_wave.py)
+            return lorenzo_encode_2d(src.reshape(sh2), codes, outliers, eb, radius, prec)
         return _run2(src.reshape(sh2), dst.reshape(sh2), codes, outliers, eb, radius, prec, decode)
     if nd == 3:
         sh3 = (d[0], d[1], d[2])
+        if not decode:
+            return lorenzo_encode_3d(src.reshape(sh3), codes, outliers, eb, radius, prec)
         return _run3(src.reshape(sh3), dst.reshape(sh3), codes, outliers, eb, radius, prec, decode)
     return _run4(src, dst, codes, outliers, eb, radius, prec, decode)
 
