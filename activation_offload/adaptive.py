@@ -24,7 +24,10 @@ The statistics stay on the gradients' device: ||g_y||^2 accumulates as a device 
 and e is computed there (a float64 device scalar, NaN until a finite e has been
 learned), so an update step reads nothing back to the host; the device path passes e to
 its kernels as it is (``learned``). The host reads it where a host float is asked for:
-the host path's ``tolerance``, ``tolerances`` and ``state_dict``.
+the host path's ``tolerance``, ``tolerances`` and ``state_dict``. A resumed run's
+tolerances (``load_state_dict``) are host values: they move to the device together, in
+one copy (from pinned memory on CUDA, not waited for), when a step first asks for one
+there, so no step copies a scalar per tensor or waits on the host.
 
 The default ``gradient_error`` is 1e-3, not the 1e-2 the derivation alone would
 suggest: rounding errors are not independent where inputs repeat (tokens that
@@ -62,6 +65,7 @@ class AdaptiveBounds:
         self.gradient_error = float(gradient_error)
         self.update_every = update_every
         self._learned: dict[str, torch.Tensor] = {}  # float64 [1] each, NaN: none yet
+        self._loaded: dict[str, torch.Tensor] | None = None  # loaded, still on the host
         self._grad_out: dict[str, torch.Tensor] = {}
         self._watched: set[str] = set()
 
@@ -90,10 +94,26 @@ class AdaptiveBounds:
         bound applies as it is. Reads nothing back to the host."""
         if kind != "weighted":
             return None
+        if device is not None:
+            self._move_loaded(torch.device(device))
         tol = self._learned.get(name)
         if tol is not None and device is not None and tol.device != torch.device(device):
             tol = self._learned[name] = tol.to(device)
         return tol
+
+    def _move_loaded(self, device: torch.device) -> None:
+        """Move the loaded tolerances that no update has replaced since to ``device``
+        (not the CPU, where they are), all in one copy."""
+        if self._loaded is None or device.type == "cpu":
+            return
+        host, self._loaded = self._loaded, None
+        block = torch.cat(list(host.values()))
+        if device.type == "cuda":  # a copy from pinned memory: queued, not waited for
+            block = block.pin_memory()
+        moved = block.to(device, non_blocking=True)
+        for i, (name, view) in enumerate(host.items()):
+            if self._learned.get(name) is view:
+                self._learned[name] = moved[i : i + 1]
 
     def observe(self, name: str, module: torch.nn.Module, output) -> None:
         """Hook one forward call of ``module`` (named ``name``) so that its backward
@@ -122,6 +142,7 @@ class AdaptiveBounds:
                 return
             gw = _square_sum(p.grad).to(gy.device)
             tol = torch.sqrt(3.0 * self.gradient_error * gw / (k * gy))
+            self._move_loaded(tol.device)
             old = self._learned.get(name)
             old = torch.full_like(tol, math.nan) if old is None else old.to(tol.device)
             ok = torch.isfinite(tol) & (gy > 0)  # on the device: no read back
@@ -147,6 +168,7 @@ class AdaptiveBounds:
             str(k): torch.tensor([float(v)], dtype=torch.float64)
             for k, v in state["tolerances"].items()
         }
+        self._loaded = dict(self._learned) or None  # moved at first use on a device
 
 
 def _square_sum(g: torch.Tensor) -> torch.Tensor:
