@@ -61,12 +61,16 @@ Payload layout (inside one zstd frame), little-endian::
     u8  predictor      0 raw (lossless), 1 Lorenzo, 2 linear interp, 3 cubic interp,
                        4 multi-dim linear interp, 5 multi-dim cubic interp, 6 constant,
                        7 block-wise Lorenzo or linear regression, 8 and 9 linear and
-                       cubic interp with each level's dimensions in the reverse order
+                       cubic interp with each level's dimensions in the reverse order,
+                       10 Lorenzo on the indices of data on a lattice, lossless
+                       (sz_lattice.py; its codes and outliers are those of the indices
+                       under the bound 0.5, outliers in float64)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
     f64 alpha, beta    interpolation level tuning: level l uses eb / min(alpha**(l-1), beta);
-                       constant prediction (6): alpha is the prediction, beta is 1
+                       constant prediction (6): alpha is the prediction, beta is 1;
+                       lattice (10): alpha is the offset, beta the step
     u32 radius         codes are q + radius; code 0 marks an outlier
     u64 n + n bytes    only with predictor 7: per-block choices and regression
                        coefficients (see compress/kernels/regression.py)
@@ -106,15 +110,16 @@ from .special_values import (
 )
 from .stages import check_level, zstd_compress, zstd_decompress
 from .sz_choice import PREDICTOR_IDS, choose
+from .sz_lattice import find_lattice
 from .sz_steps import (
     CONSTANT,
     CUBIC,
+    LATTICE,
     LINE_INTERP,
     LINEAR,
     LORENZO,
     MD_CUBIC,
     MD_LINEAR,
-    MULTI_DIM,
     RAW,
     REGRESSION,
     SizedPool,
@@ -129,6 +134,7 @@ from .sz_steps import (
 
 #: the ids of predicted payloads (all but RAW)
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
+_PREDICTED += (LATTICE,)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -167,7 +173,9 @@ class SZCodec(Codec):
     predictor: ``auto`` (chosen per chunk by sampling), ``lorenzo``, ``linear``,
     ``cubic``, ``linear-rev``, ``cubic-rev`` (each level's dimensions in the reverse
     order), ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant``,
-    ``regression`` or ``interp`` (the interpolations but md-linear, by sampling).
+    ``regression``, ``lattice`` (lossless indices of data on a lattice under a bound
+    below its step, else Lorenzo) or ``interp`` (the interpolations but md-linear, by
+    sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for
     ``DEFAULT_LEVEL`` and ``LOW_RATE_LEVEL`` on payloads under 2 bits per element.
@@ -239,10 +247,13 @@ class SZCodec(Codec):
             values = work.astype(np.float32) if work.dtype == np.float16 else work
             prec = prec_of(flat.dtype)
 
+        lattice = None
+        if not log_domain and LATTICE in PREDICTOR_IDS[self.predictor]:
+            lattice = find_lattice(work, patch_idx, eb)
         with chunk_pool(threads, values.size) as pool:
             choice, shape = choose(
                 values, squeezed_shape(chunk.shape), eb, prec, pool,
-                self.predictor, self.alpha, self.beta, self.radius,
+                self.predictor, self.alpha, self.beta, self.radius, lattice,
             )  # fmt: skip
             side = []  # REGRESSION's side information
             codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool, side)
@@ -320,13 +331,15 @@ class SZCodec(Codec):
         side = r.blob() if pred == REGRESSION else b""
         if pred == CONSTANT:  # alpha is the prediction
             tuning = math.isfinite(alpha) and beta == 1
+        elif pred == LATTICE:  # alpha and beta: the offset and the step
+            tuning = math.isfinite(alpha) and 0 < beta < math.inf
         else:
             tuning = 1 <= alpha <= _MAX_BETA and 1 <= beta <= _MAX_BETA
         valid = _MIN_EB <= eb < math.inf and tuning and 2 <= radius <= 32768
         if not valid:
             raise ValueError("sz payload has an invalid quantizer header")
         decoder = HuffmanDecoder(r.blob(), size)
-        work_dtype = kernel_dtype(dtype, log_domain)
+        work_dtype = np.dtype(np.float64) if pred == LATTICE else kernel_dtype(dtype, log_domain)
         n_out = r.u64()
         if n_out > size:
             raise ValueError("sz payload claims more outliers than elements")
@@ -342,7 +355,7 @@ class SZCodec(Codec):
         direct = out is not None and not log_domain and work_dtype == dtype
         dest = out.reshape(-1) if direct else np.empty(size, work_dtype)
         choice = (pred, alpha, beta)
-        if pred not in (LORENZO, CONSTANT, REGRESSION, *MULTI_DIM) and worth_threads(threads, size):
+        if pred in LINE_INTERP and worth_threads(threads, size):
             with SizedPool(1) as pool:
                 zeros, top = decode_overlapped(
                     pool, choice, decoder, outliers, shape1, eb, prec, radius, dest

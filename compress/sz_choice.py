@@ -17,6 +17,7 @@ from .sz_steps import (
     CONSTANT,
     CUBIC,
     CUBIC_REV,
+    LATTICE,
     LINE_INTERP,
     LINEAR,
     LINEAR_REV,
@@ -41,8 +42,12 @@ PREDICTOR_IDS = {
     "md-cubic": (MD_CUBIC,),
     "constant": (CONSTANT,),
     "regression": (REGRESSION,),
+    "lattice": (LATTICE,),
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
-    "auto": (LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
+    "auto": (
+        *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
+        LATTICE,
+    ),
 }
 
 #: a chunk whose last dimension is below this many elements may also be coded as
@@ -104,7 +109,7 @@ _SEARCHES = ("auto", "interp")
 #: is sampled on the layout where linear did best, and then the higher orders (cubic,
 #: multi-dimensional, linear with tighter coarse levels) on that layout and in the
 #: better of the two orders. Both keep compression fast (benchmarks/compressors.py)
-_FIRST = (LORENZO, LINEAR, CONSTANT, REGRESSION)
+_FIRST = (LORENZO, LINEAR, CONSTANT, REGRESSION, LATTICE)
 
 
 def _bits(scored_candidate: tuple) -> float:
@@ -112,13 +117,19 @@ def _bits(scored_candidate: tuple) -> float:
     return scored_candidate[0]
 
 
-def candidates(values, shape, predictor, alpha, beta) -> tuple[list, list]:
+def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[list, list]:
     """``(candidates, layouts)``: every ``((predictor id, alpha, beta), layout)`` the
     config allows, and the layouts: ``shape``, 2-d (3 or more dimensions, see
-    ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply."""
+    ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply. ``lattice``: the
+    chunk's ``(offset, step)`` (sz_lattice.py), or None: then ``lattice`` is Lorenzo."""
     preds = []
     for pred in PREDICTOR_IDS[predictor]:
-        if pred == CONSTANT:
+        if pred == LATTICE:
+            if lattice is not None:
+                preds.append((LATTICE, *lattice))
+            elif predictor == "lattice":
+                preds.append((LORENZO, 1.0, 1.0))
+        elif pred == CONSTANT:
             preds.append((CONSTANT, _middle(values), 1.0))
         elif pred in (LORENZO, REGRESSION):
             preds.append((pred, 1.0, 1.0))
@@ -144,14 +155,16 @@ def candidates(values, shape, predictor, alpha, beta) -> tuple[list, list]:
     return candidates, layouts
 
 
-def choose(values, shape, eb, prec, pool, predictor, alpha, beta, radius) -> tuple[tuple, tuple]:
+def choose(
+    values, shape, eb, prec, pool, predictor, alpha, beta, radius, lattice=None
+) -> tuple[tuple, tuple]:
     """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
     cost least, and the shape it codes the chunk as (see ``candidates``).
 
     values: the chunk, flat; shape: its squeezed shape; eb, prec, radius: the
     quantizer's bound, precision and radius; pool: threads for the sampling, or None;
-    predictor, alpha, beta: the codec's config."""
-    every, layouts = candidates(values, shape, predictor, alpha, beta)
+    predictor, alpha, beta: the codec's config; lattice: see ``candidates``."""
+    every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return every[0]
     flat = len(layouts[-1]) == 1 and len(shape) > 1

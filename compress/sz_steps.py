@@ -7,6 +7,7 @@ The codec itself (config, payload layout, encode and decode) is in ``sz.py``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,9 @@ from .kernels.interpolation import (
 )
 from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
 from .kernels.regression import regression_decode, regression_encode
+from .kernels.rounding import PREC_FLOAT64
 from .stages import zstd_compress
+from .sz_lattice import INDEX_BOUND, lattice_indices, lattice_values
 
 #: predictor ids, as a payload's first byte records them
 RAW, LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT = 0, 1, 2, 3, 4, 5, 6
@@ -36,6 +39,8 @@ REGRESSION = 7
 #: linear and cubic interpolation with each level's dimensions in the reverse order
 #: (the last first: kernels/interpolation.py's ``order=1``)
 LINEAR_REV, CUBIC_REV = 8, 9
+#: Lorenzo prediction of the indices of data on a lattice, coded losslessly (sz_lattice.py)
+LATTICE = 10
 #: the interpolations of kernels/interpolation.py, and their dimension order
 LINE_INTERP = {LINEAR: 0, CUBIC: 0, LINEAR_REV: 1, CUBIC_REV: 1}
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
@@ -94,13 +99,17 @@ def chunk_pool(threads: int, size: int):
 
 def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     """``(codes, outliers)`` of ``values`` (flat, laid out as ``shape``) under the
-    predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT.
+    predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT,
+    alpha and beta the offset and step for LATTICE (whose outliers are float64 indices).
     REGRESSION appends its side information (bytes) to the list ``side``, if given."""
     pred, alpha, beta = choice
     n = values.size
     codes = np.empty(n, np.uint16)
-    outliers = np.empty(n, values.dtype)
-    if pred == REGRESSION:
+    outliers = np.empty(n, np.float64 if pred == LATTICE else values.dtype)
+    if pred == LATTICE:
+        indices = lattice_indices(values, alpha, beta).reshape(fold_shape(shape, 4))
+        k = lorenzo_encode(indices, INDEX_BOUND, radius, PREC_FLOAT64, codes, outliers)
+    elif pred == REGRESSION:
         k, info = regression_encode(
             values.reshape(fold_shape(shape, 3)), eb, radius, prec, codes, outliers
         )
@@ -127,10 +136,16 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
 
 def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
     """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
-    result. ``side``: REGRESSION's side information."""
+    result. ``side``: REGRESSION's side information. LATTICE decodes into float64 only
+    (the values ``offset + k * step`` that the caller casts to the data dtype)."""
     pred, alpha, beta = choice
     if dest is None:
         dest = np.empty(math.prod(shape), work_dtype)
+    if pred == LATTICE:
+        lorenzo_decode(
+            codes, outliers, INDEX_BOUND, radius, PREC_FLOAT64, dest.reshape(fold_shape(shape, 4))
+        )
+        return lattice_values(dest, alpha, beta)
     if pred == REGRESSION:
         regression_decode(
             codes, outliers, side, eb, radius, prec, dest.reshape(fold_shape(shape, 3))
@@ -264,7 +279,14 @@ def interp_threaded(pool, src, rec, codes, outliers, levels, radius, prec, pred)
 
 def eb_levels(shape3, eb, alpha, beta) -> np.ndarray:
     """Bound per interpolation level (index l = level l; index 0 unused)."""
-    n = interp_num_levels(shape3)
+    return _eb_levels(interp_num_levels(shape3), eb, alpha, beta)
+
+
+@functools.lru_cache(maxsize=64)
+def _eb_levels(n: int, eb: float, alpha: float, beta: float) -> np.ndarray:
+    """``eb_levels`` for ``n`` levels; cached, as sampling asks for the same ones often
+    (the kernels only read them). numpy's power, as the streams were written with it:
+    Python's ``**`` differs in the last bit for some alphas."""
     levels = np.arange(n + 1, dtype=np.float64)
     return eb / np.minimum(alpha ** np.maximum(levels - 1, 0), beta)
 
@@ -302,9 +324,16 @@ def code_bits(codes: np.ndarray) -> float:
     rates, where zstd shortens the stream: benchmarks/compressors.py). The codes are
     counted once for both.
     """
+    if codes.size == 0:
+        return 0.0
+    # shifted down to the smallest code: the counts then span the codes used, not the
+    # 2 * radius of the quantizer (scanning those was most of the cost of small samples);
+    # the stream differs from the payload's in the first symbol's gap in its header only
+    low = codes.min()
+    if low:
+        codes = codes - low
     hist = np.bincount(codes)
-    syms = np.flatnonzero(hist > 0)  # on booleans: a fraction of the time on the counts
-    freqs = hist[syms]
+    freqs = hist[hist > 0]
     bits = _huffman_bits(np.sort(freqs))
     if bits < _ZSTD_BELOW * codes.size:
         return 8.0 * len(zstd_compress(huffman_encode(codes, hist=hist), 1))

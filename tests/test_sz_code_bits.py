@@ -1,4 +1,6 @@
-"""``sz``'s candidate cost: counts taken once give ``huffman_encode``'s stream, byte for byte."""
+"""``sz``'s candidate cost: counts taken once give ``huffman_encode``'s stream, byte for
+byte; the cost is that of the codes shifted down to the smallest, within a few bytes of
+the stream of the codes themselves (only the first symbol's gap in the header differs)."""
 
 import numpy as np
 import pytest
@@ -21,10 +23,16 @@ def test_stream_and_cost_match_the_coder(n, spread):
     codes = np.clip(np.rint(32768 + spread * rng.standard_normal(n)), 0, 65535).astype(np.uint16)
     codes[rng.random(n) < 0.01] = 0  # outliers
     assert huffman_encode(codes, hist=np.bincount(codes)) == huffman_encode(codes)
-    assert sz_steps.code_bits(codes) == _reference_bits(codes)
+    _assert_cost(codes)
+
+
+def _assert_cost(codes):
+    cost = sz_steps.code_bits(codes)
+    assert cost == _reference_bits(codes - codes.min())
+    assert abs(cost - _reference_bits(codes)) <= 64
 
 
 def test_empty_and_constant_codes():
     assert sz_steps.code_bits(np.zeros(0, np.uint16)) == 0.0
     codes = np.full(1000, 32768, np.uint16)  # one distinct code: no bitstream
-    assert sz_steps.code_bits(codes) == _reference_bits(codes)
+    _assert_cost(codes)

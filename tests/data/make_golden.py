@@ -140,6 +140,13 @@ def cases():
         _smooth((37, 29), np.float64, 34),
         {"abs": 1e-2, "predictor": "cubic-rev"},
     )
+    # sz's lossless coding of lattice indices (predictor 10): whole numbers from 236 under
+    # a bound below 1, a NaN patch, outliers (radius 16); and halves in float16
+    dem = np.rint(_smooth((31, 45), np.float64, 35) * 4 + 236.0)
+    dem[3, 4] = np.nan
+    yield "sz_f32_lattice_2d", dem.astype(np.float32), {"abs": 0.4, "radius": 16}
+    halves = np.rint(_smooth((6, 7, 50), np.float64, 36)) * 0.5
+    yield "sz_f16_lattice_3d", halves.astype(np.float16), {"abs": 0.2, "predictor": "lattice"}
 
 
 def _entropy_mix(dtype, seed):

@@ -1,0 +1,82 @@
+"""Data on a lattice (``x = offset + k * step`` for integers ``k``): ``sz``'s lossless
+coding of the indices ``k`` when the bound is below the step.
+
+Integer-valued images and elevation models (8- or 16-bit sensors, metres) hold
+values a step apart. Under a bound below that step, a coder that predicts the values
+themselves reconstructs them off the lattice, and each error feeds the next
+prediction: the codes spread over more values than the data's own differences.
+Coding ``k`` losslessly instead (Lorenzo prediction of integers is an integer, so
+bins of width 1 reconstruct every index exactly) writes what the data hold and no
+error at all (benchmarks/compressors.py: aero and jacksboro_dem at rel 1e-3, 1e-4).
+
+The indices go through the Lorenzo kernels in float64 (exact for integers below
+``2**53``; ``MAX_INDEX`` keeps the sums of a 4-d stencil far below that) with the bound
+``INDEX_BOUND`` = 0.5 (bins of width 1). The decoder reconstructs ``offset + k * step``
+in float64 and casts it to the data dtype; the encoder takes the lattice only when
+that gives back every finite value bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: the bound the Lorenzo kernels get on the indices: bins of width 1, so an index
+#: predicted as an integer comes back exactly
+INDEX_BOUND = 0.5
+#: largest index span taken as a lattice (sums of 15 indices stay exact in float64)
+MAX_INDEX = 2.0**40
+#: values sampled to find the step, a few first (the whole chunk is checked afterwards)
+_SAMPLES = (256, 4096)
+
+
+def find_lattice(work: np.ndarray, patch_idx: np.ndarray, eb: float) -> tuple | None:
+    """``(offset, step)`` when every finite value of the flat chunk ``work`` is
+    ``offset + k * step`` (in float64, cast to ``work``'s dtype, bit for bit) for an
+    integer ``k`` and the bound ``eb`` is below ``step``; else None.
+
+    patch_idx: the elements stored as patches (non-finite), which need not be on it.
+    The step is the smallest gap between distinct sampled values, refined so that it
+    divides the range; non-lattice data fail on the sample, at a small cost.
+    """
+    finite = np.delete(work, patch_idx) if patch_idx.size else work
+    if finite.size < 2:
+        return None
+    step0 = 0.0
+    for size in _SAMPLES:  # a few values reject most data that are not on a lattice
+        sample = np.unique(finite[:: max(1, finite.size // size)].astype(np.float64))
+        gaps = np.diff(sample)
+        if gaps.size == 0:
+            return None
+        step0 = float(gaps.min())
+        if not eb < step0:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):  # inf gaps fail the test
+            ratios = gaps / step0
+            if not np.max(np.abs(ratios - np.rint(ratios))) <= 1e-6:
+                return None
+    lo, hi = float(finite.min()), float(finite.max())
+    if not (hi - lo) / step0 < MAX_INDEX:
+        return None
+    step = (hi - lo) / round((hi - lo) / step0)  # the range is a whole number of steps
+    if not eb < step:
+        return None
+    back = lattice_values(lattice_indices(work, lo, step), lo, step).astype(work.dtype)
+    on = back == work
+    if patch_idx.size:
+        on[patch_idx] = True
+    return (lo, step) if on.all() else None
+
+
+def lattice_indices(values: np.ndarray, offset: float, step: float) -> np.ndarray:
+    """The nearest lattice index of each value, as float64 (integers)."""
+    k = np.subtract(values, offset, dtype=np.float64)
+    k /= step
+    return np.rint(k, out=k)
+
+
+def lattice_values(indices: np.ndarray, offset: float, step: float) -> np.ndarray:
+    """``offset + k * step`` in float64, in place in ``indices`` (float64); what the
+    decoder then casts to the data dtype."""
+    indices *= step
+    indices += offset
+    return indices
