@@ -25,7 +25,14 @@ import math
 
 import numpy as np
 
-from .block_entropy import check_entropy, squeeze, squeeze_tensor, unsqueeze, unsqueeze_tensor
+from .block_entropy import (
+    check_entropy,
+    squeeze,
+    squeeze_into,
+    squeeze_tensor,
+    unsqueeze,
+    unsqueeze_tensor,
+)
 from .bounds import ErrorBound
 from .codec import Codec, deliver
 from .kernels import block as kb
@@ -49,7 +56,20 @@ _PREC = {
 }
 
 
-__all__ = ["BlockCodec", "STEP_MARGIN", "encode_values", "steps_for"]
+__all__ = [
+    "BlockCodec",
+    "STEP_MARGIN",
+    "encode_values",
+    "encode_values_into",
+    "payload_capacity",
+    "steps_for",
+]
+
+
+def payload_capacity(n: int, itemsize: int) -> int:
+    """The most bytes a chunk payload of ``n`` values of ``itemsize`` bytes takes while
+    it is written (headers, exponents, counts, data)."""
+    return 1 + 12 * -(-n // bl.BLOCK) + n * itemsize
 
 
 def encode_values(
@@ -57,21 +77,32 @@ def encode_values(
 ) -> bytes:
     """One chunk's payload from its values ``xv`` (float32/float64, exact) and their
     stored bytes ``rawb``; ``prec`` names the stored dtype (bfloat16 included).
-    ``finish`` turns a blocks-mode payload, a view of scratch memory, into the bytes
-    returned (the entropy mode squeezes it there, without copying it first)."""
+    ``finish`` turns the payload, a view of scratch memory, into the bytes returned (the
+    entropy mode squeezes it there, without copying it first)."""
+    with scratch(payload_capacity(xv.size, rawb.size // max(xv.size, 1))) as (out,):
+        return finish(out[: encode_values_into(xv, rawb, prec, bound, out)])
+
+
+def encode_values_into(
+    xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound, out: np.ndarray
+) -> int:
+    """:func:`encode_values` written to the uint8 array ``out`` (``payload_capacity``
+    bytes at least); returns the payload's length in bytes."""
     n = xv.size
     if n == 0:
-        return bytes([bl.MODE_BLOCKS])
+        out[0] = bl.MODE_BLOCKS
+        return 1
     itemsize = rawb.size // n
     step, inv = steps_for(bound.tolerance)
     pw = bound.resolved_mode == "pw_rel"
-    worst = 1 + 12 * -(-n // bl.BLOCK) + n * itemsize
-    with scratch(worst, n * itemsize + 8) as (out, data):
+    with scratch(n * itemsize + 8) as (data,):
         size = kb.encode_chunk(xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, data, out)
-        if size >= 1 + n * itemsize:
-            return bytes([bl.MODE_RAW]) + rawb.tobytes()
-        out[0] = bl.MODE_BLOCKS
-        return finish(out[:size])
+    if size >= 1 + n * itemsize:
+        out[0] = bl.MODE_RAW
+        out[1 : 1 + n * itemsize] = rawb
+        return 1 + n * itemsize
+    out[0] = bl.MODE_BLOCKS
+    return size
 
 
 @register_codec
@@ -86,6 +117,7 @@ class BlockCodec(Codec):
     default_chunk_bytes = 1 << 20
     devices = ("cpu", "cuda")
     keeps_zeros = True
+    writes_into = True
 
     def __init__(self, *, entropy: str = "none", **bound):
         super().__init__(**bound)
@@ -99,6 +131,15 @@ class BlockCodec(Codec):
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
         finish = bytes if self.entropy == "none" else squeeze
         return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound, finish)
+
+    def payload_capacity(self, size: int, itemsize: int) -> int:
+        return payload_capacity(size, itemsize)
+
+    def encode_into(self, chunk: np.ndarray, bound: ErrorBound, out: np.ndarray) -> int:
+        flat = np.ascontiguousarray(chunk).reshape(-1)
+        xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
+        size = encode_values_into(xv, flat.view(np.uint8), _PREC[flat.dtype], bound, out)
+        return size if self.entropy == "none" else squeeze_into(out, size)
 
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)

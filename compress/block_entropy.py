@@ -55,14 +55,31 @@ def squeeze(payload) -> bytes:
     that is smaller, else unchanged, as bytes."""
     if len(payload) < 16 or payload[0] != bl.MODE_BLOCKS:
         return bytes(payload)
-    body = memoryview(payload)[1:]
+    frame = _frame(memoryview(payload)[1:])
+    return bytes(payload) if frame is None else _MODE3 + frame
+
+
+def squeeze_into(buf: np.ndarray, size: int) -> int:
+    """:func:`squeeze` in place: the payload ``buf[:size]`` (uint8) rewritten as a mode-3
+    payload when that is smaller; returns its length in bytes."""
+    if size < 16 or buf[0] != bl.MODE_BLOCKS:
+        return size
+    frame = _frame(memoryview(buf)[1:size])
+    if frame is None:
+        return size
+    buf[0] = bl.MODE_BLOCKS_ZSTD
+    buf[1 : 1 + len(frame)] = np.frombuffer(frame, np.uint8)
+    return 1 + len(frame)
+
+
+def _frame(body: memoryview) -> bytes | None:
+    """The zstd frame of a mode-2 ``body`` (its payload without the mode byte), or None
+    where the chunk stays in mode 2 (no level pays, or the frame is not smaller)."""
     level = _level(body) if len(body) >= PROBE_BYTES else ZSTD_LEVEL
     if level is None:
-        return bytes(payload)
+        return None
     frame = zstd_compress(body, level)
-    if 1 + len(frame) >= len(payload):
-        return bytes(payload)
-    return _MODE3 + frame
+    return frame if len(frame) < len(body) else None
 
 
 def _level(body: memoryview) -> int | None:

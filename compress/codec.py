@@ -64,6 +64,9 @@ class Codec(abc.ABC):
     #: bytes-to-bytes stages run on each chunk payload after :meth:`encode`, in order
     #: (config key ``"stages"``; see ``stages.py``)
     stages: tuple[Stage, ...] = ()
+    #: whether :meth:`encode_into` writes a payload into the caller's memory (a stream
+    #: writer then keeps one buffer for all its chunks instead of a bytes object each)
+    writes_into: ClassVar[bool] = False
 
     def __init__(self, *, abs=None, rel=None, pw_rel=None):  # noqa: A002
         self.bound = bound_spec(type(self), {"abs": abs, "rel": rel, "pw_rel": pw_rel})
@@ -183,6 +186,16 @@ class Codec(abc.ABC):
         for stage in reversed(self.stages):
             payload = stage.decode(payload, limit)
         return payload
+
+    def payload_capacity(self, size: int, itemsize: int) -> int:
+        """``writes_into`` codecs: the most bytes :meth:`encode_into` writes for a chunk of
+        ``size`` elements of ``itemsize`` bytes."""
+        raise NotImplementedError(f"codec {self.name!r} does not write into buffers")
+
+    def encode_into(self, chunk: np.ndarray, bound: ErrorBound | None, out: np.ndarray) -> int:
+        """``writes_into`` codecs: :meth:`encode`'s payload written to the uint8 array
+        ``out`` (:meth:`payload_capacity` bytes at least); returns its length in bytes."""
+        raise NotImplementedError(f"codec {self.name!r} does not write into buffers")
 
     def decode_chunk(self, payload, shape, dtype, bound, out=None, threads=1) -> np.ndarray:
         """Inverse of :meth:`encode_chunk`."""

@@ -7,13 +7,15 @@ axis, encoded in parallel threads (the kernels release the GIL); see SPEC.md.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
 
 from ..compress.bounds import ErrorBound
 from ..compress.codec import Codec, chunk_rows_for
-from ..compress.threads import ordered
+from ..compress.scratch import KEEP_BYTES, scratch
+from ..compress.threads import map_ordered, ordered
 from .stream_header import (
     chunk_crc,
     encode_index,
@@ -48,18 +50,43 @@ def encode_array(
     x = np.ascontiguousarray(x) if x.ndim else x.reshape(())
     shape = tuple(int(d) for d in x.shape)
     rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
+    head = (stream_dtype(x.dtype), shape, order, codec.stream_config(), bound, rows)
+    slots = _slots(x, codec, rows) if codec.writes_into and not codec.stages else None
+    if slots and 1 < len(slots) and slots[-1] <= KEEP_BYTES:
+        return _encode_in_place(
+            x, codec, bound, rows, resolve_workers(workers), slots, head, target
+        )
     chunks = list(checked_chunks(x, codec, bound, rows, workers=workers))
-    return write_stream(
-        stream_dtype(x.dtype),
-        shape,
-        order,
-        codec.stream_config(),
-        bound,
-        rows,
-        [payload for payload, _ in chunks],
-        crcs=[crc for _, crc in chunks],
-        target=target,
-    )
+    payloads = [payload for payload, _ in chunks]
+    return write_stream(*head, payloads, crcs=[crc for _, crc in chunks], target=target)
+
+
+def _slots(x: np.ndarray, codec: Codec, rows: int) -> list[int]:
+    """Where each chunk's slot begins in the buffer of :func:`_encode_in_place`, in bytes,
+    then where the last one ends (a ``writes_into`` codec's capacity for each chunk)."""
+    n = nchunks_for(x.shape, rows)
+    row_size = math.prod(x.shape[1:])
+    sizes = [min(rows, x.shape[0] - i * rows) * row_size for i in range(n)] if x.ndim else [1]
+    caps = (codec.payload_capacity(m, x.itemsize) for m in sizes[:n])
+    return list(itertools.accumulate(caps, initial=0))
+
+
+def _encode_in_place(x, codec, bound, rows: int, workers: int, starts, head, target) -> bytes:
+    """:func:`encode_array` for a ``writes_into`` codec: each chunk's payload is written
+    into its slot (``starts``: :func:`_slots`) of one scratch buffer, in threads, and
+    copied once, into the stream (a bytes object per payload first cost a copy each).
+    Only for streams whose buffer the scratch pool keeps: a fresh one would cost a page
+    fault per 4 KiB written."""
+    n = len(starts) - 1
+    with scratch(starts[-1]) as (buf,):
+
+        def encode(i):
+            slot = buf[starts[i] : starts[i + 1]]
+            view = slot[: codec.encode_into(_chunk(x, i, rows), bound, slot)]
+            return view, chunk_crc(view, i)
+
+        done = map_ordered(encode, range(n), workers)
+        return write_stream(*head, [v for v, _ in done], crcs=[c for _, c in done], target=target)
 
 
 def write_stream(
@@ -178,17 +205,20 @@ def checked_chunks(
     inner = inner_threads(workers, n)
     row_size = math.prod(shape[1:])
 
-    def read(i):
-        block = source[()] if not shape else source[i * chunk_rows : (i + 1) * chunk_rows]
-        block = np.asarray(block)
-        if not block.dtype.isnative:
-            block = block.astype(block.dtype.newbyteorder("="))
-        block = np.ascontiguousarray(block)
-        return block if block.flags.writeable else block.copy()  # the kernels take writable arrays
-
     def encode(i, block):
         payload = codec.encode_chunk(block, bound, inner, offset=i * chunk_rows * row_size)
         return payload, chunk_crc(payload, i)
 
-    calls = (functools.partial(encode, i, read(i)) for i in range(n))
+    calls = (functools.partial(encode, i, _chunk(source, i, chunk_rows)) for i in range(n))
     yield from ordered(calls, workers if n > 1 else 1)
+
+
+def _chunk(source, i: int, chunk_rows: int) -> np.ndarray:
+    """Chunk ``i`` of ``source`` (rows ``chunk_rows`` a chunk; a 0-d source is one chunk)
+    as a native-endian, C-contiguous, writable numpy array."""
+    block = source[()] if not source.shape else source[i * chunk_rows : (i + 1) * chunk_rows]
+    block = np.asarray(block)
+    if not block.dtype.isnative:
+        block = block.astype(block.dtype.newbyteorder("="))
+    block = np.ascontiguousarray(block)
+    return block if block.flags.writeable else block.copy()  # the kernels take writable arrays
