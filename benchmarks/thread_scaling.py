@@ -1,8 +1,10 @@
 """How ``tensorpress.compress`` / ``decompress`` scale with threads (``workers=``).
 
 For each array and codec: the median GB/s (input bytes / s) of ``--repeat`` compress
-and decompress calls with 1, 2, 4, ... threads up to the machine's cores, and the
-speed-up over one thread; then the geometric mean of the speed-ups per thread count.
+and decompress calls with 1, 2, 4, ... threads up to the machine's cores, the speed-up
+over one thread, and the CPU time (all threads) over one thread's: on cores that other
+jobs share the wall time says little, the CPU time whether threads added work; then
+the geometric means per thread count.
 The bytes do not depend on the threads (checked: every run's stream must equal the
 one-thread stream). Arrays: synthetic float32 arrays of ``--size-mib`` MiB made with
 a fixed seed (a smooth 3-D field, a ReLU activation, Gaussian gradients), or the
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -62,15 +65,24 @@ def thread_counts(cores: int) -> list[int]:
     return counts + [cores]
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
-    """(median seconds, last result) of ``repeat`` calls after one warm-up."""
+def cpu_seconds() -> float:
+    """CPU seconds this process has used, all its threads and the kernel's work for it."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(fn, repeat: int) -> tuple[float, float, object]:
+    """(median wall seconds, median CPU seconds, last result) of ``repeat`` calls after one
+    warm-up. On a machine whose cores other jobs share, the wall time says little; the
+    CPU time says whether more threads did more work."""
     out = fn()
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = cpu_seconds(), time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+        cpu.append(cpu_seconds() - c0)
+    return statistics.median(times), statistics.median(cpu), out
 
 
 def main(argv=None) -> int:
@@ -96,8 +108,9 @@ def main(argv=None) -> int:
         f"rel {args.rel:g}; median of {args.repeat}; GB = 1e9 bytes"
     )
     print(f"{'array':18} {'MiB':>6} {'codec':6} {'threads':>7} {'ratio':>7} "
-          f"{'comp GB/s':>9} {'dec GB/s':>8} {'comp x':>6} {'dec x':>6}")  # fmt: skip
-    speedups: dict[tuple[str, int], list[tuple[float, float]]] = {}
+          f"{'comp GB/s':>9} {'dec GB/s':>8} {'comp x':>6} {'dec x':>6} "
+          f"{'comp cpu':>8} {'dec cpu':>7}")  # fmt: skip
+    speedups: dict[tuple[str, int], list[tuple[float, ...]]] = {}
     failed = False
     for name, x in arrays.items():
         for codec in args.codecs.split(","):
@@ -107,26 +120,31 @@ def main(argv=None) -> int:
                 def enc(t=t, x=x, codec=codec):
                     return tp.compress(x, codec=codec, rel=args.rel, workers=t)
 
-                tc, blob = timed(enc, args.repeat)
-                td, _ = timed(lambda t=t, blob=blob: tp.decompress(blob, workers=t), args.repeat)
+                tc, cc, blob = timed(enc, args.repeat)
+                dec = lambda t=t, blob=blob: tp.decompress(blob, workers=t)  # noqa: E731
+                td, cd, _ = timed(dec, args.repeat)
                 if one is None:
-                    one = (tc, td, blob)
-                elif blob != one[2]:
+                    one = (tc, td, cc, cd, blob)
+                elif blob != one[4]:
                     failed = True
                     print(f"!! {name} {codec}: {t} threads wrote other bytes than 1 thread")
-                sc, sd = one[0] / tc, one[1] / td
-                speedups.setdefault((codec, t), []).append((sc, sd))
+                ratios = (one[0] / tc, one[1] / td, cc / one[2], cd / one[3])
+                speedups.setdefault((codec, t), []).append(ratios)
                 print(
                     f"{name:18} {x.nbytes / 2**20:>6.1f} {codec:6} {t:>7} "
                     f"{x.nbytes / len(blob):>7.2f} {x.nbytes / tc / 1e9:>9.3f} "
-                    f"{x.nbytes / td / 1e9:>8.3f} {sc:>6.2f} {sd:>6.2f}",
+                    f"{x.nbytes / td / 1e9:>8.3f} {ratios[0]:>6.2f} {ratios[1]:>6.2f} "
+                    f"{ratios[2]:>8.2f} {ratios[3]:>7.2f}",
                     flush=True,
                 )
-    print("\ngeometric mean speed-up over one thread:")
-    for (codec, t), pairs in speedups.items():
-        gc = math.exp(statistics.fmean(math.log(a) for a, _ in pairs))
-        gd = math.exp(statistics.fmean(math.log(b) for _, b in pairs))
-        print(f"  {codec:6} {t:>3} threads: compress {gc:.2f}x, decompress {gd:.2f}x")
+    print("\ngeometric means over arrays: speed-up over one thread (wall time), and CPU time")
+    print("over one thread's (above 1: the threads did more work in all):")
+    for (codec, t), rows in speedups.items():
+        g = [math.exp(statistics.fmean(math.log(r[k]) for r in rows)) for k in range(4)]
+        print(
+            f"  {codec:6} {t:>3} threads: compress {g[0]:.2f}x, decompress {g[1]:.2f}x; "
+            f"CPU time compress {g[2]:.2f}x, decompress {g[3]:.2f}x"
+        )
     return 1 if failed else 0
 
 
