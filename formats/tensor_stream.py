@@ -39,7 +39,7 @@ def tensor_to_stream(ct: CompressedTensor, order: str = "C") -> bytes:
         ct.codec.stream_config(),
         ct.bound,
         ct.chunk_rows,
-        _split(bytes(ct.payload.cpu().numpy()), ct.lengths),
+        _split(ct.payload.cpu().numpy(), ct.lengths),  # views: copied once, into the stream
     )
 
 
@@ -66,8 +66,9 @@ def tensor_from_stream(blob, device=None) -> CompressedTensor:
     )
 
 
-def _split(blob: bytes, lengths) -> list:
-    mv = memoryview(blob)
+def _split(blob, lengths) -> list:
+    """Views of the consecutive pieces of ``lengths`` bytes of the bytes-like ``blob``."""
+    mv = memoryview(blob).cast("B")
     out, pos = [], 0
     for n in lengths:
         out.append(mv[pos : pos + n])
