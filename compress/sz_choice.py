@@ -100,6 +100,11 @@ def _rival(scored: list) -> tuple | None:
     return next(((t, c) for t, c in scored if c[0][0] in _INTERPOLATIONS), None)
 
 
+#: fewest dimensions of a chunk on which ``auto`` samples block-wise regression: on 2-d
+#: chunks it won no array of benchmarks/compressors.py's corpus, and its sampling (the
+#: costliest of the first candidates) was a tenth of the choice's time on small images
+_REGRESSION_DIMS = 3
+
 #: the configs that choose between predictors by sampling
 _SEARCHES = ("auto", "interp")
 
@@ -148,7 +153,8 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
         for layout in layouts
         for c in preds
         if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
-        if layout is shape or c[0] != REGRESSION  # it paid on the chunk's own shape only
+        # it paid on the chunk's own shape only, of 3 dimensions or more
+        if c[0] != REGRESSION or layout is shape and (len(shape) >= _REGRESSION_DIMS or not search)
         # on one dimension the reverse order is the same: not sampled twice
         if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
     ]
