@@ -18,7 +18,7 @@ verbatim and ``recon = x``.  Hence ``|x - decoded| <= eb`` for every element.
 
 Reconstructions are kept in a rolling float64 buffer padded by one zero
 row/column/plane: 2 values (1-D), 2 rows (2-D), 2 planes (3-D) or 2 volumes of
-``shape[1:]`` (4-D; at most about the data size). 2-D and 3-D encoding runs several
+``shape[1:]`` (4-D; at most about the data size). 2-D to 4-D encoding runs several
 rows at a time (``lorenzo_wave.py``), with these expressions and the same codes.
 """
 
@@ -27,7 +27,13 @@ from numba import njit
 
 from .linear_quant import _dequantize, _qparams, _quantize
 from .lorenzo_rows import lorenzo_decode_2d
-from .lorenzo_wave import lorenzo_encode_2d, lorenzo_encode_3d
+from .lorenzo_wave import (
+    MIN_ROW,
+    MIN_ROW_2D,
+    lorenzo_encode_2d,
+    lorenzo_encode_3d,
+    lorenzo_encode_4d,
+)
 from .rounding import PREC_FLOAT64
 
 __all__ = ["_dequantize", "_qparams", "_quantize", "lorenzo_decode", "lorenzo_encode"]
@@ -234,14 +240,16 @@ def _dispatch(src, dst, codes, outliers, eb, radius, prec, decode):
         if decode and prec != PREC_FLOAT64:  # two rows at a time, the same values: the
             # rounding to storage makes one row a long chain (lorenzo_rows.py)
             return lorenzo_decode_2d(codes, outliers, eb, radius, prec, dst.reshape(sh2))
-        if not decode:  # several rows at a time, the same codes (lorenzo_wave.py)
+        if not decode and d[1] >= MIN_ROW_2D:  # several rows at a time, the same codes
             return lorenzo_encode_2d(src.reshape(sh2), codes, outliers, eb, radius, prec)
         return _run2(src.reshape(sh2), dst.reshape(sh2), codes, outliers, eb, radius, prec, decode)
     if nd == 3:
         sh3 = (d[0], d[1], d[2])
-        if not decode:
+        if not decode and d[2] >= MIN_ROW:
             return lorenzo_encode_3d(src.reshape(sh3), codes, outliers, eb, radius, prec)
         return _run3(src.reshape(sh3), dst.reshape(sh3), codes, outliers, eb, radius, prec, decode)
+    if not decode and d[3] >= MIN_ROW:
+        return lorenzo_encode_4d(src, codes, outliers, eb, radius, prec)
     return _run4(src, dst, codes, outliers, eb, radius, prec, decode)
 
 

@@ -1,4 +1,4 @@
-"""2-D and 3-D Lorenzo encoding several rows at a time: the codes and outliers of
+"""2-D to 4-D Lorenzo encoding several rows at a time: the codes and outliers of
 ``lorenzo.py``'s encoder, bit for bit, faster.
 
 Each element's quantization waits on its left neighbour's reconstruction (a chain of
@@ -19,6 +19,10 @@ from .linear_quant import _qparams, _quantize
 
 #: rows coded together: chains in flight (more adds bookkeeping for little overlap)
 _ROWS = 4
+#: shortest rows (elements) worth a wavefront, 2-D and 3-D/4-D: on shorter ones the
+#: steps where only some rows have a column cost more than the overlap gains
+MIN_ROW_2D = 8
+MIN_ROW = 16
 
 
 @njit(cache=True, nogil=True)
@@ -96,3 +100,45 @@ def lorenzo_encode_3d(src, codes, outliers, eb, radius, prec):
     if nz == 0:
         return 0
     return _gather_outliers(src.reshape(-1), codes, n0 * n1 * n2, outliers)
+
+
+@njit(cache=True, nogil=True)
+def lorenzo_encode_4d(src, codes, outliers, eb, radius, prec):
+    """Codes and outliers of ``src`` (4-D C-contiguous) as ``lorenzo.py``'s 4-D loop
+    writes them; return the number of outliers. The rows ``(i, j, k)`` of one ``(i,
+    j)`` run as a wavefront; the ones before are done."""
+    n0, n1, n2, n3 = src.shape
+    two_eb, inv, lim = _qparams(eb, radius)
+    buf = np.zeros((2, n1 + 1, n2 + 1, n3 + 1))  # volumes i and i - 1, zero-padded
+    nz = 0
+    for i in range(n0):
+        c = i & 1  # volume i; 1 - c: volume i - 1
+        q = 1 - c
+        for j in range(n1):
+            for b in range(0, n2, _ROWS):
+                nr = min(_ROWS, n2 - b)
+                for t in range(n3 + nr - 1):
+                    for r in range(nr):
+                        m = t - r
+                        if m < 0 or m >= n3:
+                            continue
+                        k = b + r
+                        a = m + 1
+                        # rows named by which of (i, j, k) are decremented, as lorenzo.py
+                        # sums them: 001 (c, j+1, k), 010 (c, j, k+1), 011 (c, j, k),
+                        # 100 (q, j+1, k+1), 101 (q, j+1, k), 110 (q, j, k+1), 111 (q, j, k)
+                        p = (
+                            buf[c, j + 1, k, a] + buf[c, j, k + 1, a] + buf[q, j + 1, k + 1, a]
+                            - buf[c, j + 1, k, m] - buf[c, j, k + 1, m] - buf[q, j + 1, k + 1, m]
+                            - buf[c, j, k, a] - buf[q, j + 1, k, a] - buf[q, j, k + 1, a]
+                            + buf[c, j, k, m] + buf[q, j + 1, k, m] + buf[q, j, k + 1, m]
+                            + buf[q, j, k, a] - buf[q, j, k, m]
+                        ) + buf[c, j + 1, k + 1, m]  # fmt: skip
+                        x = float(src[i, j, k, m])
+                        code, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                        codes[((i * n1 + j) * n2 + k) * n3 + m] = code
+                        nz += code == 0
+                        buf[c, j + 1, k + 1, a] = v
+    if nz == 0:
+        return 0
+    return _gather_outliers(src.reshape(-1), codes, src.size, outliers)
