@@ -11,8 +11,13 @@ works; then their fixed cost per call (the wall time at the smallest size) and h
 time per call at rel 1e-2, against the targets of 50 and 30 us. Then the container
 path, ``compress_tensor`` / ``decompress_tensor``: the same wall times for block
 (rel 1e-2, abs 1e-2) and quant (2 bits), beside what a plain copy of the tensor costs.
-``--profile`` adds cProfile's top functions (by own time) over the calls on the middle
-size, to show where the fixed cost goes.
+Then a GELU output held as its residual (``activation_offload/device_gelu.py``, rel
+1e-2 of a GELU's float32 output against its input held under rel 1e-2): the torch ops a
+call dispatches, counted on meta tensors (no data, so the host's whole cost per call),
+and on CUDA the kernels it launches (profiler), beside the same wall and host times per
+call, for the custom ops (Triton kernels on CUDA) and for the torch reference's chain of
+ops they replace. ``--profile`` adds cProfile's top functions (by own time) over the
+calls on the middle size, to show where the fixed cost goes.
 
     python benchmarks/tensor_latency.py [--device cuda] [--sizes 64 1024 16384] [--profile]
 """
@@ -28,8 +33,13 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
+from tensorpress.activation_offload.device_gelu import pack_output, unpack_output
 from tensorpress.compress import compress_tensor, decompress_tensor
+from tensorpress.compress.device_blocks import compress_blocks, restore_blocks
 from tensorpress.compress.device_codes import compress_codes, restore_codes
+from tensorpress.compress.kernels import device_gelu_torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 FIXED_COST_US = 50  # issue 30: the device codes' cost per call, whatever the size
 HOST_TIME_US = 30  # issue 30: host time per call, what a step pays while the GPU works
@@ -114,6 +124,81 @@ def print_fixed_cost(found: dict, rel: float = 1e-2) -> None:
     )
 
 
+class _OpCount(TorchDispatchMode):
+    """Counts the torch ops dispatched inside it (a custom op is one: its own kernels
+    run below the dispatcher)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _gelu_calls(numel: int, dev: torch.device, g=None) -> dict:
+    """{(path, "pack" | "restore"): call} for a GELU's float32 output of ``numel``
+    elements: the custom ops (``pack_output`` / ``unpack_output``), and the torch
+    reference's chain of ops (what the ops run without Triton)."""
+    if dev.type == "meta":
+        x = torch.empty(numel, device=dev)
+    else:
+        x = torch.randn(numel, device=dev, generator=g) * 2
+    y = F.gelu(x)
+    src, _ = compress_blocks(x, 1e-2)
+    xr = restore_blocks(src, x.shape, x.dtype)
+    settings = (1e-2, False, None, 0.0)
+    scalars, record, _ = pack_output(y, src, x.shape, "none", 1e-2, None, settings)
+    ref = device_gelu_torch
+    return {
+        ("ops", "pack"): lambda: pack_output(y, src, x.shape, "none", 1e-2, None, settings),
+        ("ops", "restore"): lambda: unpack_output(xr, record, "none", scalars, y.shape, y.dtype),
+        ("reference", "pack"): lambda: ref.pack(y, src, "none", *settings),
+        ("reference", "restore"): lambda: ref.restore(
+            xr, record, scalars, "none", y.shape, y.dtype
+        ),
+    }
+
+
+def _kernels_launched(fn) -> int:
+    """Device activities (kernels, memsets, copies) one call of ``fn`` starts on CUDA,
+    from the profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+
+
+def gelu_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -> None:
+    """The GELU residual's ops per call and times per call (see the module docstring)."""
+    meta = _gelu_calls(sizes[0] * 256, torch.device("meta"))
+    print(f"\n{'GELU residual':22} {'torch ops':>9} {'host us (meta)':>15}")
+    for (path, step), fn in meta.items():
+        with _OpCount() as count:
+            fn()
+        host = statistics.median(_host_time(fn, torch.device("meta"), runs) for _ in range(5))
+        print(f"{path + ' ' + step:22} {count.ops:>9} {host * 1e6:>15.1f}", flush=True)
+    cuda = dev.type == "cuda"
+    print(
+        f"\n{'GELU residual':22} {'KiB':>7} {'wall us':>9} {'host us':>9}"
+        + (f" {'kernels':>8}" if cuda else "")
+    )
+    for kib in sizes:
+        for (path, step), fn in _gelu_calls(kib * 256, dev, g).items():
+            wall = _timed(fn, dev, runs)
+            host = _host_time(fn, dev, runs)
+            launches = f" {_kernels_launched(fn):>8}" if cuda else ""
+            print(
+                f"{path + ' ' + step:22} {kib:>7} {wall * 1e6:>9.0f} {host * 1e6:>9.0f}{launches}",
+                flush=True,
+            )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -126,6 +211,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, device {dev}; median of {args.runs} calls, microseconds")
     # the device codes first: their fixed cost is what a short GPU run must not miss
     print_fixed_cost(device_codes_rows(args.sizes, dev, args.runs, g))
+    gelu_rows(args.sizes, dev, args.runs, g)
     print(
         f"\n{'case':16} {'KiB':>7} {'copy':>9} {'compress':>10} {'decompress':>11} {'ratio':>6}",
         flush=True,

@@ -24,6 +24,7 @@ of a reduction over ``r``: so one pass over ``y`` gives every scalar the codes n
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -86,6 +87,7 @@ def residual_settings(bound: float, absolute: bool) -> tuple[float, bool, float]
     return 0.0, True, math.inf
 
 
+@functools.cache
 def residual_slot(bound: float, absolute: bool) -> tuple[int, int]:
     """(steps, slot bits) of the residual's codes (float32) under the output's bound."""
     rbound, rabs, _ = residual_settings(bound, absolute)
@@ -94,6 +96,7 @@ def residual_slot(bound: float, absolute: bool) -> tuple[int, int]:
     return steps(rbound), blocks.slot_bits(torch.float32, code_bits(rbound))
 
 
+@functools.cache
 def record_bytes(n: int, bound: float, absolute: bool) -> int:
     """Bytes of the residual's slot for ``n`` elements."""
     return blocks.worst_bytes(n, BLOCK, residual_slot(bound, absolute)[1])

@@ -34,8 +34,8 @@ import triton
 import triton.language as tl
 
 from . import device_gelu_torch as R
-from .device_blocks_torch import ABS_SPAN, RAW_LIMIT, SCALAR_BYTES, blocks, header_bytes
-from .device_codes_triton import _FORMATS, _KIND, PARTS, RANGE_BLOCK, _as_kernel_input, _bits
+from .device_blocks_torch import ABS_SPAN, RAW_LIMIT, SCALAR_BYTES, blocks
+from .device_codes_triton import _FORMATS, _KIND, PARTS, RANGE_BLOCK, _bits
 
 BLOCK = R.BLOCK
 CLEAR_BLOCK = 1024  # state words a clearing program zeroes at a time
@@ -130,13 +130,26 @@ def _round_to(r, MANT: tl.constexpr, EMIN: tl.constexpr):
 
 @triton.jit
 def _load(ptr, idx, inside, KIND: tl.constexpr):
-    """Elements of a float32/float16/bfloat16 (as int16 bits) tensor, as float32."""
+    """Elements of a float32/float16/bfloat16 tensor, as float32 (bfloat16 read as its
+    int16 bits)."""
     if KIND == 2:
-        b = tl.load(ptr + idx, mask=inside, other=0).to(tl.int32)
+        bits = ptr.to(tl.pointer_type(tl.int16))
+        b = tl.load(bits + idx, mask=inside, other=0).to(tl.int32)
         v = (b << 16).to(tl.float32, bitcast=True)
     else:
         v = tl.load(ptr + idx, mask=inside, other=0.0).to(tl.float32)
     return v
+
+
+@triton.jit
+def _fields(rec_ptr, nb, nbytes):
+    """(scalars float64, bases int32, widths uint8, words int32, the words' count) of the
+    block record at ``rec_ptr`` (uint8, ``nbytes`` of it) of ``nb`` blocks."""
+    head = _HEAD + (5 * nb + 7) // 8 * 8
+    scalars = rec_ptr.to(tl.pointer_type(tl.float64))
+    base = (rec_ptr + _HEAD).to(tl.pointer_type(tl.int32))
+    words = (rec_ptr + head).to(tl.pointer_type(tl.int32))
+    return scalars, base, rec_ptr + _HEAD + 4 * nb, words, (nbytes - head) // 4
 
 
 @triton.jit
@@ -188,8 +201,10 @@ def _exclusive_prefix(state_ptr, t, value):
 
 
 @triton.jit
-def _range_clear_kernel(y_ptr, parts_ptr, state_ptr, nstate, n, KIND: tl.constexpr,
+def _range_clear_kernel(y_ptr, state_ptr, nstate, n, KIND: tl.constexpr,
                         BLOCK: tl.constexpr, CLEAR: tl.constexpr):  # fmt: skip
+    # the partials (float32) follow the scan state in the same buffer
+    parts_ptr = (state_ptr + nstate).to(tl.pointer_type(tl.float32))
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     lo = tl.full([BLOCK], float("inf"), tl.float32)
@@ -291,15 +306,19 @@ def _pack_words(words_ptr, v, w, first_word, B: tl.constexpr):
 
 @triton.jit
 def _pack_kernel(
-    y_ptr, parts_ptr, nparts, state_ptr, xwords_ptr, nxwords, xscalars_ptr, xbase_ptr,
-    xwidth_ptr, ys_ptr, rec_ptr, rscalars_ptr, rbase_ptr, rwidth_ptr, rwords_ptr, used_ptr,
-    learned_ptr, n, nb, head, bound_bits, ceiling_bits, rbound_bits, rceiling_bits,
+    y_ptr, state_ptr, nparts, src_ptr, src_bytes, ys_ptr, rec_ptr, rec_bytes, used_ptr,
+    learned_ptr, n, bound_bits, ceiling_bits, rbound_bits, rceiling_bits,
     KIND: tl.constexpr, APPROX: tl.constexpr, ABS: tl.constexpr, LEARNED: tl.constexpr,
     RABS: tl.constexpr, NSTEPS: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
     ULP: tl.constexpr, NORMAL: tl.constexpr, RAW: tl.constexpr, B: tl.constexpr,
     PARTS: tl.constexpr,
 ):  # fmt: skip
+    nb = (n + B - 1) // B
     t = tl.atomic_add(state_ptr + 2 * nb, 1)  # this program's block: see the docstring
+    parts_ptr = (state_ptr + 2 * nb + 1).to(tl.pointer_type(tl.float32))
+    xscalars_ptr, xbase_ptr, xwidth_ptr, xwords_ptr, nxwords = _fields(src_ptr, nb, src_bytes)
+    rscalars_ptr, rbase_ptr, rwidth_ptr, rwords_ptr, _ = _fields(rec_ptr, nb, rec_bytes)
+    head = _HEAD + (5 * nb + 7) // 8 * 8
     lo, hi, use, lo_r, hi_r, rtol, step = _scalars(
         parts_ptr, nparts, learned_ptr, bound_bits, ceiling_bits, rbound_bits, rceiling_bits,
         ABS, LEARNED, RABS, ULP, NORMAL, PARTS,
@@ -348,11 +367,13 @@ def _pack_kernel(
 
 @triton.jit
 def _restore_kernel(
-    x_ptr, rwords_ptr, nrwords, rscalars_ptr, rbase_ptr, rwidth_ptr, ends_ptr, ys_ptr,
-    out_ptr, n, KIND: tl.constexpr, APPROX: tl.constexpr, MANT: tl.constexpr,
-    EMIN: tl.constexpr, B: tl.constexpr,
+    x_ptr, rec_ptr, rec_bytes, ends_ptr, ys_ptr, out_ptr, n, KIND: tl.constexpr,
+    APPROX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, B: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0)
+    rscalars_ptr, rbase_ptr, rwidth_ptr, rwords_ptr, nrwords = _fields(
+        rec_ptr, (n + B - 1) // B, rec_bytes
+    )
     i = tl.arange(0, B)
     idx = t * B + i
     inside = idx < n
@@ -371,68 +392,54 @@ def _restore_kernel(
     y = tl.where(tl.abs(v) < float("inf"), held, v).to(tl.float32)
     if KIND == 2:
         bits = (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16)
+        tl.store(out_ptr.to(tl.pointer_type(tl.int16)) + idx, bits, mask=inside)
     elif KIND == 1:
-        bits = y.to(tl.float16).to(tl.int16, bitcast=True)
+        tl.store(out_ptr + idx, y.to(tl.float16), mask=inside)
     else:
-        bits = y.to(tl.int32, bitcast=True)
-    tl.store(out_ptr + idx, bits, mask=inside)
-
-
-def _fields(record: torch.Tensor, n: int):
-    """(scalars float64, bases int32, widths uint8, words int32) of a block record: views."""
-    nb = blocks(n, BLOCK)
-    widths = record[SCALAR_BYTES + 4 * nb : SCALAR_BYTES + 5 * nb]
-    return (
-        record[:SCALAR_BYTES].view(torch.float64),
-        record[SCALAR_BYTES : SCALAR_BYTES + 4 * nb].view(torch.int32),
-        widths,
-        record[header_bytes(n, BLOCK) :].view(torch.int32),
-    )
+        tl.store(out_ptr + idx, y, mask=inside)
 
 
 def pack(y, source, approximate: str, bound: float, absolute: bool, learned, ceiling: float):
-    """``device_gelu_torch.pack`` of contiguous, non-empty ``y``: two launches."""
+    """``device_gelu_torch.pack`` of contiguous, non-empty ``y``: two launches (the
+    records' fields are found inside the kernels, so no views are made here)."""
     n, kind, dev = y.numel(), _KIND[y.dtype], y.device
-    flat = _as_kernel_input(y.reshape(-1))
     nb = blocks(n, BLOCK)
     nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
-    parts = torch.empty(2 * nparts, dtype=torch.float32, device=dev)
-    state = torch.empty(2 * nb + 1, dtype=torch.int64, device=dev)
+    # the scan state (2 nb + 1 int64), then the partials (2 nparts float32)
+    state = torch.empty(2 * nb + 1 + nparts, dtype=torch.int64, device=dev)
     _range_clear_kernel[(nparts,)](
-        flat, parts, state, state.numel(), n, KIND=kind, BLOCK=RANGE_BLOCK, CLEAR=CLEAR_BLOCK,
+        y, state, 2 * nb + 1, n, KIND=kind, BLOCK=RANGE_BLOCK, CLEAR=CLEAR_BLOCK,
         enable_fp_fusion=False,
     )  # fmt: skip
-    record = torch.empty(R.record_bytes(n, bound, absolute), dtype=torch.uint8, device=dev)
+    nbytes = R.record_bytes(n, bound, absolute)
+    record = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     ys = torch.empty(3, dtype=torch.float64, device=dev)
     used = torch.empty(1, dtype=torch.int64, device=dev)
-    xs, xbase, xwidth, xwords = _fields(source, n)
-    rs, rbase, rwidth, rwords = _fields(record, n)
     rbound, rabs, rceiling = R.residual_settings(bound, absolute)
     mant, emin = _FORMATS[y.dtype]
-    learned = ys if learned is None else learned.reshape(1)
     _pack_kernel[(nb,)](
-        flat, parts, nparts, state, xwords, xwords.numel(), xs, xbase, xwidth, ys, record, rs,
-        rbase, rwidth, rwords, used, learned, n, nb, header_bytes(n, BLOCK), _bits(bound),
-        _bits(ceiling), _bits(rbound), _bits(rceiling),
-        KIND=kind, APPROX=R.APPROXIMATIONS.index(approximate), ABS=bool(absolute),
-        LEARNED=learned is not ys, RABS=rabs, NSTEPS=R.residual_slot(bound, absolute)[0],
-        MANT=mant, EMIN=emin, ULP=2.0 ** -(mant + 1), NORMAL=2.0**emin,
-        RAW=16 if kind else 32, B=BLOCK, PARTS=PARTS, enable_fp_fusion=False,
+        y, state, nparts, source, source.numel(), ys, record, nbytes, used,
+        ys if learned is None else learned, n, _bits(bound), _bits(ceiling), _bits(rbound),
+        _bits(rceiling), KIND=kind, APPROX=R.APPROXIMATIONS.index(approximate),
+        ABS=bool(absolute), LEARNED=learned is not None, RABS=rabs,
+        NSTEPS=R.residual_slot(bound, absolute)[0], MANT=mant, EMIN=emin,
+        ULP=2.0 ** -(mant + 1), NORMAL=2.0**emin, RAW=16 if kind else 32, B=BLOCK,
+        PARTS=PARTS, enable_fp_fusion=False,
     )  # fmt: skip
     return ys, record, used
 
 
 def restore(x, record, scalars, approximate: str, shape, dtype):
-    """``device_gelu_torch.restore`` of a non-empty ``shape``: two launches."""
+    """``device_gelu_torch.restore`` of a non-empty ``shape`` from contiguous ``x``: two
+    launches (the residual's running widths, then the kernel)."""
     out = torch.empty(shape, dtype=dtype, device=record.device)
     n = out.numel()
+    nb = blocks(n, BLOCK)
     mant, emin = _FORMATS[dtype]
-    rs, rbase, rwidth, rwords = _fields(record, n)
-    ends = torch.cumsum(rwidth, 0, dtype=torch.int64)
-    bits = out.reshape(-1).view(torch.int32 if dtype == torch.float32 else torch.int16)
-    _restore_kernel[(blocks(n, BLOCK),)](
-        _as_kernel_input(x.reshape(-1)), rwords, rwords.numel(), rs, rbase, rwidth, ends,
-        scalars, bits, n, KIND=_KIND[dtype], APPROX=R.APPROXIMATIONS.index(approximate),
-        MANT=mant, EMIN=emin, B=BLOCK, enable_fp_fusion=False,
+    ends = torch.cumsum(record[SCALAR_BYTES + 4 * nb : SCALAR_BYTES + 5 * nb], 0, dtype=torch.int64)
+    _restore_kernel[(nb,)](
+        x, record, record.numel(), ends, scalars, out, n, KIND=_KIND[dtype],
+        APPROX=R.APPROXIMATIONS.index(approximate), MANT=mant, EMIN=emin, B=BLOCK,
+        enable_fp_fusion=False,
     )  # fmt: skip
     return out
