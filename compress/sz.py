@@ -10,9 +10,12 @@ Pipeline per chunk (SZ3's design, our code):
    them, and zstd after it at low bit rates): first-order Lorenzo (1-d to 4-d), multilevel
    interpolation (linear or cubic, coarse levels under a tighter bound as in
    QoZ), multi-dimensional interpolation (HPEZ: the mean of the interpolations
-   along every dimension whose neighbours are known), constant prediction or
+   along every dimension whose neighbours are known), constant prediction,
    block-wise Lorenzo or linear regression (SZ2: per block of 6^3 / 12^2 / 64
-   elements, the one with the smaller estimated error, coefficients stored);
+   elements, the one with the smaller estimated error, coefficients stored), or,
+   for data on a lattice (``offset + k * step``: integer images, elevation models)
+   under a bound below the step, Lorenzo on the indices ``k``, lossless
+   (``sz_lattice.py``);
 3. the quantizer turns each prediction error into an integer code within the
    bound, reconstructing exactly as the decoder will; what cannot be
    quantized is stored exactly as an outlier;
@@ -38,7 +41,9 @@ best: interface_rho, motorcycle_disp, anisotropic fields), linear interpolation
 with slightly tighter coarse levels (1.125, 2) among the higher orders
 (climate_t2m), and sampling a
 near-tie between Lorenzo and an interpolation again on larger blocks for chunks
-under 2M elements (motorcycle_disp, where four small blocks favoured Lorenzo). What
+under 2M elements (motorcycle_disp, where four small blocks favoured Lorenzo), and the
+lossless lattice indices (aero and jacksboro_dem at rel 1e-3 and 1e-4, 1.13-1.33x SZ3:
+predicting the values puts reconstructions off the lattice and spreads the codes). What
 did not pay and was left out: fixed stronger level-wise tightening for all chunks
 (alpha 1.5 and more lost on most arrays; SZ3's set (1, 1), (1.5, 2.5), (2, 3)
 sampled per chunk picked the stronger ones on the sample blocks, and whole chunks
@@ -53,8 +58,20 @@ screening the candidates on one sample block before costing the close ones on
 all (with a margin that kept the ratio it dropped almost none, so saved no time;
 tighter margins lost up to 20% on small images), sample blocks with sides of
 2**k + 1 (no extrapolated points at their ends; smooth_2d lost 45% at rel 1e-2),
-and sampling every near-tie between kinds of predictor again (about a tenth more
-compress time; no choice changed but motorcycle_disp's).
+sampling every near-tie between kinds of predictor again (about a tenth more
+compress time; no choice changed but motorcycle_disp's; on blocks off the diagonal
+instead, interface_rho lost 5% at rel 1e-3), sample blocks placed off the
+chunk's diagonal (the four sample blocks sit on it, so on causal attention
+probabilities they miss the zero triangle where regression beats constant
+prediction: tf_attn_probs at rel 1e-4 took 8.6% more bytes; placed off it, as many
+other choices changed for the worse, retina_grey, motorcycle_disp and interface_rho
+lost 5-7%), block-wise regression on 2-d chunks (it won no array, and its sampling
+was a tenth of the choice's time on small images: sampled on 3 dimensions or more),
+two larger sample blocks instead of four on small chunks (jacksboro_dem lost 5% at
+rel 1e-2), lattice indices under a coarser bound when the bound exceeds the step
+(bins of several steps: no better than Lorenzo on the values, aero at rel 1e-2), and
+the median edge predictor of lossless image coders on the indices (5% fewer bits on
+aero, 6% more on jacksboro_dem).
 
 Payload layout (inside one zstd frame), little-endian::
 
