@@ -71,19 +71,20 @@ def histogram_span(symbols):
         lo = s if s < lo else lo
         hi = s if s > hi else hi
     base = np.int64(lo)
-    width = np.int64(hi) - base + 1
-    part = np.zeros((4, width), dtype=np.int64)
+    top = np.int64(hi) + 1
+    part = np.empty((4, top), dtype=np.int64)  # indexed by the symbol itself: no offset
+    part[:, base:top] = 0
     n4 = n - n % 4
     for i in range(0, n4, 4):
-        part[0, symbols[i] - base] += 1
-        part[1, symbols[i + 1] - base] += 1
-        part[2, symbols[i + 2] - base] += 1
-        part[3, symbols[i + 3] - base] += 1
+        part[0, symbols[i]] += 1
+        part[1, symbols[i + 1]] += 1
+        part[2, symbols[i + 2]] += 1
+        part[3, symbols[i + 3]] += 1
     for i in range(n4, n):
-        part[0, symbols[i] - base] += 1
-    out = np.empty(width, dtype=np.int64)
-    for s in range(width):
-        out[s] = part[0, s] + part[1, s] + part[2, s] + part[3, s]
+        part[0, symbols[i]] += 1
+    out = np.empty(top - base, dtype=np.int64)
+    for s in range(base, top):
+        out[s - base] = part[0, s] + part[1, s] + part[2, s] + part[3, s]
     return out, base
 
 
@@ -97,12 +98,33 @@ def encode_bits(symbols, table, out, skip):
     hold ceil((skip + total_bits) / 64) words.  Returns the number of bits written
     (``skip`` included), or -1 if ``out`` is too small (the caller sized it from
     the histogram, so never).
+
+    Two codes are joined (at most 48 bits) before they go into the accumulator: half
+    the steps on its chain of dependent shifts and additions.
     """
     nwords = out.shape[0]
     acc = np.uint64(0)
     nacc = np.uint64(skip)  # bits pending in acc, 0..63
     w = 0
-    for i in range(symbols.shape[0]):
+    n = symbols.shape[0]
+    n2 = n - n % 2
+    # (the bodies stay in the loops: a helper taking arrays is several times slower)
+    for i in range(0, n2, 2):
+        e0 = table[symbols[i]]
+        e1 = table[symbols[i + 1]]
+        l0 = np.uint64(e0 >> 24)
+        c = np.uint64(e0 & 0xFFFFFF) | (np.uint64(e1 & 0xFFFFFF) << l0)
+        ln = l0 + np.uint64(e1 >> 24)
+        acc |= c << nacc
+        nacc += ln
+        if nacc >= _U64_64:
+            if w >= nwords:
+                return -1
+            out[w] = acc
+            w += 1
+            nacc -= _U64_64
+            acc = c >> (ln - nacc)  # the bits of c that did not fit; shift <= 48
+    for i in range(n2, n):  # the last symbol of an odd count
         e = table[symbols[i]]
         ln = np.uint64(e >> 24)
         c = np.uint64(e & 0xFFFFFF)
@@ -114,7 +136,7 @@ def encode_bits(symbols, table, out, skip):
             out[w] = acc
             w += 1
             nacc -= _U64_64
-            acc = c >> (ln - nacc)  # the bits of c that did not fit; shift <= 24
+            acc = c >> (ln - nacc)
     if nacc > 0:
         if w >= nwords:
             return -1
