@@ -18,10 +18,12 @@ is far enough off: the records the hooks have asked to prefetch, and the ``prefe
 after them (those the next unpacks prefetch), stay in their slots, are restored from
 there and freed when autograd lets go of them, instead of a copy out and straight back.
 
-A GELU's residual (``GeluResidual``) restores from its source, the input's record:
-prefetching the residual prefetches the source first, so the source's bytes are queued
-(and arrive) first; a record already restored for another (``keep_restored``) is not
-fetched again.
+A GELU's residual (``GeluResidual``) is made from its source, the input's record, saved
+just before it: from the source's slot while the GPU lags (the residual is made before
+that pack's compaction), from the store where the source is put already (on the CPU,
+where records are put as they are made). It restores from its source too: prefetching
+the residual prefetches the source first, so the source's bytes are queued (and arrive)
+first; a record already restored for another (``keep_restored``) is not fetched again.
 
 Against the fixed-width codes (``OffloadedCodes``, what ``device_layout="fixed"`` puts,
 at once: their size follows from the element count), the store holds each record's used

@@ -223,17 +223,18 @@ def device_record(ac, t, name: str, store, module=None):
         if store is not None:  # put at once: their size follows from the element count
             return OffloadedCodes(t, rel, stats, name, debug, store)
         return DeviceCompressed(t, rel, stats, name, debug)
-    compactor.run()  # the records made before this one whose sizes have arrived
     bound = device_bound(ac, t, module, name)
     rel = bound.pop("rel", None)
     source = device_gelu.gelu_input(ac._gelu_inputs, t)
     if source is not None and type(source[0]) is BlockCodes and source[0].learned is None:
-        # a GELU's output: its residual from GELU of its input
+        # a GELU's output: its residual from GELU of its input, made before the
+        # compaction below can put the input (which the residual would then get back)
         rec = GeluResidual(t, *source, rel, stats, name, debug, store=store, **bound)
     else:
         rec = BlockCodes(t, rel, stats, name, debug, store=store, **bound)
         if ac._gelu_inputs is not None and rec.learned is None:
             # a GELU's input, maybe: its record never changes (``tighten`` keeps it)
             ac._gelu_inputs.add(t, rec, math.inf)
+    compactor.run()  # the records made before this one whose sizes have arrived
     compactor.add(rec)
     return rec
