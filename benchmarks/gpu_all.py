@@ -56,6 +56,7 @@ TESTS = [
     "tests/test_device_codes.py",
     "tests/test_device_activations.py",
     "tests/test_device_offload.py",
+    "tests/test_store_bounds.py",
     "tests/test_device_compile.py",
     "tests/test_device_gelu_kernels.py",
 ]
