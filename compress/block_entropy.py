@@ -116,8 +116,10 @@ def squeeze_tensor(payload, lengths: list):
 
     host = payload.cpu().numpy()
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
-    parts = [squeeze(host[a:b].tobytes()) for a, b in zip(starts[:-1], starts[1:], strict=True)]
-    out = torch.from_numpy(np.frombuffer(b"".join(parts), np.uint8).copy())
+    parts = [squeeze(host[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    out = torch.empty(sum(len(p) for p in parts), dtype=torch.uint8)
+    if parts:  # one copy of each squeezed payload, into the tensor's memory
+        np.concatenate([np.frombuffer(p, np.uint8) for p in parts], out=out.numpy())
     return out.to(payload.device), [len(p) for p in parts]
 
 
