@@ -186,7 +186,7 @@ def huffman_encode(symbols: np.ndarray, pool=None, hist: np.ndarray | None = Non
     symbols = np.ascontiguousarray(symbols)
     halves = (symbols[: symbols.size // 2], symbols[symbols.size // 2 :])
     if hist is not None and pool is None:
-        counts, lo, firsts = np.asarray(hist), 0, None
+        counts, lo, firsts = np.asarray(hist, dtype=np.int64), 0, None
     elif pool is None:
         (counts, lo), firsts = _k.histogram_span(symbols), None
     else:
@@ -199,14 +199,13 @@ def huffman_encode(symbols: np.ndarray, pool=None, hist: np.ndarray | None = Non
         gaps[0] = syms[0]
         gaps[1:] = np.diff(syms) - 1
     freqs = counts[present]
-    lengths = code_lengths(freqs)
     if n < 2:
-        return _HEADER.pack(n, 0) + gaps.tobytes() + lengths.tobytes()
-
-    codes, _, _, _, _ = _canonical(lengths, MAX_CODE_LEN)
+        return _HEADER.pack(n, 0) + gaps.tobytes() + code_lengths(freqs).tobytes()
+    lengths, table = _k.encode_table(freqs, syms, MAX_CODE_LEN)
+    if table.size == 0:  # longer than MAX_CODE_LEN: the lengths are limited here (rare)
+        lengths = code_lengths(freqs)
+        table = _k.canonical_table(lengths, syms, MAX_CODE_LEN)
     ln = lengths.astype(np.int64)
-    table = np.zeros(syms[-1] + 1, dtype=np.uint32)  # symbols index it: none is past its end
-    table[syms] = (_reverse_bits(codes, ln) | (ln << 24)).astype(np.uint32)
     nbits = int(np.dot(freqs, ln))
     words = np.empty((nbits + 63) // 64, dtype=np.uint64)
     if pool is None:

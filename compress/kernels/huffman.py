@@ -51,6 +51,57 @@ def huffman_depths(weights):
 
 
 @njit(cache=True, nogil=True)
+def canonical_table(lengths, syms, max_len):
+    """The encoder's table of the canonical code of ``lengths`` (uint8, 1..max_len bits)
+    for the ascending symbols ``syms`` (int64): uint32[syms[-1] + 1], entry ``s`` the
+    code of ``s`` bit-reversed ``| length << 24`` (entries of absent symbols unset).
+
+    Codes of one length are consecutive in symbol order, from the first code of that
+    length (``compress/huffman.py``)."""
+    n = lengths.shape[0]
+    cnt = np.zeros(max_len + 1, dtype=np.int64)
+    for i in range(n):
+        cnt[lengths[i]] += 1
+    cnt[0] = 0
+    nxt = np.zeros(max_len + 1, dtype=np.int64)  # the next code of each length
+    code = 0
+    for ln in range(1, max_len + 1):
+        code = (code + cnt[ln - 1]) << 1
+        nxt[ln] = code
+    table = np.empty(syms[n - 1] + 1, dtype=np.uint32)
+    for i in range(n):
+        ln = np.int64(lengths[i])
+        c = nxt[ln]
+        nxt[ln] += 1
+        rev = 0
+        for b in range(ln):
+            rev = (rev << 1) | ((c >> b) & 1)
+        table[syms[i]] = np.uint32(rev | (ln << 24))
+    return table
+
+
+@njit(cache=True, nogil=True)
+def encode_table(freqs, syms, max_len):
+    """``(lengths, table)``: the Huffman code lengths (uint8) of the positive int64
+    ``freqs`` of the ascending ``syms`` (n >= 2), and ``canonical_table``'s table; the
+    table is empty when a length passes ``max_len`` (the caller limits them).
+
+    The lengths are ``compress/huffman.py``'s ``code_lengths``: the depths of
+    ``huffman_depths`` over the frequencies in stable ascending order, the longest to
+    the rarest. One call instead of a dozen numpy ones: their fixed costs were much of
+    the coding time of small chunks and of the sampled candidates' costs."""
+    n = freqs.shape[0]
+    order = np.argsort(freqs, kind="mergesort")  # stable: ties by position
+    depths = np.sort(huffman_depths(freqs[order]))
+    lengths = np.empty(n, dtype=np.uint8)
+    if depths[n - 1] > max_len:
+        return lengths, np.empty(0, dtype=np.uint32)
+    for i in range(n):
+        lengths[order[i]] = depths[n - 1 - i]
+    return lengths, canonical_table(lengths, syms, max_len)
+
+
+@njit(cache=True, nogil=True)
 def histogram_span(symbols):
     """``(counts, lo)``: ``counts[s - lo]`` occurrences of each uint16 value ``s`` from the
     smallest one, ``lo``, to the largest (int64); ``(empty, 0)`` for no symbols.
