@@ -59,7 +59,7 @@ _RINT = tl.constexpr(1.5 * 2.0**52)
 _HEAD = tl.constexpr(SCALAR_BYTES)
 _F32_ULP = tl.constexpr(2.0**-24)  # the residual is float32: coarse's 2**-(mant + 1)
 _F32_NORMAL = tl.constexpr(2.0**-126)
-_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12 = _E
+_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7, _E8, _E9 = _E
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8 = _ERFC
 
 
@@ -67,11 +67,10 @@ _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8 = _ERFC
 def _exp(v):
     """``exp`` of float64 ``v`` as the reference's ``_exp``, operation for operation."""
     v = tl.where(v != v, 0.0, v)
-    v = tl.where(v < -_LIMIT_EXP, -_LIMIT_EXP, tl.where(v > _LIMIT_EXP, _LIMIT_EXP, v))
-    k = ((v * _INV_LN2) + _RINT) - _RINT
+    v = tl.minimum(tl.maximum(v, -_LIMIT_EXP), _LIMIT_EXP)  # NaN is gone: torch's clamp
+    k = ((v * _INV_LN2) + _RINT) - _RINT  # rint, ties to even: torch.round
     r = (v - k * _LN2_HI) - k * _LN2_LO
-    acc = r * 0.0 + _E0
-    acc = acc * r + _E1
+    acc = r * _E0 + _E1
     acc = acc * r + _E2
     acc = acc * r + _E3
     acc = acc * r + _E4
@@ -80,11 +79,7 @@ def _exp(v):
     acc = acc * r + _E7
     acc = acc * r + _E8
     acc = acc * r + _E9
-    acc = acc * r + _E10
-    acc = acc * r + _E11
-    acc = acc * r + _E12
-    scale = ((k.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)
-    return acc * scale
+    return acc * ((k.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)
 
 
 @triton.jit
@@ -96,8 +91,7 @@ def _gelu(x, APPROX: tl.constexpr):
     else:
         a = tl.abs(x) * _SQRT_HALF
         t = 1.0 / (a * 0.5 + 1.0)
-        acc = t * 0.0 + _C0
-        acc = acc * t + _C1
+        acc = t * _C0 + _C1
         acc = acc * t + _C2
         acc = acc * t + _C3
         acc = acc * t + _C4
@@ -105,7 +99,8 @@ def _gelu(x, APPROX: tl.constexpr):
         acc = acc * t + _C6
         acc = acc * t + _C7
         acc = acc * t + _C8
-        half = (t * _exp((-(a * a) + _ERFC0) + t * acc)) * 0.5
+        half = (-(a * a) + _ERFC0) + acc * t
+        half = (_exp(half) * t) * 0.5
         g = x * tl.where(x > 0, 1.0 - half, half)
     return g
 
