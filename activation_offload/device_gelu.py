@@ -50,7 +50,9 @@ The bound, with ``M = max(|lo|, |hi|)``, for a finite ``y`` (a dtype value):
 - ``|p| <= M`` (clamped, or 0), so ``|y - p| <= 2M``, and the float32 subtraction is
   off by at most ``2**-24 * 2M`` (subnormal differences are exact; ``M <= 2**126``
   keeps it finite).
-- ``|r' - r| <= t_r`` (block codes' bound, with their own rounding).
+- ``|r' - r| <= t_r`` (block codes' bound, with their own rounding), plus ``2**-149``
+  where a zero ``r`` is held as ``2**-149`` (only where ``t_r >= 2**-100``: at most
+  ``2**-49 T``, inside the ``2**-10 T`` the sums below leave to spare).
 - the float64 sum is off by at most ``2**-53 (|p| + |r'|) <= 2**-53 (3M + T)``;
   clamping to ``[lo, hi]``, which holds ``y``, only moves it closer to ``y``.
 - so ``v`` is within ``t_r + d`` of ``y``, ``d <= M (2**-23 + 2**-51) + 2**-53 T``, and

@@ -19,7 +19,10 @@ to the output's finite range ``[lo, hi]`` (``lo`` where NaN), or 0 where not ``u
 
 The residual's codes use a range derived from ``y``'s, ``[-D, D]`` with
 ``D = (hi - lo) (1 + 2**-20)`` where ``use`` (else ``[lo, hi]``, where ``r = y``), instead
-of a reduction over ``r``: so one pass over ``y`` gives every scalar the codes need.
+of a reduction over ``r``: so one pass over ``y`` gives every scalar the codes need. In
+such a range an exact zero's code (0) lies far from the codes of values near 0 and would
+widen its block; a zero residual is held as ``2**-149`` instead (where ``t_r`` is at least
+``2**-100``, so the change is far inside the bound's margins).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ RESIDUAL_SHARE = 5
 #: constant residual (range 0) keeps a zero tolerance
 RESIDUAL_CEILING = 2.0**60
 APPROXIMATIONS = ("none", "tanh")
+#: a residual of exactly 0 is held as ``SMALLEST`` (float32's smallest subnormal) where
+#: ``t_r >= ZERO_TOLERANCE``
+SMALLEST = 2.0**-149
+ZERO_TOLERANCE = 2.0**-100
 
 
 def _f32(c: float) -> float:
@@ -159,6 +166,9 @@ def pack(y, source, approximate: str, bound: float, absolute: bool, learned, cei
     x = blocks.restore(source, (y.numel(),), y.dtype, BLOCK)  # what backward restores
     scalars, t_r, span = output_scalars(y, bound, absolute, learned, ceiling)
     r = y.reshape(-1).float() - prediction(x, approximate, scalars)
+    # an exact zero's code (0) is far from the codes of values near 0 in [-D, D]: held
+    # as float32's smallest step instead, where the tolerance dwarfs it
+    r = torch.where((r == 0) & (t_r >= ZERO_TOLERANCE), SMALLEST, r)
     rbound, rabs, rceiling = residual_settings(bound, absolute)
     nsteps, bits = residual_slot(bound, absolute)
     record, used = blocks.compress(

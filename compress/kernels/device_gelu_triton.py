@@ -55,6 +55,7 @@ _USE_SPAN = tl.constexpr(R.USE_SPAN)
 _FINITE = tl.constexpr(R.FINITE_SPAN)
 _WIDEN = tl.constexpr(R.WIDEN)
 _MARGIN = tl.constexpr(R.MARGIN)
+_ZERO_TOL = tl.constexpr(R.ZERO_TOLERANCE)
 _RINT = tl.constexpr(1.5 * 2.0**52)
 _HEAD = tl.constexpr(SCALAR_BYTES)
 _F32_ULP = tl.constexpr(2.0**-24)  # the residual is float32: coarse's 2**-(mant + 1)
@@ -233,7 +234,7 @@ def _tolerance(lo, hi, bound, learned, ceiling, ABS: tl.constexpr, LEARNED: tl.c
 def _scalars(parts_ptr, nparts, learned_ptr, bound_bits, ceiling_bits, rbound_bits,
              rceiling_bits, ABS: tl.constexpr, LEARNED: tl.constexpr, RABS: tl.constexpr,
              ULP: tl.constexpr, NORMAL: tl.constexpr, PARTS: tl.constexpr):  # fmt: skip
-    """(lo, hi, use, the residual's lo_r, hi_r, tolerance, step), as the reference's
+    """(lo, hi, use, t_r, the residual's lo_r, hi_r, tolerance, step), as the reference's
     ``output_scalars`` and ``quantize`` compute them."""
     p = tl.arange(0, PARTS)
     lo = tl.min(tl.load(parts_ptr + p, mask=p < nparts, other=float("inf")), axis=0)
@@ -262,7 +263,7 @@ def _scalars(parts_ptr, nparts, learned_ptr, bound_bits, ceiling_bits, rbound_bi
     rfine = tl.maximum(rbig, _F32_NORMAL) * _F32_ULP <= rtol * 0.00390625
     step = rtol * _MARGIN
     step = tl.where(rfine, step * 2, step)
-    return lo, hi, use, lo_r, hi_r, rtol, step
+    return lo, hi, use, t_r, lo_r, hi_r, rtol, step
 
 
 @triton.jit
@@ -314,7 +315,7 @@ def _pack_kernel(
     xscalars_ptr, xbase_ptr, xwidth_ptr, xwords_ptr, nxwords = _fields(src_ptr, nb, src_bytes)
     rscalars_ptr, rbase_ptr, rwidth_ptr, rwords_ptr, _ = _fields(rec_ptr, nb, rec_bytes)
     head = _HEAD + (5 * nb + 7) // 8 * 8
-    lo, hi, use, lo_r, hi_r, rtol, step = _scalars(
+    lo, hi, use, t_r, lo_r, hi_r, rtol, step = _scalars(
         parts_ptr, nparts, learned_ptr, bound_bits, ceiling_bits, rbound_bits, rceiling_bits,
         ABS, LEARNED, RABS, ULP, NORMAL, PARTS,
     )  # fmt: skip
@@ -335,6 +336,8 @@ def _pack_kernel(
                   KIND, MANT, EMIN, RAW)  # fmt: skip
     p = _prediction(x, lo.to(tl.float32), hi.to(tl.float32), use, APPROX)
     r = tl.where(inside, _load(y_ptr, idx, inside, KIND) - p, 0.0)
+    smallest = (r.to(tl.int32, bitcast=True) * 0 + 1).to(tl.float32, bitcast=True)  # 2**-149
+    r = tl.where(r == 0, tl.where(t_r >= _ZERO_TOL, smallest, r), r)
     q, wide = _codes(r.to(tl.float64), inside, lo_r, step, NSTEPS)
     base = tl.min(tl.min(tl.where(inside, q, 1 << 40), axis=1), axis=0)
     spread = (tl.max(tl.max(tl.where(inside, q, -1), axis=1), axis=0) - base).to(tl.float64)
