@@ -44,13 +44,13 @@ def find_lattice(work: np.ndarray, patch_idx: np.ndarray, eb: float) -> tuple | 
     step0 = 0.0
     for size in _SAMPLES:  # a few values reject most data that are not on a lattice
         sample = np.unique(finite[:: max(1, finite.size // size)].astype(np.float64))
-        gaps = np.diff(sample)
-        if gaps.size == 0:
-            return None
-        step0 = float(gaps.min())
-        if not eb < step0:
-            return None
         with np.errstate(over="ignore", invalid="ignore"):  # inf gaps fail the test
+            gaps = np.diff(sample)
+            if gaps.size == 0:
+                return None
+            step0 = float(gaps.min())
+            if not eb < step0:
+                return None
             ratios = gaps / step0
             if not np.max(np.abs(ratios - np.rint(ratios))) <= 1e-6:
                 return None
