@@ -70,13 +70,15 @@ def find_lattice(work: np.ndarray, patch_idx: np.ndarray, eb: float) -> tuple | 
 def lattice_indices(values: np.ndarray, offset: float, step: float) -> np.ndarray:
     """The nearest lattice index of each value, as float64 (integers)."""
     k = np.subtract(values, offset, dtype=np.float64)
-    k /= step
+    if step != 1.0:  # whole numbers (the common lattice) skip the pass
+        k /= step
     return np.rint(k, out=k)
 
 
 def lattice_values(indices: np.ndarray, offset: float, step: float) -> np.ndarray:
     """``offset + k * step`` in float64, in place in ``indices`` (float64); what the
     decoder then casts to the data dtype."""
-    indices *= step
+    if step != 1.0:
+        indices *= step
     indices += offset
     return indices
