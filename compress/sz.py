@@ -131,7 +131,7 @@ from .special_values import (
 )
 from .stages import check_level, zstd_compress, zstd_decompress
 from .sz_choice import PREDICTOR_IDS, choose
-from .sz_lattice import find_lattice
+from .sz_lattice import find_lattice, on_lattice
 from .sz_steps import (
     CONSTANT,
     CUBIC,
@@ -272,10 +272,13 @@ class SZCodec(Codec):
         if not log_domain and LATTICE in PREDICTOR_IDS[self.predictor]:
             lattice = find_lattice(work, patch_idx, eb)
         with chunk_pool(threads, values.size) as pool:
+            args = (self.predictor, self.alpha, self.beta, self.radius)
             choice, shape = choose(
-                values, squeezed_shape(chunk.shape), eb, prec, pool,
-                self.predictor, self.alpha, self.beta, self.radius, lattice,
-            )  # fmt: skip
+                values, squeezed_shape(chunk.shape), eb, prec, pool, *args, lattice
+            )
+            if choice[0] == LATTICE and not on_lattice(work, patch_idx, *lattice):
+                # the samples were on it, some other value is not: choose without it
+                choice, shape = choose(values, squeezed_shape(chunk.shape), eb, prec, pool, *args)
             side = []  # REGRESSION's side information
             codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool, side)
             stream = huffman_encode(codes, pool)

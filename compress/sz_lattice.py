@@ -25,14 +25,15 @@ import numpy as np
 INDEX_BOUND = 0.5
 #: largest index span taken as a lattice (sums of 15 indices stay exact in float64)
 MAX_INDEX = 2.0**40
-#: values sampled to find the step, a few first (the whole chunk is checked afterwards)
+#: values sampled to find the step, a few first (the whole chunk is checked if it wins)
 _SAMPLES = (256, 4096)
 
 
 def find_lattice(work: np.ndarray, patch_idx: np.ndarray, eb: float) -> tuple | None:
-    """``(offset, step)`` when every finite value of the flat chunk ``work`` is
-    ``offset + k * step`` (in float64, cast to ``work``'s dtype, bit for bit) for an
-    integer ``k`` and the bound ``eb`` is below ``step``; else None.
+    """``(offset, step)`` when the sampled finite values of the flat chunk ``work`` lie
+    on ``offset + k * step`` for integers ``k`` and the bound ``eb`` is below ``step``;
+    else None. Whether every value does is left to :func:`on_lattice`, once the lattice
+    has won the choice (where it loses, the pass over the chunk is saved).
 
     patch_idx: the elements stored as patches (non-finite), which need not be on it.
     The step is the smallest gap between distinct sampled values, refined so that it
@@ -58,13 +59,17 @@ def find_lattice(work: np.ndarray, patch_idx: np.ndarray, eb: float) -> tuple | 
     if not (hi - lo) / step0 < MAX_INDEX:
         return None
     step = (hi - lo) / round((hi - lo) / step0)  # the range is a whole number of steps
-    if not eb < step:
-        return None
-    back = lattice_values(lattice_indices(work, lo, step), lo, step).astype(work.dtype)
+    return (lo, step) if eb < step else None
+
+
+def on_lattice(work: np.ndarray, patch_idx: np.ndarray, offset: float, step: float) -> bool:
+    """Whether every element of ``work`` but the patches comes back bit for bit as the
+    decoder reconstructs it from its index: ``offset + k * step`` in float64, cast."""
+    back = lattice_values(lattice_indices(work, offset, step), offset, step).astype(work.dtype)
     on = back == work
     if patch_idx.size:
         on[patch_idx] = True
-    return (lo, step) if on.all() else None
+    return bool(on.all())
 
 
 def lattice_indices(values: np.ndarray, offset: float, step: float) -> np.ndarray:

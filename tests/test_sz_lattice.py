@@ -10,7 +10,7 @@ import pytest
 import tensorpress as tp
 from hypothesis import given
 from hypothesis import strategies as st
-from tensorpress.compress.sz_lattice import find_lattice
+from tensorpress.compress.sz_lattice import find_lattice, on_lattice
 from test_bound_properties import (
     DTYPES,
     FAST,
@@ -112,11 +112,25 @@ def test_steps_off_zero_and_a_bound_at_the_step():
     x = (np.random.default_rng(1).integers(0, 60, 5000) * 0.25 - 3.5).astype(np.float32)
     none = np.empty(0, np.int64)
     assert find_lattice(x, none, 0.2) == (-3.5, 0.25)
+    assert on_lattice(x, none, -3.5, 0.25)
     assert find_lattice(x, none, 0.25) is None
     y = tp.decompress(tp.compress(x, abs=0.25, predictor="lattice"))
     assert np.all(np.abs(y.astype(np.float64) - x) <= 0.25)
     noise = np.random.default_rng(2).standard_normal(5000).astype(np.float32)
     assert find_lattice(noise, none, 1e-3) is None
+
+
+def test_one_value_off_the_lattice_outside_the_samples():
+    """Whole numbers but one half, at an element the sampling skips: the lattice is found
+    on the samples, wins, fails the check of every value, and the chunk is coded by the
+    other predictors, within the bound (the half comes back within 0.3, not exactly)."""
+    x = _image((200, 300))
+    x[1, 1] += 0.5  # flat index 301: no multiple of the sample strides
+    assert find_lattice(x.reshape(-1), np.empty(0, np.int64), 0.3) == (float(x.min()), 1.0)
+    blob = tp.compress(x, abs=0.3)
+    y = tp.decompress(blob)
+    assert np.abs(y.astype(np.float64) - x).max() <= 0.3
+    assert len(blob) > len(tp.compress(np.rint(x), abs=0.3))  # not the lattice's bytes
 
 
 def test_float64_into_the_callers_buffer():
