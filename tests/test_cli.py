@@ -628,7 +628,7 @@ def test_console_script(tmp_path):
     cmd = [exe] if exe else [sys.executable, "-m", "tensorpress.cli"]
     argv = ["compress", "x.npy", "x.tp", "--rel", "1e-3", "--json"]
     res = subprocess.run(
-        [*cmd, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=os.environ
+        [*cmd, *argv], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=os.environ
     )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)

@@ -94,7 +94,7 @@ def test_a_tool_without_the_filter_sees_the_dataset_and_says_the_filter_is_missi
         text=True,
         env=env,
         cwd=tmp_path,
-        timeout=120,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout)

@@ -228,7 +228,7 @@ def test_checkpoint_resume_in_a_fresh_process(tmp_path):
         [sys.executable, "-c", textwrap.dedent(script)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     ref = _model()

@@ -69,7 +69,7 @@ def _run(code: str, cwd) -> str:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
