@@ -249,12 +249,13 @@ def compress(
         scalars if learned is None else learned, _bits(ceiling),
         KIND=kind, NSTEPS=nsteps, B=BLOCK, PARTS=PARTS,
         ABS=bool(absolute), LEARNED=learned is not None, RAW=RAW[x.dtype],
+        enable_fp_fusion=False,  # each product rounded on its own, as the reference's
     )  # fmt: skip
     _, _, _, ends, words = _fields(record, n)
     used = torch.empty(1, dtype=torch.int64, device=x.device)
     _pack_kernel[(nb,)](
         flat, scalars, base, widths, ends, words, used, n, nb, header_bytes(n, BLOCK),
-        KIND=kind, NSTEPS=nsteps, B=BLOCK, RAW=RAW[x.dtype],
+        KIND=kind, NSTEPS=nsteps, B=BLOCK, RAW=RAW[x.dtype], enable_fp_fusion=False,
     )  # fmt: skip
     return record, used
 

@@ -186,6 +186,7 @@ def compress(x, rel: float, nsteps: int, bits: int, margin: float):
     _codes_kernel[grid](
         flat, parts, nparts, scalars, payload, n, nbytes, _bits(rel), _bits(margin),
         KIND=kind, NSTEPS=nsteps, W=bits, GROUPS=GROUPS, PARTS=PARTS,
+        enable_fp_fusion=False,  # each product rounded on its own, as the reference's
     )  # fmt: skip
     return payload, scalars
 
@@ -199,5 +200,6 @@ def restore(payload, scalars, shape, dtype, nsteps: int, bits: int):
     _restore_kernel[grid](
         payload, scalars, _as_kernel_input(out.reshape(-1)), n, payload.numel(),
         KIND=_KIND[dtype], NSTEPS=nsteps, W=bits, MANT=mant, EMIN=emin, GROUPS=GROUPS,
+        enable_fp_fusion=False,  # lo + q * step rounded twice, as the reference rounds it
     )  # fmt: skip
     return out
