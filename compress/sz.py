@@ -75,7 +75,10 @@ aero, 6% more on jacksboro_dem), interpolation on the indices (exact too, with t
 indices above 2**23 in float32, where the storage rounding is to whole numbers: 3.5%
 over Lorenzo on aero, less than Lorenzo on jacksboro_dem), and linear or cubic chosen
 per level (the codes' entropy with the better one per level came within 0.4% of the
-better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2).
+better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2),
+and a dimension order per chunk among all six in 3-d (each 3-d corpus array transposed
+to its best order: at most 1.5% fewer bytes, on the small ViT activations, and none on
+the simulated fields at rel 1e-3 and 1e-4).
 
 Payload layout (inside one zstd frame), little-endian::
 
