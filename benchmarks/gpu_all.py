@@ -73,7 +73,9 @@ def stages(dry: bool) -> list[tuple[str, list[str], int]]:
     py = sys.executable
     # the CNN's digits come from scikit-learn (the bench extra): without it, the LM only
     only = [] if importlib.util.find_spec("sklearn") else ["--only", "lm"]
-    tests = [py, "-m", "pytest", "-q", "-rs", "-k", "cuda", *TESTS]
+    # in one process, one test at a time (the ini's -n needs pytest-xdist, and one GPU)
+    tests = [py, "-m", "pytest", "-o", "addopts=", "-q", "-rs", "-m", "not slow"]
+    tests += ["-k", "cuda", *TESTS]
     gpt2 = [py, "benchmarks/gpt2_memory.py"]
     if dry:
         return [
