@@ -80,6 +80,7 @@ import math
 import torch
 
 from ..compress import device_gelu_ops
+from ..compress.device_ops import eager
 from ..compress.kernels.device_blocks_torch import tolerance
 from ..compress.kernels.device_codes_torch import finite_range
 from .derived import GELU_NODE, RESHAPES
@@ -120,9 +121,8 @@ def pack_output(y: torch.Tensor, source, source_shape, approximate: str, rel, ab
     bound, absolute, learned, ceiling = settings
     if math.prod(source_shape) != y.numel():
         raise ValueError(f"GELU's input holds {list(source_shape)}, its output {list(y.shape)}")
-    return device_gelu_ops.gelu_residual(
-        y.detach(), source, approximate, float(bound), bool(absolute), learned, float(ceiling)
-    )
+    args = (y.detach(), source, approximate, float(bound), bool(absolute), learned, float(ceiling))
+    return eager(device_gelu_ops.gelu_residual, device_gelu_ops.pack, *args)
 
 
 def unpack_output(x: torch.Tensor, record, approximate: str, scalars, shape, dtype):
@@ -130,4 +130,5 @@ def unpack_output(x: torch.Tensor, record, approximate: str, scalars, shape, dty
     the residual's block record."""
     if x.dtype != dtype:
         raise ValueError(f"GELU's input restores as {x.dtype}, its output is {dtype}")
-    return device_gelu_ops.gelu_residual_restore(x, record, scalars, approximate, list(shape))
+    args = (x, record, scalars, approximate, list(shape))
+    return eager(device_gelu_ops.gelu_residual_restore, device_gelu_ops.restore, *args)

@@ -16,8 +16,11 @@ Then a GELU output held as its residual (``activation_offload/device_gelu.py``, 
 call dispatches, counted on meta tensors (no data, so the host's whole cost per call),
 and on CUDA the kernels it launches (profiler), beside the same wall and host times per
 call, for the custom ops (Triton kernels on CUDA) and for the torch reference's chain of
-ops they replace. ``--profile`` adds cProfile's top functions (by own time) over the
-calls on the middle size, to show where the fixed cost goes.
+ops they replace. Then what the custom ops' dispatch costs: host time per call of
+``tensorpress::device_blocks`` and of its body called directly (what eager CUDA calls
+run, ``compress/device_ops.eager``) on a 64-element tensor. ``--profile`` adds
+cProfile's top functions (by own time) over the calls on the middle size, to show where
+the fixed cost goes.
 
     python benchmarks/tensor_latency.py [--device cuda] [--sizes 64 1024 16384] [--profile]
 """
@@ -35,7 +38,7 @@ import time
 import torch
 import torch.nn.functional as F
 from tensorpress.activation_offload.device_gelu import pack_output, unpack_output
-from tensorpress.compress import compress_tensor, decompress_tensor
+from tensorpress.compress import compress_tensor, decompress_tensor, device_ops
 from tensorpress.compress.device_blocks import compress_blocks, restore_blocks
 from tensorpress.compress.device_codes import compress_codes, restore_codes
 from tensorpress.compress.kernels import device_gelu_torch
@@ -199,6 +202,19 @@ def gelu_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -> None:
             )
 
 
+def dispatch_rows(dev: torch.device, runs: int) -> None:
+    """Host time per call of a custom op and of its body, on a 64-element tensor."""
+    x = torch.linspace(-1, 1, 64, device=dev)
+    calls = {
+        "op device_blocks": lambda: device_ops.device_blocks(x, 1e-2, 256),
+        "its body": lambda: device_ops.rel_blocks(x, 1e-2, 256),
+    }
+    print(f"\n{'custom-op dispatch':22} {'host us':>9}")
+    for name, fn in calls.items():
+        host = statistics.median(_host_time(fn, dev, runs * 10) for _ in range(5))
+        print(f"{name:22} {host * 1e6:>9.1f}", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -212,6 +228,7 @@ def main(argv=None) -> int:
     # the device codes first: their fixed cost is what a short GPU run must not miss
     print_fixed_cost(device_codes_rows(args.sizes, dev, args.runs, g))
     gelu_rows(args.sizes, dev, args.runs, g)
+    dispatch_rows(dev, args.runs)
     print(
         f"\n{'case':16} {'KiB':>7} {'copy':>9} {'compress':>10} {'decompress':>11} {'ratio':>6}",
         flush=True,

@@ -140,9 +140,11 @@ def compress_blocks(
             raise ValueError("learned takes a float64 tensor of one element")
     bound, absolute = (float(rel), False) if abs is None else (float(abs), True)
     if learned is None and not absolute:
-        return device_ops.device_blocks(x.detach(), bound, block)
+        args = (x.detach(), bound, block)
+        return device_ops.eager(device_ops.device_blocks, device_ops.rel_blocks, *args)
     ceiling = 0.0 if ceiling is None else float(ceiling)
-    return device_ops.device_blocks_bounded(x.detach(), bound, block, absolute, learned, ceiling)
+    args = (x.detach(), bound, block, absolute, learned, ceiling)
+    return device_ops.eager(device_ops.device_blocks_bounded, device_ops.blocks, *args)
 
 
 def _check(x: torch.Tensor, rel, abs, block) -> None:
@@ -175,7 +177,8 @@ def held_tolerance(record: torch.Tensor, rel=None, abs=None, learned=None, ceili
 
 def restore_blocks(record: torch.Tensor, shape, dtype: torch.dtype, block: int = BLOCK):
     """The tensor a record (its slot, or the slot's used prefix) holds, on its device."""
-    return device_ops.device_blocks_restore(record, list(shape), dtype, block)
+    args = (record, list(shape), dtype, block)
+    return device_ops.eager(device_ops.device_blocks_restore, device_ops.blocks_restore, *args)
 
 
 class LaggedSize:

@@ -138,12 +138,13 @@ def compress_codes(x: torch.Tensor, rel: float) -> DeviceCodes:
             f"device codes hold {', '.join(str(d) for d in DTYPES)} under rel >= {MIN_REL}, "
             f"got {x.dtype} with rel={rel!r}"
         )
-    payload, scalars = device_ops.device_codes(x.detach(), float(rel))
+    payload, scalars = device_ops.eager(
+        device_ops.device_codes, device_ops.codes, x.detach(), float(rel)
+    )
     return DeviceCodes(payload, scalars, tuple(x.shape), x.dtype, float(rel))
 
 
 def restore_codes(codes: DeviceCodes) -> torch.Tensor:
     """The tensor ``codes`` hold, on their device."""
-    return device_ops.device_restore(
-        codes.payload, codes.scalars, list(codes.shape), codes.dtype, codes.rel
-    )
+    args = (codes.payload, codes.scalars, list(codes.shape), codes.dtype, codes.rel)
+    return device_ops.eager(device_ops.device_restore, device_ops.restore, *args)

@@ -7,7 +7,8 @@ arithmetic is ``kernels/device_gelu_torch.py``; why it keeps the output's bound,
 On CUDA with ``triton`` installed (the ``gpu`` extra) they run the Triton kernels
 (``kernels/device_gelu_triton.py``): two launches each way, the input's record read
 inside the packing kernel. Elsewhere, or with ``TENSORPRESS_DEVICE_CODES=torch``, the torch
-reference, which writes the same bytes. The fake implementations give the shapes from
+reference, which writes the same bytes; in eager mode on CUDA the callers run the bodies
+without the dispatch (``device_ops.eager``). The fake implementations give the shapes from
 the element count and the bound alone, so the ops run on meta tensors and trace as one
 opaque node each under ``torch.compile(fullgraph=True)``.
 """
@@ -59,6 +60,11 @@ def gelu_residual(
     (``absolute`` False) or ``abs`` ``bound``, with a learned tolerance (float64 [1] or
     None) held between the bound and ``ceiling``; ``source`` is the block record (blocks
     of 256) of GELU's input, of ``y``'s element count and dtype."""
+    return pack(y, source, approximate, bound, absolute, learned, ceiling)
+
+
+def pack(y, source, approximate, bound, absolute, learned, ceiling):
+    """The body of ``tensorpress::gelu_residual``."""
     _check(approximate)
     triton = _kernels(y.device, y.numel())
     if triton is not None:
@@ -85,6 +91,11 @@ def gelu_residual_restore(
 ) -> torch.Tensor:
     """GELU's output of ``shape`` (``x``'s dtype) from the restored input ``x`` and the
     residual's record (its slot, or the slot's used prefix) and scalars."""
+    return restore(x, record, scalars, approximate, shape)
+
+
+def restore(x, record, scalars, approximate, shape) -> torch.Tensor:
+    """The body of ``tensorpress::gelu_residual_restore``."""
     _check(approximate)
     triton = _kernels(record.device, x.numel())
     if triton is not None:

@@ -9,6 +9,12 @@ codes run on meta tensors (the CPU's proof that nothing is read back) and trace 
 opaque node each under ``torch.compile(fullgraph=True)``. On CUDA, with ``triton``
 installed (the ``gpu`` extra), the ops run the Triton kernels; elsewhere the torch
 reference. ``TENSORPRESS_DEVICE_CODES=torch`` picks the reference on CUDA too.
+
+In eager mode on CUDA the callers skip the ops' dispatch (:func:`eager`): boxing the
+arguments of a Python custom op through the dispatcher costs tens of microseconds of host
+time a call (``benchmarks/tensor_latency.py``, "custom-op dispatch"), as much as the host
+time a saved tensor may take in all, and buys nothing there; traced graphs, fake and meta
+tensors go through the ops.
 """
 
 from __future__ import annotations
@@ -58,9 +64,18 @@ def _block_kernels(device: torch.device, block: int, n: int):
     return _blocks_triton() if block == _blocks_triton().BLOCK else None
 
 
-@torch.library.custom_op("tensorpress::device_codes", mutates_args=())
-def device_codes(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(payload uint8, scalars float64 ``[lo, hi, step]``) of ``x`` under ``rel``."""
+def eager(op, body, *args):
+    """``op(*args)``, or its ``body(*args)`` where the dispatch buys nothing: a plain CUDA
+    tensor first, outside a trace (fake, meta and functional tensors are subclasses or
+    other devices, and compiled graphs need the op's node)."""
+    first = args[0]
+    if type(first) is torch.Tensor and first.is_cuda and not torch.compiler.is_compiling():
+        return body(*args)
+    return op(*args)
+
+
+def codes(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The body of ``tensorpress::device_codes``."""
     nsteps, bits = steps(rel), code_bits(rel)
     triton = _kernels(x.device)
     if triton is not None and x.numel() > 0:
@@ -68,11 +83,26 @@ def device_codes(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tenso
     return reference.compress(x, rel, nsteps, bits, STEP_MARGIN)
 
 
+@torch.library.custom_op("tensorpress::device_codes", mutates_args=())
+def device_codes(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(payload uint8, scalars float64 ``[lo, hi, step]``) of ``x`` under ``rel``."""
+    return codes(x, rel)
+
+
 @device_codes.register_fake
 def _(x: torch.Tensor, rel: float) -> tuple[torch.Tensor, torch.Tensor]:
     nbytes = payload_bytes(x.numel(), code_bits(rel))
     payload = x.new_empty(nbytes, dtype=torch.uint8)
     return payload, x.new_empty(N_SCALARS, dtype=torch.float64)
+
+
+def restore(payload, scalars, shape, dtype, rel) -> torch.Tensor:
+    """The body of ``tensorpress::device_restore``."""
+    nsteps, bits = steps(rel), code_bits(rel)
+    triton = _kernels(payload.device)
+    if triton is not None and math.prod(shape) > 0:
+        return triton.restore(payload, scalars, tuple(shape), dtype, nsteps, bits)
+    return reference.restore(payload, scalars, tuple(shape), dtype, nsteps, bits)
 
 
 @torch.library.custom_op("tensorpress::device_restore", mutates_args=())
@@ -84,11 +114,7 @@ def device_restore(
     rel: float,
 ) -> torch.Tensor:
     """The tensor of ``shape`` and ``dtype`` that ``payload`` and ``scalars`` hold."""
-    nsteps, bits = steps(rel), code_bits(rel)
-    triton = _kernels(payload.device)
-    if triton is not None and math.prod(shape) > 0:
-        return triton.restore(payload, scalars, tuple(shape), dtype, nsteps, bits)
-    return reference.restore(payload, scalars, tuple(shape), dtype, nsteps, bits)
+    return restore(payload, scalars, shape, dtype, rel)
 
 
 @device_restore.register_fake
@@ -107,7 +133,12 @@ def _slot(dtype: torch.dtype, bound: float, absolute: bool) -> tuple[int, int]:
 def device_blocks(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(record uint8 of the worst case's size, bytes in use int64[1]) of ``x`` under
     ``rel`` in blocks of ``block`` elements (the layout is in ``device_blocks.py``)."""
-    return _blocks(x, rel, block, False, None, 0.0)
+    return rel_blocks(x, rel, block)
+
+
+def rel_blocks(x, rel, block):
+    """The body of ``tensorpress::device_blocks``."""
+    return blocks(x, rel, block, False, None, 0.0)
 
 
 @device_blocks.register_fake
@@ -127,7 +158,7 @@ def device_blocks_bounded(
     """:func:`device_blocks` under ``rel`` (``absolute`` False) or ``abs`` ``bound``, with a
     learned absolute tolerance (float64 [1], or None) held between the bound and
     ``ceiling`` (``kernels/device_blocks_torch.tolerance``)."""
-    return _blocks(x, bound, block, absolute, learned, ceiling)
+    return blocks(x, bound, block, absolute, learned, ceiling)
 
 
 @device_blocks_bounded.register_fake
@@ -135,7 +166,8 @@ def _(x, bound, block, absolute, learned, ceiling) -> tuple[torch.Tensor, torch.
     return _blocks_fake(x, bound, block, absolute)
 
 
-def _blocks(x, bound, block, absolute, learned, ceiling):
+def blocks(x, bound, block, absolute, learned, ceiling):
+    """The body of ``tensorpress::device_blocks_bounded``."""
     nsteps, bits = _slot(x.dtype, bound, absolute)
     triton = _block_kernels(x.device, block, x.numel())
     if triton is not None:
@@ -151,16 +183,21 @@ def _blocks_fake(x, bound, block, absolute):
     return x.new_empty(nbytes, dtype=torch.uint8), x.new_empty(1, dtype=torch.int64)
 
 
+def blocks_restore(record, shape, dtype, block) -> torch.Tensor:
+    """The body of ``tensorpress::device_blocks_restore``."""
+    triton = _block_kernels(record.device, block, math.prod(shape))
+    if triton is not None:
+        return triton.restore(record, tuple(shape), dtype)
+    return blocks_reference.restore(record, tuple(shape), dtype, block)
+
+
 @torch.library.custom_op("tensorpress::device_blocks_restore", mutates_args=())
 def device_blocks_restore(
     record: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, block: int
 ) -> torch.Tensor:
     """The tensor of ``shape`` and ``dtype`` that ``record`` (whole or its used prefix)
     holds."""
-    triton = _block_kernels(record.device, block, math.prod(shape))
-    if triton is not None:
-        return triton.restore(record, tuple(shape), dtype)
-    return blocks_reference.restore(record, tuple(shape), dtype, block)
+    return blocks_restore(record, shape, dtype, block)
 
 
 @device_blocks_restore.register_fake

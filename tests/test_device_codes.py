@@ -256,3 +256,27 @@ def test_cuda_path_never_synchronizes(dtype):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert_within(x.cpu(), y.cpu(), 1e-2)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_eager_cuda_calls_write_what_the_ops_write():
+    """Eager calls on CUDA run the ops' bodies without the dispatch: the same bytes."""
+    from tensorpress.compress import device_ops
+
+    x = torch.randn(5000, device="cuda")
+    learned = torch.full((1,), 0.05, dtype=torch.float64, device="cuda")
+    calls = [
+        (device_ops.device_codes, device_ops.codes, (x, 1e-2)),
+        (device_ops.device_blocks, device_ops.rel_blocks, (x, 1e-2, 256)),
+        (device_ops.device_blocks_bounded, device_ops.blocks, (x, 1e-3, 256, True, None, 0.0)),
+        (device_ops.device_blocks_bounded, device_ops.blocks, (x, 1e-2, 256, False, learned, 1.0)),
+    ]
+    for op, body, args in calls:
+        for a, b in zip(op(*args), device_ops.eager(op, body, *args), strict=True):
+            assert torch.equal(a, b), op
+    record, _ = device_ops.device_blocks(x, 1e-2, 256)
+    args = (record, [5000], torch.float32, 256)
+    want = device_ops.device_blocks_restore(*args)
+    assert torch.equal(
+        want, device_ops.eager(device_ops.device_blocks_restore, device_ops.blocks_restore, *args)
+    )
