@@ -68,7 +68,8 @@ their inputs, entropy coding) is the host path's.
 
 The kernels: a torch reference (``kernels/device_blocks_torch.py``, any device) and, on
 CUDA with ``triton`` installed, Triton kernels (``kernels/device_blocks_triton.py``) that
-write the same bytes and restore the same values, through the custom ops
+write the same bytes and restore the same values (two launches to compress, the second
+finding each block's offset by a look-back; two to restore), through the custom ops
 ``tensorpress::device_blocks`` / ``device_blocks_restore`` (``device_ops.py``), whose fake
 implementations give the slot's and the tensor's shapes.
 

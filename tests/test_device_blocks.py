@@ -198,7 +198,8 @@ def test_hooks_hold_compact_records_and_fewer_bytes_than_the_fixed_width():
 
 
 #: the Triton kernels against the torch reference: the same used prefix, byte for byte,
-#: and the same restored values (NaN where it is NaN)
+#: the same restored values (NaN where it is NaN) whatever the slot holds past that
+#: prefix (the kernels leave it unwritten), and every element within its tolerance
 TRITON_CHECK = """
 import math, torch
 from tensorpress.compress.kernels import device_blocks_torch as R
@@ -210,36 +211,80 @@ g = torch.Generator().manual_seed(0)
 cases = [(1e-2, False, None, 0.0), (1e-5, False, None, 0.0), (1e-2, False, 0.3, 0.04),
          (1e-2, False, math.nan, 0.04), (1e-2, True, None, 0.0), (0.0, True, None, 0.0),
          (1e-30, True, None, 0.0), (1e30, True, None, 0.0), (1e-3, True, 0.01, 0.05)]
-for dtype in (torch.float32, torch.float16, torch.bfloat16):
+
+def mixed(n, dtype):
+    x = torch.randn(n, generator=g).to(dtype)
+    x[::5] = 0
+    x[: n // 2] = torch.relu(x[: n // 2])
+    x[n // 3 :] *= 300
+    if n > 10:
+        x[3], x[4], x[6], x[7] = math.nan, math.inf, -math.inf, -0.0
+    return x
+
+def special(kind, n, dtype):
+    if kind == "constant":
+        return torch.full((n,), -3.25, dtype=dtype)
+    if kind == "zeros":
+        return torch.zeros(n, dtype=dtype)
+    if kind == "nonfinite":  # no finite element: the range is (0, 0)
+        return torch.tensor([math.nan, math.inf, -math.inf] * n, dtype=dtype)[:n]
+    # far from zero next to its range: under abs the padding's zeros lie past
+    # RAW_LIMIT steps from lo, and must not make the last block raw
+    return (-3e4 + torch.randn(n, generator=g)).to(dtype)
+
+def check(x, bound, absolute, e, ceiling):
+    dtype, n = x.dtype, x.numel()
     ints = torch.int32 if dtype == torch.float32 else torch.int16
-    for n in (1, 255, 3 * 256 + 37):
-        for bound, absolute, e, ceiling in cases:
-            x = torch.randn(n, generator=g).to(dtype)
-            x[::5] = 0
-            x[: n // 2] = torch.relu(x[: n // 2])
-            x[n // 3 :] *= 300
-            if n > 10:
-                x[3], x[4], x[6], x[7] = math.nan, math.inf, -math.inf, -0.0
-            x = x.to("{device}")
-            learned = None if e is None else torch.tensor([e], dtype=torch.float64).to(x.device)
-            nsteps = R.RAW_LIMIT if absolute else steps(bound)
-            bits = R.slot_bits(dtype, None if absolute else code_bits(bound))
-            a, ua = R.compress(x, bound, nsteps, bits, STEP_MARGIN, T.BLOCK, absolute,
-                               learned, ceiling)
-            b, ub = T.compress(x, bound, nsteps, bits, STEP_MARGIN, absolute, learned, ceiling)
-            u = int(ua)
-            assert u == int(ub) and torch.equal(a[:u], b[:u]), (dtype, n, bound, absolute, e)
-            ya = R.restore(a[:u].clone(), (n,), dtype, T.BLOCK)
-            yb = T.restore(a[:u].clone(), (n,), dtype)
-            nan = ya.isnan() & yb.isnan()  # a coded NaN's payload is not kept
-            same = (ya.view(ints) == yb.view(ints)) | nan
-            assert bool(same.all()), (dtype, n, bound, absolute, e)
+    x = x.to("{device}")
+    learned = None if e is None else torch.tensor([e], dtype=torch.float64).to(x.device)
+    nsteps = R.RAW_LIMIT if absolute else steps(bound)
+    bits = R.slot_bits(dtype, None if absolute else code_bits(bound))
+    a, ua = R.compress(x, bound, nsteps, bits, STEP_MARGIN, T.BLOCK, absolute,
+                       learned, ceiling)
+    b, ub = T.compress(x, bound, nsteps, bits, STEP_MARGIN, absolute, learned, ceiling)
+    u = int(ua)
+    what = (dtype, n, bound, absolute, e)
+    assert u == int(ub) and b.numel() == a.numel() and torch.equal(a[:u], b[:u]), what
+    junk = torch.randint(0, 256, b.shape, generator=g, dtype=torch.uint8).to(x.device)
+    junk[:u] = b[:u]
+    ya = R.restore(a[:u].clone(), (n,), dtype, T.BLOCK)
+    for y in (R.restore(junk, (n,), dtype, T.BLOCK), T.restore(junk, (n,), dtype)):
+        nan = ya.isnan() & y.isnan()  # a coded NaN's payload is not kept
+        assert bool(((ya.view(ints) == y.view(ints)) | nan).all()), what
+    x64, y64 = x.double(), ya.double()
+    lo, hi = R.finite_range(x)
+    tol = R.tolerance(lo, hi, bound, absolute, learned, ceiling)
+    fin, inf = x64.isfinite(), x64.isinf()
+    assert torch.equal(x64.isnan(), y64.isnan()) and torch.equal(x64[inf], y64[inf]), what
+    assert bool(((x64 - y64).abs()[fin] <= tol).all()), what
+
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for n in (1, 2 * 256, 3 * 256 + 37):
+        for case in cases:
+            check(mixed(n, dtype), *case)
+    for kind in ("constant", "zeros", "nonfinite", "offset"):
+        for n in (3, 2 * 256 + 45):
+            for case in (cases[0], cases[2], (1e-6, True, None, 0.0)):
+                check(special(kind, n, dtype), *case)
 """
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
 def test_triton_kernels_match_the_reference_under_the_interpreter():
     assert_runs_under_the_triton_interpreter(TRITON_CHECK.format(device="cpu"))
+
+
+@pytest.mark.skipif(not (HAVE_TRITON and torch.cuda.is_available()), reason="needs CUDA and triton")
+def test_triton_kernels_match_the_reference_on_cuda():
+    # thousands of blocks at once: the look-back under real concurrency
+    scope: dict = {}
+    exec(compile(TRITON_CHECK.format(device="cuda"), "triton_check", "exec"), scope)
+    g = torch.Generator().manual_seed(1)
+    for dtype in DTYPES:
+        x = torch.randn(1 << 20, generator=g).to(dtype)
+        x[:: 3 * BLOCK + 1] *= 1e3  # a few blocks wide, most narrow
+        for case in ((1e-2, False, None, 0.0), (1e-6, True, None, 0.0)):
+            scope["check"](x[: (1 << 20) - 37], *case)
 
 
 def test_the_ops_compile_as_one_graph():

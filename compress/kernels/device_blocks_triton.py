@@ -1,16 +1,34 @@
 """Triton kernels of the block codes (``compress/device_blocks.py``; the record's bytes
 are in ``device_blocks_torch.py``, whose bytes and restored values these match).
 
-Compress (a zeroed slot, then three kernels and one cumulative sum): the fixed layout's
-range kernel, then one program a block writes its base and width, a cumulative sum of
-the widths (torch) places the blocks, and one program a block packs its codes, the last
-one writing the bytes in use. A block of 256 codes at ``w`` bits is ``8 w`` whole
-32-bit words, so every block starts on a word of its own and no two programs write the
-same word: 32 codes fill exactly ``w`` words, as 8 codes fill ``W`` bytes in the fixed
-layout's kernel. A raw block (width the dtype's bits, ``device_blocks_torch.py``) packs
-the elements' own bits the same way. Restore: the same cumulative sum, then one program
-a block. The arithmetic is the reference's, in float64 (see ``device_codes_triton.py``
-for the rounding and bfloat16's bits).
+Compress: two launches. The first folds the tensor into at most ``PARTS`` partial finite
+minima and maxima and zeroes the scan state of the second (``device_gelu_triton``'s
+range kernel, whose partials are the fixed layout's). In the second, one program a block
+of 256 elements folds the partials (every program the same scalars: range, tolerance,
+step), codes its block, writes its base and width, and finds where its codes start by
+decoupled look-back (``device_gelu_triton._exclusive_prefix``): it takes a ticket (an
+atomic counter, so every ticket before its own belongs to a program already running),
+publishes its width, adds its predecessors' widths back to the first that published a
+running sum, and publishes its own; no program waits on one that has not started, and
+the running sum needs no launch of its own. A block of 256 codes at ``w`` bits is
+``8 w`` whole 32-bit words, so every block starts on a word of its own and no two
+programs write the same word: 32 codes fill exactly ``w`` words, as 8 codes fill ``W``
+bytes in the fixed layout's kernel. A raw block (width the dtype's bits,
+``device_blocks_torch.py``) packs the elements' own bits the same way. The last ticket
+writes the bytes in use, the spare word and the header's padding.
+
+So every byte of the used prefix is written (scalars, bases, widths, padding, each
+block's words, the spare word), and the slot is ``torch.empty``: its bytes past the
+prefix are never read. A restore reads the widths, bases and scalars in the header and,
+for an element of a block, the words at its bit offset and the next one; the last block
+ends at the spare word and a block of width 0 reads at most that word (its mask takes no
+bit of it), so every read lies in the prefix (the reference's ``unpack`` reads the same
+words), and a compact copy of the prefix restores the same values as the slot.
+
+Restore: one cumulative sum of the widths (torch), then one program a block. The
+arithmetic is the reference's, in float64 (see ``device_codes_triton.py`` for the
+rounding and bfloat16's bits); every launch doing float math passes
+``enable_fp_fusion=False``, so no multiply-add is contracted to one rounding.
 
 With ``TRITON_INTERPRET=1`` set before triton is imported, Triton's interpreter runs the
 same kernels on CPU tensors (the tests' check against the reference).
@@ -38,12 +56,13 @@ from .device_codes_triton import (
     RANGE_BLOCK,
     _as_kernel_input,
     _bits,
-    _range_kernel,
 )
+from .device_gelu_triton import CLEAR_BLOCK, _exclusive_prefix, _pack_words, _range_clear_kernel
 
 BLOCK = 256  # the only block size these kernels take
 _LIMIT = tl.constexpr(RAW_LIMIT)
 _SPAN = tl.constexpr(ABS_SPAN)
+_HEAD = tl.constexpr(SCALAR_BYTES)
 
 
 @triton.jit
@@ -83,13 +102,19 @@ def _raw_bits(x_ptr, idx, inside, KIND: tl.constexpr):
 
 
 @triton.jit
-def _widths_kernel(
-    x_ptr, parts_ptr, nparts, scalars_ptr, base_ptr, width_ptr, n, bound_bits, margin_bits,
-    ulp_bits, normal_bits, learned_ptr, ceiling_bits,
+def _compress_kernel(
+    x_ptr, state_ptr, nparts, rec_ptr, used_ptr, n, bound_bits, margin_bits, ulp_bits,
+    normal_bits, learned_ptr, ceiling_bits,
     KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr, PARTS: tl.constexpr,
     ABS: tl.constexpr, LEARNED: tl.constexpr, RAW: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
+    nb = (n + B - 1) // B
+    t = tl.atomic_add(state_ptr + nb, 1)  # this program's block: see the module docstring
+    parts_ptr = (state_ptr + nb + 1).to(tl.pointer_type(tl.float32))
+    head = _HEAD + (5 * nb + 7) // 8 * 8
+    scalars_ptr = rec_ptr.to(tl.pointer_type(tl.float64))
+    base_ptr = (rec_ptr + _HEAD).to(tl.pointer_type(tl.int32))
+    words_ptr = (rec_ptr + head).to(tl.pointer_type(tl.int32))
     p = tl.arange(0, PARTS)
     lo = tl.min(tl.load(parts_ptr + p, mask=p < nparts, other=float("inf")), axis=0)
     hi = tl.max(tl.load(parts_ptr + nparts + p, mask=p < nparts, other=float("-inf")), axis=0)
@@ -109,58 +134,38 @@ def _widths_kernel(
     top = tl.maximum(big, normal_bits.to(tl.float64, bitcast=True))
     fine = top * ulp_bits.to(tl.float64, bitcast=True) <= tol * 0.00390625  # 2**-8
     step = tl.where(fine, step * 2, step)  # see device_blocks_torch.coarse
-    first = pid == 0
+    first = t == 0
     tl.store(scalars_ptr, lo, mask=first)
     tl.store(scalars_ptr + 1, hi, mask=first)
     tl.store(scalars_ptr + 2, step, mask=first)
-    idx = pid * B + tl.arange(0, B)
+    idx = t * B + tl.arange(0, B // 32)[:, None] * 32 + tl.arange(0, 32)[None, :]
     inside = idx < n
     q, wide = _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS)
-    base = tl.min(tl.where(inside, q, 1 << 40), axis=0)
-    spread = (tl.max(tl.where(inside, q, -1), axis=0) - base).to(tl.float64)
+    base = tl.min(tl.min(tl.where(inside, q, 1 << 40), axis=1), axis=0)
+    spread = (tl.max(tl.max(tl.where(inside, q, -1), axis=1), axis=0) - base).to(tl.float64)
     # bit length: float64's biased exponent less 1022 (exact below 2**53), 0 for 0
     width = tl.where(spread > 0, ((spread.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022, 0)
-    raw = (width >= RAW) | (tl.max(wide.to(tl.int32), axis=0) > 0)
+    # the padding's lanes (zeros) are not the tensor's: they never make a block raw
+    raw = (width >= RAW) | (tl.max(tl.max((wide & inside).to(tl.int32), axis=1), axis=0) > 0)
     if ABS:
         raw = raw | (big > tol * _SPAN)
-    tl.store(base_ptr + pid, tl.where(raw, 0, base).to(tl.int32))
-    tl.store(width_ptr + pid, tl.where(raw, RAW, width).to(tl.uint8))
-
-
-@triton.jit
-def _pack_kernel(
-    x_ptr, scalars_ptr, base_ptr, width_ptr, ends_ptr, words_ptr, used_ptr, n, nb, head,
-    KIND: tl.constexpr, NSTEPS: tl.constexpr, B: tl.constexpr, RAW: tl.constexpr,
-):  # fmt: skip
-    pid = tl.program_id(0)
-    lo = tl.load(scalars_ptr)
-    step = tl.load(scalars_ptr + 2)
-    base = tl.load(base_ptr + pid).to(tl.int64)
-    w = tl.load(width_ptr + pid).to(tl.int64)
-    end = tl.load(ends_ptr + pid)  # the widths' running sum up to this block
-    first_word = ((end - w) * B) >> 5  # a block starts on a word
-    # the last block's end is the bits in use: the record's bytes, with the spare word
-    used = head + 4 * ((end * B + 31) // 32 + 1)
-    one = tl.arange(0, 1)
-    tl.store(used_ptr + one, one.to(tl.int64) + used, mask=one + pid == nb - 1)
-    g = tl.arange(0, B // 32)
-    k = tl.arange(0, 32)
-    idx = pid * B + g[:, None] * 32 + k[None, :]
-    inside = idx < n
-    q, _ = _codes(x_ptr, idx, inside, lo, step, KIND, NSTEPS)
-    if w == RAW:
+    base = tl.where(raw, 0, base)
+    width = tl.where(raw, RAW, width).to(tl.int64)
+    tl.store(base_ptr + t, base.to(tl.int32))
+    tl.store(rec_ptr + _HEAD + 4 * nb + t, width.to(tl.uint8))
+    end = _exclusive_prefix(state_ptr, t, width)  # the widths of the blocks before this
+    if width == RAW:
         v = tl.where(inside, _raw_bits(x_ptr, idx, inside, KIND), 0)
     else:
         v = tl.where(inside, q - base, 0)
-    for b in range(w):  # word b of each group of 32 codes
-        shift = k.to(tl.int64) * w - 32 * b  # where code k starts, from the word's first bit
-        up = tl.minimum(tl.maximum(shift, 0), 63)
-        down = tl.minimum(tl.maximum(-shift, 0), 63)
-        part = tl.where(shift[None, :] >= 0, v << up[None, :], v >> down[None, :])
-        low = part.to(tl.uint32).to(tl.int64)  # the low 32 bits, zero-extended
-        part = tl.where(((shift < 32) & (shift > -w))[None, :], low, 0)
-        word = tl.sum(part, axis=1)  # disjoint bits: the sum is their or
-        tl.store(words_ptr + first_word + g * w + b, word.to(tl.uint32).to(tl.int32, bitcast=True))
+    _pack_words(words_ptr, v, width, end * (B // 32), B)  # a block starts on a word
+    # the last block: the bytes in use, the spare word, the header's padding
+    last = t == nb - 1
+    total = (end + width) * (B // 32)
+    tl.store(used_ptr, (head + 4 * (total + 1)).to(tl.int64), mask=last)
+    tl.store(words_ptr + total, total.to(tl.int32) * 0, mask=last)
+    pad = _HEAD + 5 * nb + tl.arange(0, 8)
+    tl.store(rec_ptr + pad, tl.zeros([8], tl.uint8), mask=(pad < head) & (pad * 0 + t == nb - 1))
 
 
 @triton.jit
@@ -231,31 +236,27 @@ def compress(
     """(record uint8, used int64[1]) of contiguous, non-empty ``x`` (see the reference)."""
     n, kind = x.numel(), _KIND[x.dtype]
     flat = _as_kernel_input(x.reshape(-1))
-    nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
-    parts = torch.empty(2 * nparts, dtype=torch.float32, device=x.device)
-    _range_kernel[(nparts,)](flat, parts, n, KIND=kind, BLOCK=RANGE_BLOCK)
-    record = torch.zeros(worst_bytes(n, BLOCK, bits), dtype=torch.uint8, device=x.device)
     nb = blocks(n, BLOCK)
-    nbase = SCALAR_BYTES + 4 * nb
-    scalars = record[:SCALAR_BYTES].view(torch.float64)
-    base = record[SCALAR_BYTES:nbase].view(torch.int32)
-    widths = record[nbase : nbase + nb]
+    nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
+    # the scan state (nb look-back words, the ticket counter), then the partials (float32)
+    state = torch.empty(nb + 1 + nparts, dtype=torch.int64, device=x.device)
+    _range_clear_kernel[(nparts,)](
+        flat, state, nb + 1, n, KIND=kind, BLOCK=RANGE_BLOCK, CLEAR=CLEAR_BLOCK,
+        enable_fp_fusion=False,
+    )  # fmt: skip
+    # every byte of the used prefix is written below; the rest is never read
+    record = torch.empty(worst_bytes(n, BLOCK, bits), dtype=torch.uint8, device=x.device)
+    used = torch.empty(1, dtype=torch.int64, device=x.device)
     mant, emin = _FORMATS[x.dtype]
     if learned is not None:
         learned = learned.reshape(1).to(torch.float64)
-    _widths_kernel[(nb,)](
-        flat, parts, nparts, scalars, base, widths, n, _bits(bound), _bits(margin),
+    _compress_kernel[(nb,)](
+        flat, state, nparts, record, used, n, _bits(bound), _bits(margin),
         _bits(2.0 ** -(mant + 1)), _bits(2.0**emin),
-        scalars if learned is None else learned, _bits(ceiling),
+        used if learned is None else learned, _bits(ceiling),
         KIND=kind, NSTEPS=nsteps, B=BLOCK, PARTS=PARTS,
         ABS=bool(absolute), LEARNED=learned is not None, RAW=RAW[x.dtype],
         enable_fp_fusion=False,  # each product rounded on its own, as the reference's
-    )  # fmt: skip
-    _, _, _, ends, words = _fields(record, n)
-    used = torch.empty(1, dtype=torch.int64, device=x.device)
-    _pack_kernel[(nb,)](
-        flat, scalars, base, widths, ends, words, used, n, nb, header_bytes(n, BLOCK),
-        KIND=kind, NSTEPS=nsteps, B=BLOCK, RAW=RAW[x.dtype], enable_fp_fusion=False,
     )  # fmt: skip
     return record, used
 
