@@ -19,11 +19,13 @@ writes the bytes in use, the spare word and the header's padding.
 
 So every byte of the used prefix is written (scalars, bases, widths, padding, each
 block's words, the spare word), and the slot is ``torch.empty``: its bytes past the
-prefix are never read. A restore reads the widths, bases and scalars in the header and,
-for an element of a block, the words at its bit offset and the next one; the last block
-ends at the spare word and a block of width 0 reads at most that word (its mask takes no
-bit of it), so every read lies in the prefix (the reference's ``unpack`` reads the same
-words), and a compact copy of the prefix restores the same values as the slot.
+prefix are never used. A restore reads the scalars, bases and widths in the header and,
+for an element of a block, the word at its bit offset and the next one: for a block of
+width ``w > 0`` both lie in the prefix (the last block's last code ends before the spare
+word); a block of width 0 may read the spare word and the one after it (in the slot;
+past a compact record's end, the load is masked), but its mask ``2**0 - 1`` takes no bit
+of them. So the slot and a compact copy of its prefix restore the same values, as the
+reference's ``unpack`` (which clamps those reads to the last word) does.
 
 Restore: one cumulative sum of the widths (torch), then one program a block. The
 arithmetic is the reference's, in float64 (see ``device_codes_triton.py`` for the
