@@ -54,6 +54,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = [
     "tests/test_device_codes.py",
+    "tests/test_device_blocks.py",
     "tests/test_device_activations.py",
     "tests/test_device_offload.py",
     "tests/test_store_bounds.py",
