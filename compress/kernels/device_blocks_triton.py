@@ -6,7 +6,7 @@ minima and maxima and zeroes the scan state of the second (``device_gelu_triton`
 range kernel, whose partials are the fixed layout's). In the second, one program a block
 of 256 elements folds the partials (every program the same scalars: range, tolerance,
 step), codes its block, writes its base and width, and finds where its codes start by
-decoupled look-back (``device_gelu_triton._exclusive_prefix``): it takes a ticket (an
+decoupled look-back (``device_scan_triton.exclusive_prefix``): it takes a ticket (an
 atomic counter, so every ticket before its own belongs to a program already running),
 publishes its width, adds its predecessors' widths back to the first that published a
 running sum, and publishes its own; no program waits on one that has not started, and
@@ -59,7 +59,7 @@ from .device_codes_triton import (
     _as_kernel_input,
     _bits,
 )
-from .device_gelu_triton import CLEAR_BLOCK, _exclusive_prefix, _pack_words, _range_clear_kernel
+from .device_scan_triton import CLEAR_BLOCK, exclusive_prefix, pack_words, range_clear_kernel
 
 BLOCK = 256  # the only block size these kernels take
 _LIMIT = tl.constexpr(RAW_LIMIT)
@@ -155,12 +155,12 @@ def _compress_kernel(
     width = tl.where(raw, RAW, width).to(tl.int64)
     tl.store(base_ptr + t, base.to(tl.int32))
     tl.store(rec_ptr + _HEAD + 4 * nb + t, width.to(tl.uint8))
-    end = _exclusive_prefix(state_ptr, t, width)  # the widths of the blocks before this
+    end = exclusive_prefix(state_ptr, t, width)  # the widths of the blocks before this
     if width == RAW:
         v = tl.where(inside, _raw_bits(x_ptr, idx, inside, KIND), 0)
     else:
         v = tl.where(inside, q - base, 0)
-    _pack_words(words_ptr, v, width, end * (B // 32), B)  # a block starts on a word
+    pack_words(words_ptr, v, width, end * (B // 32), B)  # a block starts on a word
     # the last block: the bytes in use, the spare word, the header's padding
     last = t == nb - 1
     total = (end + width) * (B // 32)
@@ -242,7 +242,7 @@ def compress(
     nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
     # the scan state (nb look-back words, the ticket counter), then the partials (float32)
     state = torch.empty(nb + 1 + nparts, dtype=torch.int64, device=x.device)
-    _range_clear_kernel[(nparts,)](
+    range_clear_kernel[(nparts,)](
         flat, state, nb + 1, n, KIND=kind, BLOCK=RANGE_BLOCK, CLEAR=CLEAR_BLOCK,
         enable_fp_fusion=False,
     )  # fmt: skip

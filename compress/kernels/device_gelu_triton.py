@@ -36,9 +36,9 @@ import triton.language as tl
 from . import device_gelu_torch as R
 from .device_blocks_torch import ABS_SPAN, RAW_LIMIT, SCALAR_BYTES, blocks
 from .device_codes_triton import _FORMATS, _KIND, PARTS, RANGE_BLOCK, _bits
+from .device_scan_triton import CLEAR_BLOCK, exclusive_prefix, load, pack_words, range_clear_kernel
 
 BLOCK = R.BLOCK
-CLEAR_BLOCK = 1024  # state words a clearing program zeroes at a time
 _LIMIT = tl.constexpr(RAW_LIMIT)
 _SPAN = tl.constexpr(ABS_SPAN)
 _ERFC = [tl.constexpr(c) for c in R.ERFC]
@@ -125,19 +125,6 @@ def _round_to(r, MANT: tl.constexpr, EMIN: tl.constexpr):
 
 
 @triton.jit
-def _load(ptr, idx, inside, KIND: tl.constexpr):
-    """Elements of a float32/float16/bfloat16 tensor, as float32 (bfloat16 read as its
-    int16 bits)."""
-    if KIND == 2:
-        bits = ptr.to(tl.pointer_type(tl.int16))
-        b = tl.load(bits + idx, mask=inside, other=0).to(tl.int32)
-        v = (b << 16).to(tl.float32, bitcast=True)
-    else:
-        v = tl.load(ptr + idx, mask=inside, other=0.0).to(tl.float32)
-    return v
-
-
-@triton.jit
 def _fields(rec_ptr, nb, nbytes):
     """(scalars float64, bases int32, widths uint8, words int32, the words' count) of the
     block record at ``rec_ptr`` (uint8, ``nbytes`` of it) of ``nb`` blocks."""
@@ -176,46 +163,6 @@ def _restored(words_ptr, nwords, scalars_ptr, base, w, start, i, inside,
     else:
         own = (q.to(tl.int32) << 16).to(tl.float32, bitcast=True)
     return tl.where(w == RAW, own.to(tl.float64), y)
-
-
-@triton.jit
-def _exclusive_prefix(state_ptr, t, value):
-    """The sum of ``value`` over the tickets before ``t`` (decoupled look-back). A state
-    word holds a flag in its high 32 bits (0 not yet, 1 the block's value, 2 the running
-    sum through the block) and the value or sum in its low 32."""
-    value = value.to(tl.int64)
-    tl.atomic_xchg(state_ptr + t, tl.where(t == 0, 2 << 32, 1 << 32) | value)
-    prefix = value * 0
-    j = t - 1
-    while j >= 0:
-        s = tl.atomic_add(state_ptr + j, 0)
-        flag = s >> 32
-        prefix += tl.where(flag > 0, s & 0xFFFFFFFF, 0)
-        j = tl.where(flag == 2, -1, tl.where(flag == 1, j - 1, j))
-    tl.atomic_xchg(state_ptr + t, (2 << 32) | (prefix + value))
-    return prefix
-
-
-@triton.jit
-def _range_clear_kernel(y_ptr, state_ptr, nstate, n, KIND: tl.constexpr,
-                        BLOCK: tl.constexpr, CLEAR: tl.constexpr):  # fmt: skip
-    # the partials (float32) follow the scan state in the same buffer
-    parts_ptr = (state_ptr + nstate).to(tl.pointer_type(tl.float32))
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    lo = tl.full([BLOCK], float("inf"), tl.float32)
-    hi = tl.full([BLOCK], float("-inf"), tl.float32)
-    for start in range(pid * BLOCK, n, nprog * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        x = _load(y_ptr, offs, offs < n, KIND)
-        fin = (tl.abs(x) < float("inf")) & (offs < n)  # false for NaN
-        lo = tl.minimum(lo, tl.where(fin, x, float("inf")))
-        hi = tl.maximum(hi, tl.where(fin, x, float("-inf")))
-    tl.store(parts_ptr + pid, tl.min(lo, axis=0))
-    tl.store(parts_ptr + nprog + pid, tl.max(hi, axis=0))
-    for start in range(pid * CLEAR, nstate, nprog * CLEAR):
-        offs = start + tl.arange(0, CLEAR)
-        tl.store(state_ptr + offs, tl.zeros([CLEAR], tl.int64), mask=offs < nstate)
 
 
 @triton.jit
@@ -284,23 +231,6 @@ def _codes(x, inside, lo, step, NSTEPS: tl.constexpr):
 
 
 @triton.jit
-def _pack_words(words_ptr, v, w, first_word, B: tl.constexpr):
-    """Write a block's values ``v`` ([B // 32, 32] int64, each below ``2**w``) as ``w``
-    words a group of 32, from ``first_word`` (``device_blocks_triton._pack_kernel``)."""
-    g = tl.arange(0, B // 32)
-    k = tl.arange(0, 32)
-    for b in range(w):
-        shift = k.to(tl.int64) * w - 32 * b
-        up = tl.minimum(tl.maximum(shift, 0), 63)
-        down = tl.minimum(tl.maximum(-shift, 0), 63)
-        part = tl.where(shift[None, :] >= 0, v << up[None, :], v >> down[None, :])
-        low = part.to(tl.uint32).to(tl.int64)
-        part = tl.where(((shift < 32) & (shift > -w))[None, :], low, 0)
-        word = tl.sum(part, axis=1)
-        tl.store(words_ptr + first_word + g * w + b, word.to(tl.uint32).to(tl.int32, bitcast=True))
-
-
-@triton.jit
 def _pack_kernel(
     y_ptr, state_ptr, nparts, src_ptr, src_bytes, ys_ptr, rec_ptr, rec_bytes, used_ptr,
     learned_ptr, n, bound_bits, ceiling_bits, rbound_bits, rceiling_bits,
@@ -330,12 +260,12 @@ def _pack_kernel(
     idx = t * B + i
     inside = idx < n
     xw = tl.load(xwidth_ptr + t).to(tl.int64)
-    xstart = _exclusive_prefix(state_ptr, t, xw) * B
+    xstart = exclusive_prefix(state_ptr, t, xw) * B
     xbase = tl.load(xbase_ptr + t).to(tl.int64)
     x = _restored(xwords_ptr, nxwords, xscalars_ptr, xbase, xw, xstart, i, inside,
                   KIND, MANT, EMIN, RAW)  # fmt: skip
     p = _prediction(x, lo.to(tl.float32), hi.to(tl.float32), use, APPROX)
-    r = tl.where(inside, _load(y_ptr, idx, inside, KIND) - p, 0.0)
+    r = tl.where(inside, load(y_ptr, idx, inside, KIND) - p, 0.0)
     smallest = (r.to(tl.int32, bitcast=True) * 0 + 1).to(tl.float32, bitcast=True)  # 2**-149
     r = tl.where(r == 0, tl.where(t_r >= _ZERO_TOL, smallest, r), r)
     q, wide = _codes(r.to(tl.float64), inside, lo_r, step, NSTEPS)
@@ -350,10 +280,10 @@ def _pack_kernel(
     width = tl.where(raw, 32, width).to(tl.int64)
     tl.store(rbase_ptr + t, base.to(tl.int32))
     tl.store(rwidth_ptr + t, width.to(tl.uint8))
-    end = _exclusive_prefix(state_ptr + nb, t, width)
+    end = exclusive_prefix(state_ptr + nb, t, width)
     own = r.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     v = tl.where(inside, tl.where(raw, own, q - base), 0)
-    _pack_words(rwords_ptr, v, width, end * (B // 32), B)
+    pack_words(rwords_ptr, v, width, end * (B // 32), B)
     # the last block: the bytes in use, the spare word, the header's padding
     last = t == nb - 1
     total = (end + width) * (B // 32)
@@ -378,7 +308,7 @@ def _restore_kernel(
     lo = tl.load(ys_ptr)
     hi = tl.load(ys_ptr + 1)
     use = tl.load(ys_ptr + 2) > 0
-    x = _load(x_ptr, idx, inside, KIND).to(tl.float64)
+    x = load(x_ptr, idx, inside, KIND).to(tl.float64)
     p = _prediction(x, lo.to(tl.float32), hi.to(tl.float32), use, APPROX)
     w = tl.load(rwidth_ptr + t).to(tl.int64)
     base = tl.load(rbase_ptr + t).to(tl.int64)
@@ -405,7 +335,7 @@ def pack(y, source, approximate: str, bound: float, absolute: bool, learned, cei
     nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
     # the scan state (2 nb + 1 int64), then the partials (2 nparts float32)
     state = torch.empty(2 * nb + 1 + nparts, dtype=torch.int64, device=dev)
-    _range_clear_kernel[(nparts,)](
+    range_clear_kernel[(nparts,)](
         y, state, 2 * nb + 1, n, KIND=kind, BLOCK=RANGE_BLOCK, CLEAR=CLEAR_BLOCK,
         enable_fp_fusion=False,
     )  # fmt: skip
