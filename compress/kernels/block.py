@@ -9,15 +9,13 @@ bytes with torch tensor ops.
 import math
 
 import numpy as np
-from numba import float32, njit
+from numba import njit
 
 from . import block_layout as bl
 from .bits import copy_bytes, get_bits, load_u64, trailing_zeros
 from .block_encode import encode_chunk
 from .block_layout import BLOCK, DELTA, MODE_BLOCKS, RAW_WIDTH, SIGNED, SPARSE
 from .positions import CODE_COUNT, decode_index, index_size
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
-from .rounding import round_via_float32 as to_storage
 
 __all__ = ["decode_chunk", "encode_chunk"]
 
@@ -76,17 +74,15 @@ def _unzigzag(a, cnt):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _reconstruct(qb, m, bstep, prec, out, s):
-    """out[s + j] = the stored value of code qb[j] (loops split by precision so they vectorize)."""
-    if prec == PREC_FLOAT64:
-        for j in range(m):
-            out[s + j] = qb[j] * bstep
-    elif prec == PREC_FLOAT32:
-        for j in range(m):
-            out[s + j] = float32(qb[j] * bstep)
-    else:
-        for j in range(m):
-            out[s + j] = to_storage(qb[j] * bstep, prec)
+def _reconstruct(qb, m, bstep, out, s):
+    """out[s + j] = code qb[j] times ``bstep``, rounded to ``out``'s dtype on the store.
+
+    No branch on the precision here: one inside the block loop, with the 16-bit
+    rounding's calls behind it, made the whole loop slower (register spills), not
+    just the 16-bit case (``benchmarks/compressors.py``, ``tp-block/1`` decompress).
+    """
+    for j in range(m):
+        out[s + j] = qb[j] * bstep
 
 
 @njit(cache=True, nogil=True)
@@ -96,6 +92,9 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
     ``out`` (float32/float64) receives the quantized blocks; raw blocks are
     copied byte for byte into ``outb`` (``out``'s own bytes for 32/64-bit
     dtypes). ``buf``: uint8 scratch of at least ``payload.size + 8`` bytes.
+    ``prec`` names the stored dtype; for 16-bit dtypes ``out`` (float32) receives the
+    values rounded to float32 only, and the caller's cast to the 16-bit dtype (to
+    nearest, ties to even) gives what ``rounding.round_via_float32`` gives.
     Returns False when the payload is inconsistent (bad or short, or another mode).
     """
     if buf.size < payload.size + 8:
@@ -197,6 +196,6 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
                 v += qb[j]
                 qb[j] = v
         prev = qb[m - 1]
-        _reconstruct(qb, m, bstep, prec, out, s)
+        _reconstruct(qb, m, bstep, out, s)
         pos += nbytes
     return pos == size
