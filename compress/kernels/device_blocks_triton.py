@@ -59,7 +59,13 @@ from .device_codes_triton import (
     _as_kernel_input,
     _bits,
 )
-from .device_scan_triton import CLEAR_BLOCK, exclusive_prefix, pack_words, range_clear_kernel
+from .device_scan_triton import (
+    CLEAR_BLOCK,
+    exclusive_prefix,
+    finish_record,
+    pack_words,
+    range_clear_kernel,
+)
 
 BLOCK = 256  # the only block size these kernels take
 _LIMIT = tl.constexpr(RAW_LIMIT)
@@ -161,13 +167,7 @@ def _compress_kernel(
     else:
         v = tl.where(inside, q - base, 0)
     pack_words(words_ptr, v, width, end * (B // 32), B)  # a block starts on a word
-    # the last block: the bytes in use, the spare word, the header's padding
-    last = t == nb - 1
-    total = (end + width) * (B // 32)
-    tl.store(used_ptr, (head + 4 * (total + 1)).to(tl.int64), mask=last)
-    tl.store(words_ptr + total, total.to(tl.int32) * 0, mask=last)
-    pad = _HEAD + 5 * nb + tl.arange(0, 8)
-    tl.store(rec_ptr + pad, tl.zeros([8], tl.uint8), mask=(pad < head) & (pad * 0 + t == nb - 1))
+    finish_record(rec_ptr, words_ptr, used_ptr, t, nb, end + width, head, _HEAD, B)
 
 
 @triton.jit

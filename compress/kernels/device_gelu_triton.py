@@ -36,7 +36,14 @@ import triton.language as tl
 from . import device_gelu_torch as R
 from .device_blocks_torch import ABS_SPAN, RAW_LIMIT, SCALAR_BYTES, blocks
 from .device_codes_triton import _FORMATS, _KIND, PARTS, RANGE_BLOCK, _bits
-from .device_scan_triton import CLEAR_BLOCK, exclusive_prefix, load, pack_words, range_clear_kernel
+from .device_scan_triton import (
+    CLEAR_BLOCK,
+    exclusive_prefix,
+    finish_record,
+    load,
+    pack_words,
+    range_clear_kernel,
+)
 
 BLOCK = R.BLOCK
 _LIMIT = tl.constexpr(RAW_LIMIT)
@@ -284,13 +291,7 @@ def _pack_kernel(
     own = r.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     v = tl.where(inside, tl.where(raw, own, q - base), 0)
     pack_words(rwords_ptr, v, width, end * (B // 32), B)
-    # the last block: the bytes in use, the spare word, the header's padding
-    last = t == nb - 1
-    total = (end + width) * (B // 32)
-    tl.store(used_ptr, (head + 4 * (total + 1)).to(tl.int64), mask=last)
-    tl.store(rwords_ptr + total, total.to(tl.int32) * 0, mask=last)
-    pad = _HEAD + 5 * nb + tl.arange(0, 8)
-    tl.store(rec_ptr + pad, tl.zeros([8], tl.uint8), mask=(pad < head) & (pad * 0 + t == nb - 1))
+    finish_record(rec_ptr, rwords_ptr, used_ptr, t, nb, end + width, head, _HEAD, B)
 
 
 @triton.jit

@@ -80,3 +80,18 @@ def pack_words(words_ptr, v, w, first_word, B: tl.constexpr):
         part = tl.where(((shift < 32) & (shift > -w))[None, :], low, 0)
         word = tl.sum(part, axis=1)
         tl.store(words_ptr + first_word + g * w + b, word.to(tl.uint32).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def finish_record(rec_ptr, words_ptr, used_ptr, t, nb, widths, head,
+                  HEAD: tl.constexpr, B: tl.constexpr):  # fmt: skip
+    """Run by every block program ``t`` of ``nb``, written by the last: the record's bytes
+    in use (into ``used_ptr``), the spare word after the codes and the header's padding
+    between its ``HEAD + 5 nb`` bytes and ``head``. ``widths``: the sum of all blocks'
+    widths (a block of ``B`` values at width ``w`` takes ``w B / 32`` words)."""
+    last = t == nb - 1
+    total = widths * (B // 32)
+    tl.store(used_ptr, (head + 4 * (total + 1)).to(tl.int64), mask=last)
+    tl.store(words_ptr + total, total.to(tl.int32) * 0, mask=last)
+    pad = HEAD + 5 * nb + tl.arange(0, 8)
+    tl.store(rec_ptr + pad, tl.zeros([8], tl.uint8), mask=(pad < head) & (pad * 0 + t == nb - 1))
