@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from .device_codes_layout import payload_bytes
+from .device_scan_triton import range_partials
 
 PARTS = 256  # the most programs of the range kernel (partials each quantizer folds)
 RANGE_BLOCK = 2048  # elements a range program folds at a time
@@ -36,22 +37,7 @@ _FORMATS = {torch.float32: (23, -126), torch.float16: (10, -14), torch.bfloat16:
 
 @triton.jit
 def _range_kernel(x_ptr, parts_ptr, n, KIND: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    lo = tl.full([BLOCK], float("inf"), tl.float32)
-    hi = tl.full([BLOCK], float("-inf"), tl.float32)
-    for start in range(pid * BLOCK, n, nprog * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        if KIND == 2:  # bfloat16 arrives as its int16 bits
-            b = tl.load(x_ptr + offs, mask=offs < n, other=0x7FC0).to(tl.int32)
-            x = (b << 16).to(tl.float32, bitcast=True)
-        else:
-            x = tl.load(x_ptr + offs, mask=offs < n, other=float("nan")).to(tl.float32)
-        fin = tl.abs(x) < float("inf")  # false for NaN (and the masked lanes)
-        lo = tl.minimum(lo, tl.where(fin, x, float("inf")))
-        hi = tl.maximum(hi, tl.where(fin, x, float("-inf")))
-    tl.store(parts_ptr + pid, tl.min(lo, axis=0))
-    tl.store(parts_ptr + nprog + pid, tl.max(hi, axis=0))
+    range_partials(x_ptr, parts_ptr, n, KIND, BLOCK)
 
 
 @triton.jit

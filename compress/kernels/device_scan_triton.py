@@ -44,22 +44,31 @@ def exclusive_prefix(state_ptr, t, value):
 
 
 @triton.jit
-def range_clear_kernel(y_ptr, state_ptr, nstate, n, KIND: tl.constexpr,
-                        BLOCK: tl.constexpr, CLEAR: tl.constexpr):  # fmt: skip
-    # the partials (float32) follow the scan state in the same buffer
-    parts_ptr = (state_ptr + nstate).to(tl.pointer_type(tl.float32))
+def range_partials(x_ptr, parts_ptr, n, KIND: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's smallest and largest finite element of its strided share of the
+    ``n`` elements, stored at ``parts_ptr[pid]`` and ``parts_ptr[nprog + pid]`` (float32;
+    +inf and -inf where it saw none)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     lo = tl.full([BLOCK], float("inf"), tl.float32)
     hi = tl.full([BLOCK], float("-inf"), tl.float32)
     for start in range(pid * BLOCK, n, nprog * BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        x = load(y_ptr, offs, offs < n, KIND)
+        x = load(x_ptr, offs, offs < n, KIND)
         fin = (tl.abs(x) < float("inf")) & (offs < n)  # false for NaN
         lo = tl.minimum(lo, tl.where(fin, x, float("inf")))
         hi = tl.maximum(hi, tl.where(fin, x, float("-inf")))
     tl.store(parts_ptr + pid, tl.min(lo, axis=0))
     tl.store(parts_ptr + nprog + pid, tl.max(hi, axis=0))
+
+
+@triton.jit
+def range_clear_kernel(y_ptr, state_ptr, nstate, n, KIND: tl.constexpr,
+                        BLOCK: tl.constexpr, CLEAR: tl.constexpr):  # fmt: skip
+    # the partials (float32) follow the scan state in the same buffer
+    range_partials(y_ptr, (state_ptr + nstate).to(tl.pointer_type(tl.float32)), n, KIND, BLOCK)
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
     for start in range(pid * CLEAR, nstate, nprog * CLEAR):
         offs = start + tl.arange(0, CLEAR)
         tl.store(state_ptr + offs, tl.zeros([CLEAR], tl.int64), mask=offs < nstate)
