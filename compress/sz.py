@@ -78,7 +78,11 @@ per level (the codes' entropy with the better one per level came within 0.4% of 
 better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2),
 and a dimension order per chunk among all six in 3-d (each 3-d corpus array transposed
 to its best order: at most 1.5% fewer bytes, on the small ViT activations, and none on
-the simulated fields at rel 1e-3 and 1e-4).
+the simulated fields at rel 1e-3 and 1e-4). The fitted predictor (``sz_fitted.py``)
+pays most of all where it pays (grayscott_u 2.07x SZ3's ratio at rel 1e-3,
+turbulence_u 1.35x, cnn_conv1_out 1.46x) but is not sampled by ``auto`` yet: with it
+the compression speed fell to 0.77x SZ3's and decompression to 0.95x (fitting every
+chunk; its kernel decodes at about half the fixed stencils' speed on short rows).
 
 Payload layout (inside one zstd frame), little-endian::
 
@@ -88,7 +92,8 @@ Payload layout (inside one zstd frame), little-endian::
                        cubic interp with each level's dimensions in the reverse order,
                        10 Lorenzo on the indices of data on a lattice, lossless
                        (sz_lattice.py; its codes and outliers are those of the indices
-                       under the bound 0.5, outliers in float64)
+                       under the bound 0.5, outliers in float64), 11 a causal linear
+                       prediction fitted per chunk (sz_fitted.py)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
@@ -97,7 +102,9 @@ Payload layout (inside one zstd frame), little-endian::
                        lattice (10): alpha is the offset, beta the step
     u32 radius         codes are q + radius; code 0 marks an outlier
     u64 n + n bytes    only with predictor 7: per-block choices and regression
-                       coefficients (see compress/kernels/regression.py)
+                       coefficients (see compress/kernels/regression.py); only with
+                       predictor 11: the fitted model (neighbours and weights, see
+                       compress/sz_fitted.py)
     u64 n + n bytes    Huffman stream of the codes (see compress/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
@@ -138,6 +145,7 @@ from .sz_lattice import find_lattice, on_lattice
 from .sz_steps import (
     CONSTANT,
     CUBIC,
+    FITTED,
     LATTICE,
     LINE_INTERP,
     LINEAR,
@@ -146,6 +154,7 @@ from .sz_steps import (
     MD_LINEAR,
     RAW,
     REGRESSION,
+    WITH_SIDE,
     SizedPool,
     chunk_pool,
     decode_overlapped,
@@ -158,7 +167,7 @@ from .sz_steps import (
 
 #: the ids of predicted payloads (all but RAW)
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
-_PREDICTED += (LATTICE,)
+_PREDICTED += (LATTICE, FITTED)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -198,7 +207,8 @@ class SZCodec(Codec):
     ``cubic``, ``linear-rev``, ``cubic-rev`` (each level's dimensions in the reverse
     order), ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant``,
     ``regression``, ``lattice`` (lossless indices of data on a lattice under a bound
-    below its step, else Lorenzo) or ``interp`` (the interpolations but md-linear, by
+    below its step, else Lorenzo), ``fitted`` (neighbours' weights fitted per chunk,
+    see sz_fitted.py; not sampled by ``auto``) or ``interp`` (the interpolations but md-linear, by
     sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for
@@ -294,7 +304,7 @@ class SZCodec(Codec):
             missed = pw_rel_violations(work, y, tol)
             patch_idx = np.union1d(np.union1d(patch_idx, zero_idx), missed)
 
-        pred, alpha, beta = choice
+        pred, alpha, beta = choice[:3]
         w = ByteWriter()
         w.u8(pred)
         squeezed = squeezed_shape(chunk.shape)
@@ -304,7 +314,7 @@ class SZCodec(Codec):
         w.f64(alpha)
         w.f64(beta)
         w.u32(self.radius)
-        if pred == REGRESSION:
+        if pred in WITH_SIDE:
             w.blob(side[0])
         w.blob(stream)
         w.u64(outliers.size)
@@ -355,7 +365,7 @@ class SZCodec(Codec):
         log_domain = bool(flags & FLAG_LOG)
         eb, alpha, beta = r.f64(), r.f64(), r.f64()
         radius = r.u32()
-        side = r.blob() if pred == REGRESSION else b""
+        side = r.blob() if pred in WITH_SIDE else b""
         if pred == CONSTANT:  # alpha is the prediction
             tuning = math.isfinite(alpha) and beta == 1
         elif pred == LATTICE:  # alpha and beta: the offset and the step

@@ -12,11 +12,13 @@ import math
 
 import numpy as np
 
+from . import sz_fitted
 from .stages import zstd_compress
 from .sz_steps import (
     CONSTANT,
     CUBIC,
     CUBIC_REV,
+    FITTED,
     LATTICE,
     LINE_INTERP,
     LINEAR,
@@ -43,6 +45,7 @@ PREDICTOR_IDS = {
     "constant": (CONSTANT,),
     "regression": (REGRESSION,),
     "lattice": (LATTICE,),
+    "fitted": (FITTED,),
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
     "auto": (
         *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
@@ -136,7 +139,7 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
                 preds.append((LORENZO, 1.0, 1.0))
         elif pred == CONSTANT:
             preds.append((CONSTANT, _middle(values), 1.0))
-        elif pred in (LORENZO, REGRESSION):
+        elif pred in (LORENZO, REGRESSION, FITTED):  # FITTED: its model added by _fitted
             preds.append((pred, 1.0, 1.0))
         elif alpha is not None:
             preds.append((pred, alpha, beta))
@@ -155,6 +158,7 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
         if layout is layouts[-1] or c[0] != CONSTANT  # the layout does not change it
         # it paid on the chunk's own shape only, of 3 dimensions or more
         if c[0] != REGRESSION or layout is shape and (len(shape) >= _REGRESSION_DIMS or not search)
+        if c[0] != FITTED or layout is shape  # its model is fitted on the chunk's shape
         # on one dimension the reverse order is the same: not sampled twice
         if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
     ]
@@ -172,7 +176,7 @@ def choose(
     predictor, alpha, beta: the codec's config; lattice: see ``candidates``."""
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
-        return every[0]
+        return _fitted(every[0], values, eb) if every[0][0][0] == FITTED else every[0]
     flat = len(layouts[-1]) == 1 and len(shape) > 1
 
     def sampled(scale):  # blocks per layout
@@ -236,3 +240,11 @@ def choose(
     larger = sampled(_LARGER)
     pair = [best, rival[1]]
     return pair[int(np.argmin([cost(c, larger) for c in pair]))]
+
+
+def _fitted(candidate: tuple, values, eb) -> tuple:
+    """FITTED's ``(candidate, layout)`` with the chunk's model as its fourth item
+    (sz_fitted.py), or Lorenzo's where no model fits (too few points, non-finite fit)."""
+    (pred, alpha, beta), layout = candidate
+    model = sz_fitted.fit(values.reshape(fold_shape(layout, 3)), eb)
+    return ((pred, alpha, beta, model) if model else (LORENZO, 1.0, 1.0)), layout

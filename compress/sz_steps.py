@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import sz_fitted
 from .huffman import huffman_encode
 from .kernels.constant import constant_decode, constant_encode
 from .kernels.huffman import huffman_depths
@@ -41,6 +42,10 @@ REGRESSION = 7
 LINEAR_REV, CUBIC_REV = 8, 9
 #: Lorenzo prediction of the indices of data on a lattice, coded losslessly (sz_lattice.py)
 LATTICE = 10
+#: a causal linear prediction fitted per chunk by least squares (sz_fitted.py)
+FITTED = 11
+#: the predictors with side information in the payload (bytes, see ``encode_with``)
+WITH_SIDE = (REGRESSION, FITTED)
 #: the interpolations of kernels/interpolation.py, and their dimension order
 LINE_INTERP = {LINEAR: 0, CUBIC: 0, LINEAR_REV: 1, CUBIC_REV: 1}
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
@@ -101,8 +106,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     """``(codes, outliers)`` of ``values`` (flat, laid out as ``shape``) under the
     predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT,
     alpha and beta the offset and step for LATTICE (whose outliers are float64 indices).
-    REGRESSION appends its side information (bytes) to the list ``side``, if given."""
-    pred, alpha, beta = choice
+    REGRESSION and FITTED append their side information (bytes) to the list ``side``,
+    if given; FITTED's choice carries its model bytes as a fourth item."""
+    pred, alpha, beta = choice[:3]
     n = values.size
     codes = np.empty(n, np.uint16)
     outliers = np.empty(n, np.float64 if pred == LATTICE else values.dtype)
@@ -115,6 +121,11 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
         )
         if side is not None:
             side.append(info)
+    elif pred == FITTED:
+        data = values.reshape(fold_shape(shape, 3))
+        k = sz_fitted.encode(choice[3], data, eb, radius, prec, codes, outliers)
+        if side is not None:
+            side.append(choice[3])
     elif pred == CONSTANT:  # alpha is the prediction
         k = constant_encode(values.reshape(-1), alpha, eb, radius, prec, codes, outliers)
     elif pred == LORENZO:
@@ -136,9 +147,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
 
 def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
     """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
-    result. ``side``: REGRESSION's side information. LATTICE decodes into float64 only
+    result. ``side``: REGRESSION's or FITTED's side information. LATTICE decodes into float64 only
     (the values ``offset + k * step`` that the caller casts to the data dtype)."""
-    pred, alpha, beta = choice
+    pred, alpha, beta = choice[:3]
     if dest is None:
         dest = np.empty(math.prod(shape), work_dtype)
     if pred == LATTICE:
@@ -149,6 +160,11 @@ def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, de
     if pred == REGRESSION:
         regression_decode(
             codes, outliers, side, eb, radius, prec, dest.reshape(fold_shape(shape, 3))
+        )
+        return dest
+    if pred == FITTED:
+        sz_fitted.decode(
+            side, codes, outliers, eb, radius, prec, dest.reshape(fold_shape(shape, 3))
         )
         return dest
     if pred == CONSTANT:

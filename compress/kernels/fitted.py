@@ -1,0 +1,158 @@
+"""Fitted causal prediction + linear quantization (3-d; 1-d and 2-d data as leading
+size-1 dims).
+
+Element ``a[i, j, k]`` is predicted as ``sum_t w[t] * r[i + o[t, 0], j + o[t, 1],
+k + o[t, 2]]`` over offsets ``o`` that come before it in C order, from the
+*reconstructed* values ``r``; the weights are fitted per chunk by least squares
+(``sz_fitted.py``). Where an offset would leave the array (the first planes and
+rows, the ends of rows, the last rows of a plane) the element is predicted by
+first-order Lorenzo with zero padding instead. Quantization is :mod:`.linear_quant`'s,
+so ``|x - decoded| <= eb`` for every element.
+
+Per row, the terms of the offsets outside the row are summed first, along the whole
+row at once (vectorised), in the offsets' order; then the row is walked in order,
+adding the terms of the offsets inside it (``(0, 0, -d)``). Encoder and decoder run
+the same body (``decode`` is a literal flag), so their predictions agree bit for bit.
+
+Reconstructions live in a ring of ``depth + 1`` planes (``depth``: the largest
+``-o[t, 0]``, at least 1), each with one leading zero row and column for Lorenzo's
+padding. A reused plane is never read before it is rewritten: every offset and
+Lorenzo's neighbours in the current plane point at rows and columns already written.
+"""
+
+import numpy as np
+from numba import njit
+
+from .linear_quant import _dequantize, _qparams, _quantize
+
+
+@njit(cache=True, nogil=True)
+def reach(offsets):
+    """``(depth, up, down, left, right)``: how far the offsets reach back in planes,
+    back and forward in rows, back and forward along a row (all >= 0)."""
+    depth = up = down = left = right = 0
+    for t in range(offsets.shape[0]):
+        depth = max(depth, -offsets[t, 0])
+        up = max(up, -offsets[t, 1])
+        down = max(down, offsets[t, 1])
+        left = max(left, -offsets[t, 2])
+        right = max(right, offsets[t, 2])
+    return depth, up, down, left, right
+
+
+#: rows of a plane whose earlier planes' terms are summed together: few enough that
+#: the sums and the rows they read stay in the first-level cache
+_TILE_ROWS = 4
+
+
+@njit(cache=True, nogil=True)
+def _accumulate(dst, src, w):
+    """``dst += w * src`` (one vector loop; views of the same length)."""
+    for q in range(dst.size):
+        dst[q] += w * src[q]
+
+
+@njit(cache=True, nogil=True)
+def _run(src, dst, codes, outliers, offsets, weights, eb, radius, prec, decode):
+    n0, n1, n2 = src.shape
+    two_eb, inv, lim = _qparams(eb, radius)
+    depth, up, down, left, right = reach(offsets)
+    ring = max(depth, 1) + 1
+    width = n2 + 1  # a padded row; element (j, k) of a plane sits at (j + 1) * width + k + 1
+    buf = np.zeros((ring, (n1 + 1) * width))
+    part = np.zeros((n1 + 1) * width)  # the sums of the terms outside the row
+    kind = np.empty(offsets.shape[0], np.int64)  # 0: an earlier plane, 1: row, 2: in the row
+    for t in range(offsets.shape[0]):
+        kind[t] = 0 if offsets[t, 0] < 0 else 1 if offsets[t, 1] < 0 else 2
+    row_w = weights[kind == 2]
+    row_d = -offsets[kind == 2, 2]
+    lo, hi = left, n2 - right
+    planes = depth <= n0 and up + down < n1 and lo < hi
+    oi = 0
+    f = 0
+    for i in range(n0):
+        s = i % ring
+        sp = (i + ring - 1) % ring
+        cur = buf[s]
+        prv = buf[sp]
+        fitted_plane = planes and i >= depth
+        if fitted_plane:  # the earlier planes' terms, a few rows at a time (in cache)
+            # (columns outside lo..hi are summed too, from the padding, and not used)
+            for j0 in range(up, n1 - down, _TILE_ROWS):
+                a = (j0 + 1) * width + lo + 1
+                b = min(j0 + _TILE_ROWS, n1 - down) * width + hi + 1
+                part[a:b] = 0.0
+                for t in range(offsets.shape[0]):
+                    if kind[t] == 0:
+                        shift = offsets[t, 1] * width + offsets[t, 2]
+                        pl = buf[(i + offsets[t, 0]) % ring]
+                        _accumulate(part[a:b], pl[a + shift : b + shift], weights[t])
+        for j in range(n1):
+            fitted = fitted_plane and up <= j < n1 - down
+            rb = (j + 1) * width + 1  # (j, 0)
+            if fitted:
+                for t in range(offsets.shape[0]):
+                    if kind[t] == 1:
+                        shift = offsets[t, 1] * width + offsets[t, 2]
+                        a, b = rb + lo, rb + hi
+                        _accumulate(part[a:b], cur[a + shift : b + shift], weights[t])
+            for k in range(n2):
+                q = rb + k
+                if fitted and lo <= k < hi:
+                    p = part[q]
+                    for u in range(row_w.size):
+                        p += row_w[u] * cur[q - row_d[u]]
+                else:  # Lorenzo, zero padding (the plane before the first is zeros)
+                    p = (
+                        cur[q - 1]
+                        + cur[q - width]
+                        + prv[q]
+                        - cur[q - width - 1]
+                        - prv[q - 1]
+                        - prv[q - width]
+                        + prv[q - width - 1]
+                    )
+                if decode:
+                    c = codes[f]
+                    if c == 0:
+                        if oi >= outliers.size:
+                            raise ValueError("corrupt stream: more outlier codes than outliers")
+                        v = float(outliers[oi])
+                        oi += 1
+                    else:
+                        v = _dequantize(c, p, two_eb, radius, prec)
+                    dst[i, j, k] = v
+                else:
+                    x = float(src[i, j, k])
+                    c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                    codes[f] = c
+                    if c == 0:
+                        outliers[oi] = src[i, j, k]
+                        oi += 1
+                cur[q] = v
+                f += 1
+    return oi
+
+
+def _check(data, offsets, weights, codes):
+    if data.ndim != 3 or offsets.ndim != 2 or offsets.shape[1] != 3:
+        raise ValueError("fitted prediction takes 3-d data and (n, 3) offsets")
+    if weights.shape != (offsets.shape[0],) or codes.size < data.size:
+        raise ValueError("fitted prediction: weights or codes of the wrong size")
+
+
+def fitted_encode(data, offsets, weights, eb, radius, prec, codes, outliers):
+    """Predict ``data`` (3-d C-contiguous float32/float64) with ``weights`` (float64)
+    at ``offsets`` (int64, (n, 3), each before (0, 0, 0) in C order) and quantize;
+    return the number of outliers. codes: uint16, >= data.size; outliers: data's
+    dtype, capacity >= data.size (first n used)."""
+    _check(data, offsets, weights, codes)
+    if not eb > 0.0:
+        raise ValueError("eb must be > 0")
+    return _run(data, data, codes, outliers, offsets, weights, eb, radius, prec, False)
+
+
+def fitted_decode(codes, outliers, offsets, weights, eb, radius, prec, out):
+    """Invert :func:`fitted_encode` into ``out`` (3-d C-contiguous)."""
+    _check(out, offsets, weights, codes)
+    _run(out, out, codes, outliers, offsets, weights, eb, radius, prec, True)

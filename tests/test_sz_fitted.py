@@ -1,0 +1,131 @@
+"""``sz``'s fitted predictor (``predictor="fitted"``): the bound on every element
+(hypothesis over the property cases), the kernel's decoder reproducing the encoder's
+reconstruction under any causal model, the bytes a fit saves on a field that fixed
+stencils predict badly, and damaged models and payloads refused."""
+
+import dataclasses
+import struct
+
+import numpy as np
+import pytest
+import tensorpress as tp
+from hypothesis import given
+from hypothesis import strategies as st
+from tensorpress.compress import sz_fitted
+from tensorpress.compress.kernels.fitted import fitted_decode, fitted_encode
+from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
+from test_bound_properties import FAST, cases, run_case
+from test_sz_predictors import assert_flipped_bytes_refused
+
+
+@FAST
+@given(case=cases())
+def test_bound_holds_on_every_element(case):
+    run_case(dataclasses.replace(case, predictor="fitted"))
+
+
+@st.composite
+def models(draw):
+    """A shape (2-d or 3-d, as leading size-1 dims) and a random causal model on it."""
+    shape = draw(st.sampled_from([(1, 1, 37), (1, 9, 13), (4, 6, 7), (6, 11, 5), (2, 3, 3)]))
+    pool = sz_fitted.pool(shape)
+    n = draw(st.integers(1, min(pool.shape[0], 12)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    offsets = pool[np.sort(rng.choice(pool.shape[0], n, replace=False))]
+    weights = rng.normal(0, draw(st.sampled_from([0.1, 0.5, 3.0])), n)
+    return shape, offsets, weights, rng
+
+
+@FAST
+@given(
+    model=models(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    radius=st.sampled_from([4, 32768]),
+)
+def test_decoder_reproduces_the_encoder(model, dtype, radius):
+    """Any causal model, even a poor one (large weights: outliers): the decoder returns
+    values within the bound, bit for bit the encoder's reconstruction."""
+    shape, offsets, weights, rng = model
+    x = rng.normal(0, 1, shape).cumsum(axis=2).astype(dtype)
+    eb = 1e-2
+    prec = PREC_FLOAT64 if dtype == np.float64 else PREC_FLOAT32
+    codes = np.empty(x.size, np.uint16)
+    outliers = np.empty(x.size, dtype)
+    k = fitted_encode(x, offsets, weights, eb, radius, prec, codes, outliers)
+    out = np.empty_like(x)
+    fitted_decode(codes, outliers[:k], offsets, weights, eb, radius, prec, out)
+    assert np.all(np.abs(out.astype(np.float64) - x) <= eb)
+    again = np.empty_like(x)
+    fitted_decode(codes, outliers[:k].copy(), offsets, weights, eb, radius, prec, again)
+    np.testing.assert_array_equal(out, again)
+    if k:
+        with pytest.raises(ValueError, match="outlier"):
+            fitted_decode(codes, outliers[: k - 1], offsets, weights, eb, radius, prec, out)
+
+
+def _autoregressive(shape, seed=0):
+    """A 2-d field each of whose values is a fixed mix of five earlier neighbours plus
+    noise: Lorenzo's and the interpolations' stencils do not match it."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((shape[0] + 2, shape[1] + 4))
+    noise = rng.standard_normal(shape)
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            a, b = i + 2, j + 2
+            x[a, b] = (
+                0.45 * x[a, b - 1]
+                - 0.2 * x[a, b - 2]
+                + 0.5 * x[a - 1, b]
+                + 0.25 * x[a - 1, b + 2]
+                - 0.15 * x[a - 2, b]
+                + noise[i, j]
+            )
+    return x[2:, 2:-2].astype(np.float32)
+
+
+def test_fit_pays_where_stencils_do_not():
+    """The fitted model writes fewer bytes than every fixed predictor ``auto`` chooses
+    among, and recovers the field's own weights."""
+    x = _autoregressive((192, 256))
+    eb = 1e-3 * float(x.max() - x.min())
+    fitted = len(tp.compress(x, abs=eb, predictor="fitted", workers=1))
+    auto = len(tp.compress(x, abs=eb, predictor="auto", workers=1))
+    assert fitted < 0.98 * auto
+    offsets, weights = sz_fitted.unpack(sz_fitted.fit(x.reshape(1, *x.shape), eb))
+    found = dict(zip(map(tuple, offsets.tolist()), weights, strict=True))
+    assert found[(0, 0, -1)] == pytest.approx(0.45, abs=0.05)
+    assert found[(0, -1, 2)] == pytest.approx(0.25, abs=0.05)
+
+
+def test_small_chunks_fall_back_to_lorenzo():
+    """Too few points for a fit: the chunk is coded (and decodes) within the bound."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert sz_fitted.fit(x.reshape(1, 3, 4), 0.1) is None
+    y = tp.decompress(tp.compress(x, abs=0.1, predictor="fitted"))
+    assert np.all(np.abs(y - x) <= 0.1)
+
+
+def _model(offsets, weights) -> bytes:
+    return sz_fitted.pack(np.array(offsets, np.int64), np.array(weights, np.float64))
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        _model([(0, 0, 1)], [1.0]),  # not yet decoded
+        _model([(0, 0, 0)], [1.0]),  # the element itself
+        _model([(0, 0, -1)], [float("nan")]),
+        _model([(0, 0, -1)], [1.0])[:-1],  # truncated
+        struct.pack("<B", 0),
+        struct.pack("<B", sz_fitted.MAX_TERMS + 1) + bytes(11 * (sz_fitted.MAX_TERMS + 1)),
+    ],
+)
+def test_damaged_models_are_refused(blob):
+    with pytest.raises(ValueError, match="fitted model"):
+        sz_fitted.unpack(blob)
+
+
+def test_damaged_payloads_raise():
+    x = _autoregressive((40, 50))
+    assert_flipped_bytes_refused(tp.compress(x, rel=1e-3, predictor="fitted"))
