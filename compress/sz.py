@@ -15,7 +15,9 @@ Pipeline per chunk (SZ3's design, our code):
    elements, the one with the smaller estimated error, coefficients stored), or,
    for data on a lattice (``offset + k * step``: integer images, elevation models)
    under a bound below the step, Lorenzo on the indices ``k``, lossless
-   (``sz_lattice.py``);
+   (``sz_lattice.py``), or, on chunks of 2**19 elements and more, a causal linear
+   prediction whose neighbours and weights are fitted to the chunk by least squares
+   (``sz_fitted.py``);
 3. the quantizer turns each prediction error into an integer code within the
    bound, reconstructing exactly as the decoder will; what cannot be
    quantized is stored exactly as an outlier;
@@ -78,11 +80,13 @@ per level (the codes' entropy with the better one per level came within 0.4% of 
 better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2),
 and a dimension order per chunk among all six in 3-d (each 3-d corpus array transposed
 to its best order: at most 1.5% fewer bytes, on the small ViT activations, and none on
-the simulated fields at rel 1e-3 and 1e-4). The fitted predictor (``sz_fitted.py``)
-pays most of all where it pays (grayscott_u 2.07x SZ3's ratio at rel 1e-3,
-turbulence_u 1.35x, cnn_conv1_out 1.46x) but is not sampled by ``auto`` yet: with it
-the compression speed fell to 0.77x SZ3's and decompression to 0.95x (fitting every
-chunk; its kernel decodes at about half the fixed stencils' speed on short rows).
+the simulated fields at rel 1e-3 and 1e-4). The fitted predictor paid most where it
+paid (grayscott_u 1.05x -> 2.08x SZ3's ratio at rel 1e-3, grayscott_v 1.02x -> 1.42x,
+turbulence_u 1.05x -> 1.35x, cnn_conv1_out 1.25x -> 1.43x); as it decodes at about
+half the fixed stencils' speed and its fit costs small images much of their time,
+``auto`` samples it on chunks of 2**19 elements and more and keeps it for at least
+10% fewer sampled bits. Without the left neighbours in the row (a chain from one
+element to the next, about half its decoding time) it lost up to half of that gain.
 
 Payload layout (inside one zstd frame), little-endian::
 
@@ -208,7 +212,7 @@ class SZCodec(Codec):
     order), ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant``,
     ``regression``, ``lattice`` (lossless indices of data on a lattice under a bound
     below its step, else Lorenzo), ``fitted`` (neighbours' weights fitted per chunk,
-    see sz_fitted.py; not sampled by ``auto``) or ``interp`` (the interpolations but md-linear, by
+    see sz_fitted.py) or ``interp`` (the interpolations but md-linear, by
     sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for

@@ -49,7 +49,7 @@ PREDICTOR_IDS = {
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
     "auto": (
         *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
-        LATTICE,
+        *(LATTICE, FITTED),
     ),
 }
 
@@ -107,6 +107,13 @@ def _rival(scored: list) -> tuple | None:
 #: chunks it won no array of benchmarks/compressors.py's corpus, and its sampling (the
 #: costliest of the first candidates) was a tenth of the choice's time on small images
 _REGRESSION_DIMS = 3
+
+#: the fitted predictor (sz_fitted.py) is sampled by ``auto`` on chunks of at least
+#: this many elements (its fit would cost much of a small image's compression time) and
+#: kept where it samples at most ``_FITTED_GAIN`` of the next best candidate's bits: it
+#: decodes slower than the fixed stencils (benchmarks/compressors.py)
+_FITTED_MIN = 1 << 19
+_FITTED_GAIN = 0.9
 
 #: the configs that choose between predictors by sampling
 _SEARCHES = ("auto", "interp")
@@ -176,7 +183,7 @@ def choose(
     predictor, alpha, beta: the codec's config; lattice: see ``candidates``."""
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
-        return _fitted(every[0], values, eb) if every[0][0][0] == FITTED else every[0]
+        return _alone(every[0], values, eb)
     flat = len(layouts[-1]) == 1 and len(shape) > 1
 
     def sampled(scale):  # blocks per layout
@@ -196,6 +203,8 @@ def choose(
         cand, layout = candidate
         # constant prediction does not see the layout: its costs compare with the shape's
         blocks = samples[shape if cand[0] == CONSTANT else layout]
+        if cand[0] == FITTED:
+            return _fitted_cost(cand, blocks, layout, eb, prec, radius)
         side = []
         coded = [encode_with(cand, b, b.shape, eb, prec, radius, None, side) for b in blocks]
         codes = np.concatenate([c for c, _ in coded])
@@ -230,9 +239,12 @@ def choose(
         rest = [
             c
             for c in rest
-            if c not in twins and c[1] is layout and LINE_INTERP.get(c[0][0], order) == order
+            if c not in twins
+            if c[1] is layout and LINE_INTERP.get(c[0][0], order) == order or c[0][0] == FITTED
         ]
+    rest = _with_models(rest, values, eb, predictor in _SEARCHES)
     scored = sorted(scored + list(zip(costs(rest), rest, strict=True)), key=_bits)
+    scored = _fitted_margin(scored) if predictor in _SEARCHES else scored
     (best_cost, best), rival = scored[0], _rival(scored)
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
@@ -242,9 +254,66 @@ def choose(
     return pair[int(np.argmin([cost(c, larger) for c in pair]))]
 
 
-def _fitted(candidate: tuple, values, eb) -> tuple:
+def _fitted(candidate: tuple, values, eb) -> tuple | None:
     """FITTED's ``(candidate, layout)`` with the chunk's model as its fourth item
-    (sz_fitted.py), or Lorenzo's where no model fits (too few points, non-finite fit)."""
+    (sz_fitted.py), or None where no model fits (too few points, non-finite fit)."""
     (pred, alpha, beta), layout = candidate
     model = sz_fitted.fit(values.reshape(fold_shape(layout, 3)), eb)
-    return ((pred, alpha, beta, model) if model else (LORENZO, 1.0, 1.0)), layout
+    return ((pred, alpha, beta, model), layout) if model else None
+
+
+def _alone(candidate: tuple, values, eb) -> tuple:
+    """The only candidate of a config; FITTED's with its model, or Lorenzo's where no
+    model fits."""
+    if candidate[0][0] != FITTED:
+        return candidate
+    return _fitted(candidate, values, eb) or ((LORENZO, 1.0, 1.0), candidate[1])
+
+
+def _with_models(cands: list, values, eb, search: bool) -> list:
+    """``cands`` with FITTED's candidate given its model (``_fitted``), or without it
+    where no model fits or, ``search``ing, the chunk is under ``_FITTED_MIN`` elements."""
+    out = []
+    for c in cands:
+        if c[0][0] != FITTED:
+            out.append(c)
+        elif not (search and values.size < _FITTED_MIN) and (fitted := _fitted(c, values, eb)):
+            out.append(fitted)
+    return out
+
+
+def _fitted_margin(scored: list) -> list:
+    """``scored`` (sorted by cost) with FITTED's candidate behind the next best unless it
+    costs at most ``_FITTED_GAIN`` of that one's bits (it decodes slower)."""
+    if (
+        len(scored) < 2
+        or scored[0][1][0][0] != FITTED
+        or scored[0][0] <= _FITTED_GAIN * scored[1][0]
+    ):
+        return scored
+    return [scored[1], scored[0], *scored[2:]]
+
+
+def _fitted_cost(cand, blocks, shape, eb, prec, radius) -> float:
+    """The sampled cost of FITTED's candidate, in bits: per value of the sample blocks,
+    the bits of its codes where the model predicts and where Lorenzo does (the edges,
+    a larger share of a block than of most chunks), weighed by their shares of the chunk
+    (``shape``), plus the model's bytes in the share of the chunk the blocks cover."""
+    offsets, _ = sz_fitted.unpack(cand[3])
+    inner, edge, points, outlier_bits = [], [], 0, 0.0
+    for b in blocks:
+        codes, outliers = encode_with(cand, b, b.shape, eb, prec, radius)
+        b3 = fold_shape(b.shape, 3)
+        mask = np.zeros(b3, bool)
+        mask[sz_fitted.interior(b3, offsets)] = True
+        inner.append(codes[mask.reshape(-1)])
+        edge.append(codes[~mask.reshape(-1)])
+        points += b.size
+        outlier_bits += 8 * outliers.nbytes
+    inner, edge = np.concatenate(inner), np.concatenate(edge)
+    size = math.prod(shape)
+    share = sz_fitted.interior_size(fold_shape(shape, 3), offsets) / size
+    rate_in = code_bits(inner) / inner.size if inner.size else 0.0
+    rate_edge = code_bits(edge) / edge.size if edge.size else rate_in
+    rate = rate_in * share + rate_edge * (1 - share) if inner.size else rate_edge
+    return rate * points + outlier_bits + 8 * len(cand[3]) * points / size

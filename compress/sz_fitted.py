@@ -37,6 +37,8 @@ POOL_REACH = {3: 2, 2: 3, 1: 8}
 MAX_TERMS = 32
 #: points of the chunk the fit uses (at most; a sixteenth of a small chunk's)
 SAMPLE_POINTS = 1 << 13
+#: points in a row the fit samples together
+_RUN = 64
 #: fewest interior points worth a fit
 MIN_POINTS = 256
 #: bits per value a smaller set of neighbours may cost over the whole pool
@@ -70,6 +72,11 @@ def interior(shape3: tuple, offsets: np.ndarray) -> tuple:
     return slice(depth, n0), slice(up, n1 - down), slice(left, n2 - right)
 
 
+def interior_size(shape3: tuple, offsets: np.ndarray) -> int:
+    """How many points of ``shape3`` the model predicts (the others: Lorenzo)."""
+    return math.prod(max(s.stop - s.start, 0) for s in interior(shape3, offsets))
+
+
 def fit(values3: np.ndarray, eb: float) -> bytes | None:
     """The model bytes for the 3-d chunk ``values3``, or None when it has too few
     interior points or the fit fails (non-finite values, a singular system)."""
@@ -87,18 +94,25 @@ def _fit(values3: np.ndarray, eb: float) -> bytes | None:
     if total < MIN_POINTS:
         return None
     m = min(SAMPLE_POINTS, max(MIN_POINTS, total // 16))
-    flat = np.linspace(0, total - 1, m).astype(np.int64)
-    coords = np.unravel_index(flat, counts)
-    at = [c + s.start for c, s in zip(coords, box, strict=True)]
-    y = values3[at[0], at[1], at[2]].astype(np.float64)
-    cols = np.stack(
-        [values3[at[0] + o[0], at[1] + o[1], at[2] + o[2]] for o in offsets], axis=1
-    ).astype(np.float64)
+    # runs of up to _RUN points along rows spread over the chunk: their neighbours share
+    # cache lines (single points spread over a large chunk cost a miss per neighbour)
+    run = min(_RUN, counts[2])
+    rows = np.linspace(0, counts[0] * counts[1] - 1, -(-m // run)).astype(np.int64)
+    z, y = np.divmod(rows, counts[1])
+    x = (np.arange(rows.size) * 7919) % (counts[2] - run + 1)
+    n1, n2 = values3.shape[1:]
+    starts = ((z + box[0].start) * n1 + y + box[1].start) * n2 + x + box[2].start
+    points = (starts[:, None] + np.arange(run)[None, :]).reshape(-1)
+    shifts = (offsets[:, 0] * n1 + offsets[:, 1]) * n2 + offsets[:, 2]
+    flat = values3.reshape(-1)
+    y = flat[points].astype(np.float64)
+    cols = flat[points[:, None] + shifts[None, :]].astype(np.float64)
     gram = cols.T @ cols
     rhs = cols.T @ y
     yy = float(y @ y)
     if not (np.isfinite(gram).all() and math.isfinite(yy)):
         return None
+    m = points.size
     gram[np.diag_indices_from(gram)] += m * eb * eb / 3.0
     solved = _solve(gram, rhs, np.arange(offsets.shape[0]))
     if solved is None:

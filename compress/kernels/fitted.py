@@ -11,7 +11,8 @@ so ``|x - decoded| <= eb`` for every element.
 
 Per row, the terms of the offsets outside the row are summed first, along the whole
 row at once (vectorised), in the offsets' order; then the row is walked in order,
-adding the terms of the offsets inside it (``(0, 0, -d)``). Encoder and decoder run
+adding the terms of the offsets inside it (``(0, 0, -d)``): those with ``d > 2`` in
+their order, then ``d = 2``, then ``d = 1``. Encoder and decoder run
 the same body (``decode`` is a literal flag), so their predictions agree bit for bit.
 
 Reconstructions live in a ring of ``depth + 1`` planes (``depth``: the largest
@@ -64,8 +65,17 @@ def _run(src, dst, codes, outliers, offsets, weights, eb, radius, prec, decode):
     kind = np.empty(offsets.shape[0], np.int64)  # 0: an earlier plane, 1: row, 2: in the row
     for t in range(offsets.shape[0]):
         kind[t] = 0 if offsets[t, 0] < 0 else 1 if offsets[t, 1] < 0 else 2
-    row_w = weights[kind == 2]
-    row_d = -offsets[kind == 2, 2]
+    # in the row: the nearest two by weight (their values kept in registers: the chain
+    # from one element to the next), the farther ones read back
+    w1 = w2 = 0.0
+    for t in range(offsets.shape[0]):
+        if kind[t] == 2 and offsets[t, 2] == -1:
+            w1 = weights[t]
+        elif kind[t] == 2 and offsets[t, 2] == -2:
+            w2 = weights[t]
+    far = (kind == 2) & (offsets[:, 2] < -2)
+    far_w = weights[far]
+    far_d = -offsets[far, 2]
     lo, hi = left, n2 - right
     planes = depth <= n0 and up + down < n1 and lo < hi
     oi = 0
@@ -96,12 +106,15 @@ def _run(src, dst, codes, outliers, offsets, weights, eb, radius, prec, decode):
                         shift = offsets[t, 1] * width + offsets[t, 2]
                         a, b = rb + lo, rb + hi
                         _accumulate(part[a:b], cur[a + shift : b + shift], weights[t])
+            prev1 = prev2 = 0.0  # the row's last two values (the padding before it)
             for k in range(n2):
                 q = rb + k
                 if fitted and lo <= k < hi:
                     p = part[q]
-                    for u in range(row_w.size):
-                        p += row_w[u] * cur[q - row_d[u]]
+                    for u in range(far_w.size):
+                        p += far_w[u] * cur[q - far_d[u]]
+                    p += w2 * prev2
+                    p += w1 * prev1
                 else:  # Lorenzo, zero padding (the plane before the first is zeros)
                     p = (
                         cur[q - 1]
@@ -130,6 +143,8 @@ def _run(src, dst, codes, outliers, offsets, weights, eb, radius, prec, decode):
                         outliers[oi] = src[i, j, k]
                         oi += 1
                 cur[q] = v
+                prev2 = prev1
+                prev1 = v
                 f += 1
     return oi
 
