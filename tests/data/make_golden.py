@@ -147,6 +147,20 @@ def cases():
     yield "sz_f32_lattice_2d", dem.astype(np.float32), {"abs": 0.4, "radius": 16}
     halves = np.rint(_smooth((6, 7, 50), np.float64, 36)) * 0.5
     yield "sz_f16_lattice_3d", halves.astype(np.float16), {"abs": 0.2, "predictor": "lattice"}
+    # sz's fitted causal prediction (predictor 11): a smooth volume with a grid-scale
+    # ripple, a NaN patch and outliers (radius 16); float64 under pw_rel (log domain)
+    ripple = _smooth((9, 20, 24), np.float64, 37) * (1 + 0.2 * (-1.0) ** np.arange(24))
+    ripple[2, 3, 4] = np.nan
+    yield (
+        "sz_f32_fitted_3d",
+        ripple.astype(np.float32),
+        {"rel": 1e-3, "predictor": "fitted", "radius": 16},
+    )
+    yield (
+        "sz_f64_fitted_pw_rel",
+        _smooth((30, 40), np.float64, 38) + 3.0,
+        {"pw_rel": 1e-3, "predictor": "fitted"},
+    )
 
 
 def _entropy_mix(dtype, seed):
