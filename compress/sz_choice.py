@@ -114,6 +114,7 @@ _REGRESSION_DIMS = 3
 #: decodes slower than the fixed stencils (benchmarks/compressors.py)
 _FITTED_MIN = 1 << 19
 _FITTED_GAIN = 0.9
+_FITTED_SURE = 0.8
 
 #: the configs that choose between predictors by sampling
 _SEARCHES = ("auto", "interp")
@@ -244,7 +245,7 @@ def choose(
         ]
     rest = _with_models(rest, values, eb, predictor in _SEARCHES)
     scored = sorted(scored + list(zip(costs(rest), rest, strict=True)), key=_bits)
-    scored = _fitted_margin(scored) if predictor in _SEARCHES else scored
+    scored = _fitted_margin(scored, predictor, (values, eb, prec, radius, pool))
     (best_cost, best), rival = scored[0], _rival(scored)
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
@@ -282,16 +283,28 @@ def _with_models(cands: list, values, eb, search: bool) -> list:
     return out
 
 
-def _fitted_margin(scored: list) -> list:
+def _fitted_margin(scored: list, predictor: str, chunk: tuple) -> list:
     """``scored`` (sorted by cost) with FITTED's candidate behind the next best unless it
-    costs at most ``_FITTED_GAIN`` of that one's bits (it decodes slower)."""
-    if (
-        len(scored) < 2
-        or scored[0][1][0][0] != FITTED
-        or scored[0][0] <= _FITTED_GAIN * scored[1][0]
-    ):
+    costs at most ``_FITTED_GAIN`` of that one's bits (it decodes slower), when the
+    ``predictor`` config searches. Against an interpolation by less than
+    ``_FITTED_SURE`` the two are costed on the whole chunk (``chunk``: ``_whole_cost``'s
+    arguments after the candidate): sample blocks cut off the interpolations' coarse
+    levels and overprice them, most at low rates (benchmarks/compressors.py)."""
+    if len(scored) < 2 or scored[0][1][0][0] != FITTED or predictor not in _SEARCHES:
+        return scored
+    (fitted, _), (other, rival) = scored[:2]
+    if rival[0][0] in _INTERPOLATIONS and _FITTED_SURE * other < fitted <= _FITTED_GAIN * other:
+        fitted, other = _whole_cost(scored[0][1], *chunk), _whole_cost(rival, *chunk)
+    if fitted <= _FITTED_GAIN * other:
         return scored
     return [scored[1], scored[0], *scored[2:]]
+
+
+def _whole_cost(candidate, values, eb, prec, radius, pool) -> float:
+    """What ``candidate``'s codes of the whole chunk cost, in bits (outliers included)."""
+    (cand, layout), side = candidate, []
+    codes, outliers = encode_with(cand, values, layout, eb, prec, radius, pool, side)
+    return code_bits(codes) + 8 * outliers.nbytes + 8 * sum(len(b) for b in side)
 
 
 def _fitted_cost(cand, blocks, shape, eb, prec, radius) -> float:
@@ -299,7 +312,7 @@ def _fitted_cost(cand, blocks, shape, eb, prec, radius) -> float:
     the bits of its codes where the model predicts and where Lorenzo does (the edges,
     a larger share of a block than of most chunks), weighed by their shares of the chunk
     (``shape``), plus the model's bytes in the share of the chunk the blocks cover."""
-    offsets, _ = sz_fitted.unpack(cand[3])
+    offsets = sz_fitted.unpack(cand[3])[0]
     inner, edge, points, outlier_bits = [], [], 0, 0.0
     for b in blocks:
         codes, outliers = encode_with(cand, b, b.shape, eb, prec, radius)

@@ -10,12 +10,14 @@ of neighbours (``pool``) lies inside the chunk, ridge regression with the
 reconstructions' noise as the ridge (uniform within the bound: variance eb**2 / 3,
 so the weights account for predicting from noisy values), then the neighbours with
 the largest contributions kept, as few as cost under ``SLACK_BITS`` bits per value
-over the whole pool (each neighbour costs decode time). The kernel is
-``kernels/fitted.py``.
+over the whole pool (each neighbour costs decode time). Where the neighbours leave
+the chunk, Lorenzo predicts: within the plane when it predicts the sample better than
+across planes (noise included). The kernel is ``kernels/fitted.py``.
 
 Model bytes (the payload's side information), little-endian::
 
     u8  n              neighbours, 1 .. MAX_TERMS
+    u8  planar         1: Lorenzo within the plane at the edges, 0: over 3 dimensions
     3n  i8             offsets (plane, row, column), each before (0, 0, 0) in C order
     8n  f64            weights
 """
@@ -135,7 +137,33 @@ def _fit(values3: np.ndarray, eb: float) -> bytes | None:
     solved = _solve(gram, rhs, keep)
     if solved is None:
         return None
-    return pack(offsets[solved[0]], solved[1])
+    return pack(offsets[solved[0]], solved[1], _planar(flat, points, values3.shape, eb))
+
+
+#: first-order Lorenzo's neighbours and signs, within the plane and over 3 dimensions
+_LORENZO_2D = (((0, 0, -1), 1), ((0, -1, 0), 1), ((0, -1, -1), -1))
+_LORENZO_3D = _LORENZO_2D + (
+    ((-1, 0, 0), 1),
+    ((-1, 0, -1), -1),
+    ((-1, -1, 0), -1),
+    ((-1, -1, -1), 1),
+)
+
+
+def _planar(flat, points, shape3, eb) -> bool:
+    """Whether Lorenzo within the plane predicts the sample ``points`` (flat indices
+    of interior points of ``shape3``) better than over three dimensions, counting the
+    noise its reconstructed neighbours add (variance eb**2 / 3 each)."""
+    if shape3[0] == 1:
+        return True
+    n1, n2 = shape3[1:]
+    sse = []
+    for stencil in (_LORENZO_2D, _LORENZO_3D):
+        residual = flat[points].astype(np.float64)
+        for (dz, dy, dx), sign in stencil:
+            residual -= sign * flat[points + (dz * n1 + dy) * n2 + dx]
+        sse.append(float(residual @ residual) + points.size * len(stencil) * eb * eb / 3.0)
+    return sse[0] <= sse[1]
 
 
 def _solve(gram, rhs, idx):
@@ -153,36 +181,32 @@ def _sse(gram, rhs, yy, idx, w):
     return w, yy - 2.0 * float(w @ rhs[idx]) + float(w @ g @ w)
 
 
-def pack(offsets: np.ndarray, weights: np.ndarray) -> bytes:
-    """The model bytes of ``offsets`` ((n, 3)) and ``weights`` (n)."""
-    n = offsets.shape[0]
-    return (
-        struct.pack("<B", n) + offsets.astype(np.int8).tobytes() + weights.astype("<f8").tobytes()
-    )
+def pack(offsets: np.ndarray, weights: np.ndarray, planar: bool) -> bytes:
+    """The model bytes of ``offsets`` ((n, 3)), ``weights`` (n) and ``planar``."""
+    head = struct.pack("<BB", offsets.shape[0], int(planar))
+    return head + offsets.astype(np.int8).tobytes() + weights.astype("<f8").tobytes()
 
 
-def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets, weights)`` of model bytes; ValueError if they are not a model."""
-    if len(blob) < 1:
+def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(offsets, weights, planar)`` of model bytes; ValueError if they are not a model."""
+    if len(blob) < 2:
         raise ValueError("sz payload: the fitted model is empty")
-    n = blob[0]
-    if not 1 <= n <= MAX_TERMS or len(blob) != 1 + 11 * n:
-        raise ValueError("sz payload: the fitted model has the wrong length")
-    offsets = np.frombuffer(blob, np.int8, 3 * n, 1).reshape(n, 3).astype(np.int64)
-    weights = np.frombuffer(blob, "<f8", n, 1 + 3 * n).astype(np.float64)
+    n, planar = blob[0], blob[1]
+    if not 1 <= n <= MAX_TERMS or len(blob) != 2 + 11 * n or planar > 1:
+        raise ValueError("sz payload: the fitted model has the wrong length or flags")
+    offsets = np.frombuffer(blob, np.int8, 3 * n, 2).reshape(n, 3).astype(np.int64)
+    weights = np.frombuffer(blob, "<f8", n, 2 + 3 * n).astype(np.float64)
     causal = all(tuple(o) < (0, 0, 0) for o in offsets.tolist())
     if not causal or not np.isfinite(weights).all():
         raise ValueError("sz payload: the fitted model names a neighbour not yet decoded")
-    return offsets, weights
+    return offsets, weights, bool(planar)
 
 
 def encode(model: bytes, values3, eb, radius, prec, codes, outliers) -> int:
     """Code the 3-d ``values3`` with ``model``; the number of outliers."""
-    offsets, weights = unpack(model)
-    return fitted_encode(values3, offsets, weights, eb, radius, prec, codes, outliers)
+    return fitted_encode(values3, *unpack(model), eb, radius, prec, codes, outliers)
 
 
 def decode(model: bytes, codes, outliers, eb, radius, prec, out3) -> None:
     """Invert :func:`encode` into the 3-d ``out3``."""
-    offsets, weights = unpack(model)
-    fitted_decode(codes, outliers, offsets, weights, eb, radius, prec, out3)
+    fitted_decode(codes, outliers, *unpack(model), eb, radius, prec, out3)

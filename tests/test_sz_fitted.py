@@ -41,8 +41,9 @@ def models(draw):
     model=models(),
     dtype=st.sampled_from([np.float32, np.float64]),
     radius=st.sampled_from([4, 32768]),
+    planar=st.booleans(),
 )
-def test_decoder_reproduces_the_encoder(model, dtype, radius):
+def test_decoder_reproduces_the_encoder(model, dtype, radius, planar):
     """Any causal model, even a poor one (large weights: outliers): the decoder returns
     values within the bound, bit for bit the encoder's reconstruction."""
     shape, offsets, weights, rng = model
@@ -51,16 +52,16 @@ def test_decoder_reproduces_the_encoder(model, dtype, radius):
     prec = PREC_FLOAT64 if dtype == np.float64 else PREC_FLOAT32
     codes = np.empty(x.size, np.uint16)
     outliers = np.empty(x.size, dtype)
-    k = fitted_encode(x, offsets, weights, eb, radius, prec, codes, outliers)
+    k = fitted_encode(x, offsets, weights, planar, eb, radius, prec, codes, outliers)
     out = np.empty_like(x)
-    fitted_decode(codes, outliers[:k], offsets, weights, eb, radius, prec, out)
+    fitted_decode(codes, outliers[:k], offsets, weights, planar, eb, radius, prec, out)
     assert np.all(np.abs(out.astype(np.float64) - x) <= eb)
     again = np.empty_like(x)
-    fitted_decode(codes, outliers[:k].copy(), offsets, weights, eb, radius, prec, again)
+    fitted_decode(codes, outliers[:k].copy(), offsets, weights, planar, eb, radius, prec, again)
     np.testing.assert_array_equal(out, again)
     if k:
         with pytest.raises(ValueError, match="outlier"):
-            fitted_decode(codes, outliers[: k - 1], offsets, weights, eb, radius, prec, out)
+            fitted_decode(codes, outliers[: k - 1], offsets, weights, planar, eb, radius, prec, out)
 
 
 def _autoregressive(shape, seed=0):
@@ -91,7 +92,7 @@ def test_fit_pays_where_stencils_do_not():
     fitted = len(tp.compress(x, abs=eb, predictor="fitted", workers=1))
     auto = len(tp.compress(x, abs=eb, predictor="auto", workers=1))
     assert fitted < 0.98 * auto
-    offsets, weights = sz_fitted.unpack(sz_fitted.fit(x.reshape(1, *x.shape), eb))
+    offsets, weights, _ = sz_fitted.unpack(sz_fitted.fit(x.reshape(1, *x.shape), eb))
     found = dict(zip(map(tuple, offsets.tolist()), weights, strict=True))
     assert found[(0, 0, -1)] == pytest.approx(0.45, abs=0.05)
     assert found[(0, -1, 2)] == pytest.approx(0.25, abs=0.05)
@@ -105,8 +106,8 @@ def test_small_chunks_fall_back_to_lorenzo():
     assert np.all(np.abs(y - x) <= 0.1)
 
 
-def _model(offsets, weights) -> bytes:
-    return sz_fitted.pack(np.array(offsets, np.int64), np.array(weights, np.float64))
+def _model(offsets, weights, planar=False) -> bytes:
+    return sz_fitted.pack(np.array(offsets, np.int64), np.array(weights, np.float64), planar)
 
 
 @pytest.mark.parametrize(
@@ -117,8 +118,10 @@ def _model(offsets, weights) -> bytes:
         _model([(0, 0, 0)], [1.0]),  # the element itself
         _model([(0, 0, -1)], [float("nan")]),
         _model([(0, 0, -1)], [1.0])[:-1],  # truncated
-        struct.pack("<B", 0),
-        struct.pack("<B", sz_fitted.MAX_TERMS + 1) + bytes(11 * (sz_fitted.MAX_TERMS + 1)),
+        b"\x01",
+        struct.pack("<BB", 0, 0),
+        struct.pack("<BB", sz_fitted.MAX_TERMS + 1, 0) + bytes(11 * (sz_fitted.MAX_TERMS + 1)),
+        _model([(0, 0, -1)], [1.0])[:1] + b"\x02" + _model([(0, 0, -1)], [1.0])[2:],  # flags
     ],
 )
 def test_damaged_models_are_refused(blob):

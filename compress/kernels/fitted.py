@@ -6,7 +6,9 @@ k + o[t, 2]]`` over offsets ``o`` that come before it in C order, from the
 *reconstructed* values ``r``; the weights are fitted per chunk by least squares
 (``sz_fitted.py``). Where an offset would leave the array (the first planes and
 rows, the ends of rows, the last rows of a plane) the element is predicted by
-first-order Lorenzo with zero padding instead. Quantization is :mod:`.linear_quant`'s,
+first-order Lorenzo with zero padding instead, over the three dimensions or, with
+``planar``, within the plane (planes of activations, channels or images, do not
+predict each other). Quantization is :mod:`.linear_quant`'s,
 so ``|x - decoded| <= eb`` for every element.
 
 Per row, the terms of the offsets outside the row are summed first, along the whole
@@ -54,7 +56,7 @@ def _accumulate(dst, src, w):
 
 
 @njit(cache=True, nogil=True)
-def _run(src, dst, codes, outliers, offsets, weights, eb, radius, prec, decode):
+def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, decode):
     n0, n1, n2 = src.shape
     two_eb, inv, lim = _qparams(eb, radius)
     depth, up, down, left, right = reach(offsets)
@@ -115,7 +117,9 @@ def _run(src, dst, codes, outliers, offsets, weights, eb, radius, prec, decode):
                         p += far_w[u] * cur[q - far_d[u]]
                     p += w2 * prev2
                     p += w1 * prev1
-                else:  # Lorenzo, zero padding (the plane before the first is zeros)
+                elif planar:  # Lorenzo, zero padding
+                    p = cur[q - 1] + cur[q - width] - cur[q - width - 1]
+                else:  # the plane before the first is zeros
                     p = (
                         cur[q - 1]
                         + cur[q - width]
@@ -156,18 +160,18 @@ def _check(data, offsets, weights, codes):
         raise ValueError("fitted prediction: weights or codes of the wrong size")
 
 
-def fitted_encode(data, offsets, weights, eb, radius, prec, codes, outliers):
+def fitted_encode(data, offsets, weights, planar, eb, radius, prec, codes, outliers):
     """Predict ``data`` (3-d C-contiguous float32/float64) with ``weights`` (float64)
-    at ``offsets`` (int64, (n, 3), each before (0, 0, 0) in C order) and quantize;
-    return the number of outliers. codes: uint16, >= data.size; outliers: data's
-    dtype, capacity >= data.size (first n used)."""
+    at ``offsets`` (int64, (n, 3), each before (0, 0, 0) in C order), Lorenzo within
+    the plane at the edges if ``planar``, and quantize; return the number of outliers.
+    codes: uint16, >= data.size; outliers: data's dtype, capacity >= data.size."""
     _check(data, offsets, weights, codes)
     if not eb > 0.0:
         raise ValueError("eb must be > 0")
-    return _run(data, data, codes, outliers, offsets, weights, eb, radius, prec, False)
+    return _run(data, data, codes, outliers, offsets, weights, planar, eb, radius, prec, False)
 
 
-def fitted_decode(codes, outliers, offsets, weights, eb, radius, prec, out):
+def fitted_decode(codes, outliers, offsets, weights, planar, eb, radius, prec, out):
     """Invert :func:`fitted_encode` into ``out`` (3-d C-contiguous)."""
     _check(out, offsets, weights, codes)
-    _run(out, out, codes, outliers, offsets, weights, eb, radius, prec, True)
+    _run(out, out, codes, outliers, offsets, weights, planar, eb, radius, prec, True)
