@@ -44,7 +44,7 @@ _RUN = 64
 #: fewest interior points worth a fit
 MIN_POINTS = 256
 #: bits per value a smaller set of neighbours may cost over the whole pool
-SLACK_BITS = 0.01
+SLACK_BITS = 0.02
 #: neighbour counts tried, smallest first
 _LADDER = (2, 4, 6, 8, 12, 16, 20, 24, 32)
 
