@@ -81,12 +81,14 @@ better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2
 and a dimension order per chunk among all six in 3-d (each 3-d corpus array transposed
 to its best order: at most 1.5% fewer bytes, on the small ViT activations, and none on
 the simulated fields at rel 1e-3 and 1e-4). The fitted predictor paid most where it
-paid (grayscott_u 1.05x -> 2.08x SZ3's ratio at rel 1e-3, grayscott_v 1.02x -> 1.42x,
-turbulence_u 1.05x -> 1.35x, cnn_conv1_out 1.25x -> 1.43x); as it decodes at about
+paid (at rel 1e-3: grayscott_u 1.05x -> 2.14x SZ3's ratio, grayscott_v 1.02x -> 1.41x,
+turbulence_u 1.05x -> 1.35x, cnn_conv1_out 1.25x -> 1.52x); as it decodes at about
 half the fixed stencils' speed and its fit costs small images much of their time,
 ``auto`` samples it on chunks of 2**19 elements and more and keeps it for at least
-10% fewer sampled bits. Without the left neighbours in the row (a chain from one
-element to the next, about half its decoding time) it lost up to half of that gain.
+10% fewer sampled bits (a near tie with an interpolation costed on the whole chunk:
+sample blocks overprice interpolations). Without the left neighbours in the row (a
+chain from one element to the next, about half its decoding time) it lost up to half
+of its gain; Lorenzo across planes at the plane edges cost activations 5-10%.
 
 Payload layout (inside one zstd frame), little-endian::
 
