@@ -111,7 +111,9 @@ _REGRESSION_DIMS = 3
 #: the fitted predictor (sz_fitted.py) is sampled by ``auto`` on chunks of at least
 #: this many elements (its fit would cost much of a small image's compression time) and
 #: kept where it samples at most ``_FITTED_GAIN`` of the next best candidate's bits: it
-#: decodes slower than the fixed stencils (benchmarks/compressors.py)
+#: decodes slower than the fixed stencils (benchmarks/compressors.py). Against an
+#: interpolation sampled within ``_FITTED_SURE`` of it, both are costed on the whole
+#: chunk (see ``_fitted_margin``)
 _FITTED_MIN = 1 << 19
 _FITTED_GAIN = 0.9
 _FITTED_SURE = 0.8

@@ -87,6 +87,7 @@ def fit(values3: np.ndarray, eb: float) -> bytes | None:
 
 
 def _fit(values3: np.ndarray, eb: float) -> bytes | None:
+    """``fit``'s body: sample, solve on the whole pool, keep the strongest neighbours."""
     offsets = pool(values3.shape)
     if offsets.shape[0] == 0:
         return None
@@ -100,10 +101,10 @@ def _fit(values3: np.ndarray, eb: float) -> bytes | None:
     # cache lines (single points spread over a large chunk cost a miss per neighbour)
     run = min(_RUN, counts[2])
     rows = np.linspace(0, counts[0] * counts[1] - 1, -(-m // run)).astype(np.int64)
-    z, y = np.divmod(rows, counts[1])
-    x = (np.arange(rows.size) * 7919) % (counts[2] - run + 1)
+    plane, row = np.divmod(rows, counts[1])
+    col = (np.arange(rows.size) * 7919) % (counts[2] - run + 1)  # spread along the rows
     n1, n2 = values3.shape[1:]
-    starts = ((z + box[0].start) * n1 + y + box[1].start) * n2 + x + box[2].start
+    starts = ((plane + box[0].start) * n1 + row + box[1].start) * n2 + col + box[2].start
     points = (starts[:, None] + np.arange(run)[None, :]).reshape(-1)
     shifts = (offsets[:, 0] * n1 + offsets[:, 1]) * n2 + offsets[:, 2]
     flat = values3.reshape(-1)
@@ -125,7 +126,7 @@ def _fit(values3: np.ndarray, eb: float) -> bytes | None:
     scale = np.sqrt(np.diag(gram))
     order = np.argsort(-np.abs(solved[1]) * scale[solved[0]], kind="stable")
     floor = max(sse_full, m * eb * eb / 3.0) * 2.0 ** (2 * SLACK_BITS)
-    keep, weights = solved
+    keep = solved[0]
     for n in _LADDER:
         if n >= min(order.size, MAX_TERMS):
             keep = np.sort(order[:MAX_TERMS])
