@@ -80,7 +80,9 @@ per level (the codes' entropy with the better one per level came within 0.4% of 
 better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2),
 and a dimension order per chunk among all six in 3-d (each 3-d corpus array transposed
 to its best order: at most 1.5% fewer bytes, on the small ViT activations, and none on
-the simulated fields at rel 1e-3 and 1e-4). The fitted predictor paid most where it
+the simulated fields at rel 1e-3 and 1e-4), and cubic weights (-3, 23, 23, -3) / 40 (a
+spline variant) in place of (-1, 9, 9, -1) / 16 (smooth_2d lost 12-64%, no array gained
+over 1.5%). The fitted predictor paid most where it
 paid (at rel 1e-3: grayscott_u 1.05x -> 2.14x SZ3's ratio, grayscott_v 1.02x -> 1.41x,
 turbulence_u 1.05x -> 1.35x, cnn_conv1_out 1.25x -> 1.52x); as it decodes at about
 half the fixed stencils' speed and its fit costs small images much of their time,
