@@ -200,6 +200,8 @@ def unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray, bool]:
     causal = all(tuple(o) < (0, 0, 0) for o in offsets.tolist())
     if not causal or not np.isfinite(weights).all():
         raise ValueError("sz payload: the fitted model names a neighbour not yet decoded")
+    if np.abs(offsets).max() > max(POOL_REACH.values()):  # bounds the decoder's planes
+        raise ValueError("sz payload: the fitted model names a neighbour out of reach")
     return offsets, weights, bool(planar)
 
 

@@ -117,6 +117,7 @@ def _model(offsets, weights, planar=False) -> bytes:
         _model([(0, 0, 1)], [1.0]),  # not yet decoded
         _model([(0, 0, 0)], [1.0]),  # the element itself
         _model([(0, 0, -1)], [float("nan")]),
+        _model([(-9, 0, 0)], [1.0]),  # further back than any fit reaches
         _model([(0, 0, -1)], [1.0])[:-1],  # truncated
         b"\x01",
         struct.pack("<BB", 0, 0),
