@@ -1,8 +1,11 @@
-"""Bit-level primitives for numba kernels: bit counts, unaligned 8-byte reads and writes.
+"""Bit-level primitives for numba kernels: bit counts, unaligned 8-byte reads and writes,
+and two vector steps of the ``block`` decoder (fields of a word, running sums).
 
-Each compiles to one machine instruction (``tzcnt``, ``lzcnt``, an unaligned ``mov``). The
-byte streams are little-endian by specification (formats/SPEC.md) and
-``load_u64``/``store_u64`` move them as such, so the module refuses big-endian hosts.
+Each of the first compiles to one machine instruction (``tzcnt``, ``lzcnt``, an
+unaligned ``mov``); the vector steps are written as portable LLVM vector IR, which
+LLVM lowers to whatever vector instructions the host has. The byte streams are
+little-endian by specification (formats/SPEC.md) and ``load_u64``/``store_u64`` move
+them as such, so the module refuses big-endian hosts.
 """
 
 import sys
@@ -86,6 +89,70 @@ def store_u64(typingctx, arr, idx, value):
         return context.get_dummy_value()
 
     return types.none(arr, types.int64, types.uint64), codegen
+
+
+#: lanes of :func:`running_sum16`'s vector
+SCAN_LANES = 16
+
+
+@intrinsic
+def running_sum16(typingctx, arr, idx, carry):
+    """a[idx : idx + 16] = ``carry`` plus the running sums of a[idx : idx + 16], in place,
+    for a contiguous int32 array ``a`` (sums wrap modulo 2**32, as int32 stores do);
+    returns the last sum. One vector of 16 lanes, four shift-and-add steps (log2 16),
+    where a loop would add the 16 values one after another; the caller guarantees
+    ``idx + 16 <= a.size``."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int32 and arr.layout == "C"):
+        return None
+    i32 = ir.IntType(32)
+    vty = ir.VectorType(i32, SCAN_LANES)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        vptr = builder.bitcast(builder.gep(ary.data, [args[1]]), vty.as_pointer())
+        x = builder.load(vptr, align=4)
+        zero = ir.Constant(vty, None)
+        k = 1
+        while k < SCAN_LANES:  # lane i gets lane i - k (zero below k)
+            lanes = [i - k if i >= k else SCAN_LANES for i in range(SCAN_LANES)]
+            x = builder.add(x, builder.shuffle_vector(x, zero, ir.Constant(vty, lanes)))
+            k *= 2
+        one = builder.insert_element(zero, args[2], ir.Constant(i32, 0))
+        x = builder.add(x, builder.shuffle_vector(one, zero, ir.Constant(vty, [0] * SCAN_LANES)))
+        builder.store(x, vptr, align=4)
+        return builder.extract_element(x, ir.Constant(i32, SCAN_LANES - 1))
+
+    return types.int32(arr, types.int64, types.int32), codegen
+
+
+@intrinsic
+def split8(typingctx, arr, idx, v, w):
+    """a[idx : idx + 8] = the eight ``w``-bit fields (``w`` <= 8) of uint64 ``v``, lowest
+    first, for a contiguous int32 array ``a``: one vector shift by (0, w, ..., 7w) and one
+    mask, where a loop would take each field in turn; the caller guarantees
+    ``idx + 8 <= a.size``."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int32 and arr.layout == "C"):
+        return None
+    i64 = ir.IntType(64)
+    v64 = ir.VectorType(i64, 8)
+
+    def splat(builder, x):
+        one = builder.insert_element(ir.Constant(v64, None), x, ir.Constant(ir.IntType(32), 0))
+        lanes = ir.Constant(ir.VectorType(ir.IntType(32), 8), [0] * 8)
+        return builder.shuffle_vector(one, ir.Constant(v64, None), lanes)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        v, w = args[2], args[3]
+        mask = builder.sub(builder.shl(ir.Constant(i64, 1), w), ir.Constant(i64, 1))
+        shifts = builder.mul(splat(builder, w), ir.Constant(v64, list(range(8))))
+        fields = builder.and_(builder.lshr(splat(builder, v), shifts), splat(builder, mask))
+        codes = builder.trunc(fields, ir.VectorType(ir.IntType(32), 8))
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), codes.type.as_pointer())
+        builder.store(codes, ptr, align=4)
+        return context.get_dummy_value()
+
+    return types.none(arr, types.int64, types.uint64, types.uint64), codegen
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from . import block_layout as bl
-from .bits import copy_bytes, get_bits, load_u64, trailing_zeros
+from .bits import SCAN_LANES, copy_bytes, get_bits, load_u64, running_sum16, split8, trailing_zeros
 from .block_encode import encode_chunk
 from .block_layout import BLOCK, DELTA, MODE_BLOCKS, RAW_WIDTH, SIGNED, SPARSE
 from .positions import CODE_COUNT, decode_index, index_size
@@ -46,14 +46,14 @@ def _unpack(buf, pos, cnt, w, cb):
     ``cnt`` rounded up to 8 (the last group may write codes past ``cnt``).
 
     One unaligned 8-byte read yields 8 codes for w <= 8 (exactly ``w`` bytes, as
-    ``_pack`` stores them), else 4 or 1 (g * w + 7 <= 64 bits, read from a byte
-    boundary and shifted).
+    ``_pack`` stores them; split in one vector step), else 4 or 1 (g * w + 7 <= 64
+    bits, read from a byte boundary and shifted).
     """
     mask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
     uw = np.uint64(w)
     if w <= 8:
         for i in range((cnt + 7) // 8):
-            _split(load_u64(buf, pos + i * w), cb, 8 * i, 8, uw, mask)
+            split8(cb, 8 * i, load_u64(buf, pos + i * w), uw)
     elif w <= 14:
         for i in range((cnt + 3) // 4):
             off = 4 * i * w
@@ -191,10 +191,15 @@ def decode_chunk(payload, n, itemsize, prec, pw, step, out, outb, buf):
             if h & SIGNED:
                 _unzigzag(qb, m)
         if h & DELTA:
-            v = prev
-            for j in range(m):
-                v += qb[j]
-                qb[j] = v
+            if m == BLOCK:  # four vectors of running sums, each carrying the last
+                v = np.int32(prev)
+                for j in range(0, BLOCK, SCAN_LANES):
+                    v = running_sum16(qb, j, v)
+            else:
+                v = prev
+                for j in range(m):
+                    v += qb[j]
+                    qb[j] = v
         prev = qb[m - 1]
         _reconstruct(qb, m, bstep, out, s)
         pos += nbytes
