@@ -293,15 +293,20 @@ class SZCodec(Codec):
         if not log_domain and LATTICE in PREDICTOR_IDS[self.predictor]:
             lattice = find_lattice(work, patch_idx, eb)
         with chunk_pool(threads, values.size) as pool:
-            args = (self.predictor, self.alpha, self.beta, self.radius)
+            args, coded = (self.predictor, self.alpha, self.beta, self.radius), {}
             choice, shape = choose(
-                values, squeezed_shape(chunk.shape), eb, prec, pool, *args, lattice
+                values, squeezed_shape(chunk.shape), eb, prec, pool, *args, lattice, coded
             )
             if choice[0] == LATTICE and not on_lattice(work, patch_idx, *lattice):
                 # the samples were on it, some other value is not: choose without it
                 choice, shape = choose(values, squeezed_shape(chunk.shape), eb, prec, pool, *args)
-            side = []  # REGRESSION's side information
-            codes, outliers = encode_with(choice, values, shape, eb, prec, self.radius, pool, side)
+            if (choice, shape) in coded:  # coded whole while choosing
+                codes, outliers, side = coded[choice, shape]
+            else:
+                side = []  # REGRESSION's and FITTED's side information
+                codes, outliers = encode_with(
+                    choice, values, shape, eb, prec, self.radius, pool, side
+                )
             stream = huffman_encode(codes, pool)
 
         if log_domain:

@@ -176,14 +176,14 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
 
 
 def choose(
-    values, shape, eb, prec, pool, predictor, alpha, beta, radius, lattice=None
+    values, shape, eb, prec, pool, predictor, alpha, beta, radius, lattice=None, coded=None
 ) -> tuple[tuple, tuple]:
     """``((predictor id, alpha, beta), layout)``: the candidate whose sampled codes
     cost least, and the shape it codes the chunk as (see ``candidates``).
-
     values: the chunk, flat; shape: its squeezed shape; eb, prec, radius: the
     quantizer's bound, precision and radius; pool: threads for the sampling, or None;
-    predictor, alpha, beta: the codec's config; lattice: see ``candidates``."""
+    predictor, alpha, beta: the codec's config; lattice: see ``candidates``; coded: a
+    dict receiving ``(codes, outliers, side)`` of the candidates coded whole here."""
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return _alone(every[0], values, eb)
@@ -247,7 +247,7 @@ def choose(
         ]
     rest = _with_models(rest, values, eb, predictor in _SEARCHES)
     scored = sorted(scored + list(zip(costs(rest), rest, strict=True)), key=_bits)
-    scored = _fitted_margin(scored, predictor, (values, eb, prec, radius, pool))
+    scored = _fitted_margin(scored, predictor, (values, eb, prec, radius, pool, coded))
     (best_cost, best), rival = scored[0], _rival(scored)
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
@@ -302,10 +302,13 @@ def _fitted_margin(scored: list, predictor: str, chunk: tuple) -> list:
     return [scored[1], scored[0], *scored[2:]]
 
 
-def _whole_cost(candidate, values, eb, prec, radius, pool) -> float:
-    """What ``candidate``'s codes of the whole chunk cost, in bits (outliers included)."""
+def _whole_cost(candidate, values, eb, prec, radius, pool, coded) -> float:
+    """What ``candidate``'s codes of the whole chunk cost, in bits (outliers included);
+    the codes go into the dict ``coded`` if given (see ``choose``)."""
     (cand, layout), side = candidate, []
     codes, outliers = encode_with(cand, values, layout, eb, prec, radius, pool, side)
+    if coded is not None:
+        coded[candidate] = (codes, outliers, side)
     return code_bits(codes) + 8 * outliers.nbytes + 8 * sum(len(b) for b in side)
 
 
