@@ -11,10 +11,10 @@ first-order Lorenzo with zero padding instead, over the three dimensions or, wit
 predict each other). Quantization is :mod:`.linear_quant`'s,
 so ``|x - decoded| <= eb`` for every element.
 
-Per row, the terms of the offsets outside the row are summed first, along the whole
-row at once (vectorised), in the offsets' order; then the row is walked in order,
-adding the terms of the offsets inside it (``(0, 0, -d)``): those with ``d > 2`` in
-their order, then ``d = 2``, then ``d = 1``. Encoder and decoder run
+A prediction sums, each group in the offsets' order: the earlier planes' terms (a
+few rows of a plane at once), the earlier rows' terms (a row at once), both as
+vector loops; then, walking the row, the terms inside it (``(0, 0, -d)``): those with
+``d > 2``, then ``d = 2``, then ``d = 1``. Encoder and decoder run
 the same body (``decode`` is a literal flag), so their predictions agree bit for bit.
 
 Reconstructions live in a ring of ``depth + 1`` planes (``depth``: the largest
@@ -67,8 +67,8 @@ def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, 
     kind = np.empty(offsets.shape[0], np.int64)  # 0: an earlier plane, 1: row, 2: in the row
     for t in range(offsets.shape[0]):
         kind[t] = 0 if offsets[t, 0] < 0 else 1 if offsets[t, 1] < 0 else 2
-    # in the row: the nearest two by weight (their values kept in registers: the chain
-    # from one element to the next), the farther ones read back
+    # in the row: the two nearest (their values kept in registers: the chain from one
+    # element to the next), the farther ones read back
     w1 = w2 = 0.0
     for t in range(offsets.shape[0]):
         if kind[t] == 2 and offsets[t, 2] == -1:
