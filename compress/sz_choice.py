@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import sz_fitted
+from . import sz_fitted, sz_match
 from .stages import zstd_compress
 from .sz_steps import (
     CONSTANT,
@@ -24,6 +24,7 @@ from .sz_steps import (
     LINEAR,
     LINEAR_REV,
     LORENZO,
+    MATCH,
     MD_CUBIC,
     MD_LINEAR,
     REGRESSION,
@@ -46,10 +47,11 @@ PREDICTOR_IDS = {
     "regression": (REGRESSION,),
     "lattice": (LATTICE,),
     "fitted": (FITTED,),
+    "match": (MATCH,),
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
     "auto": (
         *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
-        *(LATTICE, FITTED),
+        *(LATTICE, FITTED, MATCH),
     ),
 }
 
@@ -147,8 +149,8 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
                 preds.append((LATTICE, *lattice))
             elif predictor == "lattice":
                 preds.append((LORENZO, 1.0, 1.0))
-        elif pred == CONSTANT:
-            preds.append((CONSTANT, _middle(values), 1.0))
+        elif pred in (CONSTANT, MATCH):  # MATCH: its references added by _matched
+            preds.append((pred, _middle(values), 1.0))
         elif pred in (LORENZO, REGRESSION, FITTED):  # FITTED: its model added by _fitted
             preds.append((pred, 1.0, 1.0))
         elif alpha is not None:
@@ -169,6 +171,8 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
         # it paid on the chunk's own shape only, of 3 dimensions or more
         if c[0] != REGRESSION or layout is shape and (len(shape) >= _REGRESSION_DIMS or not search)
         if c[0] != FITTED or layout is shape  # its model is fitted on the chunk's shape
+        # its rows: all dimensions but the last merged, of a chunk of 2 dimensions or more
+        if c[0] != MATCH or layout is shape and (len(shape) > 1 or not search)
         # on one dimension the reverse order is the same: not sampled twice
         if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
     ]
@@ -186,7 +190,9 @@ def choose(
     dict receiving ``(codes, outliers, side)`` of the candidates coded whole here."""
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
-        return _alone(every[0], values, eb)
+        return _alone(every[0], values, eb, radius)
+    matches = [c for c in every if c[0][0] == MATCH]  # tried after the sampling
+    every = [c for c in every if c[0][0] != MATCH]
     flat = len(layouts[-1]) == 1 and len(shape) > 1
 
     def sampled(scale):  # blocks per layout
@@ -249,6 +255,10 @@ def choose(
     scored = sorted(scored + list(zip(costs(rest), rest, strict=True)), key=_bits)
     scored = _fitted_margin(scored, predictor, (values, eb, prec, radius, pool, coded))
     (best_cost, best), rival = scored[0], _rival(scored)
+    if best[0][0] == CONSTANT and matches:  # noise-like rows: only other rows predict them
+        matched = _alone(matches[0], values, eb, radius)
+        if matched[0][0] == MATCH:
+            return matched
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
         return best
@@ -265,12 +275,19 @@ def _fitted(candidate: tuple, values, eb) -> tuple | None:
     return ((pred, alpha, beta, model), layout) if model else None
 
 
-def _alone(candidate: tuple, values, eb) -> tuple:
+def _alone(candidate: tuple, values, eb, radius) -> tuple:
     """The only candidate of a config; FITTED's with its model, or Lorenzo's where no
-    model fits."""
-    if candidate[0][0] != FITTED:
+    model fits; MATCH's with its references, or the constant's where no row matches."""
+    (pred, c, _), layout = candidate
+    if pred == MATCH:
+        found = sz_match.references(values.reshape(fold_shape(layout, 2)), c, eb)
+        if found is None:
+            return (CONSTANT, c, 1.0), layout
+        refs, c = found
+        return (MATCH, c, 1.0, sz_match.pack(refs)), layout
+    if pred != FITTED:
         return candidate
-    return _fitted(candidate, values, eb) or ((LORENZO, 1.0, 1.0), candidate[1])
+    return _fitted(candidate, values, eb) or ((LORENZO, 1.0, 1.0), layout)
 
 
 def _with_models(cands: list, values, eb, search: bool) -> list:

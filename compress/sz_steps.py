@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import sz_fitted
+from . import sz_fitted, sz_match
 from .huffman import huffman_encode
 from .kernels.constant import constant_decode, constant_encode
 from .kernels.huffman import huffman_depths
@@ -44,8 +44,10 @@ LINEAR_REV, CUBIC_REV = 8, 9
 LATTICE = 10
 #: a causal linear prediction fitted per chunk by least squares (sz_fitted.py)
 FITTED = 11
+#: each row of the 2-d layout predicted by an earlier row or a constant (sz_match.py)
+MATCH = 12
 #: the predictors with side information in the payload (bytes, see ``encode_with``)
-WITH_SIDE = (REGRESSION, FITTED)
+WITH_SIDE = (REGRESSION, FITTED, MATCH)
 #: the interpolations of kernels/interpolation.py, and their dimension order
 LINE_INTERP = {LINEAR: 0, CUBIC: 0, LINEAR_REV: 1, CUBIC_REV: 1}
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
@@ -106,8 +108,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     """``(codes, outliers)`` of ``values`` (flat, laid out as ``shape``) under the
     predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT,
     alpha and beta the offset and step for LATTICE (whose outliers are float64 indices).
-    REGRESSION and FITTED append their side information (bytes) to the list ``side``,
-    if given; FITTED's choice carries its model bytes as a fourth item."""
+    REGRESSION, FITTED and MATCH append their side information (bytes) to the list
+    ``side``, if given; FITTED's choice carries its model bytes as a fourth item, MATCH's
+    its row references (alpha: the constant)."""
     pred, alpha, beta = choice[:3]
     n = values.size
     codes = np.empty(n, np.uint16)
@@ -124,6 +127,11 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     elif pred == FITTED:
         data = values.reshape(fold_shape(shape, 3))
         k = sz_fitted.encode(choice[3], data, eb, radius, prec, codes, outliers)
+        if side is not None:
+            side.append(choice[3])
+    elif pred == MATCH:
+        data = values.reshape(fold_shape(shape, 2))
+        k = sz_match.encode(choice[3], data, alpha, eb, radius, prec, codes, outliers)
         if side is not None:
             side.append(choice[3])
     elif pred == CONSTANT:  # alpha is the prediction
@@ -147,8 +155,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
 
 def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
     """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
-    result. ``side``: REGRESSION's or FITTED's side information. LATTICE decodes into float64 only
-    (the values ``offset + k * step`` that the caller casts to the data dtype)."""
+    result. ``side``: REGRESSION's, FITTED's or MATCH's side information. LATTICE
+    decodes into float64 only (the values ``offset + k * step`` that the caller casts to
+    the data dtype)."""
     pred, alpha, beta = choice[:3]
     if dest is None:
         dest = np.empty(math.prod(shape), work_dtype)
@@ -165,6 +174,11 @@ def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, de
     if pred == FITTED:
         sz_fitted.decode(
             side, codes, outliers, eb, radius, prec, dest.reshape(fold_shape(shape, 3))
+        )
+        return dest
+    if pred == MATCH:
+        sz_match.decode(
+            side, codes, outliers, alpha, eb, radius, prec, dest.reshape(fold_shape(shape, 2))
         )
         return dest
     if pred == CONSTANT:

@@ -161,6 +161,25 @@ def cases():
         _smooth((30, 40), np.float64, 38) + 3.0,
         {"pw_rel": 1e-3, "predictor": "fitted"},
     )
+    # sz's row-match prediction (predictor 12): rows drawn from a few token rows plus a
+    # small position term, with a NaN and outliers (radius 16); float64 under pw_rel
+    tokens = _tokens((3, 10, 256), 39)
+    tokens[1, 4, 7] = np.nan
+    yield (
+        "sz_f32_match_rows",
+        tokens.astype(np.float32),
+        {"rel": 1e-3, "predictor": "match", "radius": 16},
+    )
+    yield "sz_f64_match_pw_rel", _tokens((24, 300), 40), {"pw_rel": 1e-3, "predictor": "match"}
+
+
+def _tokens(shape, seed, vocab=5):
+    """Rows (the last dimension) each one of ``vocab`` random rows plus a small term."""
+    rng = np.random.default_rng(seed)
+    rows = int(np.prod(shape[:-1]))
+    table = rng.standard_normal((vocab, shape[-1]))
+    x = table[rng.integers(0, vocab, rows)] + 0.01 * rng.standard_normal((rows, shape[-1]))
+    return x.reshape(shape)
 
 
 def _entropy_mix(dtype, seed):

@@ -1,0 +1,78 @@
+"""``sz``'s row-match predictor (12): each row of the chunk's 2-d layout (all dimensions
+but the last merged) is predicted by one earlier, similar row, or by a constant.
+
+Activations hold rows that nearly repeat: a token's embedding wherever the token
+recurs (plus a small position term), and what the next layers make of it. Neighbours
+within a row do not predict such data (it is noise-like along the row, where constant
+prediction wins), but the earlier row of the same token predicts all of it. The
+search (``kernels/match.py``) looks at the rows' first ``SKETCH_COLUMNS`` columns:
+it hashes each row by which of a few columns lie above their mean, takes as a row's
+candidates the row before it and the latest earlier row with its hash in each of a
+few tables, keeps the closest, and keeps that where its residuals cost fewer bits than
+the row's own codes. Rows that match nothing keep the constant.
+
+References (the payload's side information): one u32 per row, little-endian, the
+distance back to its reference row (0: the constant predicts it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels.match import match_decode, match_encode, match_search
+from .scratch import scratch
+
+#: columns of a row the search looks at (at most)
+SKETCH_COLUMNS = 64
+#: most bits the references may cost, as a share of the constant's (on the sketch)
+GAIN = 0.97
+#: fewest rows, and fewest elements per row, worth a search (a reference costs 4 bytes,
+#: and the search costs short rows' chunks a larger share of their time)
+MIN_ROWS = 4
+MIN_ROW = 256
+
+
+def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, float] | None:
+    """``(refs, constant)``: per row of the 2-d ``rows2``, the distance back to its
+    reference row (int64, 0 for the constant), and the constant (``c`` moved by whole
+    quantization bins to the middle of the codes); None when the chunk has too few rows
+    or columns or the references save under ``1 - GAIN`` of the constant's bits on the
+    sketch."""
+    rows, n = rows2.shape
+    if rows < MIN_ROWS or n < MIN_ROW:
+        return None
+    m = min(n, SKETCH_COLUMNS)  # the first columns: the sketch reads a fraction of the chunk
+    refs, shift, bits, constant_bits = match_search(rows2, m, float(c), 0.5 / eb)
+    # a reference costs 4 bytes, and the constant's codes decode a little faster
+    if bits + 32.0 * rows * m / n > GAIN * constant_bits:
+        return None
+    return refs, float(c) + 2.0 * eb * int(shift)
+
+
+def pack(refs: np.ndarray) -> bytes:
+    """The side information of ``refs``."""
+    return refs.astype("<u4").tobytes()
+
+
+def unpack(blob: bytes, rows: int) -> np.ndarray:
+    """The references (int64) of side information for ``rows`` rows; ValueError if they
+    do not fit the rows."""
+    if len(blob) != 4 * rows:
+        raise ValueError("sz payload: the row references have the wrong length")
+    refs = np.frombuffer(blob, "<u4").astype(np.int64)
+    if np.any(refs > np.arange(rows)):
+        raise ValueError("sz payload: a row refers to no earlier row")
+    return refs
+
+
+def encode(blob: bytes, rows2, c, eb, radius, prec, codes, outliers) -> int:
+    """Code the 2-d ``rows2`` with the references ``blob``; the number of outliers."""
+    refs = unpack(blob, rows2.shape[0])
+    with scratch(rows2.nbytes) as (buf,):  # the reconstruction, in pages already mapped
+        rec = buf.view(rows2.dtype).reshape(rows2.shape)
+        return match_encode(rows2, refs, c, eb, radius, prec, codes, outliers, rec)
+
+
+def decode(blob: bytes, codes, outliers, c, eb, radius, prec, out2) -> None:
+    """Invert :func:`encode` into the 2-d ``out2``."""
+    match_decode(codes, outliers, unpack(blob, out2.shape[0]), c, eb, radius, prec, out2)
