@@ -142,15 +142,16 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
     config allows, and the layouts: ``shape``, 2-d (3 or more dimensions, see
     ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply. ``lattice``: the
     chunk's ``(offset, step)`` (sz_lattice.py), or None: then ``lattice`` is Lorenzo."""
-    preds = []
+    preds, middle = [], None
     for pred in PREDICTOR_IDS[predictor]:
         if pred == LATTICE:
             if lattice is not None:
                 preds.append((LATTICE, *lattice))
             elif predictor == "lattice":
                 preds.append((LORENZO, 1.0, 1.0))
-        elif pred in (CONSTANT, MATCH):  # MATCH: its references added by _matched
-            preds.append((pred, _middle(values), 1.0))
+        elif pred in (CONSTANT, MATCH):  # MATCH: its references added by _alone
+            middle = _middle(values) if middle is None else middle
+            preds.append((pred, middle, 1.0))
         elif pred in (LORENZO, REGRESSION, FITTED):  # FITTED: its model added by _fitted
             preds.append((pred, 1.0, 1.0))
         elif alpha is not None:

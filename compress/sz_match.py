@@ -11,8 +11,13 @@ candidates the row before it and the latest earlier row with its hash in each of
 few tables, keeps the closest, and keeps that where its residuals cost fewer bits than
 the row's own codes. Rows that match nothing keep the constant.
 
-References (the payload's side information): one u32 per row, little-endian, the
-distance back to its reference row (0: the constant predicts it).
+References (the payload's side information): per row, the distance back to its
+reference row (0: the constant predicts it), in ``width`` bits, the fewest that hold
+the largest (so that zstd finds nothing in them and passes the payload quickly)::
+
+    u8                     width, 0 .. 32
+    ceil(rows * width / 8) the rows' fields in row order, least significant bit first
+                           (numpy packbits with bitorder "little")
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from .scratch import scratch
 SKETCH_COLUMNS = 64
 #: most bits the references may cost, as a share of the constant's (on the sketch)
 GAIN = 0.97
-#: fewest rows, and fewest elements per row, worth a search (a reference costs 4 bytes,
-#: and the search costs short rows' chunks a larger share of their time)
+#: fewest rows, and fewest elements per row, worth a search (the search costs short
+#: rows' chunks a larger share of their time)
 MIN_ROWS = 4
 MIN_ROW = 256
 
@@ -43,23 +48,29 @@ def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, floa
         return None
     m = min(n, SKETCH_COLUMNS)  # the first columns: the sketch reads a fraction of the chunk
     refs, shift, bits, constant_bits = match_search(rows2, m, float(c), 0.5 / eb)
-    # a reference costs 4 bytes, and the constant's codes decode a little faster
-    if bits + 32.0 * rows * m / n > GAIN * constant_bits:
+    # the references' bits, and the constant's codes decode a little faster
+    if bits + rows.bit_length() * rows * m / n > GAIN * constant_bits:
         return None
     return refs, float(c) + 2.0 * eb * int(shift)
 
 
 def pack(refs: np.ndarray) -> bytes:
-    """The side information of ``refs``."""
-    return refs.astype("<u4").tobytes()
+    """The side information of ``refs``: the fewest bits that hold the largest."""
+    width = int(refs.max()).bit_length() if refs.size else 0
+    bits = (refs[:, None] >> np.arange(width)) & 1
+    return bytes([width]) + np.packbits(bits.reshape(-1), bitorder="little").tobytes()
 
 
 def unpack(blob: bytes, rows: int) -> np.ndarray:
     """The references (int64) of side information for ``rows`` rows; ValueError if they
     do not fit the rows."""
-    if len(blob) != 4 * rows:
+    width = blob[0] if blob else 64
+    if width > 32 or len(blob) != 1 + (rows * width + 7) // 8:
         raise ValueError("sz payload: the row references have the wrong length")
-    refs = np.frombuffer(blob, "<u4").astype(np.int64)
+    bits = np.unpackbits(
+        np.frombuffer(blob, np.uint8, offset=1), count=rows * width, bitorder="little"
+    )
+    refs = bits.reshape(rows, width).astype(np.int64) @ (1 << np.arange(width, dtype=np.int64))
     if np.any(refs > np.arange(rows)):
         raise ValueError("sz payload: a row refers to no earlier row")
     return refs

@@ -41,10 +41,7 @@ def match_encode(src, refs, c, eb, radius, prec, codes, outliers, rec):
     for t in range(rows):
         # the prediction copied into the row first, then replaced element by element by
         # the reconstruction: loads and stores of one index only, so the loops vectorize
-        if refs[t]:
-            row[:] = rec[t - refs[t]]
-        else:
-            row[:] = c
+        _predict(row, rec, t, refs[t], c)
         x, cr = src[t], codes[t * n : (t + 1) * n]
         nz = 0
         if fast and prec == PREC_FLOAT64:
@@ -67,7 +64,7 @@ def match_encode(src, refs, c, eb, radius, prec, codes, outliers, rec):
                 cr[i], row[i] = q, v
                 nz += q == 0
         if referred[t]:
-            rec[t] = row
+            _copy(rec[t], row)
         if nz:
             for i in range(n):
                 if cr[i] == 0:
@@ -91,10 +88,7 @@ def match_decode(codes, outliers, refs, c, eb, radius, prec, out):
         if refs[t] < 0 or refs[t] > t:
             raise ValueError("corrupt stream: a row refers to no earlier row")
         row, cr = out[t], codes[t * n : (t + 1) * n]
-        if refs[t]:  # as in the encoder: the prediction first, replaced in place
-            row[:] = out[t - refs[t]]
-        else:
-            row[:] = c
+        _predict(row, out, t, refs[t], c)  # as in the encoder: replaced in place
         nz = 0
         if fast and prec == PREC_FLOAT64:
             for i in range(n):
@@ -116,6 +110,23 @@ def match_decode(codes, outliers, refs, c, eb, radius, prec, out):
                     row[i] = outliers[oi]
                     oi += 1
     return oi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _predict(row, rec, t, d, c):
+    """Fill ``row`` with row ``t``'s prediction: row ``t - d`` of ``rec``, or ``c`` (d 0)."""
+    if d:
+        _copy(row, rec[t - d])
+    else:
+        for i in range(row.size):
+            row[i] = c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy(dst, src):
+    """``dst[:] = src`` as a plain loop (numba's slice assignment is several times slower)."""
+    for i in range(dst.size):
+        dst[i] = src[i]
 
 
 #: bits per hash key and hash tables; the sketch's codes are clipped to +-SKETCH_CLIP
