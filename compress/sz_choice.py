@@ -114,8 +114,8 @@ _REGRESSION_DIMS = 3
 #: this many elements (its fit would cost much of a small image's compression time) and
 #: kept where it samples at most ``_FITTED_GAIN`` of the next best candidate's bits: it
 #: decodes slower than the fixed stencils (benchmarks/compressors.py). Against an
-#: interpolation sampled within ``_FITTED_SURE`` of it, both are costed on the whole
-#: chunk (see ``_fitted_margin``)
+#: interpolation sampled within ``_FITTED_SURE`` of it, the interpolation is costed on
+#: the whole chunk (see ``_fitted_margin``)
 _FITTED_MIN = 1 << 19
 _FITTED_GAIN = 0.9
 _FITTED_SURE = 0.8
@@ -254,7 +254,9 @@ def choose(
         ]
     rest = _with_models(rest, values, eb, predictor in _SEARCHES)
     scored = sorted(scored + list(zip(costs(rest), rest, strict=True)), key=_bits)
-    scored = _fitted_margin(scored, predictor, (values, eb, prec, radius, pool, coded))
+    points = sum(b.size for b in samples[shape])  # the shape's blocks: FITTED's samples
+    chunk = (values, eb, prec, radius, pool, coded)
+    scored = _fitted_margin(scored, predictor, values.size / points, chunk)
     (best_cost, best), rival = scored[0], _rival(scored)
     if best[0][0] == CONSTANT and matches:  # noise-like rows: only other rows predict them
         matched = _alone(matches[0], values, eb, radius)
@@ -303,18 +305,20 @@ def _with_models(cands: list, values, eb, search: bool) -> list:
     return out
 
 
-def _fitted_margin(scored: list, predictor: str, chunk: tuple) -> list:
+def _fitted_margin(scored: list, predictor: str, scale: float, chunk: tuple) -> list:
     """``scored`` (sorted by cost) with FITTED's candidate behind the next best unless it
     costs at most ``_FITTED_GAIN`` of that one's bits (it decodes slower), when the
     ``predictor`` config searches. Against an interpolation by less than
-    ``_FITTED_SURE`` the two are costed on the whole chunk (``chunk``: ``_whole_cost``'s
-    arguments after the candidate): sample blocks cut off the interpolations' coarse
-    levels and overprice them, most at low rates (benchmarks/compressors.py)."""
+    ``_FITTED_SURE`` the interpolation is costed on the whole chunk (``chunk``:
+    ``_whole_cost``'s arguments after the candidate), and FITTED's sampled cost scaled
+    to it (``scale``: elements of the chunk per sampled one): sample blocks cut off the
+    interpolations' coarse levels and overprice them, most at low rates, while the fit
+    predicts every interior point alike (benchmarks/compressors.py)."""
     if len(scored) < 2 or scored[0][1][0][0] != FITTED or predictor not in _SEARCHES:
         return scored
     (fitted, _), (other, rival) = scored[:2]
     if rival[0][0] in _INTERPOLATIONS and _FITTED_SURE * other < fitted <= _FITTED_GAIN * other:
-        fitted, other = _whole_cost(scored[0][1], *chunk), _whole_cost(rival, *chunk)
+        fitted, other = fitted * scale, _whole_cost(rival, *chunk)
     if fitted <= _FITTED_GAIN * other:
         return scored
     return [scored[1], scored[0], *scored[2:]]
