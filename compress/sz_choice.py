@@ -191,7 +191,7 @@ def choose(
     dict receiving ``(codes, outliers, side)`` of the candidates coded whole here."""
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
-        return _alone(every[0], values, eb, radius)
+        return _alone(every[0], values, eb)
     matches = [c for c in every if c[0][0] == MATCH]  # tried after the sampling
     every = [c for c in every if c[0][0] != MATCH]
     flat = len(layouts[-1]) == 1 and len(shape) > 1
@@ -259,7 +259,7 @@ def choose(
     scored = _fitted_margin(scored, predictor, values.size / points, chunk)
     (best_cost, best), rival = scored[0], _rival(scored)
     if best[0][0] == CONSTANT and matches:  # noise-like rows: only other rows predict them
-        matched = _alone(matches[0], values, eb, radius)
+        matched = _alone(matches[0], values, eb)
         if matched[0][0] == MATCH:
             return matched
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
@@ -278,7 +278,7 @@ def _fitted(candidate: tuple, values, eb) -> tuple | None:
     return ((pred, alpha, beta, model), layout) if model else None
 
 
-def _alone(candidate: tuple, values, eb, radius) -> tuple:
+def _alone(candidate: tuple, values, eb) -> tuple:
     """The only candidate of a config; FITTED's with its model, or Lorenzo's where no
     model fits; MATCH's with its references, or the constant's where no row matches."""
     (pred, c, _), layout = candidate

@@ -5,7 +5,7 @@ Activations hold rows that nearly repeat: a token's embedding wherever the token
 recurs (plus a small position term), and what the next layers make of it. Neighbours
 within a row do not predict such data (it is noise-like along the row, where constant
 prediction wins), but the earlier row of the same token predicts all of it. The
-search (``kernels/match.py``) looks at the rows' first ``SKETCH_COLUMNS`` columns:
+search (``kernels/match_search.py``) looks at the rows' first ``SKETCH_COLUMNS`` columns:
 it hashes each row by which of a few columns lie above their mean, takes as a row's
 candidates the row before it and the latest earlier row with its hash in each of a
 few tables, keeps the closest, and keeps that where its residuals cost fewer bits than
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.match import match_decode, match_encode, match_search
+from .kernels.match import match_decode, match_encode
+from .kernels.match_search import match_search
 from .scratch import scratch
 
 #: columns of a row the search looks at (at most)
@@ -40,7 +41,8 @@ MIN_ROW = 256
 def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, float] | None:
     """``(refs, constant)``: per row of the 2-d ``rows2``, the distance back to its
     reference row (int64, 0 for the constant), and the constant (``c`` moved by whole
-    quantization bins to the middle of the codes); None when the chunk has too few rows
+    quantization bins to the middle of the codes, where that stays finite in the rows'
+    dtype); None when the chunk has too few rows
     or columns or the references save under ``1 - GAIN`` of the constant's bits on the
     sketch."""
     rows, n = rows2.shape
@@ -51,7 +53,10 @@ def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, floa
     # the references' bits, and the constant's codes decode a little faster
     if bits + rows.bit_length() * rows * m / n > GAIN * constant_bits:
         return None
-    return refs, float(c) + 2.0 * eb * int(shift)
+    moved = float(c) + 2.0 * eb * int(shift)
+    with np.errstate(over="ignore"):  # near the dtype's largest values: keep ``c``
+        fits = np.isfinite(rows2.dtype.type(moved))
+    return refs, moved if fits else float(c)
 
 
 def pack(refs: np.ndarray) -> bytes:
