@@ -137,40 +137,6 @@ def code_lengths(freqs: np.ndarray, max_len: int = MAX_CODE_LEN) -> np.ndarray:
     return out
 
 
-def _canonical(lengths: np.ndarray, max_len: int):
-    """Canonical code tables for ``lengths`` (bits; symbols in ascending order).
-
-    Returns (codes, rank, first_code, cnt, offset): codes (int64, MSB-first code
-    values per symbol), rank (symbol indices ordered by (length, symbol)), and per
-    length l the first code, the number of codes and their offset into ``rank``.
-    """
-    lengths = lengths.astype(np.int64)
-    cnt = np.bincount(lengths, minlength=max_len + 1).astype(np.int64)
-    cnt[0] = 0
-    first_code = np.zeros(max_len + 1, dtype=np.int64)
-    code = 0
-    for ln in range(1, max_len + 1):
-        code = (code + int(cnt[ln - 1])) << 1
-        first_code[ln] = code
-    offset = np.zeros(max_len + 1, dtype=np.int64)
-    offset[1:] = np.cumsum(cnt)[:-1]
-    rank = np.argsort(lengths, kind="stable")  # by length, then symbol
-    codes = np.empty(lengths.shape[0], dtype=np.int64)
-    ls = lengths[rank]
-    codes[rank] = first_code[ls] + np.arange(ls.shape[0]) - offset[ls]
-    return codes, rank, first_code, cnt, offset
-
-
-_REV8 = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], dtype=np.int64)
-
-
-def _reverse_bits(values: np.ndarray, widths) -> np.ndarray:
-    """Reverse the low ``widths`` bits (<= 24) of each value (int64 arrays)."""
-    v = np.asarray(values, dtype=np.int64)
-    rev24 = (_REV8[v & 0xFF] << 16) | (_REV8[(v >> 8) & 0xFF] << 8) | _REV8[(v >> 16) & 0xFF]
-    return rev24 >> (24 - np.asarray(widths, dtype=np.int64))
-
-
 def huffman_encode(symbols: np.ndarray, pool=None, hist: np.ndarray | None = None) -> bytes:
     """Huffman-code a 1-d uint16 array; returns the self-contained stream (bytes).
 
@@ -292,11 +258,9 @@ class HuffmanDecoder:
                 f"huffman: stream is {size} bytes, header implies {table_end + nbytes} "
                 f"({nbits} bitstream bits)"
             )
-        syms = (
-            np.cumsum(data[_HEADER_SIZE : _HEADER_SIZE + 2 * n].view("<u2").astype(np.int64) + 1)
-            - 1
-        )
+        gaps = data[_HEADER_SIZE : _HEADER_SIZE + 2 * n].view("<u2")
         lengths = data[_HEADER_SIZE + 2 * n : table_end].astype(np.int64)
+        syms, lmin, lmax, kraft = _k.table_summary(gaps, lengths, MAX_CODE_LEN)
         if n and syms[-1] >= _ALPHABET:
             raise ValueError(f"huffman: symbol table runs past {_ALPHABET - 1}")
         if (n == 0) != (count == 0):
@@ -316,10 +280,8 @@ class HuffmanDecoder:
 
         if count < n:
             raise ValueError(f"huffman: count {count} below the {n} distinct symbols listed")
-        lmin, lmax = int(lengths.min()), int(lengths.max())
         if lmin < 1 or lmax > MAX_CODE_LEN:
             raise ValueError(f"huffman: code lengths {lmin}..{lmax} outside 1..{MAX_CODE_LEN} bits")
-        kraft = int(np.sum(np.left_shift(1, MAX_CODE_LEN - lengths)))
         if kraft != 1 << MAX_CODE_LEN:
             raise ValueError(
                 f"huffman: code lengths do not form a complete prefix code "
@@ -334,19 +296,18 @@ class HuffmanDecoder:
 
         words = np.zeros((nbits + 63) // 64 + 2, dtype=np.uint64)  # 128 bits of zero padding
         words.view(np.uint8)[:nbytes] = data[table_end:]
-        self._build(words, nbits, count, syms, lengths)
+        self._build(words, nbits, count, syms, lengths, int(lmax))
         self._nbits = nbits
         self._state = np.zeros(3, np.uint64)
         self.symbols = np.empty(count, dtype=np.uint16)
         self.done = 0
 
-    def _build(self, words, nbits, count, syms, lengths) -> None:
+    def _build(self, words, nbits, count, syms, lengths, lmax) -> None:
         """Choose the kernel and build its tables for the validated code ``lengths``
-        of ``syms`` and the bitstream ``words`` (uint64, zero-padded)."""
-        lmax = int(lengths.max())
-        codes, rank, first_code, cnt, offset = _canonical(lengths, lmax)
+        (at most ``lmax`` bits) of ``syms`` and the bitstream ``words`` (uint64,
+        zero-padded)."""
+        rev, first_code, cnt, offset, self._sorted = _k.decode_tables(syms, lengths, lmax)
         tb = min(LUT_BITS, lmax)
-        rev = _reverse_bits(codes, lengths)
         # up to three codes a lookup pay off for short codes, two up to _PAIR_BITS; the
         # larger tables slow long ones (benchmarks/compressors.py, decompress speed)
         self._multi = nbits <= _MULTI_BITS * count
@@ -364,7 +325,6 @@ class HuffmanDecoder:
                 self._kernel = _km.decode_single
                 self._tables = (words.view(np.uint32), np.int64(nbits), lut, sub, tb)
             self._tables += (first_code, cnt, offset)
-        self._sorted = syms[rank].astype(np.uint16)
         self._lmax = lmax
 
     def decode_to(self, stop: int) -> None:

@@ -196,6 +196,61 @@ def encode_bits(symbols, table, out, skip):
 
 
 @njit(cache=True, nogil=True)
+def table_summary(gaps, lengths, max_len):
+    """``(syms, lmin, lmax, kraft)`` of a stream's code table: the symbols (int64, from
+    the gaps between them, uint16), the shortest and longest code lengths (uint8), and
+    the Kraft sum of the lengths in 1..max_len in units of ``2**-max_len``."""
+    n = gaps.shape[0]
+    syms = np.empty(n, dtype=np.int64)
+    s = np.int64(-1)
+    for i in range(n):
+        s += np.int64(gaps[i]) + 1
+        syms[i] = s
+    lmin, lmax, kraft = np.int64(256), np.int64(0), np.int64(0)
+    for i in range(n):
+        ln = np.int64(lengths[i])
+        lmin, lmax = min(lmin, ln), max(lmax, ln)
+        if 1 <= ln <= max_len:
+            kraft += np.int64(1) << (max_len - ln)
+    return syms, lmin, lmax, kraft
+
+
+@njit(cache=True, nogil=True)
+def decode_tables(syms, lengths, max_len):
+    """The decoder's tables of the canonical code of ``lengths`` (int64, 1..max_len)
+    for the ascending symbols ``syms`` (int64): ``(rev, first_code, cnt, offset,
+    sorted_syms)``: each symbol's code bit-reversed; per length its first code, its
+    number of codes and their offset in ``sorted_syms``, the symbols ordered by (length,
+    symbol) as uint16. The codes are :func:`canonical_table`'s."""
+    n = lengths.shape[0]
+    cnt = np.zeros(max_len + 1, dtype=np.int64)
+    for i in range(n):
+        cnt[lengths[i]] += 1
+    cnt[0] = 0
+    first_code = np.zeros(max_len + 1, dtype=np.int64)
+    offset = np.zeros(max_len + 1, dtype=np.int64)
+    code = 0
+    for ln in range(1, max_len + 1):
+        code = (code + cnt[ln - 1]) << 1
+        first_code[ln] = code
+        offset[ln] = offset[ln - 1] + cnt[ln - 1]
+    slot = offset.copy()  # the next rank of each length
+    rev = np.empty(n, dtype=np.int64)
+    sorted_syms = np.empty(n, dtype=np.uint16)
+    for i in range(n):
+        ln = lengths[i]
+        r = slot[ln]
+        slot[ln] += 1
+        sorted_syms[r] = syms[i]
+        c = first_code[ln] + r - offset[ln]
+        v = 0
+        for b in range(ln):
+            v = (v << 1) | ((c >> b) & 1)
+        rev[i] = v
+    return rev, first_code, cnt, offset, sorted_syms
+
+
+@njit(cache=True, nogil=True)
 def decode_table(rev, lengths, syms, tb):
     """The one-code lookup table that :func:`pair_table` extends: int32[2**tb],
     indexed by the next ``tb`` stream bits (LSB-first).
