@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.match import match_decode, match_encode
+from .kernels.match import match_decode, match_encode, pack_refs, unpack_refs
 from .kernels.match_search import match_search
 from .scratch import scratch
 
@@ -32,10 +32,11 @@ from .scratch import scratch
 SKETCH_COLUMNS = 64
 #: most bits the references may cost, as a share of the constant's (on the sketch)
 GAIN = 0.97
-#: fewest rows, and fewest elements per row, worth a search (the search costs short
-#: rows' chunks a larger share of their time)
+#: fewest rows, and fewest elements per row, worth a search: a shorter row's search
+#: covers all of it and found nothing on the corpus's 32-wide activations
+#: (benchmarks/compressors.py); attention probabilities 65 wide gained a fifth
 MIN_ROWS = 4
-MIN_ROW = 256
+MIN_ROW = 64
 
 
 def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, float] | None:
@@ -62,8 +63,7 @@ def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, floa
 def pack(refs: np.ndarray) -> bytes:
     """The side information of ``refs``: the fewest bits that hold the largest."""
     width = int(refs.max()).bit_length() if refs.size else 0
-    bits = (refs[:, None] >> np.arange(width)) & 1
-    return bytes([width]) + np.packbits(bits.reshape(-1), bitorder="little").tobytes()
+    return bytes([width]) + pack_refs(refs.astype(np.int64), width).tobytes()
 
 
 def unpack(blob: bytes, rows: int) -> np.ndarray:
@@ -72,10 +72,7 @@ def unpack(blob: bytes, rows: int) -> np.ndarray:
     width = blob[0] if blob else 64
     if width > 32 or len(blob) != 1 + (rows * width + 7) // 8:
         raise ValueError("sz payload: the row references have the wrong length")
-    bits = np.unpackbits(
-        np.frombuffer(blob, np.uint8, offset=1), count=rows * width, bitorder="little"
-    )
-    refs = bits.reshape(rows, width).astype(np.int64) @ (1 << np.arange(width, dtype=np.int64))
+    refs = unpack_refs(np.frombuffer(blob, np.uint8, offset=1), rows, width)
     if np.any(refs > np.arange(rows)):
         raise ValueError("sz payload: a row refers to no earlier row")
     return refs

@@ -127,3 +127,39 @@ def _copy(dst, src):
     """``dst[:] = src`` as a plain loop (numba's slice assignment is several times slower)."""
     for i in range(dst.size):
         dst[i] = src[i]
+
+
+@njit(cache=True, nogil=True)
+def pack_refs(refs, width):
+    """``refs`` (int64, each below ``2**width``) as ``width``-bit fields in row order,
+    least significant bit first (numpy's packbits with bitorder "little"), uint8."""
+    out = np.zeros((refs.size * width + 7) // 8, np.uint8)
+    acc, nacc, k = np.uint64(0), 0, 0
+    for t in range(refs.size):
+        acc |= np.uint64(refs[t]) << np.uint64(nacc)
+        nacc += width
+        while nacc >= 8:
+            out[k] = np.uint8(acc & np.uint64(0xFF))
+            acc >>= np.uint64(8)
+            nacc -= 8
+            k += 1
+    if nacc:
+        out[k] = np.uint8(acc & np.uint64(0xFF))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def unpack_refs(buf, rows, width):
+    """Invert :func:`pack_refs`: ``rows`` fields of ``width`` bits (int64)."""
+    refs = np.empty(rows, np.int64)
+    mask = (np.uint64(1) << np.uint64(width)) - np.uint64(1)
+    acc, nacc, k = np.uint64(0), 0, 0
+    for t in range(rows):
+        while nacc < width:
+            acc |= np.uint64(buf[k]) << np.uint64(nacc)
+            nacc += 8
+            k += 1
+        refs[t] = np.int64(acc & mask)
+        acc >>= np.uint64(width)
+        nacc -= width
+    return refs

@@ -35,23 +35,21 @@ def match_search(rows2, m, c, inv):
     repeat: an unrelated row is about 1.4 times further), nothing is priced and
     ``bits`` is infinite."""
     sketch, mean = _sketch(rows2, m, c, inv)
-    refs, residual, closer = _search(sketch, _keys(sketch, mean), mean)
+    refs, closer = _search(sketch, _keys(sketch, mean), mean)
     if closer * FEWEST_CLOSER < sketch.shape[0]:  # no structure to price: as dear as can be
         return refs, np.int16(0), np.inf, 0.0
     shift = np.int16(np.rint(mean.mean()))
     step = max(1, sketch.shape[0] // PRICED_ROWS)
     alone = np.zeros(4 * SKETCH_CLIP + 1, np.int64)
     match = np.zeros(4 * SKETCH_CLIP + 1, np.int64)
-    _count(sketch, residual, np.zeros_like(refs), shift, alone, step)
-    _count(sketch, residual, refs, shift, match, step)
+    _count(sketch, np.zeros_like(refs), shift, alone, step)
+    _count(sketch, refs, shift, match, step)
     cost_alone = _bits_of(alone)
-    picked = _choose_rows(sketch, residual, refs, shift, cost_alone, _bits_of(match), step)[0]
+    picked = _choose_rows(sketch, refs, shift, cost_alone, _bits_of(match), step)[0]
     mixed = np.zeros(4 * SKETCH_CLIP + 1, np.int64)
-    _count(sketch, residual, picked, shift, mixed, step)
+    _count(sketch, picked, shift, mixed, step)
     cost = _bits_of(mixed)
-    refs, bits, constant_bits = _choose_rows(
-        sketch, residual, refs, shift, cost, cost, 1, cost_alone
-    )
+    refs, bits, constant_bits = _choose_rows(sketch, refs, shift, cost, cost, 1, cost_alone)
     return refs, shift, bits, constant_bits
 
 
@@ -88,12 +86,11 @@ def _keys(sketch, mean):
 
 @njit(cache=True, nogil=True)
 def _search(sketch, keys, mean):
-    """Per row, the distance back to its closest candidate (0: none), and the residual
-    codes against it; how many rows are closer to it than to the columns' ``mean``."""
+    """Per row, the distance back to its closest candidate (0: none); how many rows are
+    closer to it than to the columns' ``mean``."""
     rows, m = sketch.shape
     last = np.full((TABLES, 1 << KEY_BITS), -1, np.int64)
     refs = np.zeros(rows, np.int64)
-    residual = np.zeros((rows, m), np.int16)
     closer = 0
     centre = np.empty(m, np.int32)
     for i in range(m):
@@ -119,30 +116,27 @@ def _search(sketch, keys, mean):
         if pick >= 0:
             refs[t] = t - pick
             closer += best < spread
-            y, r = sketch[pick], residual[t]
-            for i in range(m):
-                r[i] = x[i] - y[i]
-    return refs, residual, closer
+    return refs, closer
 
 
 @njit(cache=True, nogil=True)
-def _count(sketch, residual, refs, shift, counts, step):
+def _count(sketch, refs, shift, counts, step):
     """Add to ``counts`` (offset by ``2 * SKETCH_CLIP``) the codes of every ``step``-th
     row: its residuals where it refers to a row, else its own codes less ``shift``."""
     rows, m = sketch.shape
     for t in range(0, rows, step):
+        x = sketch[t]
         if refs[t]:
-            r = residual[t]
+            y = sketch[t - refs[t]]
             for i in range(m):
-                counts[r[i] + 2 * SKETCH_CLIP] += 1
+                counts[np.int32(x[i]) - y[i] + 2 * SKETCH_CLIP] += 1
         else:
-            x = sketch[t]
             for i in range(m):
-                counts[x[i] - shift + 2 * SKETCH_CLIP] += 1
+                counts[np.int32(x[i]) - shift + 2 * SKETCH_CLIP] += 1
 
 
 @njit(cache=True, nogil=True)
-def _choose_rows(sketch, residual, refs, shift, cost_const, cost_match, step, cost_alone=None):
+def _choose_rows(sketch, refs, shift, cost_const, cost_match, step, cost_alone=None):
     """``(refs, bits, alone_bits)`` over every ``step``-th row: each keeps its reference
     where its residual codes cost fewer bits than its own codes (priced by ``cost_match``
     and ``cost_const``, in 1/256 bits; other rows: 0); the bits of the codes so chosen,
@@ -151,17 +145,18 @@ def _choose_rows(sketch, residual, refs, shift, cost_const, cost_match, step, co
     out = np.zeros_like(refs)
     bits, alone_bits = np.int64(0), np.int64(0)
     for t in range(0, rows, step):
-        x, r = sketch[t], residual[t]
+        x = sketch[t]
         a = np.int64(0)
         for i in range(m):
-            a += cost_const[x[i] - shift + 2 * SKETCH_CLIP]
+            a += cost_const[np.int32(x[i]) - shift + 2 * SKETCH_CLIP]
         if cost_alone is not None:
             for i in range(m):
-                alone_bits += cost_alone[x[i] - shift + 2 * SKETCH_CLIP]
+                alone_bits += cost_alone[np.int32(x[i]) - shift + 2 * SKETCH_CLIP]
         if refs[t]:
+            y = sketch[t - refs[t]]
             b = np.int64(0)
             for i in range(m):
-                b += cost_match[r[i] + 2 * SKETCH_CLIP]
+                b += cost_match[np.int32(x[i]) - y[i] + 2 * SKETCH_CLIP]
             if b < a:
                 a, out[t] = b, refs[t]
         bits += a
