@@ -196,18 +196,7 @@ def choose(
     every = [c for c in every if c[0][0] != MATCH]
     flat = len(layouts[-1]) == 1 and len(shape) > 1
 
-    def sampled(scale):  # blocks per layout
-        rows = layouts[1] if len(shape) > 2 else None
-        out = {
-            layout: sample_blocks(values.reshape(fold_shape(layout, 3)), scale)
-            for layout in layouts
-            if layout is not rows
-        }
-        if rows is not None:  # the same blocks as the shape's, so that their costs compare
-            out[rows] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
-        return out
-
-    samples = sampled(1)
+    samples = _sampled(values, shape, layouts, 1)
 
     def cost(candidate, samples=samples):
         cand, layout = candidate
@@ -265,9 +254,23 @@ def choose(
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
         return best
-    larger = sampled(_LARGER)
+    larger = _sampled(values, shape, layouts, _LARGER)
     pair = [best, rival[1]]
     return pair[int(np.argmin([cost(c, larger) for c in pair]))]
+
+
+def _sampled(values, shape, layouts, scale) -> dict:
+    """Sample blocks (``sample_blocks`` at ``scale``) per layout of ``layouts``; the 2-d
+    layout's are the shape's blocks seen as 2-d, so that their costs compare."""
+    rows = layouts[1] if len(shape) > 2 else None
+    out = {
+        layout: sample_blocks(values.reshape(fold_shape(layout, 3)), scale)
+        for layout in layouts
+        if layout is not rows
+    }
+    if rows is not None:
+        out[rows] = [b.reshape(-1, b.shape[-1]) for b in out[shape]]
+    return out
 
 
 def _fitted(candidate: tuple, values, eb) -> tuple | None:
