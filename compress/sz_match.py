@@ -43,9 +43,8 @@ def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, floa
     """``(refs, constant)``: per row of the 2-d ``rows2``, the distance back to its
     reference row (int64, 0 for the constant), and the constant (``c`` moved by whole
     quantization bins to the middle of the codes, where that stays finite in the rows'
-    dtype); None when the chunk has too few rows
-    or columns or the references save under ``1 - GAIN`` of the constant's bits on the
-    sketch."""
+    dtype); None when the chunk has too few rows or columns or the references save
+    under ``1 - GAIN`` of the constant's bits on the sketch."""
     rows, n = rows2.shape
     if rows < MIN_ROWS or n < MIN_ROW:
         return None

@@ -127,13 +127,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     elif pred == FITTED:
         data = values.reshape(fold_shape(shape, 3))
         k = sz_fitted.encode(choice[3], data, eb, radius, prec, codes, outliers)
-        if side is not None:
-            side.append(choice[3])
     elif pred == MATCH:
         data = values.reshape(fold_shape(shape, 2))
         k = sz_match.encode(choice[3], data, alpha, eb, radius, prec, codes, outliers)
-        if side is not None:
-            side.append(choice[3])
     elif pred == CONSTANT:  # alpha is the prediction
         k = constant_encode(values.reshape(-1), alpha, eb, radius, prec, codes, outliers)
     elif pred == LORENZO:
@@ -150,6 +146,8 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
         else:
             rec = np.empty_like(data)
             k = interp_threaded(pool, data, rec, codes, outliers, levels, radius, prec, pred)
+    if pred in (FITTED, MATCH) and side is not None:  # their choice carries the bytes
+        side.append(choice[3])
     return codes, outliers[:k].copy()
 
 
