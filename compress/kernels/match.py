@@ -43,26 +43,12 @@ def match_encode(src, refs, c, eb, radius, prec, codes, outliers, rec):
         # the reconstruction: loads and stores of one index only, so the loops vectorize
         _predict(row, rec, t, refs[t], c)
         x, cr = src[t], codes[t * n : (t + 1) * n]
-        nz = 0
-        if fast and prec == PREC_FLOAT64:
-            for i in range(n):
-                q, v = _quantize_sel(
-                    float(x[i]), row[i], eb, two_eb, inv, lim, radius, PREC_FLOAT64
-                )
-                cr[i], row[i] = q, v
-                nz += q == 0
+        if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
+            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
         elif fast and prec == PREC_FLOAT32:
-            for i in range(n):
-                q, v = _quantize_sel(
-                    float(x[i]), row[i], eb, two_eb, inv, lim, radius, PREC_FLOAT32
-                )
-                cr[i], row[i] = q, v
-                nz += q == 0
+            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT32, True)
         else:
-            for i in range(n):
-                q, v = _quantize(float(x[i]), row[i], eb, two_eb, inv, lim, radius, prec)
-                cr[i], row[i] = q, v
-                nz += q == 0
+            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, False)
         if referred[t]:
             _copy(rec[t], row)
         if nz:
@@ -89,19 +75,12 @@ def match_decode(codes, outliers, refs, c, eb, radius, prec, out):
             raise ValueError("corrupt stream: a row refers to no earlier row")
         row, cr = out[t], codes[t * n : (t + 1) * n]
         _predict(row, out, t, refs[t], c)  # as in the encoder: replaced in place
-        nz = 0
         if fast and prec == PREC_FLOAT64:
-            for i in range(n):
-                row[i] = _dequantize_sel(cr[i], row[i], two_eb, radius, PREC_FLOAT64)
-                nz += cr[i] == 0
+            nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
         elif fast and prec == PREC_FLOAT32:
-            for i in range(n):
-                row[i] = _dequantize_sel(cr[i], row[i], two_eb, radius, PREC_FLOAT32)
-                nz += cr[i] == 0
+            nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT32, True)
         else:
-            for i in range(n):
-                row[i] = _dequantize(cr[i], row[i], two_eb, radius, prec)
-                nz += cr[i] == 0
+            nz = _decode_row(cr, row, two_eb, radius, prec, False)
         if nz:
             for i in range(n):
                 if cr[i] == 0:
@@ -110,6 +89,36 @@ def match_decode(codes, outliers, refs, c, eb, radius, prec, out):
                     row[i] = outliers[oi]
                     oi += 1
     return oi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, sel):
+    """Quantize the values ``x`` against the predictions in ``row``, codes into ``cr``,
+    reconstructions into ``row``; the outlier codes. ``sel``: the branch-free quantizer
+    (float32/64 precision, see ``match_encode``)."""
+    nz = 0
+    for i in range(row.size):
+        if sel:
+            q, v = _quantize_sel(float(x[i]), row[i], eb, two_eb, inv, lim, radius, prec)
+        else:
+            q, v = _quantize(float(x[i]), row[i], eb, two_eb, inv, lim, radius, prec)
+        cr[i], row[i] = q, v
+        nz += q == 0
+    return nz
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _decode_row(cr, row, two_eb, radius, prec, sel):
+    """Replace the predictions in ``row`` by the values the codes ``cr`` reconstruct;
+    the outlier codes. ``sel`` as in :func:`_encode_row`."""
+    nz = 0
+    for i in range(row.size):
+        if sel:
+            row[i] = _dequantize_sel(cr[i], row[i], two_eb, radius, prec)
+        else:
+            row[i] = _dequantize(cr[i], row[i], two_eb, radius, prec)
+        nz += cr[i] == 0
+    return nz
 
 
 @njit(cache=True, nogil=True, inline="always")
