@@ -19,7 +19,8 @@ Pipeline per chunk (SZ3's design, our code):
    prediction whose neighbours and weights are fitted to the chunk by least squares
    (``sz_fitted.py``), or, where constant prediction samples cheapest and the rows
    (the last dimension) nearly repeat, each row predicted by an earlier one
-   (``sz_match.py``);
+   (``sz_match.py``), or, where they are low rank across the columns, every column
+   predicted from the first few (``sz_pivot.py``);
 3. the quantizer turns each prediction error into an integer code within the
    bound, reconstructing exactly as the decoder will; what cannot be
    quantized is stored exactly as an outlier;
@@ -98,6 +99,12 @@ that repeat per token (at rel 1e-3, tf_ln1_out 1.06x -> 1.77x SZ3's ratio,
 tf_mlp_pre_gelu 1.06x -> 1.53x, vit_ln1_out 1.04x -> 1.20x); it is searched for only
 where constant prediction samples cheapest, and on rows of 64 elements and more (on
 the corpus's 32-wide activations it found nothing and took as long as the coding).
+Predicting the columns from the first few (pivots) paid on the ViT activations, low
+rank across their features (at rel 1e-4: vit_patch_embed 1.13x -> 1.83x SZ3's ratio,
+vit_ln1_out 1.14x -> 1.76x); it is fitted where constant prediction samples cheapest
+at 10 bits per value and more: its fit takes milliseconds whatever the bound, and
+fitted at 6 bits and more it made the corpus compress at 0.79x SZ3's speed at rel 1e-3
+(1.33x its ratio, from 1.26x).
 
 Payload layout (inside one zstd frame), little-endian::
 
@@ -109,21 +116,26 @@ Payload layout (inside one zstd frame), little-endian::
                        (sz_lattice.py; its codes and outliers are those of the indices
                        under the bound 0.5, outliers in float64), 11 a causal linear
                        prediction fitted per chunk (sz_fitted.py), 12 each row of the
-                       2-d layout predicted by an earlier row or a constant (sz_match.py)
+                       2-d layout predicted by an earlier row or a constant (sz_match.py),
+                       13 the 2-d layout's columns predicted from its first (sz_pivot.py)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
     f64 alpha, beta    interpolation level tuning: level l uses eb / min(alpha**(l-1), beta);
                        constant prediction (6): alpha is the prediction, beta is 1;
                        row match (12): alpha predicts the rows that refer to none, beta 1;
+                       pivots (13): alpha is the chunk's middle (unused), beta 1;
                        lattice (10): alpha is the offset, beta the step
     u32 radius         codes are q + radius; code 0 marks an outlier
     u64 n + n bytes    only with predictor 7: per-block choices and regression
                        coefficients (see compress/kernels/regression.py); only with
                        predictor 11: the fitted model (neighbours and weights, see
                        compress/sz_fitted.py); only with predictor 12: the rows'
-                       references (see compress/sz_match.py)
-    u64 n + n bytes    Huffman stream of the codes (see compress/huffman.py)
+                       references (see compress/sz_match.py); only with predictor 13:
+                       the model (see compress/sz_pivot.py), then the Huffman stream
+                       of the pivots' codes (the first rows x pivots codes: a table
+                       of their own)
+    u64 n + n bytes    Huffman stream of the (other) codes (see compress/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
     patches            u64 n, n u64 flat indices, n values in the chunk dtype
@@ -140,10 +152,11 @@ import math
 
 import numpy as np
 
+from . import sz_pivot
 from .bounds import ErrorBound
 from .byteio import ByteReader, ByteWriter
 from .codec import Codec, deliver
-from .huffman import HuffmanDecoder, huffman_encode
+from .huffman import HuffmanDecoder, huffman_decode, huffman_encode
 from .kernels.lorenzo import code_summary
 from .kernels.rounding import PREC_FLOAT64, prec_of
 from .lossless import byte_shuffle, byte_unshuffle
@@ -171,6 +184,7 @@ from .sz_steps import (
     MATCH,
     MD_CUBIC,
     MD_LINEAR,
+    PIVOT,
     RAW,
     REGRESSION,
     WITH_SIDE,
@@ -179,6 +193,7 @@ from .sz_steps import (
     decode_overlapped,
     decode_with,
     encode_with,
+    fold_shape,
     kernel_dtype,
     squeezed_shape,
     worth_threads,
@@ -186,7 +201,7 @@ from .sz_steps import (
 
 #: the ids of predicted payloads (all but RAW)
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
-_PREDICTED += (LATTICE, FITTED, MATCH)
+_PREDICTED += (LATTICE, FITTED, MATCH, PIVOT)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -236,8 +251,9 @@ class SZCodec(Codec):
     ``regression``, ``lattice`` (lossless indices of data on a lattice under a bound
     below its step, else Lorenzo), ``fitted`` (neighbours' weights fitted per chunk,
     see sz_fitted.py), ``match`` (each row predicted by an earlier, similar row, else
-    constant prediction; see sz_match.py) or ``interp`` (the interpolations but
-    md-linear, by sampling).
+    constant prediction; see sz_match.py), ``pivot`` (the columns predicted from the
+    first few, else constant prediction; see sz_pivot.py) or ``interp`` (the
+    interpolations but md-linear, by sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for
     the level by the payload's rate (``LOW_RATE_LEVEL`` under 1.25 bits per element,
@@ -328,7 +344,10 @@ class SZCodec(Codec):
                 codes, outliers = encode_with(
                     choice, values, shape, eb, prec, self.radius, pool, side
                 )
-            stream = huffman_encode(codes, pool)
+            # PIVOT's pivots: a Huffman table of their own, after its model
+            lead = sz_pivot.lead(side[0], fold_shape(shape, 2)) if choice[0] == PIVOT else 0
+            stream = huffman_encode(codes[lead:], pool)
+            pivots = huffman_encode(codes[:lead], pool) if lead else b""
 
         if log_domain:
             logs = decode_with(
@@ -349,7 +368,7 @@ class SZCodec(Codec):
         w.f64(beta)
         w.u32(self.radius)
         if pred in WITH_SIDE:
-            w.blob(side[0])
+            w.blob(side[0] + pivots)
         w.blob(stream)
         w.u64(outliers.size)
         w.array(outliers)
@@ -400,7 +419,7 @@ class SZCodec(Codec):
         eb, alpha, beta = r.f64(), r.f64(), r.f64()
         radius = r.u32()
         side = r.blob() if pred in WITH_SIDE else b""
-        if pred in (CONSTANT, MATCH):  # alpha is the prediction (MATCH: of unmatched rows)
+        if pred in (CONSTANT, MATCH, PIVOT):  # alpha: the prediction (MATCH: of rows alone)
             tuning = math.isfinite(alpha) and beta == 1
         elif pred == LATTICE:  # alpha and beta: the offset and the step
             tuning = math.isfinite(alpha) and 0 < beta < math.inf
@@ -409,7 +428,11 @@ class SZCodec(Codec):
         valid = _MIN_EB <= eb < math.inf and tuning and 2 <= radius <= 32768
         if not valid:
             raise ValueError("sz payload has an invalid quantizer header")
-        decoder = HuffmanDecoder(r.blob(), size)
+        lead, pivots = 0, b""
+        if pred == PIVOT:  # the pivots' codes: a Huffman stream after the model
+            side, pivots = sz_pivot.split(side, shape1[-1])
+            lead = sz_pivot.lead(side, fold_shape(shape1, 2))
+        decoder = HuffmanDecoder(r.blob(), size - lead)
         work_dtype = np.dtype(np.float64) if pred == LATTICE else kernel_dtype(dtype, log_domain)
         n_out = r.u64()
         if n_out > size:
@@ -433,6 +456,8 @@ class SZCodec(Codec):
                 )
         else:
             codes = decoder.finish()
+            if lead:
+                codes = np.concatenate([huffman_decode(pivots, lead), codes])
             zeros, top = code_summary(codes)
             decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest, side)
         # the kernels never go out of bounds on damaged codes; these catch the rest

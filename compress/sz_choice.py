@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import sz_fitted, sz_match
+from . import sz_fitted, sz_match, sz_pivot
 from .stages import zstd_compress
 from .sz_steps import (
     CONSTANT,
@@ -27,6 +27,7 @@ from .sz_steps import (
     MATCH,
     MD_CUBIC,
     MD_LINEAR,
+    PIVOT,
     REGRESSION,
     code_bits,
     encode_with,
@@ -48,10 +49,11 @@ PREDICTOR_IDS = {
     "lattice": (LATTICE,),
     "fitted": (FITTED,),
     "match": (MATCH,),
+    "pivot": (PIVOT,),
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
     "auto": (
         *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
-        *(LATTICE, FITTED, MATCH),
+        *(LATTICE, FITTED, MATCH, PIVOT),
     ),
 }
 
@@ -123,6 +125,13 @@ _FITTED_SURE = 0.8
 #: the configs that choose between predictors by sampling
 _SEARCHES = ("auto", "interp")
 
+#: the predictors of the 2-d layout's rows that ``auto`` tries where constant prediction
+#: samples cheapest (noise-like rows, sz_match.py and sz_pivot.py); PIVOT only where the
+#: constant's codes cost at least ``_PIVOT_RATE`` bits per value: its fit takes
+#: milliseconds whatever the bound, several times the coding at lower rates
+_ROW_MODELS = (MATCH, PIVOT)
+_PIVOT_RATE = 10.0
+
 #: predictors sampled first, on every layout; when constant prediction beats them
 #: there, the neighbours do not predict the chunk and nothing else is sampled (on
 #: noise-like chunks the rest lose too); else linear in the reverse dimension order
@@ -149,7 +158,7 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
                 preds.append((LATTICE, *lattice))
             elif predictor == "lattice":
                 preds.append((LORENZO, 1.0, 1.0))
-        elif pred in (CONSTANT, MATCH):  # MATCH: its references added by _alone
+        elif pred in (CONSTANT, *_ROW_MODELS):  # their side information: _modelled
             middle = _middle(values) if middle is None else middle
             preds.append((pred, middle, 1.0))
         elif pred in (LORENZO, REGRESSION, FITTED):  # FITTED: its model added by _fitted
@@ -173,7 +182,7 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
         if c[0] != REGRESSION or layout is shape and (len(shape) >= _REGRESSION_DIMS or not search)
         if c[0] != FITTED or layout is shape  # its model is fitted on the chunk's shape
         # its rows: all dimensions but the last merged, of a chunk of 2 dimensions or more
-        if c[0] != MATCH or layout is shape and (len(shape) > 1 or not search)
+        if c[0] not in _ROW_MODELS or layout is shape and (len(shape) > 1 or not search)
         # on one dimension the reverse order is the same: not sampled twice
         if len(layout) > 1 or c[0] not in _REVERSED.values() or not search
     ]
@@ -192,8 +201,8 @@ def choose(
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return _alone(every[0], values, eb)
-    matches = [c for c in every if c[0][0] == MATCH]  # tried after the sampling
-    every = [c for c in every if c[0][0] != MATCH]
+    later = [c for c in every if c[0][0] in _ROW_MODELS]  # tried after the sampling
+    every = [c for c in every if c[0][0] not in _ROW_MODELS]
     flat = len(layouts[-1]) == 1 and len(shape) > 1
 
     samples = _sampled(values, shape, layouts, 1)
@@ -247,10 +256,10 @@ def choose(
     chunk = (values, eb, prec, radius, pool, coded)
     scored = _fitted_margin(scored, predictor, values.size / points, chunk)
     (best_cost, best), rival = scored[0], _rival(scored)
-    if best[0][0] == CONSTANT and matches:  # noise-like rows: only other rows predict them
-        matched = _alone(matches[0], values, eb)
-        if matched[0][0] == MATCH:
-            return matched
+    if best[0][0] == CONSTANT and later:  # noise-like rows: other rows or columns predict
+        found = _row_model(later, values, eb, best_cost / points)
+        if found is not None:
+            return found
     few = samples[shape][0].size < _FEW and len(samples[shape]) > 1
     if not few or rival is None or rival[0] > _CLOSE * best_cost:
         return best
@@ -283,17 +292,44 @@ def _fitted(candidate: tuple, values, eb) -> tuple | None:
 
 def _alone(candidate: tuple, values, eb) -> tuple:
     """The only candidate of a config; FITTED's with its model, or Lorenzo's where no
-    model fits; MATCH's with its references, or the constant's where no row matches."""
+    model fits; MATCH's and PIVOT's with their side information, or the constant's
+    where it does not pay."""
     (pred, c, _), layout = candidate
-    if pred == MATCH:
-        found = sz_match.references(values.reshape(fold_shape(layout, 2)), c, eb)
-        if found is None:
-            return (CONSTANT, c, 1.0), layout
-        refs, c = found
-        return (MATCH, c, 1.0, sz_match.pack(refs)), layout
+    if pred in _ROW_MODELS:
+        found = _modelled(candidate, values, eb)
+        return found[0] if found else ((CONSTANT, c, 1.0), layout)
     if pred != FITTED:
         return candidate
     return _fitted(candidate, values, eb) or ((LORENZO, 1.0, 1.0), layout)
+
+
+def _row_model(cands: list, values, eb, rate: float) -> tuple | None:
+    """Of MATCH's and PIVOT's candidates in ``cands``, the one with its side information
+    whose bits are the smallest share of the constant's, or None where neither pays.
+    PIVOT is fitted where the constant's codes cost at least ``_PIVOT_RATE`` bits per
+    value (``rate``)."""
+    found = [
+        _modelled(c, values, eb, rate) for c in cands if c[0][0] != PIVOT or rate >= _PIVOT_RATE
+    ]
+    found = [f for f in found if f is not None]
+    return min(found, key=lambda f: f[1])[0] if found else None
+
+
+def _modelled(candidate: tuple, values, eb, rate: float | None = None) -> tuple | None:
+    """``(candidate, share)``: MATCH's or PIVOT's candidate with its side information
+    (the row references; the model) as a fourth item, and its estimated bits as a share
+    of the constant's (PIVOT: of ``rate`` bits per value, if known); None where it does
+    not pay (sz_match.py, sz_pivot.py)."""
+    (pred, c, _), layout = candidate
+    rows2 = values.reshape(fold_shape(layout, 2))
+    if pred == MATCH:
+        matched = sz_match.references(rows2, c, eb)
+        if matched is None:
+            return None
+        refs, c, share = matched
+        return ((MATCH, c, 1.0, sz_match.pack(refs)), layout), share
+    fitted = sz_pivot.fit(rows2, eb, rate)
+    return None if fitted is None else (((PIVOT, c, 1.0, fitted[0]), layout), fitted[1])
 
 
 def _with_models(cands: list, values, eb, search: bool) -> list:

@@ -39,24 +39,27 @@ MIN_ROWS = 4
 MIN_ROW = 64
 
 
-def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, float] | None:
-    """``(refs, constant)``: per row of the 2-d ``rows2``, the distance back to its
-    reference row (int64, 0 for the constant), and the constant (``c`` moved by whole
+def references(rows2: np.ndarray, c: float, eb: float) -> tuple[np.ndarray, float, float] | None:
+    """``(refs, constant, share)``: per row of the 2-d ``rows2``, the distance back to
+    its reference row (int64, 0 for the constant); the constant (``c`` moved by whole
     quantization bins to the middle of the codes, where that stays finite in the rows'
-    dtype); None when the chunk has too few rows or columns or the references save
-    under ``1 - GAIN`` of the constant's bits on the sketch."""
+    dtype); the references' bits as a share of the constant's on the sketch. None when
+    the chunk has too few rows or columns or the references save under ``1 - GAIN``."""
     rows, n = rows2.shape
     if rows < MIN_ROWS or n < MIN_ROW:
         return None
     m = min(n, SKETCH_COLUMNS)  # the first columns: the sketch reads a fraction of the chunk
     refs, shift, bits, constant_bits = match_search(rows2, m, float(c), 0.5 / eb)
+    if not (bits < np.inf and constant_bits > 0):  # no structure, or nothing to save
+        return None
     # the references' bits, and the constant's codes decode a little faster
-    if bits + rows.bit_length() * rows * m / n > GAIN * constant_bits:
+    share = (bits + rows.bit_length() * rows * m / n) / constant_bits
+    if share > GAIN:
         return None
     moved = float(c) + 2.0 * eb * int(shift)
     with np.errstate(over="ignore"):  # near the dtype's largest values: keep ``c``
         fits = np.isfinite(rows2.dtype.type(moved))
-    return refs, moved if fits else float(c)
+    return refs, moved if fits else float(c), share
 
 
 def pack(refs: np.ndarray) -> bytes:

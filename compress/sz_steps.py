@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import sz_fitted, sz_match
+from . import sz_fitted, sz_match, sz_pivot
 from .huffman import huffman_encode
 from .kernels.constant import constant_decode, constant_encode
 from .kernels.huffman import huffman_depths
@@ -46,8 +46,12 @@ LATTICE = 10
 FITTED = 11
 #: each row of the 2-d layout predicted by an earlier row or a constant (sz_match.py)
 MATCH = 12
+#: the columns of the 2-d layout predicted from its first columns (sz_pivot.py)
+PIVOT = 13
 #: the predictors with side information in the payload (bytes, see ``encode_with``)
-WITH_SIDE = (REGRESSION, FITTED, MATCH)
+WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT)
+#: the predictors whose side information is carried by their choice
+MODELLED = (FITTED, MATCH, PIVOT)
 #: the interpolations of kernels/interpolation.py, and their dimension order
 LINE_INTERP = {LINEAR: 0, CUBIC: 0, LINEAR_REV: 1, CUBIC_REV: 1}
 #: the multi-dimensional interpolations (kernels/interp_md.py), coded in one thread
@@ -108,9 +112,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     """``(codes, outliers)`` of ``values`` (flat, laid out as ``shape``) under the
     predictor ``choice = (id, alpha, beta)``; alpha is the prediction for CONSTANT,
     alpha and beta the offset and step for LATTICE (whose outliers are float64 indices).
-    REGRESSION, FITTED and MATCH append their side information (bytes) to the list
-    ``side``, if given; FITTED's choice carries its model bytes as a fourth item, MATCH's
-    its row references (alpha: the constant)."""
+    REGRESSION, FITTED, MATCH and PIVOT append their side information (bytes) to the
+    list ``side``, if given; FITTED's and PIVOT's choices carry their model bytes as a
+    fourth item, MATCH's its row references (alpha: the constant)."""
     pred, alpha, beta = choice[:3]
     n = values.size
     codes = np.empty(n, np.uint16)
@@ -130,6 +134,9 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
     elif pred == MATCH:
         data = values.reshape(fold_shape(shape, 2))
         k = sz_match.encode(choice[3], data, alpha, eb, radius, prec, codes, outliers)
+    elif pred == PIVOT:
+        data = values.reshape(fold_shape(shape, 2))
+        k = sz_pivot.encode(choice[3], data, eb, radius, prec, codes, outliers)
     elif pred == CONSTANT:  # alpha is the prediction
         k = constant_encode(values.reshape(-1), alpha, eb, radius, prec, codes, outliers)
     elif pred == LORENZO:
@@ -146,14 +153,15 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
         else:
             rec = np.empty_like(data)
             k = interp_threaded(pool, data, rec, codes, outliers, levels, radius, prec, pred)
-    if pred in (FITTED, MATCH) and side is not None:  # their choice carries the bytes
+    if pred in MODELLED and side is not None:  # their choice carries the bytes
         side.append(choice[3])
     return codes, outliers[:k].copy()
 
 
 def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
     """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
-    result. ``side``: REGRESSION's, FITTED's or MATCH's side information. LATTICE
+    result. ``side``: REGRESSION's, FITTED's, MATCH's or PIVOT's side information
+    (PIVOT's: its model, without the pivots' codes). LATTICE
     decodes into float64 only (the values ``offset + k * step`` that the caller casts to
     the data dtype)."""
     pred, alpha, beta = choice[:3]
@@ -178,6 +186,9 @@ def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, de
         sz_match.decode(
             side, codes, outliers, alpha, eb, radius, prec, dest.reshape(fold_shape(shape, 2))
         )
+        return dest
+    if pred == PIVOT:
+        sz_pivot.decode(side, codes, outliers, eb, radius, prec, dest.reshape(fold_shape(shape, 2)))
         return dest
     if pred == CONSTANT:
         constant_decode(codes, outliers, alpha, eb, radius, prec, dest)

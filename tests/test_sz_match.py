@@ -119,7 +119,7 @@ def test_repeating_rows_code_smaller():
     }
     assert size["match"] < 0.6 * size["constant"]
     assert abs(size["auto"] - size["match"]) <= 8  # the container names the config
-    refs, _ = sz_match.references(x.reshape(1024, 512), 0.0, eb)
+    refs, _, _ = sz_match.references(x.reshape(1024, 512), 0.0, eb)
     row = np.arange(1024)
     repeats = np.array([t for t in range(1024) if token[t] in token[:t]])
     same = token[repeats - refs[repeats]] == token[repeats]

@@ -171,6 +171,21 @@ def cases():
         {"rel": 1e-3, "predictor": "match", "radius": 16},
     )
     yield "sz_f64_match_pw_rel", _tokens((24, 300), 40), {"pw_rel": 1e-3, "predictor": "match"}
+    # sz's pivot prediction (predictor 13): rows in a space of few dimensions, with a NaN
+    # and outliers (radius 16); float64 under pw_rel (low rank in log2|x|)
+    low = _low_rank((2, 60, 96), 41)
+    low[1, 7, 50] = np.nan
+    yield (
+        "sz_f32_pivot_rows",
+        low.astype(np.float32),
+        {"rel": 1e-4, "predictor": "pivot", "radius": 16},
+    )
+    signs = np.where(np.arange(64) % 7 == 0, -1.0, 1.0)
+    yield (
+        "sz_f64_pivot_pw_rel",
+        signs * 2.0 ** _low_rank((80, 64), 42),
+        {"pw_rel": 1e-4, "predictor": "pivot"},
+    )
 
 
 def _tokens(shape, seed, vocab=5):
@@ -180,6 +195,14 @@ def _tokens(shape, seed, vocab=5):
     table = rng.standard_normal((vocab, shape[-1]))
     x = table[rng.integers(0, vocab, rows)] + 0.01 * rng.standard_normal((rows, shape[-1]))
     return x.reshape(shape)
+
+
+def _low_rank(shape, seed, rank=3):
+    """Rows (the last dimension) in a ``rank``-dimensional space, plus a small term."""
+    rng = np.random.default_rng(seed)
+    rows = int(np.prod(shape[:-1]))
+    x = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, shape[-1]))
+    return (x + 1e-3 * rng.standard_normal((rows, shape[-1]))).reshape(shape)
 
 
 def _entropy_mix(dtype, seed):

@@ -1,0 +1,162 @@
+"""``sz``'s pivot predictor (``predictor="pivot"``): the bound on every element
+(hypothesis over dtypes, bounds, layouts and special values on low-rank rows, and
+over the property cases), the decoder reproducing the encoder under any model, the
+bytes it saves where the columns are low rank and the fit declining where they are
+not, and damaged models refused."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorpress as tp
+from hypothesis import given
+from hypothesis import strategies as st
+from tensorpress.compress import sz_pivot
+from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
+from test_bound_properties import (
+    FAST,
+    LAYOUTS,
+    Case,
+    assert_contract,
+    bounds,
+    cases,
+    inject_specials,
+    run_case,
+    with_layout,
+)
+from test_sz_predictors import assert_flipped_bytes_refused
+
+
+def low_rank(shape, rank=4, noise=1e-3, seed=0, dtype=np.float32):
+    """Rows (the last dimension) in a ``rank``-dimensional space of random directions,
+    plus ``noise`` times their scale of white noise."""
+    rng = np.random.default_rng(seed)
+    rows = int(np.prod(shape[:-1]))
+    basis = rng.standard_normal((rank, shape[-1]))
+    x = rng.standard_normal((rows, rank)) @ basis + noise * rng.standard_normal((rows, shape[-1]))
+    return x.reshape(shape).astype(dtype)
+
+
+@FAST
+@given(case=cases())
+def test_bound_holds_on_every_element(case):
+    run_case(dataclasses.replace(case, predictor="pivot"))
+
+
+@FAST
+@given(
+    rows=st.sampled_from([(64,), (4, 20), (2, 3, 12), (1000,)]),
+    width=st.sampled_from([32, 48, 130]),
+    dtype=st.sampled_from(["float16", "float32", "float64"]),
+    bound=bounds(),
+    specials=st.sampled_from([0.0, 0.0, 0.01, 0.2]),
+    layout=st.sampled_from(LAYOUTS),
+    predictor=st.sampled_from(["pivot", "auto"]),
+    radius=st.sampled_from([32768, 64, 2]),
+    seed=st.integers(0, 2**31),
+)
+def test_bound_holds_where_columns_are_low_rank(
+    rows, width, dtype, bound, specials, layout, predictor, radius, seed
+):
+    """Rows the fit predicts, with NaN, +-Inf, denormals and +-max among them, in every
+    layout and under every kind of bound: each element within the bound, and the same
+    bytes again."""
+    rng = np.random.default_rng(seed)
+    x = low_rank((*rows, width), seed=seed, dtype=np.dtype(dtype))
+    x = with_layout(inject_specials(x, specials, rng) if specials else x, layout, rng)
+    case = Case(dtype, x.shape, "low rank", seed, specials, layout, **bound, radius=radius)
+    kw = case.kwargs(x) | {"predictor": predictor}
+    blob = tp.compress(x, **kw)
+    assert_contract(x, tp.decompress(blob), blob)
+    assert tp.compress(x, **kw) == blob
+
+
+@FAST
+@given(
+    shape=st.sampled_from([(1, 2), (5, 3), (9, 40), (70, 33)]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    radius=st.sampled_from([4, 32768]),
+    bits=st.integers(2, 16),
+    seed=st.integers(0, 2**31),
+)
+def test_decoder_reproduces_the_encoder(shape, dtype, radius, bits, seed):
+    """Any model, even a poor one (large weights: outliers at a small radius): the
+    decoder returns values within the bound, and refuses a stream short of an
+    outlier."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * rng.choice([0.01, 1.0, 100.0], shape)).astype(dtype)
+    rows, n = shape
+    k = int(rng.integers(1, n))
+    top = 2 ** (bits - 1) - 1
+    model = sz_pivot._pack(
+        rng.normal(size=k),
+        rng.normal(size=n - k),
+        rng.uniform(0, 1e-3, n - k).astype(np.float32),
+        rng.integers(-top, top + 1, (k, n - k)).astype(np.float64),
+        bits,
+    )
+    eb = 1e-2
+    prec = PREC_FLOAT64 if dtype == np.float64 else PREC_FLOAT32
+    codes = np.empty(x.size, np.uint16)
+    outliers = np.empty(x.size, dtype)
+    used = sz_pivot.encode(model, x, eb, radius, prec, codes, outliers)
+    out = np.empty_like(x)
+    sz_pivot.decode(model, codes, outliers[:used], eb, radius, prec, out)
+    assert np.all(np.abs(out.astype(np.float64) - x) <= eb)
+    if used:
+        with pytest.raises(ValueError, match="outlier"):
+            sz_pivot.decode(model, codes, outliers[: used - 1], eb, radius, prec, out)
+
+
+def test_low_rank_columns_code_smaller():
+    """Rows in a space of few dimensions: the model costs far fewer bytes than constant
+    prediction, and ``auto`` takes it at a tight bound."""
+    x = low_rank((4, 256, 384), rank=24, seed=4)
+    size = {
+        p: len(tp.compress(x, rel=1e-4, predictor=p, workers=1))
+        for p in ("constant", "pivot", "auto")
+    }
+    assert size["pivot"] < 0.6 * size["constant"]
+    assert abs(size["auto"] - size["pivot"]) <= 8  # the container names the config
+    eb = 1e-4 * float(x.max() - x.min())
+    y = tp.decompress(tp.compress(x, rel=1e-4, workers=1))
+    assert np.all(np.abs(y.astype(np.float64) - x) <= eb)
+
+
+def test_columns_that_are_not_low_rank_keep_constant_prediction():
+    """Noise rows: the fit declines, and ``pivot`` writes what ``constant`` does."""
+    x = np.random.default_rng(5).standard_normal((512, 300)).astype(np.float32)
+    assert sz_pivot.fit(x, 1e-3) is None
+    pivot = tp.compress(x, rel=1e-3, predictor="pivot", workers=1)
+    constant = tp.compress(x, rel=1e-3, predictor="constant", workers=1)
+    assert abs(len(pivot) - len(constant)) <= 8
+    np.testing.assert_array_equal(tp.decompress(pivot), tp.decompress(constant))
+
+
+def _model(k=3, n=8, bits=8):
+    return sz_pivot._pack(
+        np.zeros(k), np.zeros(n - k), np.ones(n - k, np.float32), np.ones((k, n - k)), bits
+    )
+
+
+@pytest.mark.parametrize(
+    ("blob", "columns"),
+    [
+        (b"", 8),
+        (_model()[:-1], 8),  # truncated
+        (_model() + b"\0", 8),  # a byte too many
+        (_model(), 9),  # another chunk's columns
+        (_model(k=3, n=4), 3),  # the pivots fill every column
+        (_model(bits=8)[:4] + bytes([17]) + _model(bits=8)[5:], 8),  # wider than 16 bits
+        (_model()[:-35] + np.float32(np.inf).tobytes() + _model()[-31:], 8),  # the first scale
+    ],
+)
+def test_damaged_models_are_refused(blob, columns):
+    with pytest.raises(ValueError, match="pivot model"):
+        sz_pivot.lead(blob, (10, columns))
+
+
+def test_damaged_payloads_raise():
+    x = low_rank((256, 128), rank=8)
+    blob = tp.compress(x, rel=1e-4, predictor="pivot")
+    assert_flipped_bytes_refused(blob)
