@@ -73,6 +73,10 @@ class ByteReader:
         raw = self.take(count * dtype.itemsize)
         return np.frombuffer(raw, dtype).astype(dtype.newbyteorder("="))
 
+    def tell(self) -> int:
+        """How many bytes were read."""
+        return self._pos
+
     def done(self) -> None:
         """Raise unless every byte was consumed."""
         if self._pos != len(self._buf):

@@ -117,7 +117,8 @@ Payload layout (inside one zstd frame), little-endian::
                        under the bound 0.5, outliers in float64), 11 a causal linear
                        prediction fitted per chunk (sz_fitted.py), 12 each row of the
                        2-d layout predicted by an earlier row or a constant (sz_match.py),
-                       13 the 2-d layout's columns predicted from its first (sz_pivot.py)
+                       13 the 2-d layout's columns predicted from the columns before
+                       them, in levels (sz_pivot.py)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
@@ -132,9 +133,9 @@ Payload layout (inside one zstd frame), little-endian::
                        predictor 11: the fitted model (neighbours and weights, see
                        compress/sz_fitted.py); only with predictor 12: the rows'
                        references (see compress/sz_match.py); only with predictor 13:
-                       the model (see compress/sz_pivot.py), then the Huffman stream
-                       of the pivots' codes (the first rows x pivots codes: a table
-                       of their own)
+                       the model, then the Huffman streams of every segment of the
+                       codes but the last (the pivots' and each level's: a table of
+                       their own; see compress/sz_pivot.py)
     u64 n + n bytes    Huffman stream of the (other) codes (see compress/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
@@ -156,7 +157,7 @@ from . import sz_pivot
 from .bounds import ErrorBound
 from .byteio import ByteReader, ByteWriter
 from .codec import Codec, deliver
-from .huffman import HuffmanDecoder, huffman_decode, huffman_encode
+from .huffman import HuffmanDecoder, huffman_encode
 from .kernels.lorenzo import code_summary
 from .kernels.rounding import PREC_FLOAT64, prec_of
 from .lossless import byte_shuffle, byte_unshuffle
@@ -344,10 +345,10 @@ class SZCodec(Codec):
                 codes, outliers = encode_with(
                     choice, values, shape, eb, prec, self.radius, pool, side
                 )
-            # PIVOT's pivots: a Huffman table of their own, after its model
-            lead = sz_pivot.lead(side[0], fold_shape(shape, 2)) if choice[0] == PIVOT else 0
-            stream = huffman_encode(codes[lead:], pool)
-            pivots = huffman_encode(codes[:lead], pool) if lead else b""
+            blob, last = side[0] if side else b"", codes
+            if choice[0] == PIVOT:  # each level's codes: a Huffman table of their own
+                blob, last = sz_pivot.side_info(blob, codes, fold_shape(shape, 2), pool)
+            stream = huffman_encode(last, pool)
 
         if log_domain:
             logs = decode_with(
@@ -368,7 +369,7 @@ class SZCodec(Codec):
         w.f64(beta)
         w.u32(self.radius)
         if pred in WITH_SIDE:
-            w.blob(side[0] + pivots)
+            w.blob(blob)
         w.blob(stream)
         w.u64(outliers.size)
         w.array(outliers)
@@ -428,11 +429,10 @@ class SZCodec(Codec):
         valid = _MIN_EB <= eb < math.inf and tuning and 2 <= radius <= 32768
         if not valid:
             raise ValueError("sz payload has an invalid quantizer header")
-        lead, pivots = 0, b""
-        if pred == PIVOT:  # the pivots' codes: a Huffman stream after the model
-            side, pivots = sz_pivot.split(side, shape1[-1])
-            lead = sz_pivot.lead(side, fold_shape(shape1, 2))
-        decoder = HuffmanDecoder(r.blob(), size - lead)
+        head = np.empty(0, np.uint16)
+        if pred == PIVOT:  # the codes of every level but the last: after the model
+            side, head = sz_pivot.side_codes(side, fold_shape(shape1, 2))
+        decoder = HuffmanDecoder(r.blob(), size - head.size)
         work_dtype = np.dtype(np.float64) if pred == LATTICE else kernel_dtype(dtype, log_domain)
         n_out = r.u64()
         if n_out > size:
@@ -456,8 +456,8 @@ class SZCodec(Codec):
                 )
         else:
             codes = decoder.finish()
-            if lead:
-                codes = np.concatenate([huffman_decode(pivots, lead), codes])
+            if head.size:
+                codes = np.concatenate([head, codes])
             zeros, top = code_summary(codes)
             decode_with(choice, codes, outliers, shape1, eb, prec, radius, work_dtype, dest, side)
         # the kernels never go out of bounds on damaged codes; these catch the rest

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import sz_fitted, sz_match, sz_pivot
+from . import sz_fitted, sz_match, sz_pivot_fit
 from .stages import zstd_compress
 from .sz_steps import (
     CONSTANT,
@@ -319,7 +319,7 @@ def _modelled(candidate: tuple, values, eb, rate: float | None = None) -> tuple 
     """``(candidate, share)``: MATCH's or PIVOT's candidate with its side information
     (the row references; the model) as a fourth item, and its estimated bits as a share
     of the constant's (PIVOT: of ``rate`` bits per value, if known); None where it does
-    not pay (sz_match.py, sz_pivot.py)."""
+    not pay (sz_match.py, sz_pivot_fit.py)."""
     (pred, c, _), layout = candidate
     rows2 = values.reshape(fold_shape(layout, 2))
     if pred == MATCH:
@@ -328,7 +328,7 @@ def _modelled(candidate: tuple, values, eb, rate: float | None = None) -> tuple 
             return None
         refs, c, share = matched
         return ((MATCH, c, 1.0, sz_match.pack(refs)), layout), share
-    fitted = sz_pivot.fit(rows2, eb, rate)
+    fitted = sz_pivot_fit.fit(rows2, eb, rate)
     return None if fitted is None else (((PIVOT, c, 1.0, fitted[0]), layout), fitted[1])
 
 

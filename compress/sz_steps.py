@@ -46,7 +46,7 @@ LATTICE = 10
 FITTED = 11
 #: each row of the 2-d layout predicted by an earlier row or a constant (sz_match.py)
 MATCH = 12
-#: the columns of the 2-d layout predicted from its first columns (sz_pivot.py)
+#: the columns of the 2-d layout predicted from the columns before them (sz_pivot.py)
 PIVOT = 13
 #: the predictors with side information in the payload (bytes, see ``encode_with``)
 WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT)
@@ -161,7 +161,7 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
 def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
     """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
     result. ``side``: REGRESSION's, FITTED's, MATCH's or PIVOT's side information
-    (PIVOT's: its model, without the pivots' codes). LATTICE
+    (PIVOT's: its model, without the codes' streams). LATTICE
     decodes into float64 only (the values ``offset + k * step`` that the caller casts to
     the data dtype)."""
     pred, alpha, beta = choice[:3]

@@ -11,7 +11,8 @@ import pytest
 import tensorpress as tp
 from hypothesis import given
 from hypothesis import strategies as st
-from tensorpress.compress import sz_pivot
+from tensorpress.compress import sz_pivot, sz_pivot_fit
+from tensorpress.compress.kernels.pivot import level_bins, level_prediction
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from test_bound_properties import (
     FAST,
@@ -80,20 +81,19 @@ def test_bound_holds_where_columns_are_low_rank(
     seed=st.integers(0, 2**31),
 )
 def test_decoder_reproduces_the_encoder(shape, dtype, radius, bits, seed):
-    """Any model, even a poor one (large weights: outliers at a small radius): the
-    decoder returns values within the bound, and refuses a stream short of an
-    outlier."""
+    """Any model of one to three levels, even a poor one (large weights: outliers at a
+    small radius): the decoder returns values within the bound, and refuses a stream
+    short of an outlier."""
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(shape) * rng.choice([0.01, 1.0, 100.0], shape)).astype(dtype)
-    rows, n = shape
-    k = int(rng.integers(1, n))
-    top = 2 ** (bits - 1) - 1
-    model = sz_pivot._pack(
-        rng.normal(size=k),
-        rng.normal(size=n - k),
-        rng.uniform(0, 1e-3, n - k).astype(np.float32),
-        rng.integers(-top, top + 1, (k, n - k)).astype(np.float64),
-        bits,
+    n = shape[1]
+    starts = sorted(rng.choice(np.arange(1, n), min(n - 1, int(rng.integers(1, 4))), False))
+    model = sz_pivot.pack(
+        rng.normal(size=starts[-1]),
+        [
+            _level(rng, start, end, bits)
+            for start, end in zip(starts, [*starts[1:], n], strict=True)
+        ],
     )
     eb = 1e-2
     prec = PREC_FLOAT64 if dtype == np.float64 else PREC_FLOAT32
@@ -106,6 +106,39 @@ def test_decoder_reproduces_the_encoder(shape, dtype, radius, bits, seed):
     if used:
         with pytest.raises(ValueError, match="outlier"):
             sz_pivot.decode(model, codes, outliers[: used - 1], eb, radius, prec, out)
+
+
+@FAST
+@given(seed=st.integers(0, 2**31), dtype=st.sampled_from([np.float32, np.float64]))
+def test_predictions_round_once_per_operation(seed, dtype):
+    """The kernels' bins and predictions equal numpy's, step by step (one rounding per
+    operation, no fused multiply-add), so that every machine predicts alike."""
+    rng = np.random.default_rng(seed)
+    rec = (rng.standard_normal((7, 9)) * 1e3).astype(dtype)
+    centres, inv = rng.standard_normal(9), float(rng.uniform(0.1, 1e4))
+    want = np.rint((rec[:, :6].astype(np.float64) - centres[:6]) * inv)
+    np.testing.assert_array_equal(
+        level_bins(rec, 6, centres, inv, 2.0**15), np.clip(want, -(2.0**15), 2.0**15)
+    )
+    sums = rng.integers(-(2**40), 2**40, (7, 3)).astype(np.float64)
+    scales = rng.uniform(1e-9, 1e-3, 3).astype(np.float32)
+    offsets = rng.standard_normal(3) * 1e3
+    out = np.zeros((7, 9), dtype)
+    level_prediction(sums, scales, offsets, out, 4)
+    want = (sums * scales.astype(np.float64) + offsets).astype(dtype)
+    np.testing.assert_array_equal(out[:, 4:7].view(np.uint8), want.view(np.uint8))
+
+
+def _level(rng, start, end, bits):
+    top = 2 ** (bits - 1) - 1
+    return sz_pivot.Level(
+        start,
+        end,
+        bits,
+        rng.normal(size=end - start),
+        rng.uniform(0, 1e-3, end - start).astype(np.float32),
+        rng.integers(-top, top + 1, (start, end - start)).astype(np.float64),
+    )
 
 
 def test_low_rank_columns_code_smaller():
@@ -126,7 +159,7 @@ def test_low_rank_columns_code_smaller():
 def test_columns_that_are_not_low_rank_keep_constant_prediction():
     """Noise rows: the fit declines, and ``pivot`` writes what ``constant`` does."""
     x = np.random.default_rng(5).standard_normal((512, 300)).astype(np.float32)
-    assert sz_pivot.fit(x, 1e-3) is None
+    assert sz_pivot_fit.fit(x, 1e-3) is None
     pivot = tp.compress(x, rel=1e-3, predictor="pivot", workers=1)
     constant = tp.compress(x, rel=1e-3, predictor="constant", workers=1)
     assert abs(len(pivot) - len(constant)) <= 8
@@ -134,9 +167,14 @@ def test_columns_that_are_not_low_rank_keep_constant_prediction():
 
 
 def _model(k=3, n=8, bits=8):
-    return sz_pivot._pack(
-        np.zeros(k), np.zeros(n - k), np.ones(n - k, np.float32), np.ones((k, n - k)), bits
-    )
+    """One level: columns k .. n from the first k (its bits byte at offset 5 + 8k)."""
+    m = n - k
+    level = sz_pivot.Level(k, n, bits, np.zeros(m), np.ones(m, np.float32), np.ones((k, m)))
+    return sz_pivot.pack(np.zeros(k), [level])
+
+
+def _edit(blob, at, new):
+    return blob[:at] + new + blob[at + len(new) :]
 
 
 @pytest.mark.parametrize(
@@ -147,13 +185,16 @@ def _model(k=3, n=8, bits=8):
         (_model() + b"\0", 8),  # a byte too many
         (_model(), 9),  # another chunk's columns
         (_model(k=3, n=4), 3),  # the pivots fill every column
-        (_model(bits=8)[:4] + bytes([17]) + _model(bits=8)[5:], 8),  # wider than 16 bits
-        (_model()[:-35] + np.float32(np.inf).tobytes() + _model()[-31:], 8),  # the first scale
+        (_edit(_model(), 0, bytes([0])), 8),  # no level
+        (_edit(_model(), 0, bytes([4])), 8),  # too many levels
+        (_edit(_model(), 5 + 24, bytes([17])), 8),  # weights wider than 16 bits
+        (_edit(_model(), 5 + 24 + 1 + 40, np.float32(np.inf).tobytes()), 8),  # a scale
+        (_edit(_model(), 5, np.float64(np.nan).tobytes()), 8),  # a centre
     ],
 )
 def test_damaged_models_are_refused(blob, columns):
     with pytest.raises(ValueError, match="pivot model"):
-        sz_pivot.lead(blob, (10, columns))
+        sz_pivot.unpack(blob, columns)
 
 
 def test_damaged_payloads_raise():

@@ -1,12 +1,15 @@
-"""Quantization against a given prediction: columns ``lo .. lo + m`` of a 2-d chunk
-coded against an ``(rows, m)`` array of predictions, which the kernels replace by the
-reconstruction (``sz``'s pivot predictor, ``compress/sz_pivot.py``, computes the
-predictions between two calls).
+"""Kernels of ``sz``'s pivot predictor (``compress/sz_pivot.py``): quantization of a
+block of columns against predictions held in another array's columns, which the kernels
+replace by the reconstruction; the bins the predictions read; and a level's predictions
+from its sums.
 
 Codes are those of :mod:`.lorenzo`'s quantizer (``q + radius``, 0 = outlier stored
-verbatim) in row-major order of the block, so ``|x - decoded| <= eb``.
+verbatim) in row-major order of the block, so ``|x - decoded| <= eb``. The arithmetic
+is IEEE's, one rounding per operation (numba contracts no multiply-add without
+fastmath), so every machine predicts alike.
 """
 
+import numpy as np
 from numba import njit
 
 from .lorenzo import _qparams
@@ -15,12 +18,17 @@ from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 
 @njit(cache=True, nogil=True)
-def predicted_encode(src, lo, pred, eb, radius, prec, codes, outliers):
-    """Quantize ``src[:, lo:lo + m]`` (2-d) against ``pred`` (``(rows, m)``, the dtype of
-    ``src``), which receives the reconstruction; return the number of outliers. codes:
-    uint16 and outliers: ``src.dtype``, room for every element of the block."""
-    rows, m = pred.shape
-    if src.shape[0] != rows or lo < 0 or lo + m > src.shape[1]:
+def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers):
+    """Quantize ``src[:, lo:lo + m]`` (2-d) against ``pred[:, plo:plo + m]`` (the dtype
+    of ``src``), which receives the reconstruction; return the number of outliers.
+    codes: uint16 and outliers: ``src.dtype``, room for every element of the block."""
+    rows = src.shape[0]
+    if (
+        pred.shape[0] != rows
+        or min(lo, plo) < 0
+        or lo + m > src.shape[1]
+        or plo + m > pred.shape[1]
+    ):
         raise ValueError("pivot: the predictions must cover columns of the values")
     if codes.size < rows * m or outliers.size < rows * m:
         raise ValueError("pivot: a code and an outlier per element needed")
@@ -28,7 +36,7 @@ def predicted_encode(src, lo, pred, eb, radius, prec, codes, outliers):
     fast = inv > 0.0 and radius < 2**30
     oi = 0
     for t in range(rows):
-        x, row, cr = src[t, lo : lo + m], pred[t], codes[t * m : (t + 1) * m]
+        x, row, cr = src[t, lo : lo + m], pred[t, plo : plo + m], codes[t * m : (t + 1) * m]
         if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
             nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
         elif fast and prec == PREC_FLOAT32:
@@ -44,18 +52,18 @@ def predicted_encode(src, lo, pred, eb, radius, prec, codes, outliers):
 
 
 @njit(cache=True, nogil=True)
-def predicted_decode(codes, outliers, eb, radius, prec, pred):
-    """Invert :func:`predicted_encode`: replace the predictions in ``pred`` (2-d) by the
-    values the codes reconstruct; return the outliers used. More outlier codes than
-    outliers raise ValueError."""
-    rows, m = pred.shape
-    if codes.size < rows * m:
+def predicted_decode(codes, outliers, eb, radius, prec, out, lo, m):
+    """Invert :func:`predicted_encode`: replace the predictions in ``out[:, lo:lo + m]``
+    (2-d) by the values the codes reconstruct; return the outliers used. More outlier
+    codes than outliers raise ValueError."""
+    rows = out.shape[0]
+    if codes.size < rows * m or lo < 0 or lo + m > out.shape[1]:
         raise ValueError("corrupt stream: a code per element needed")
     two_eb, inv, _ = _qparams(eb, radius)
     fast = inv > 0.0 and radius < 2**30
     oi = 0
     for t in range(rows):
-        row, cr = pred[t], codes[t * m : (t + 1) * m]
+        row, cr = out[t, lo : lo + m], codes[t * m : (t + 1) * m]
         if fast and prec == PREC_FLOAT64:
             nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
         elif fast and prec == PREC_FLOAT32:
@@ -70,3 +78,30 @@ def predicted_decode(codes, outliers, eb, radius, prec, pred):
                     row[i] = outliers[oi]
                     oi += 1
     return oi
+
+
+@njit(cache=True, nogil=True)
+def level_bins(rec, start, centres, inv, zmax):
+    """The bins ``min(max(rint((rec - centre) * inv), -zmax), zmax)`` (float64) of the
+    first ``start`` columns of the 2-d ``rec``."""
+    rows = rec.shape[0]
+    z = np.empty((rows, start), np.float64)
+    for t in range(rows):
+        for i in range(start):
+            v = np.rint((np.float64(rec[t, i]) - centres[i]) * inv)
+            z[t, i] = min(max(v, -zmax), zmax)
+    return z
+
+
+@njit(cache=True, nogil=True)
+def level_prediction(sums, scales, offsets, out, lo):
+    """``out[:, lo + j] = offsets[j] + scales[j] * sums[:, j]``, computed in float64 and
+    rounded once to ``out``'s dtype (values beyond it become infinities, which the
+    quantizer keeps as outliers)."""
+    rows, m = sums.shape
+    if out.shape[0] != rows or lo < 0 or lo + m > out.shape[1]:
+        raise ValueError("pivot: the predictions must fit the output's columns")
+    for t in range(rows):
+        row = out[t, lo : lo + m]
+        for j in range(m):
+            row[j] = offsets[j] + np.float64(scales[j]) * sums[t, j]

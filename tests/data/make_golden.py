@@ -171,9 +171,10 @@ def cases():
         {"rel": 1e-3, "predictor": "match", "radius": 16},
     )
     yield "sz_f64_match_pw_rel", _tokens((24, 300), 40), {"pw_rel": 1e-3, "predictor": "match"}
-    # sz's pivot prediction (predictor 13): rows in a space of few dimensions, with a NaN
-    # and outliers (radius 16); float64 under pw_rel (low rank in log2|x|)
-    low = _low_rank((2, 60, 96), 41)
+    # sz's pivot prediction (predictor 13): rows in a space of dimensions of decaying
+    # scale (two levels), with a NaN and outliers (radius 16); float64 under pw_rel (one
+    # level, in log2|x|)
+    low = _low_rank((2, 64, 96), 41, rank=40, decay=0.8)
     low[1, 7, 50] = np.nan
     yield (
         "sz_f32_pivot_rows",
@@ -197,11 +198,13 @@ def _tokens(shape, seed, vocab=5):
     return x.reshape(shape)
 
 
-def _low_rank(shape, seed, rank=3):
-    """Rows (the last dimension) in a ``rank``-dimensional space, plus a small term."""
+def _low_rank(shape, seed, rank=3, decay=1.0):
+    """Rows (the last dimension) in a ``rank``-dimensional space, the scale of its k-th
+    dimension ``decay**k``, plus a small term."""
     rng = np.random.default_rng(seed)
     rows = int(np.prod(shape[:-1]))
-    x = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, shape[-1]))
+    coords = rng.standard_normal((rows, rank)) * decay ** np.arange(rank)
+    x = coords @ rng.standard_normal((rank, shape[-1]))
     return (x + 1e-3 * rng.standard_normal((rows, shape[-1]))).reshape(shape)
 
 

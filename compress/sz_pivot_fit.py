@@ -1,0 +1,169 @@
+"""The fit of ``sz``'s pivot predictor (``sz_pivot.py``): the levels and their weights.
+
+First a test on a sketch (the first columns of a few rows) that the second half of its
+columns is predictable from the first, which stops data that are not low rank at a
+fraction of the fit's cost. Then, on up to ``FIT_ROWS`` rows, each column's bins (from
+its mean) are regressed on those of the first ``k`` columns, ridge 1/12 per column (the
+variance of a bin's rounding), and ``k`` and the weights' bits are chosen by an estimate
+of the bits: Gaussian residuals, the weights' rounding and the side information
+counted. The first ``k`` columns are then fitted alike, down to ``MAX_LEVELS`` levels,
+while a level pays. The model is kept where its estimate is under ``GAIN`` of the
+constant's bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .sz_pivot import MAX_LEVELS, ZMAX, Level, pack
+
+#: rows the fit reads (at most: evenly spaced over a larger chunk)
+FIT_ROWS = 768
+#: fewest rows and columns worth a fit: the weights must be paid for by the rows
+MIN_ROWS = 64
+MIN_COLUMNS = 32
+#: most columns a level reads (the weights grow with them, and the fit's cost)
+MAX_PIVOTS = 128
+#: shares of the columns tried as a level's first column, and the weight bits tried
+_SHARES = (1 / 16, 1 / 8, 1 / 6, 1 / 4, 1 / 3)
+_BITS = (6, 7, 8, 9, 10, 11, 12, 14)
+#: most bits the model may cost, as a share of the constant's
+GAIN = 0.95
+#: the sketch: its rows and columns, and the fewest bits per predicted value it must save
+_SKETCH_ROWS = 512
+_SKETCH_COLUMNS = 128
+_SKETCH_SAVING = 1.0
+
+
+def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes, float] | None:
+    """``(model, share)``: the model bytes for the 2-d ``rows2`` and their estimated
+    bits as a share of constant prediction's (``rate`` bits per value if known, else
+    estimated alike); None when the chunk is too small, is not low rank across its
+    columns, or the model saves under ``1 - GAIN`` of the bits."""
+    rows, n = rows2.shape
+    if rows < MIN_ROWS or n < MIN_COLUMNS or not np.isfinite(0.5 / eb):
+        return None
+    pick = np.linspace(0, rows - 1, FIT_ROWS).astype(np.int64)
+    sample = rows2 if rows <= FIT_ROWS else rows2[pick]
+    with np.errstate(over="ignore", invalid="ignore"):  # values near the dtype's largest
+        sketch = np.rint(sample[:_SKETCH_ROWS, :_SKETCH_COLUMNS] * (0.5 / eb))
+        if not _low_rank(np.clip(sketch, -ZMAX, ZMAX, dtype=np.float64)):
+            return None
+        means = sample.mean(axis=0, dtype=np.float64)
+        if not np.isfinite(means).all():
+            return None
+        bins = np.clip(np.rint((sample - means) * (0.5 / eb)), -ZMAX, ZMAX)
+    bins = bins.astype(np.float32)  # exact: the products below run twice as fast
+    found, width = [], n
+    while len(found) < MAX_LEVELS and width >= MIN_COLUMNS:
+        level = _best_level(bins[:, :width], rows)
+        if level is None:
+            break
+        found.append(level)
+        width = level[1]
+    if not found:
+        return None
+    # each level's cost counts its first columns by their means: the next level's do
+    cost = sum(f[0] - f[4] for f in found) + found[-1][4]
+    if rate is None:  # the column means' spread joins the bins' when one constant predicts
+        with np.errstate(over="ignore"):
+            rate = _h(bins.var(axis=0).mean() + means.var() / (2 * eb) ** 2)
+    share = cost / (rows * n * rate)
+    if not share < GAIN:
+        return None
+    centre = bins.mean(axis=0, dtype=np.float64)
+    ends = [n] + [f[1] for f in found[:-1]]
+    levels = [_quantized(f, end, means, centre, eb) for f, end in zip(found, ends, strict=True)]
+    if any(level is None for level in levels):
+        return None
+    return pack(means[: found[0][1]], levels[::-1]), float(share)
+
+
+def _quantized(found, end, means, centre, eb) -> Level | None:
+    """The level of ``_best_level``'s ``found`` (predicting columns up to ``end``) with
+    its weights rounded, or None where its scales would not hold in float32."""
+    _, k, bits, coef, _ = found
+    top = 2 ** (bits - 1) - 1
+    step = np.abs(coef[:k]).max(axis=0) / top
+    with np.errstate(over="ignore", under="ignore"):
+        scales = (2.0 * eb * np.where(step > 0, step, 1.0)).astype(np.float32)
+        if not (np.isfinite(scales).all() and (scales > 0).all()):
+            return None  # bounds near float32's range
+        step = scales.astype(np.float64) / (2.0 * eb)  # the scale as stored
+        weights = np.clip(np.rint(coef[:k] / step), -top, top)
+        # the offsets that centre the rounded weights' residuals on the fitted rows
+        offsets = means[k:end] + 2.0 * eb * (centre[k:end] - step * (centre[:k] @ weights))
+    if not np.isfinite(offsets).all():
+        return None
+    return Level(k, end, bits, offsets, scales, weights)
+
+
+def _low_rank(sketch: np.ndarray) -> bool:
+    """Whether the second half of the ``sketch``'s columns (in bins, float64) saves
+    ``_SKETCH_SAVING`` bits per value when predicted from the first half."""
+    half = sketch.shape[1] // 2
+    if sketch.shape[0] < 4 * half:
+        return True  # too few rows to tell: the fit decides
+    sketch = sketch - sketch.mean(axis=0)
+    x, y = sketch[:, :half], sketch[:, half:]
+    gram = x.T @ x + np.eye(half) * (len(x) / 12.0)
+    coef = np.linalg.solve(gram, x.T @ y)
+    before = y.var(axis=0).mean()
+    after = ((y - x @ coef) ** 2).mean()
+    return _h(before) - _h(after) >= _SKETCH_SAVING
+
+
+def _best_level(bins: np.ndarray, rows: int) -> tuple | None:
+    """``(bits, k, weight bits, coef, pivot bits)`` of the lowest estimated cost of
+    the chunk's ``rows`` rows of ``bins``' columns (None: none beats the columns'
+    means): Gaussian residuals of the ridge fit of the columns from ``k`` on the
+    first ``k`` (coef: ``(k + 1, m)``, the bias last), plus the rounding of the
+    weights, the first columns' bits (``pivot bits``: by their means) and the side
+    information.
+
+    One Cholesky factor serves every ``k``: with the bias first, the system of the
+    first ``k`` columns is the leading block of the largest, and so is its factor's
+    inverse ``inv``; then ``coef = inv.T @ inv @ cross`` and the residual sum of squares
+    is ``square - |inv @ cross|**2 - ridge * |coef|**2``."""
+    s, n = bins.shape
+    kmax = min(MAX_PIVOTS, round(n * _SHARES[-1]))
+    design = np.empty((s, kmax + 1), bins.dtype)
+    design[:, 0] = 1
+    design[:, 1:] = bins[:, :kmax]
+    wide = design.astype(np.float64)
+    gram = wide.T @ wide  # float64: the factorization needs its precision
+    cross = (design.T @ bins).astype(np.float64)
+    square = np.einsum("ij,ij->j", bins, bins, dtype=np.float64)
+    var = square / s - (cross[0] / s) ** 2  # each column's variance
+    ridge = s / 12.0
+    gram[1:, 1:] += np.eye(kmax) * ridge
+    try:
+        inv = np.linalg.inv(np.linalg.cholesky(gram))
+    except np.linalg.LinAlgError:  # a constant column: no fit
+        return None
+    sampled = s < rows  # residuals on rows the fit did not see are larger
+    best = (rows * n * _h(var.mean()), 0)  # every column by its mean
+    for k in sorted({max(1, round(n * f)) for f in _SHARES if n * f <= kmax}):
+        lower = inv[: k + 1, : k + 1]
+        y = lower @ cross[: k + 1, k:]
+        coef = lower.T @ y
+        sse = square[k:] - np.einsum("ij,ij->j", y, y)
+        sse -= ridge * np.einsum("ij,ij->j", coef[1:], coef[1:])
+        resid = np.maximum(sse, 0) / s / (max(0.25, 1 - (k + 1) / s) if sampled else 1)
+        pivot_bits = rows * k * _h(var[:k].mean())
+        z2 = (np.trace(gram[1 : k + 1, 1 : k + 1]) - k * ridge) / s  # mean square bin
+        top = np.abs(coef[1:]).max(axis=0)
+        for bits in _BITS:
+            step = top / (2 ** (bits - 1) - 1)
+            noise = (resid + step**2 / 12 * z2).mean()
+            side = bits * k * (n - k) + 8 * (8 + 12 * (n - k))
+            cost = pivot_bits + rows * (n - k) * _h(noise) + side
+            if cost < best[0]:
+                best = (cost, k, bits, np.vstack([coef[1:], coef[:1]]), pivot_bits)
+    return None if best[1] == 0 else best
+
+
+def _h(var) -> float:
+    """Bits per value of rounded Gaussian values of variance ``var`` (in bins): the
+    high-rate entropy, going smoothly to 0 for narrow ones."""
+    return 0.5 * np.log2(1.0 + 2.0 * np.pi * np.e * var)
