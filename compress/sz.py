@@ -99,12 +99,12 @@ that repeat per token (at rel 1e-3, tf_ln1_out 1.06x -> 1.77x SZ3's ratio,
 tf_mlp_pre_gelu 1.06x -> 1.53x, vit_ln1_out 1.04x -> 1.20x); it is searched for only
 where constant prediction samples cheapest, and on rows of 64 elements and more (on
 the corpus's 32-wide activations it found nothing and took as long as the coding).
-Predicting the columns from the first few (pivots) paid on the ViT activations, low
-rank across their features (at rel 1e-4: vit_patch_embed 1.13x -> 1.83x SZ3's ratio,
-vit_ln1_out 1.14x -> 1.76x); it is fitted where constant prediction samples cheapest
-at 10 bits per value and more: its fit takes milliseconds whatever the bound, and
-fitted at 6 bits and more it made the corpus compress at 0.79x SZ3's speed at rel 1e-3
-(1.33x its ratio, from 1.26x).
+Predicting the columns from the columns before them (pivots, in a cascade of levels)
+paid on the ViT activations, low rank across their features (at rel 1e-4:
+vit_patch_embed 1.13x -> 2.21x SZ3's ratio, vit_ln1_out 1.14x -> 2.04x); it is fitted
+where constant prediction samples cheapest at 10 bits per value and more: its fit takes
+milliseconds whatever the bound, and fitted from 6 bits the corpus compressed at 0.80x
+SZ3's speed at rel 1e-3 (1.34x its ratio, from 1.26x).
 
 Payload layout (inside one zstd frame), little-endian::
 

@@ -26,7 +26,8 @@ MIN_COLUMNS = 32
 MAX_PIVOTS = 128
 #: shares of the columns tried as a level's first column, and the weight bits tried
 _SHARES = (1 / 16, 1 / 8, 1 / 6, 1 / 4, 1 / 3)
-_BITS = (6, 7, 8, 9, 10, 11, 12, 14)
+_WIDTHS = np.array([6, 7, 8, 9, 10, 11, 12, 14])
+_LEVELS = 2.0 ** (_WIDTHS - 1) - 1  # a weight's largest magnitude per width
 #: most bits the model may cost, as a share of the constant's
 GAIN = 0.95
 #: the sketch: its rows and columns, and the fewest bits per predicted value it must save
@@ -46,17 +47,23 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     pick = np.linspace(0, rows - 1, FIT_ROWS).astype(np.int64)
     sample = rows2 if rows <= FIT_ROWS else rows2[pick]
     with np.errstate(over="ignore", invalid="ignore"):  # values near the dtype's largest
-        sketch = np.rint(sample[:_SKETCH_ROWS, :_SKETCH_COLUMNS] * (0.5 / eb))
+        # bins in the values' dtype (float32 holds them exactly), unless its range is short
+        kind = sample.dtype.type if np.isfinite(sample.dtype.type(0.5 / eb)) else np.float64
+        inv = kind(0.5 / eb)
+        sketch = np.rint(sample[:_SKETCH_ROWS, :_SKETCH_COLUMNS] * inv)
         if not _low_rank(np.clip(sketch, -ZMAX, ZMAX, dtype=np.float64)):
             return None
         means = sample.mean(axis=0, dtype=np.float64)
         if not np.isfinite(means).all():
             return None
-        bins = np.clip(np.rint((sample - means) * (0.5 / eb)), -ZMAX, ZMAX)
-    bins = bins.astype(np.float32)  # exact: the products below run twice as fast
+        bins = (sample - means.astype(kind)) * inv
+        np.rint(bins, out=bins)
+        np.clip(bins, -ZMAX, ZMAX, out=bins)
+    bins = bins.astype(np.float32, copy=False)  # the products below run twice as fast
+    sums = _Sums(bins)
     found, width = [], n
     while len(found) < MAX_LEVELS and width >= MIN_COLUMNS:
-        level = _best_level(bins[:, :width], rows)
+        level = _best_level(sums, width, rows)
         if level is None:
             break
         found.append(level)
@@ -113,9 +120,26 @@ def _low_rank(sketch: np.ndarray) -> bool:
     return _h(before) - _h(after) >= _SKETCH_SAVING
 
 
-def _best_level(bins: np.ndarray, rows: int) -> tuple | None:
+class _Sums:
+    """The products the fits of every level read: of the bias and the first columns of
+    ``bins`` (``gram``, float64: the factorization needs its precision) and of those
+    with every column (``cross``), and each column's sum of squares (``square``)."""
+
+    def __init__(self, bins: np.ndarray):
+        self.rows, n = bins.shape
+        kmax = min(MAX_PIVOTS, round(n * _SHARES[-1]))
+        design = np.empty((self.rows, kmax + 1), bins.dtype)
+        design[:, 0] = 1
+        design[:, 1:] = bins[:, :kmax]
+        wide = design.astype(np.float64)
+        self.gram = wide.T @ wide
+        self.cross = (design.T @ bins).astype(np.float64)
+        self.square = np.einsum("ij,ij->j", bins, bins, dtype=np.float64)
+
+
+def _best_level(sums: _Sums, n: int, rows: int) -> tuple | None:
     """``(bits, k, weight bits, coef, pivot bits)`` of the lowest estimated cost of
-    the chunk's ``rows`` rows of ``bins``' columns (None: none beats the columns'
+    the chunk's ``rows`` rows of the first ``n`` columns (None: none beats the columns'
     means): Gaussian residuals of the ridge fit of the columns from ``k`` on the
     first ``k`` (coef: ``(k + 1, m)``, the bias last), plus the rounding of the
     weights, the first columns' bits (``pivot bits``: by their means) and the side
@@ -125,15 +149,10 @@ def _best_level(bins: np.ndarray, rows: int) -> tuple | None:
     first ``k`` columns is the leading block of the largest, and so is its factor's
     inverse ``inv``; then ``coef = inv.T @ inv @ cross`` and the residual sum of squares
     is ``square - |inv @ cross|**2 - ridge * |coef|**2``."""
-    s, n = bins.shape
+    s = sums.rows
     kmax = min(MAX_PIVOTS, round(n * _SHARES[-1]))
-    design = np.empty((s, kmax + 1), bins.dtype)
-    design[:, 0] = 1
-    design[:, 1:] = bins[:, :kmax]
-    wide = design.astype(np.float64)
-    gram = wide.T @ wide  # float64: the factorization needs its precision
-    cross = (design.T @ bins).astype(np.float64)
-    square = np.einsum("ij,ij->j", bins, bins, dtype=np.float64)
+    gram = sums.gram[: kmax + 1, : kmax + 1].copy()
+    cross, square = sums.cross[: kmax + 1, :n], sums.square[:n]
     var = square / s - (cross[0] / s) ** 2  # each column's variance
     ridge = s / 12.0
     gram[1:, 1:] += np.eye(kmax) * ridge
@@ -153,13 +172,13 @@ def _best_level(bins: np.ndarray, rows: int) -> tuple | None:
         pivot_bits = rows * k * _h(var[:k].mean())
         z2 = (np.trace(gram[1 : k + 1, 1 : k + 1]) - k * ridge) / s  # mean square bin
         top = np.abs(coef[1:]).max(axis=0)
-        for bits in _BITS:
-            step = top / (2 ** (bits - 1) - 1)
-            noise = (resid + step**2 / 12 * z2).mean()
-            side = bits * k * (n - k) + 8 * (8 + 12 * (n - k))
-            cost = pivot_bits + rows * (n - k) * _h(noise) + side
-            if cost < best[0]:
-                best = (cost, k, bits, np.vstack([coef[1:], coef[:1]]), pivot_bits)
+        # every weight width at once: the rounding's noise, the weights' bits
+        noise = resid.mean() + (top**2).mean() / 12 * z2 / _LEVELS**2
+        costs = pivot_bits + rows * (n - k) * _h(noise) + _WIDTHS * k * (n - k)
+        i = int(np.argmin(costs))
+        cost = costs[i] + 8 * (8 + 12 * (n - k))
+        if cost < best[0]:
+            best = (cost, k, int(_WIDTHS[i]), np.vstack([coef[1:], coef[:1]]), pivot_bits)
     return None if best[1] == 0 else best
 
 
