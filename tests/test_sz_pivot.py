@@ -11,7 +11,7 @@ import pytest
 import tensorpress as tp
 from hypothesis import given
 from hypothesis import strategies as st
-from tensorpress.compress import sz_pivot, sz_pivot_fit
+from tensorpress.compress import sz_pivot, sz_pivot_fit, sz_steps
 from tensorpress.compress.kernels.pivot import level_bins, level_prediction
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from test_bound_properties import (
@@ -154,6 +154,16 @@ def test_low_rank_columns_code_smaller():
     eb = 1e-4 * float(x.max() - x.min())
     y = tp.decompress(tp.compress(x, rel=1e-4, workers=1))
     assert np.all(np.abs(y.astype(np.float64) - x) <= eb)
+
+
+def test_bytes_do_not_depend_on_the_threads(monkeypatch):
+    """A thread pool for the chunk (its Huffman streams coded in parallel): the same
+    bytes as one thread, decoded alike."""
+    monkeypatch.setattr(sz_steps, "PARALLEL_MIN_ELEMENTS", 1)
+    x = low_rank((3, 128, 96), rank=20, seed=6)
+    blobs = [tp.compress(x, rel=1e-4, predictor="pivot", workers=w) for w in (1, 2)]
+    assert blobs[0] == blobs[1]
+    np.testing.assert_array_equal(tp.decompress(blobs[0], workers=2), tp.decompress(blobs[1]))
 
 
 def test_columns_that_are_not_low_rank_keep_constant_prediction():
