@@ -86,10 +86,25 @@ def pack(centres: np.ndarray, levels: list[Level]) -> bytes:
 def unpack(blob: bytes, columns: int) -> tuple[np.ndarray, list[Level]]:
     """``(centres, levels)`` of model bytes for rows of ``columns`` columns;
     ValueError where they do not describe such a model."""
-    r = ByteReader(blob, "sz pivot model")
-    model = _read(r, columns)
-    r.done()
-    return model
+    key = (blob, columns)
+    found = _last.get(key)
+    if found is None:
+        r = ByteReader(blob, "sz pivot model")
+        found = _read(r, columns)
+        r.done()
+        _remember(key, found)
+    return found
+
+
+#: the model last read, by its bytes and columns: a chunk's model is read where its
+#: streams are cut and again where it is coded (a parse took a tenth of a small
+#: chunk's decoding)
+_last: dict = {}
+
+
+def _remember(key, model) -> None:
+    _last.clear()  # another thread's entry may go: it is read again, alike
+    _last[key] = model
 
 
 def segments(levels: list[Level], rows: int) -> list[int]:
@@ -117,11 +132,13 @@ def side_codes(side: bytes, shape2: tuple) -> tuple[bytes, np.ndarray]:
     every segment but the last (uint16, decoded); ValueError where it is damaged."""
     rows, n = shape2
     r = ByteReader(side, "sz pivot side information")
-    _, levels = _read(r, n)
+    model = _read(r, n)
     size = r.tell()
-    head = [huffman_decode(bytes(r.blob()), count) for count in segments(levels, rows)[:-1]]
+    head = [huffman_decode(bytes(r.blob()), count) for count in segments(model[1], rows)[:-1]]
     r.done()
-    return bytes(side[:size]), np.concatenate(head)
+    blob = bytes(side[:size])
+    _remember((blob, n), model)
+    return blob, np.concatenate(head)
 
 
 def encode(blob: bytes, rows2, eb, radius, prec, codes, outliers) -> int:
