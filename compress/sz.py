@@ -19,8 +19,8 @@ Pipeline per chunk (SZ3's design, our code):
    prediction whose neighbours and weights are fitted to the chunk by least squares
    (``sz_fitted.py``), or, where constant prediction samples cheapest and the rows
    (the last dimension) nearly repeat, each row predicted by an earlier one
-   (``sz_match.py``), or, where they are low rank across the columns, every column
-   predicted from the first few (``sz_pivot.py``);
+   (``sz_match.py``), or, where they are low rank across the columns, each column
+   predicted from the columns before it, in levels (``sz_pivot.py``);
 3. the quantizer turns each prediction error into an integer code within the
    bound, reconstructing exactly as the decoder will; what cannot be
    quantized is stored exactly as an outlier;
@@ -252,8 +252,8 @@ class SZCodec(Codec):
     ``regression``, ``lattice`` (lossless indices of data on a lattice under a bound
     below its step, else Lorenzo), ``fitted`` (neighbours' weights fitted per chunk,
     see sz_fitted.py), ``match`` (each row predicted by an earlier, similar row, else
-    constant prediction; see sz_match.py), ``pivot`` (the columns predicted from the
-    first few, else constant prediction; see sz_pivot.py) or ``interp`` (the
+    constant prediction; see sz_match.py), ``pivot`` (each column predicted from the
+    columns before it, else constant prediction; see sz_pivot.py) or ``interp`` (the
     interpolations but md-linear, by sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for
@@ -420,7 +420,7 @@ class SZCodec(Codec):
         eb, alpha, beta = r.f64(), r.f64(), r.f64()
         radius = r.u32()
         side = r.blob() if pred in WITH_SIDE else b""
-        if pred in (CONSTANT, MATCH, PIVOT):  # alpha: the prediction (MATCH: of rows alone)
+        if pred in (CONSTANT, MATCH, PIVOT):  # alpha: the prediction (PIVOT's: unused)
             tuning = math.isfinite(alpha) and beta == 1
         elif pred == LATTICE:  # alpha and beta: the offset and the step
             tuning = math.isfinite(alpha) and 0 < beta < math.inf

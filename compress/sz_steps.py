@@ -161,9 +161,8 @@ def encode_with(choice, values, shape, eb, prec, radius, pool=None, side=None):
 def decode_with(choice, codes, outliers, shape, eb, prec, radius, work_dtype, dest=None, side=b""):
     """Reconstruct into ``dest`` (a flat array of ``work_dtype``) or a new array; flat
     result. ``side``: REGRESSION's, FITTED's, MATCH's or PIVOT's side information
-    (PIVOT's: its model, without the codes' streams). LATTICE
-    decodes into float64 only (the values ``offset + k * step`` that the caller casts to
-    the data dtype)."""
+    (PIVOT's: its model, without the codes' streams). LATTICE decodes into float64
+    only (the values ``offset + k * step`` that the caller casts to the data dtype)."""
     pred, alpha, beta = choice[:3]
     if dest is None:
         dest = np.empty(math.prod(shape), work_dtype)
