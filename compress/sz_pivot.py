@@ -50,6 +50,8 @@ from .kernels.pivot import level_bins, level_prediction, predicted_decode, predi
 MAX_LEVELS = 3
 #: largest bin: sums of ``z * W`` stay exact in float64 for any row below 2**21 columns
 ZMAX = 2.0**15
+#: largest integer up to which float32 holds every integer
+_FLOAT32_EXACT = 2.0**24
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,13 @@ def _predict(rec, centres, level: Level, eb, out, lo) -> None:
     """Level ``level``'s predictions from the reconstruction ``rec`` of the columns
     before it, into ``out``'s columns from ``lo``."""
     z = level_bins(rec, level.start, centres, 0.5 / eb, ZMAX)
-    sums = z @ level.weights  # integers below 2**53: exact in any order of summation
+    # every partial sum is an integer no larger than the bound: exact in any order of
+    # summation in float64 (below 2**53), and in float32 (twice as fast) below 2**24
+    bound = np.abs(z).max(axis=0, initial=0.0) @ np.abs(level.weights)
+    if bound.max(initial=0.0) <= _FLOAT32_EXACT:
+        sums = z.astype(np.float32) @ level.weights.astype(np.float32)
+    else:
+        sums = z @ level.weights
     level_prediction(sums, level.scales, level.offsets, out, lo)
 
 
