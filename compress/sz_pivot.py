@@ -44,7 +44,7 @@ import numpy as np
 from .byteio import ByteReader, ByteWriter
 from .huffman import huffman_decode, huffman_encode
 from .kernels.match import pack_refs, unpack_refs
-from .kernels.pivot import level_bins, level_prediction, predicted_decode, predicted_encode
+from .kernels.pivot import level_bins, predicted_decode, predicted_encode
 
 #: most levels a model may have
 MAX_LEVELS = 3
@@ -150,16 +150,16 @@ def encode(blob: bytes, rows2, eb, radius, prec, codes, outliers) -> int:
     first = levels[0].start
     rec = np.empty((rows, levels[-1].start), rows2.dtype)  # the columns levels read
     rec[:, :first] = centres[:first]
-    used = predicted_encode(rows2, 0, rec, 0, first, eb, radius, prec, codes, outliers)
+    used = predicted_encode(rows2, 0, rec, 0, first, eb, radius, prec, codes, outliers, _NONE)
     pos = rows * first
     for level in levels:
         m = level.end - level.start
-        last = level.end == n  # read by no level: predicted into an array of its own
+        last = level.end == n  # read by no level: reconstructed into an array of its own
         dest, lo = (np.empty((rows, m), rows2.dtype), 0) if last else (rec, level.start)
-        _predict(rec, centres, level, eb, dest, lo)
         block = codes[pos : pos + rows * m]
+        sums = _level_sums(rec, centres, level, eb)
         used += predicted_encode(
-            rows2, level.start, dest, lo, m, eb, radius, prec, block, outliers[used:]
+            rows2, level.start, dest, lo, m, eb, radius, prec, block, outliers[used:], sums
         )
         pos += rows * m
     return used
@@ -171,19 +171,24 @@ def decode(blob: bytes, codes, outliers, eb, radius, prec, out2) -> None:
     centres, levels = unpack(blob, n)
     first = levels[0].start
     out2[:, :first] = centres[:first]
-    used = predicted_decode(codes, outliers, eb, radius, prec, out2, 0, first)
+    used = predicted_decode(codes, outliers, eb, radius, prec, out2, 0, first, _NONE)
     pos = rows * first
     for level in levels:
         m = level.end - level.start
-        _predict(out2, centres, level, eb, out2, level.start)
-        block = codes[pos : pos + rows * m]
-        used += predicted_decode(block, outliers[used:], eb, radius, prec, out2, level.start, m)
+        block, sums = codes[pos : pos + rows * m], _level_sums(out2, centres, level, eb)
+        used += predicted_decode(
+            block, outliers[used:], eb, radius, prec, out2, level.start, m, sums
+        )
         pos += rows * m
 
 
-def _predict(rec, centres, level: Level, eb, out, lo) -> None:
-    """Level ``level``'s predictions from the reconstruction ``rec`` of the columns
-    before it, into ``out``'s columns from ``lo``."""
+#: no level: the kernels' predictions are in place already
+_NONE = (np.empty((0, 0)), np.empty(0, np.float32), np.empty(0))
+
+
+def _level_sums(rec, centres, level: Level, eb) -> tuple:
+    """``(sums, scales, offsets)``: what the kernels predict level ``level``'s columns
+    by, from the reconstruction ``rec`` of the columns before it."""
     z = level_bins(rec, level.start, centres, 0.5 / eb, ZMAX)
     # every partial sum is an integer no larger than the bound: exact in any order of
     # summation in float64 (below 2**53), and in float32 (twice as fast) below 2**24
@@ -192,7 +197,7 @@ def _predict(rec, centres, level: Level, eb, out, lo) -> None:
         sums = z.astype(np.float32) @ level.weights.astype(np.float32)
     else:
         sums = z @ level.weights
-    level_prediction(sums, level.scales, level.offsets, out, lo)
+    return sums, level.scales, level.offsets
 
 
 def _read(r: ByteReader, columns: int) -> tuple[np.ndarray, list[Level]]:

@@ -12,7 +12,7 @@ import tensorpress as tp
 from hypothesis import given
 from hypothesis import strategies as st
 from tensorpress.compress import sz_pivot, sz_pivot_fit, sz_steps
-from tensorpress.compress.kernels.pivot import level_bins, level_prediction
+from tensorpress.compress.kernels.pivot import level_bins, predicted_decode
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from test_bound_properties import (
     FAST,
@@ -124,7 +124,9 @@ def test_predictions_round_once_per_operation(seed, dtype):
     scales = rng.uniform(1e-9, 1e-3, 3).astype(np.float32)
     offsets = rng.standard_normal(3) * 1e3
     out = np.zeros((7, 9), dtype)
-    level_prediction(sums, scales, offsets, out, 4)
+    zero = np.full(21, 32768, np.uint16)  # residuals 0: the predictions come back
+    prec = PREC_FLOAT64 if dtype == np.float64 else PREC_FLOAT32
+    predicted_decode(zero, np.empty(0, dtype), 1.0, 32768, prec, out, 4, 3, (sums, scales, offsets))
     want = (sums * scales.astype(np.float64) + offsets).astype(dtype)
     np.testing.assert_array_equal(out[:, 4:7].view(np.uint8), want.view(np.uint8))
 

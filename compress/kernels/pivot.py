@@ -1,7 +1,7 @@
 """Kernels of ``sz``'s pivot predictor (``compress/sz_pivot.py``): quantization of a
 block of columns against predictions held in another array's columns, which the kernels
-replace by the reconstruction; the bins the predictions read; and a level's predictions
-from its sums.
+replace by the reconstruction, each row's predictions first computed from a level's
+sums where given; and the bins the sums read.
 
 Codes are those of :mod:`.lorenzo`'s quantizer (``q + radius``, 0 = outlier stored
 verbatim) in row-major order of the block, so ``|x - decoded| <= eb``. The arithmetic
@@ -18,10 +18,12 @@ from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 
 @njit(cache=True, nogil=True)
-def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers):
+def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers, level):
     """Quantize ``src[:, lo:lo + m]`` (2-d) against ``pred[:, plo:plo + m]`` (the dtype
     of ``src``), which receives the reconstruction; return the number of outliers.
-    codes: uint16 and outliers: ``src.dtype``, room for every element of the block."""
+    codes: uint16 and outliers: ``src.dtype``, room for every element of the block.
+    ``level``: ``(sums, scales, offsets)`` that predict each row first (see
+    :func:`_fill`), or sums with no rows: ``pred`` holds the predictions."""
     rows = src.shape[0]
     if (
         pred.shape[0] != rows
@@ -37,6 +39,7 @@ def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers):
     oi = 0
     for t in range(rows):
         x, row, cr = src[t, lo : lo + m], pred[t, plo : plo + m], codes[t * m : (t + 1) * m]
+        _fill(row, t, level)
         if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
             nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
         elif fast and prec == PREC_FLOAT32:
@@ -52,10 +55,11 @@ def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers):
 
 
 @njit(cache=True, nogil=True)
-def predicted_decode(codes, outliers, eb, radius, prec, out, lo, m):
+def predicted_decode(codes, outliers, eb, radius, prec, out, lo, m, level):
     """Invert :func:`predicted_encode`: replace the predictions in ``out[:, lo:lo + m]``
-    (2-d) by the values the codes reconstruct; return the outliers used. More outlier
-    codes than outliers raise ValueError."""
+    (2-d; computed first from ``level`` where its sums have rows) by the values the
+    codes reconstruct; return the outliers used. More outlier codes than outliers raise
+    ValueError."""
     rows = out.shape[0]
     if codes.size < rows * m or lo < 0 or lo + m > out.shape[1]:
         raise ValueError("corrupt stream: a code per element needed")
@@ -64,6 +68,7 @@ def predicted_decode(codes, outliers, eb, radius, prec, out, lo, m):
     oi = 0
     for t in range(rows):
         row, cr = out[t, lo : lo + m], codes[t * m : (t + 1) * m]
+        _fill(row, t, level)
         if fast and prec == PREC_FLOAT64:
             nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
         elif fast and prec == PREC_FLOAT32:
@@ -93,15 +98,14 @@ def level_bins(rec, start, centres, inv, zmax):
     return z
 
 
-@njit(cache=True, nogil=True)
-def level_prediction(sums, scales, offsets, out, lo):
-    """``out[:, lo + j] = offsets[j] + scales[j] * sums[:, j]``, computed in float64 and
-    rounded once to ``out``'s dtype (values beyond it become infinities, which the
-    quantizer keeps as outliers)."""
-    rows, m = sums.shape
-    if out.shape[0] != rows or lo < 0 or lo + m > out.shape[1]:
-        raise ValueError("pivot: the predictions must fit the output's columns")
-    for t in range(rows):
-        row = out[t, lo : lo + m]
-        for j in range(m):
+@njit(cache=True, nogil=True, inline="always")
+def _fill(row, t, level):
+    """Row ``t``'s predictions ``offsets + scales * sums[t]``, computed in float64 and
+    rounded once to ``row``'s dtype (values beyond it become infinities, which the
+    quantizer keeps as outliers); nothing where the sums have no rows."""
+    sums, scales, offsets = level
+    if sums.shape[0]:
+        if sums.shape[0] <= t or sums.shape[1] != row.size:
+            raise ValueError("pivot: a sum per prediction needed")
+        for j in range(row.size):
             row[j] = offsets[j] + np.float64(scales[j]) * sums[t, j]
