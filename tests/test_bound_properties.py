@@ -347,6 +347,18 @@ def run_case(case: Case) -> None:
     assert again == blob, "compressing the same input twice gave different bytes"
 
 
+def run_values(x, seed, label, dtype, bound, specials, layout, radius, predictor) -> None:
+    """The contract on values a predictor is made for (``x``, named ``label``), with
+    special values injected and laid out as ``layout``; the same bytes again."""
+    rng = np.random.default_rng(seed)
+    x = with_layout(inject_specials(x, specials, rng) if specials else x, layout, rng)
+    case = Case(dtype, x.shape, label, seed, specials, layout, **bound, radius=radius)
+    kw = case.kwargs(x) | {"predictor": predictor}
+    blob = tp.compress(x, **kw)
+    assert_contract(x, tp.decompress(blob), blob)
+    assert tp.compress(x, **kw) == blob
+
+
 # -- strategies --------------------------------------------------------------------
 
 

@@ -14,17 +14,7 @@ from hypothesis import strategies as st
 from tensorpress.compress import sz_pivot, sz_pivot_fit, sz_steps
 from tensorpress.compress.kernels.pivot import level_bins, predicted_decode
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
-from test_bound_properties import (
-    FAST,
-    LAYOUTS,
-    Case,
-    assert_contract,
-    bounds,
-    cases,
-    inject_specials,
-    run_case,
-    with_layout,
-)
+from test_bound_properties import FAST, LAYOUTS, bounds, cases, run_case, run_values
 from test_sz_predictors import assert_flipped_bytes_refused
 
 
@@ -62,14 +52,8 @@ def test_bound_holds_where_columns_are_low_rank(
     """Rows the fit predicts, with NaN, +-Inf, denormals and +-max among them, in every
     layout and under every kind of bound: each element within the bound, and the same
     bytes again."""
-    rng = np.random.default_rng(seed)
     x = low_rank((*rows, width), seed=seed, dtype=np.dtype(dtype))
-    x = with_layout(inject_specials(x, specials, rng) if specials else x, layout, rng)
-    case = Case(dtype, x.shape, "low rank", seed, specials, layout, **bound, radius=radius)
-    kw = case.kwargs(x) | {"predictor": predictor}
-    blob = tp.compress(x, **kw)
-    assert_contract(x, tp.decompress(blob), blob)
-    assert tp.compress(x, **kw) == blob
+    run_values(x, seed, "low rank", dtype, bound, specials, layout, radius, predictor)
 
 
 @FAST

@@ -43,19 +43,9 @@ def match_encode(src, refs, c, eb, radius, prec, codes, outliers, rec):
         # the reconstruction: loads and stores of one index only, so the loops vectorize
         _predict(row, rec, t, refs[t], c)
         x, cr = src[t], codes[t * n : (t + 1) * n]
-        if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
-            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
-        elif fast and prec == PREC_FLOAT32:
-            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT32, True)
-        else:
-            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, False)
+        oi = code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, fast, outliers, oi)
         if referred[t]:
             _copy(rec[t], row)
-        if nz:
-            for i in range(n):
-                if cr[i] == 0:
-                    outliers[oi] = x[i]
-                    oi += 1
     return oi
 
 
@@ -75,19 +65,47 @@ def match_decode(codes, outliers, refs, c, eb, radius, prec, out):
             raise ValueError("corrupt stream: a row refers to no earlier row")
         row, cr = out[t], codes[t * n : (t + 1) * n]
         _predict(row, out, t, refs[t], c)  # as in the encoder: replaced in place
-        if fast and prec == PREC_FLOAT64:
-            nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
-        elif fast and prec == PREC_FLOAT32:
-            nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT32, True)
-        else:
-            nz = _decode_row(cr, row, two_eb, radius, prec, False)
-        if nz:
-            for i in range(n):
-                if cr[i] == 0:
-                    if oi >= outliers.size:
-                        raise ValueError("corrupt stream: more outlier codes than outliers")
-                    row[i] = outliers[oi]
-                    oi += 1
+        oi = restore_row(cr, row, two_eb, radius, prec, fast, outliers, oi)
+    return oi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, fast, outliers, oi):
+    """Quantize the values ``x`` against the predictions in ``row`` (see
+    :func:`_encode_row`; ``fast``: the branch-free quantizer applies), the outliers'
+    values stored from ``outliers[oi]``; the outliers stored after the row."""
+    if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
+        nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
+    elif fast and prec == PREC_FLOAT32:
+        nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT32, True)
+    else:
+        nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, False)
+    if nz:
+        for i in range(row.size):
+            if cr[i] == 0:
+                outliers[oi] = x[i]
+                oi += 1
+    return oi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def restore_row(cr, row, two_eb, radius, prec, fast, outliers, oi):
+    """Invert :func:`code_row`: the predictions in ``row`` replaced by the values the
+    codes ``cr`` reconstruct, outliers read from ``outliers[oi]``; the outliers used
+    after the row. More outlier codes than outliers raise ValueError."""
+    if fast and prec == PREC_FLOAT64:
+        nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
+    elif fast and prec == PREC_FLOAT32:
+        nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT32, True)
+    else:
+        nz = _decode_row(cr, row, two_eb, radius, prec, False)
+    if nz:
+        for i in range(row.size):
+            if cr[i] == 0:
+                if oi >= outliers.size:
+                    raise ValueError("corrupt stream: more outlier codes than outliers")
+                row[i] = outliers[oi]
+                oi += 1
     return oi
 
 

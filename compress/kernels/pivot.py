@@ -13,8 +13,7 @@ import numpy as np
 from numba import njit
 
 from .lorenzo import _qparams
-from .match import _decode_row, _encode_row
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
+from .match import code_row, restore_row
 
 
 @njit(cache=True, nogil=True)
@@ -40,17 +39,7 @@ def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers, l
     for t in range(rows):
         x, row, cr = src[t, lo : lo + m], pred[t, plo : plo + m], codes[t * m : (t + 1) * m]
         _fill(row, t, level)
-        if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
-            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
-        elif fast and prec == PREC_FLOAT32:
-            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT32, True)
-        else:
-            nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, False)
-        if nz:
-            for i in range(m):
-                if cr[i] == 0:
-                    outliers[oi] = x[i]
-                    oi += 1
+        oi = code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, fast, outliers, oi)
     return oi
 
 
@@ -69,19 +58,7 @@ def predicted_decode(codes, outliers, eb, radius, prec, out, lo, m, level):
     for t in range(rows):
         row, cr = out[t, lo : lo + m], codes[t * m : (t + 1) * m]
         _fill(row, t, level)
-        if fast and prec == PREC_FLOAT64:
-            nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
-        elif fast and prec == PREC_FLOAT32:
-            nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT32, True)
-        else:
-            nz = _decode_row(cr, row, two_eb, radius, prec, False)
-        if nz:
-            for i in range(m):
-                if cr[i] == 0:
-                    if oi >= outliers.size:
-                        raise ValueError("corrupt stream: more outlier codes than outliers")
-                    row[i] = outliers[oi]
-                    oi += 1
+        oi = restore_row(cr, row, two_eb, radius, prec, fast, outliers, oi)
     return oi
 
 
