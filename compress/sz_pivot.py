@@ -21,9 +21,9 @@ Model bytes, little-endian::
 
     u8     L            levels, 1 .. MAX_LEVELS
     L u32  c_1 .. c_L   the first column each level predicts, 0 < c_1 < ... < c_L < columns
+    L u8   bits         each level's weight bits, 2 .. 16
     c_L f64             the centres of columns 0 .. c_L (the first c_1: their predictions)
     per level, m = c_(i+1) - c_i columns (c_(L+1) = columns):
-      u8     bits       weight bits, 2 .. 16
       m f64             offsets
       m f32             scales
       ceil(c_i m bits / 8)  W + 2**(bits - 1), bits-bit fields in row-major order of the
@@ -37,6 +37,7 @@ the last a u64 length and its Huffman stream; the payload's own stream holds the
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,9 +76,10 @@ def pack(centres: np.ndarray, levels: list[Level]) -> bytes:
     w.u8(len(levels))
     for level in levels:
         w.u32(level.start)
-    w.array(np.asarray(centres, np.float64))
     for level in levels:
         w.u8(level.bits)
+    w.array(np.asarray(centres, np.float64))
+    for level in levels:
         w.array(level.offsets.astype(np.float64))
         w.array(level.scales.astype(np.float32))
         fields = level.weights.astype(np.int64).ravel() + (1 << (level.bits - 1))
@@ -85,28 +87,28 @@ def pack(centres: np.ndarray, levels: list[Level]) -> bytes:
     return w.getvalue()
 
 
-def unpack(blob: bytes, columns: int) -> tuple[np.ndarray, list[Level]]:
-    """``(centres, levels)`` of model bytes for rows of ``columns`` columns;
-    ValueError where they do not describe such a model."""
-    key = (blob, columns)
-    found = _last.get(key)
-    if found is None:
-        r = ByteReader(blob, "sz pivot model")
-        found = _read(r, columns)
-        r.done()
-        _remember(key, found)
-    return found
-
-
-#: the model last read, by its bytes and columns: a chunk's model is read where its
-#: streams are cut and again where it is coded (a parse took a tenth of a small
-#: chunk's decoding)
-_last: dict = {}
-
-
-def _remember(key, model) -> None:
-    _last.clear()  # another thread's entry may go: it is read again, alike
-    _last[key] = model
+# a chunk's model is read where its streams are cut and again where it is coded
+@functools.lru_cache(maxsize=4)
+def unpack(blob: bytes, columns: int) -> tuple[np.ndarray, tuple[Level, ...]]:
+    """``(centres, levels)`` of model bytes for rows of ``columns`` columns (arrays
+    read-only: they are shared); ValueError where they do not describe such a model."""
+    r = ByteReader(blob, "sz pivot model")
+    starts, widths = _layout(r, columns)
+    centres = r.array(np.float64, starts[-1])
+    levels = []
+    for start, end, bits in zip(starts, [*starts[1:], columns], widths, strict=True):
+        m = end - start
+        offsets, scales = r.array(np.float64, m), r.array(np.float32, m)
+        fields = unpack_refs(r.array(np.uint8, (start * m * bits + 7) // 8), start * m, bits)
+        weights = (fields - (1 << (bits - 1))).astype(np.float64).reshape(start, m)
+        levels.append(Level(start, end, bits, offsets, scales, weights))
+    r.done()
+    arrays = [centres] + [a for lv in levels for a in (lv.offsets, lv.scales, lv.weights)]
+    if not all(np.isfinite(a).all() for a in arrays):
+        raise ValueError("sz payload: the pivot model is not finite")
+    for a in arrays:
+        a.flags.writeable = False
+    return centres, tuple(levels)
 
 
 def segments(levels: list[Level], rows: int) -> list[int]:
@@ -134,13 +136,16 @@ def side_codes(side: bytes, shape2: tuple) -> tuple[bytes, np.ndarray]:
     every segment but the last (uint16, decoded); ValueError where it is damaged."""
     rows, n = shape2
     r = ByteReader(side, "sz pivot side information")
-    model = _read(r, n)
-    size = r.tell()
-    head = [huffman_decode(bytes(r.blob()), count) for count in segments(model[1], rows)[:-1]]
+    starts, widths = _layout(r, n)
+    size = r.tell() + 8 * starts[-1]
+    for start, end, bits in zip(starts, [*starts[1:], n], widths, strict=True):
+        size += 12 * (end - start) + (start * (end - start) * bits + 7) // 8
+    model = bytes(side[:size])
+    levels = unpack(model, n)[1]
+    r.take(size - r.tell())
+    head = [huffman_decode(bytes(r.blob()), count) for count in segments(levels, rows)[:-1]]
     r.done()
-    blob = bytes(side[:size])
-    _remember((blob, n), model)
-    return blob, np.concatenate(head)
+    return model, np.concatenate(head)
 
 
 def encode(blob: bytes, rows2, eb, radius, prec, codes, outliers) -> int:
@@ -200,8 +205,9 @@ def _level_sums(rec, centres, level: Level, eb) -> tuple:
     return sums, level.scales, level.offsets
 
 
-def _read(r: ByteReader, columns: int) -> tuple[np.ndarray, list[Level]]:
-    """Read a model for rows of ``columns`` columns from ``r``."""
+def _layout(r: ByteReader, columns: int) -> tuple[list[int], list[int]]:
+    """Read a model's levels from ``r``: their first columns and weight bits, checked
+    against rows of ``columns`` columns."""
     count = r.u8()
     if not 1 <= count <= MAX_LEVELS:
         raise ValueError("sz payload: the pivot model names no levels or too many")
@@ -209,17 +215,7 @@ def _read(r: ByteReader, columns: int) -> tuple[np.ndarray, list[Level]]:
     bounds = [*starts, columns]
     if not 0 < starts[0] or any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
         raise ValueError("sz payload: the pivot model does not fit the chunk's columns")
-    centres = r.array(np.float64, starts[-1])
-    levels = []
-    for start, end in zip(starts, bounds[1:], strict=False):
-        bits, m = r.u8(), end - start
-        if not 2 <= bits <= 16:
-            raise ValueError("sz payload: the pivot model's weights have no valid width")
-        offsets, scales = r.array(np.float64, m), r.array(np.float32, m)
-        fields = unpack_refs(r.array(np.uint8, (start * m * bits + 7) // 8), start * m, bits)
-        weights = (fields - (1 << (bits - 1))).astype(np.float64).reshape(start, m)
-        levels.append(Level(start, end, bits, offsets, scales, weights))
-    finite = [centres] + [a for lv in levels for a in (lv.offsets, lv.scales)]
-    if not all(np.isfinite(a).all() for a in finite):
-        raise ValueError("sz payload: the pivot model is not finite")
-    return centres, levels
+    widths = [r.u8() for _ in range(count)]
+    if not all(2 <= bits <= 16 for bits in widths):
+        raise ValueError("sz payload: the pivot model's weights have no valid width")
+    return starts, widths

@@ -163,7 +163,7 @@ def test_columns_that_are_not_low_rank_keep_constant_prediction():
 
 
 def _model(k=3, n=8, bits=8):
-    """One level: columns k .. n from the first k (its bits byte at offset 5 + 8k)."""
+    """One level: columns k .. n from the first k (bits at byte 5, the centres from 6)."""
     m = n - k
     level = sz_pivot.Level(k, n, bits, np.zeros(m), np.ones(m, np.float32), np.ones((k, m)))
     return sz_pivot.pack(np.zeros(k), [level])
@@ -183,9 +183,9 @@ def _edit(blob, at, new):
         (_model(k=3, n=4), 3),  # the pivots fill every column
         (_edit(_model(), 0, bytes([0])), 8),  # no level
         (_edit(_model(), 0, bytes([4])), 8),  # too many levels
-        (_edit(_model(), 5 + 24, bytes([17])), 8),  # weights wider than 16 bits
-        (_edit(_model(), 5 + 24 + 1 + 40, np.float32(np.inf).tobytes()), 8),  # a scale
-        (_edit(_model(), 5, np.float64(np.nan).tobytes()), 8),  # a centre
+        (_edit(_model(), 5, bytes([17])), 8),  # weights wider than 16 bits
+        (_edit(_model(), 6 + 24 + 40, np.float32(np.inf).tobytes()), 8),  # a scale
+        (_edit(_model(), 6, np.float64(np.nan).tobytes()), 8),  # a centre
     ],
 )
 def test_damaged_models_are_refused(blob, columns):
