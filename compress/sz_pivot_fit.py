@@ -13,6 +13,8 @@ constant's bits.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .sz_pivot import MAX_LEVELS, ZMAX, Level, pack
@@ -44,8 +46,8 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     rows, n = rows2.shape
     if rows < MIN_ROWS or n < MIN_COLUMNS or not np.isfinite(0.5 / eb):
         return None
-    pick = np.linspace(0, rows - 1, FIT_ROWS).astype(np.int64)
-    sample = rows2 if rows <= FIT_ROWS else rows2[pick]
+    pick = np.linspace(0, rows - 1, FIT_ROWS).astype(np.int64) if rows > FIT_ROWS else None
+    sample = rows2 if pick is None else rows2[pick]
     with np.errstate(over="ignore", invalid="ignore"):  # values near the dtype's largest
         # bins in the values' dtype (float32 holds them exactly), unless its range is short
         kind = sample.dtype.type if np.isfinite(sample.dtype.type(0.5 / eb)) else np.float64
@@ -67,11 +69,11 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
         if level is None:
             break
         found.append(level)
-        width = level[1]
+        width = level.k
     if not found:
         return None
     # each level's cost counts its first columns by their means: the next level's do
-    cost = sum(f[0] - f[4] for f in found) + found[-1][4]
+    cost = sum(f.cost - f.pivot_bits for f in found) + found[-1].pivot_bits
     if rate is None:  # the column means' spread joins the bins' when one constant predicts
         with np.errstate(over="ignore"):
             rate = _h(bins.var(axis=0).mean() + means.var() / (2 * eb) ** 2)
@@ -79,17 +81,29 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     if not share < GAIN:
         return None
     centre = bins.mean(axis=0, dtype=np.float64)
-    ends = [n] + [f[1] for f in found[:-1]]
+    ends = [n] + [f.k for f in found[:-1]]
     levels = [_quantized(f, end, means, centre, eb) for f, end in zip(found, ends, strict=True)]
     if any(level is None for level in levels):
         return None
-    return pack(means[: found[0][1]], levels[::-1]), float(share)
+    return pack(means[: found[0].k], levels[::-1]), float(share)
 
 
-def _quantized(found, end, means, centre, eb) -> Level | None:
-    """The level of ``_best_level``'s ``found`` (predicting columns up to ``end``) with
-    its weights rounded, or None where its scales would not hold in float32."""
-    _, k, bits, coef, _ = found
+class _Fit(NamedTuple):
+    """A level's fit: its estimated ``cost`` (bits), its first column ``k``, the weight
+    ``bits``, the ridge coefficients ``coef`` (``(k + 1, m)``, the bias last) and the
+    bits of its first ``k`` columns by their means (``pivot_bits``)."""
+
+    cost: float
+    k: int
+    bits: int
+    coef: np.ndarray
+    pivot_bits: float
+
+
+def _quantized(found: _Fit, end, means, centre, eb) -> Level | None:
+    """The level of ``found`` (predicting columns ``found.k .. end``) with its weights
+    rounded, or None where its scales would not hold in float32."""
+    k, bits, coef = found.k, found.bits, found.coef
     top = 2 ** (bits - 1) - 1
     step = np.abs(coef[:k]).max(axis=0) / top
     with np.errstate(over="ignore", under="ignore"):
@@ -137,13 +151,11 @@ class _Sums:
         self.square = np.einsum("ij,ij->j", bins, bins, dtype=np.float64)
 
 
-def _best_level(sums: _Sums, n: int, rows: int) -> tuple | None:
-    """``(bits, k, weight bits, coef, pivot bits)`` of the lowest estimated cost of
-    the chunk's ``rows`` rows of the first ``n`` columns (None: none beats the columns'
-    means): Gaussian residuals of the ridge fit of the columns from ``k`` on the
-    first ``k`` (coef: ``(k + 1, m)``, the bias last), plus the rounding of the
-    weights, the first columns' bits (``pivot bits``: by their means) and the side
-    information.
+def _best_level(sums: _Sums, n: int, rows: int) -> _Fit | None:
+    """The fit of the lowest estimated cost for the chunk's ``rows`` rows of the first
+    ``n`` columns (None: none beats the columns' means): Gaussian residuals of the
+    ridge fit of the columns from ``k`` on the first ``k``, plus the rounding of the
+    weights, the first columns' bits by their means and the side information.
 
     One Cholesky factor serves every ``k``: with the bias first, the system of the
     first ``k`` columns is the leading block of the largest, and so is its factor's
@@ -161,7 +173,7 @@ def _best_level(sums: _Sums, n: int, rows: int) -> tuple | None:
     except np.linalg.LinAlgError:  # a constant column: no fit
         return None
     sampled = s < rows  # residuals on rows the fit did not see are larger
-    best = (rows * n * _h(var.mean()), 0)  # every column by its mean
+    best = _Fit(rows * n * _h(var.mean()), 0, 0, np.empty(0), 0.0)  # each by its mean
     for k in sorted({max(1, round(n * f)) for f in _SHARES if n * f <= kmax}):
         lower = inv[: k + 1, : k + 1]
         y = lower @ cross[: k + 1, k:]
@@ -177,9 +189,9 @@ def _best_level(sums: _Sums, n: int, rows: int) -> tuple | None:
         costs = pivot_bits + rows * (n - k) * _h(noise) + _WIDTHS * k * (n - k)
         i = int(np.argmin(costs))
         cost = costs[i] + 8 * (8 + 12 * (n - k))
-        if cost < best[0]:
-            best = (cost, k, int(_WIDTHS[i]), np.vstack([coef[1:], coef[:1]]), pivot_bits)
-    return None if best[1] == 0 else best
+        if cost < best.cost:
+            best = _Fit(cost, k, int(_WIDTHS[i]), np.vstack([coef[1:], coef[:1]]), pivot_bits)
+    return None if best.k == 0 else best
 
 
 def _h(var) -> float:
