@@ -111,7 +111,7 @@ def unpack(blob: bytes, columns: int) -> tuple[np.ndarray, tuple[Level, ...]]:
     return centres, tuple(levels)
 
 
-def segments(levels: list[Level], rows: int) -> list[int]:
+def segments(levels: tuple[Level, ...], rows: int) -> list[int]:
     """How many codes each segment holds: the pivots', then each level's."""
     return [rows * levels[0].start] + [rows * (lv.end - lv.start) for lv in levels]
 
