@@ -13,6 +13,7 @@ constant's bits.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -76,7 +77,7 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     cost = sum(f.cost - f.pivot_bits for f in found) + found[-1].pivot_bits
     if rate is None:  # the column means' spread joins the bins' when one constant predicts
         with np.errstate(over="ignore"):
-            rate = _h(bins.var(axis=0).mean() + means.var() / (2 * eb) ** 2)
+            rate = _h(bins.var(axis=0).mean() + _spread(means, eb))
     share = cost / (rows * n * rate)
     if not share < GAIN:
         return None
@@ -86,6 +87,17 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     if any(level is None for level in levels):
         return None
     return pack(means[: found[0].k], levels[::-1]), float(share)
+
+
+def _spread(means: np.ndarray, eb: float) -> float:
+    """The variance of the column ``means`` in bins (of ``2 eb``). A bound above
+    ``2**500`` is scaled by a power of two first, means and bin alike, since the bin's
+    square would overflow: the scaling is exact, the bin's square rounds within an ulp
+    of the unscaled one's, and bounds below keep the estimate (and bytes) they had."""
+    e = math.frexp(eb)[1] if eb > 2.0**500 else 0
+    step = math.ldexp(eb, 1 - e)  # 2 eb, scaled
+    with np.errstate(over="ignore"):  # means near float64's largest: an infinite spread
+        return float(np.ldexp(means, -e).var() / step**2)
 
 
 class _Fit(NamedTuple):

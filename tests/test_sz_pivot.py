@@ -197,3 +197,28 @@ def test_damaged_payloads_raise():
     x = low_rank((256, 128), rank=8)
     blob = tp.compress(x, rel=1e-4, predictor="pivot")
     assert_flipped_bytes_refused(blob)
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e307])
+@pytest.mark.parametrize("bound", [1e155, 1e296, 1e300, np.finfo(np.float64).max])
+def test_bounds_near_float64s_largest_hold(scale, bound):
+    """Bounds whose bin squared overflows float64: the fit declines or fits, never
+    raises, and every element holds the bound."""
+    x = low_rank((1024, 64), dtype=np.float64) * scale
+    assert np.isfinite(x).all()
+    sz_pivot_fit.fit(x, bound)
+    y = tp.decompress(tp.compress(x, abs=bound, predictor="pivot", workers=1))
+    assert np.all(np.abs(y - x) <= bound)
+
+
+def test_means_spread_scaled_for_large_bounds():
+    """Above ``2**500`` the means and bin are scaled by a power of two: where the
+    unscaled form is finite too, the two agree to an ulp, and at ``1e300`` the spread
+    is the means' in bins, not an overflow."""
+    rng = np.random.default_rng(3)
+    for eb in 2.0 ** rng.uniform(500.01, 503, 200):
+        means = eb * (rng.standard_normal(50) + rng.uniform(-3, 3))
+        expect = means.var() / (2 * eb) ** 2
+        assert sz_pivot_fit._spread(means, eb) == pytest.approx(expect, rel=1e-15)
+    means = np.array([0.0, 4e300])
+    assert sz_pivot_fit._spread(means, 1e300) == pytest.approx(1.0, rel=1e-15)
