@@ -54,6 +54,17 @@ def _leading(ds, max_bytes: int) -> np.ndarray:
     return np.array(ds[:rows], order="C")  # a writable copy, not a view of a memory map
 
 
+def _is_scale(ds) -> bool:
+    """Whether ``ds`` (an h5py dataset, or a dataset opened from a compressed file) is a
+    dimension scale: coordinates, which compress copies exactly, are not benchmarked."""
+    import h5py
+
+    from ..formats.hdf5 import is_scale
+
+    source = getattr(ds, "source", ds)
+    return isinstance(source, h5py.Dataset) and is_scale(source)
+
+
 def bench_one(codec, x: np.ndarray, rel: float, span: float, repeat: int) -> dict:
     """Compress and decompress ``x`` ``repeat`` times; errors against rel * span (float64)."""
     eb = rel * span
@@ -116,6 +127,8 @@ def run_bench(args) -> int:
             for n in source
             if np.dtype(source[n].dtype).kind == "f" and source[n].shape and source[n].size
         ]
+        scales = [n for n in names if _is_scale(source[n])]
+        names = [n for n in names if n not in scales]
         if not names:
             raise UserError(f"{args.file} has no floating-point dataset with elements to benchmark")
         total = len(names) * len(rels) * len(codecs)
@@ -153,6 +166,7 @@ def run_bench(args) -> int:
         "workers": args.workers or os.cpu_count(),
         "codecs": [c.name for c in codecs],
         "datasets": datasets,
+        "scales_skipped": scales,
         "rows": rows,
         "ok": not bad,
     }
@@ -176,6 +190,9 @@ def _print_bench(doc: dict) -> None:
         f"tensorpress with {doc['workers']} worker(s), peers single-threaded; "
         f"median of {doc['repeat']} run(s); MB = 1e6 bytes"
     )
+    if doc["scales_skipped"]:
+        skipped = ", ".join(doc["scales_skipped"])
+        print(f"skipped dimension scales (coordinates, which compress keeps exact): {skipped}")
     rows = []
     for r in doc["rows"]:
         if "error" in r:

@@ -26,13 +26,18 @@ class Terminated(BaseException):
 def require_input(path: str) -> None:
     """OSError for ``main`` when ``path`` is missing or is a directory; UserError when it
     is something else that is not a regular file: a FIFO would block the first read
-    forever, and every input is read at offsets, more than once."""
+    forever, and every input is read at offsets, more than once; UserError for a
+    netCDF-3 file, which is not HDF5 (the message says how to convert it)."""
     if not os.path.exists(path):
         raise FileNotFoundError(2, "No such file or directory", path)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise UserError(f"{path} is not a regular file (a FIFO, device or socket): give a file")
+    from ..formats.sources import is_netcdf3, netcdf3_message
+
+    if is_netcdf3(path):
+        raise UserError(netcdf3_message(path))
 
 
 def require_output(path: str, force: bool) -> None:

@@ -74,10 +74,12 @@ def _check_raw_options(args) -> None:
         )
 
 
+#: HDF5 outputs by name; a netCDF-4 file (.nc, .nc4) is an HDF5 file
+HDF5_NAMES = (".h5", ".hdf5", ".nc", ".nc4")
 #: what ``compress`` writes, by OUTPUT's extension
-COMPRESSED_EXTENSIONS = (".tp", ".h5", ".hdf5")
+COMPRESSED_EXTENSIONS = (".tp", *HDF5_NAMES)
 #: what ``decompress`` writes, by OUTPUT's extension (raw: see RAW_EXTENSIONS)
-RESTORED_EXTENSIONS = (".npy", ".npz", ".h5", ".hdf5")
+RESTORED_EXTENSIONS = (".npy", ".npz", *HDF5_NAMES)
 
 
 def _extension(path: str) -> str:
@@ -93,7 +95,8 @@ def _check_compressed_name(args) -> None:
     stem = args.output[: len(args.output) - len(ext)] if ext else args.output
     raise UserError(
         f"{args.output}: compress writes a tensorpress container (.tp) or a compressed HDF5 "
-        f"file (.h5), not {ext or 'a file without extension'}: name it {stem}.tp, or pass "
+        f"file (.h5, or .nc for netCDF-4), not {ext or 'a file without extension'}: name it "
+        f"{stem}.tp, or pass "
         "--container to write the container under this name"
     )
 
@@ -106,7 +109,7 @@ def _check_restored_name(args) -> None:
     if args.raw or ext in RESTORED_EXTENSIONS or ext in RAW_EXTENSIONS:
         return
     raise UserError(
-        f"{args.output}: decompress writes .npy, .npz, .h5/.hdf5 or raw binary "
+        f"{args.output}: decompress writes .npy, .npz, .h5/.hdf5/.nc or raw binary "
         f"({', '.join(RAW_EXTENSIONS)}), not {ext or 'a file without extension'}: choose one "
         "of those, or pass --raw to write raw little-endian bytes under this name"
     )

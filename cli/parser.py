@@ -188,13 +188,15 @@ def codec_help() -> str:
 def _add_compress(sub) -> None:
     p = sub.add_parser(
         "compress",
-        help="compress an HDF5, .npy, .npz or raw file",
-        description="Compress every floating-point dataset of INPUT (HDF5, .npy, .npz or raw "
-        "binary) into OUTPUT: .h5/.hdf5 for an HDF5 file of the same hierarchy, .tp for a "
-        "container (single arrays).",
+        help="compress an HDF5 (netCDF-4), .npy, .npz or raw file",
+        description="Compress every floating-point dataset of INPUT (HDF5 or netCDF-4, .npy, "
+        ".npz or raw binary) into OUTPUT: .h5/.hdf5 (.nc/.nc4 for netCDF-4) for an HDF5 file "
+        "of the same hierarchy, .tp for a container (single arrays).",
     )
     p.add_argument("input", metavar="INPUT")
-    p.add_argument("output", metavar="OUTPUT", help="ends in .h5, .hdf5 or .tp")
+    p.add_argument(
+        "output", metavar="OUTPUT", help="ends in .h5, .hdf5, .nc, .nc4 (netCDF-4) or .tp"
+    )
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
     bound.add_argument(
@@ -260,8 +262,8 @@ def _add_decompress(sub) -> None:
     p.add_argument(
         "output",
         metavar="OUTPUT",
-        help=".h5/.hdf5 or .npz for HDF5 input; .npy, .h5 or raw (.f32, .f64, .dat, .raw, "
-        ".bin) for a container",
+        help=".h5/.hdf5/.nc/.nc4 or .npz for HDF5 (netCDF-4) input; .npy, .h5 or raw (.f32, "
+        ".f64, .dat, .raw, .bin) for a container",
     )
     p.add_argument(
         "--raw",

@@ -16,12 +16,15 @@ from .stream_header import MAGIC
 
 #: extensions of raw binary files (C order, little-endian), as SDRBench names them
 RAW_EXTENSIONS = (".f32", ".f64", ".dat", ".raw", ".bin")
-HDF5_EXTENSIONS = (".h5", ".hdf5")
+#: HDF5 files by name: netCDF-4 files (.nc, .nc4) are HDF5 files with conventions on top
+HDF5_EXTENSIONS = (".h5", ".hdf5", ".nc", ".nc4")
 #: dtypes a raw binary file may hold
 RAW_DTYPES = ("float32", "float64")
 _NPY_MAGIC = b"\x93NUMPY"
 #: the first bytes of a zip archive (a .npz file), with members or empty
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+#: the first bytes of a netCDF-3 file: classic, 64-bit offset and 64-bit data (CDF-5)
+_NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 
 
 def check_input(path) -> str:
@@ -39,6 +42,8 @@ def file_kind(path) -> str:
     path = check_input(path)
     with open(path, "rb") as f:
         head = f.read(8)
+    if head.startswith(_NETCDF3_MAGIC):
+        raise ValueError(netcdf3_message(path))
     if head.startswith(_NPY_MAGIC):
         return "npy"
     if head == MAGIC:
@@ -48,6 +53,21 @@ def file_kind(path) -> str:
     if head.startswith(_ZIP_MAGIC):
         return "npz"
     return "raw"
+
+
+def is_netcdf3(path) -> bool:
+    """Whether ``path`` starts as a netCDF-3 file does (which is not HDF5)."""
+    with open(path, "rb") as f:
+        return f.read(4).startswith(_NETCDF3_MAGIC)
+
+
+def netcdf3_message(path) -> str:
+    """Why a netCDF-3 file is refused, and how to convert it to netCDF-4 (HDF5)."""
+    return (
+        f"{path} is a netCDF-3 (classic) file, not netCDF-4/HDF5: convert it first with "
+        f"'nccopy -k nc4 {path} new.nc' or xarray's "
+        f'open_dataset(...).to_netcdf("new.nc", format="NETCDF4")'
+    )
 
 
 def has_extension(path, extensions) -> bool:
