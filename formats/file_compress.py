@@ -24,6 +24,7 @@ from .file_output import (
     copy_plain,
     is_hdf5_path,
     plain_report,
+    record_storage,
     report_progress,
 )
 from .filter_layout import check_codec, filtered_bound, write_filtered
@@ -368,6 +369,8 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
                 marker = make_marker(obj, dims, labels)
                 write = (plan, chunk_bytes, workers, progress)
                 report = _compress_dataset(obj, fout, path, marker, write, t0)
+                if report is not None:  # so that decompress stores it as the input did
+                    record_storage(obj, fout[path])
                 if report is not None and plan.layout == "filter":
                     copy_attrs(obj, fout[path], skip=DIM_ATTRS)  # labels are kept as they are
                     plain.append((path, obj))  # so that its scales are attached again

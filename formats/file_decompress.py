@@ -14,13 +14,16 @@ import numpy as np
 
 from .errors import FormatError
 from .file_output import (
+    STORAGE,
     DatasetReport,
+    StoredAs,
     atomic_output,
     attach_plain,
     copy_plain,
     is_hdf5_path,
     ratio,
     report_progress,
+    stored_as,
 )
 from .filter_layout import filter_codec, filtered_bound, restore_plain
 from .filtered_chunks import FilteredChunks, uses_only_our_filter
@@ -46,8 +49,9 @@ from .workers import resolve_workers
 def decompress_file(src, dst, *, raw=False, workers=None, overwrite=False, progress=None) -> list:
     """Restore the original data of a file written by :func:`compress_file`.
 
-    HDF5 -> HDF5 (``dst`` .h5/.hdf5): every dataset with its dtype, shape,
-    attributes, fill value and dimension scales; references point at the objects
+    HDF5 -> HDF5 (``dst`` .h5/.hdf5/.nc/.nc4): every dataset with its dtype, shape,
+    attributes, fill value and dimension scales, stored as the input was (layout and
+    lossless filters) where compress recorded it; references point at the objects
     at the same paths. HDF5 -> .npz: every dataset, by path, an array of the archive.
     A container -> .npy (in the layout it was compressed from, C or Fortran), raw
     little-endian bytes in C order when ``dst`` ends in .f32/.f64/.dat/.raw/.bin or
@@ -228,7 +232,7 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
                 reader = ContainerReader(DatasetSource(obj), workers=workers)
             if reader.shape != marker["shape"]:
                 raise FormatError(f"{path}: the stream's shape disagrees with its marker")
-            out = fout.create_dataset(
+            out = StoredAs(fout, stored_as(obj)).create_dataset(
                 path,
                 shape=marker["shape"],
                 dtype=marker["dtype"],
@@ -238,7 +242,7 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
             )
             with naming(path):
                 _decode_into(reader, path, out, workers, progress)
-            copy_attrs(obj, out, skip=(*DIM_ATTRS, MARKER))
+            copy_attrs(obj, out, skip=(*DIM_ATTRS, MARKER, STORAGE))
             restored.append((out, marker))
             reports.append(_decoded_report(path, reader, marker["dtype"], t0))
         attach_plain(plain, fout)
@@ -330,11 +334,12 @@ def filter_failure(ds: h5py.Dataset, start: int, stop: int, exc: OSError) -> Exc
 def _restore_filtered(ds, fout, path, progress, t0) -> DatasetReport:
     """Write filtered dataset ``ds`` decoded as a plain dataset ``fout[path]`` with its
     attributes (its scales are attached again with the copied datasets')."""
+    group = StoredAs(fout, stored_as(ds))  # the input's layout and lossless filters
     try:
-        out = restore_plain(ds, fout, path, progress, RESTORE_BLOCK_BYTES)
+        out = restore_plain(ds, group, path, progress, RESTORE_BLOCK_BYTES)
     except OSError as exc:
         raise filter_failure(ds, 0, ds.shape[0], exc) from exc
-    copy_attrs(ds, out, skip=DIM_ATTRS)
+    copy_attrs(ds, out, skip=(*DIM_ATTRS, STORAGE))
     bound = filtered_bound(ds) or None
     nbytes = ds.size * ds.dtype.itemsize
     return DatasetReport(

@@ -6,12 +6,15 @@ HDF5 datasets are copied as they are; every dataset gets a :class:`DatasetReport
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import secrets
 import stat
 import time
 from dataclasses import dataclass
+
+import h5py
 
 from .hdf5 import DIM_ATTRS, attach_scales, dimension_scales
 from .sources import HDF5_EXTENSIONS, has_extension
@@ -127,3 +130,74 @@ def attach_plain(plain, fout) -> None:
         if ds.shape and "DIMENSION_LIST" in ds.attrs:
             dims, _ = dimension_scales(ds)
             attach_scales(fout[path], dims, [])
+
+
+#: attribute of a compressed dataset recording how its input stored it, when that is not
+#: chunked without filters: ``{"layout": "contiguous"}`` (or "compact"), or ``{"filters":
+#: [[id, flags, [parameters]], ...]}`` (docs/formats.md); decompress stores it so again
+STORAGE = "tensorpress_storage"
+#: lossless HDF5 filters decompress restores, by id: how many leading client values are
+#: the user's (None: all; HDF5 computes the rest per dataset). Lossy ones (scale-offset,
+#: SZ, ZFP...) are left out: the values were decoded once already.
+LOSSLESS_FILTERS = {
+    **{1: 1, 2: 0, 3: 0, 4: 2, 5: 0},  # deflate, shuffle, fletcher32, szip, n-bit
+    **dict.fromkeys((307, 32000, 32001, 32004, 32008, 32015, 32026)),  # bzip2 ... blosc2
+}
+
+
+def storage_record(ds: h5py.Dataset) -> str | None:
+    """The :data:`STORAGE` JSON of input dataset ``ds``, None when it is chunked without
+    lossless filters (what a compressed dataset restores to without a record)."""
+    plist = ds.id.get_create_plist()
+    layout = plist.get_layout()
+    if layout in (h5py.h5d.CONTIGUOUS, h5py.h5d.COMPACT):
+        kind = "contiguous" if layout == h5py.h5d.CONTIGUOUS else "compact"
+        return json.dumps({"layout": kind})
+    filters = []
+    for i in range(plist.get_nfilters()):
+        fid, flags, cd, _ = plist.get_filter(i)
+        if fid in LOSSLESS_FILTERS:
+            keep = LOSSLESS_FILTERS[fid]
+            filters.append([int(fid), int(flags) & 1, [int(v) for v in cd][:keep]])
+    return json.dumps({"filters": filters}, separators=(",", ":")) if filters else None
+
+
+def record_storage(ds: h5py.Dataset, out: h5py.Dataset) -> None:
+    """Record on compressed dataset ``out`` how its input ``ds`` is stored, if needed."""
+    record = storage_record(ds)
+    if record is not None:
+        out.attrs[STORAGE] = record
+
+
+def stored_as(ds: h5py.Dataset) -> dict:
+    """``create_dataset`` keywords that store the dataset restored from compressed ``ds``
+    as its input was (its :data:`STORAGE` record); {} without a record. A filter this
+    process lacks (a plugin not installed) is left out."""
+    if STORAGE not in ds.attrs:
+        return {}
+    raw = ds.attrs[STORAGE]
+    try:
+        record = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+    except ValueError:
+        return {}  # not ours to refuse: the values are whole without it
+    plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    if record.get("layout") in ("contiguous", "compact"):
+        if record["layout"] == "compact":
+            plist.set_layout(h5py.h5d.COMPACT)
+        return {"chunks": None, "maxshape": None, "dcpl": plist}
+    for fid, flags, cd in record.get("filters", []):
+        if h5py.h5z.filter_avail(fid):
+            plist.set_filter(fid, flags, tuple(cd))
+    return {"dcpl": plist}
+
+
+class StoredAs:
+    """Group ``group`` whose ``create_dataset`` stores a dataset as ``keywords`` (from
+    :func:`stored_as`) say, over what the caller asked: how a restoring helper that makes
+    the dataset itself gets the input's layout and filters."""
+
+    def __init__(self, group, keywords: dict):
+        self.group, self.keywords = group, keywords
+
+    def create_dataset(self, path, **kwargs):
+        return self.group.create_dataset(path, **{**kwargs, **self.keywords})
