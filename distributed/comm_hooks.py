@@ -38,14 +38,40 @@ owns. Each is added back before the same stage next step, so the errors
 telescope: the running sum of the hook's outputs stays within one step's error
 of the running sum of exact averages, however many steps run.
 
+Sizes: every call first all-gathers each rank's value count (8 bytes) and raises
+ValueError on every rank unless all are equal; without this check gloo aborts the
+process (SIGABRT) on collectives of unequal sizes, as it does for a plain
+``all_reduce``.
+
+Non-finite values (NaN, +-Inf, e.g. the overflow steps of AMP's GradScaler) come
+back exactly where plain all-reduce has them: NaN where any rank has NaN or ranks
+have +Inf and -Inf, else +-Inf where any rank has it. No stage quantizes them: a
+stage whose group scales are not all finite (the common case costs one check per
+group) replaces each non-finite value by the midpoint of its group's finite values,
+so the group's scale is that of its finite values and the rest of the group stays
+within the usual bound; a group whose finite range overflows float32 (values of
+``|x|`` above about 1.7e38, or 1.3e36 under Hadamard with groups of 128) goes out as
+zeros and comes back as NaN. Each all-gathered row carries one flag byte saying
+whether its rank left values out; in such a (rare) step, the ranks all-reduce
+float32 ``W * s`` values holding the left-out values, 0 elsewhere, whose non-finite
+sums are the output there, and the error-feedback residuals of every stage are
+zeroed there (finite positions keep theirs), so the next steps are those of plain
+DDP after a skipped step plus the usual quantization error.
+
 Bytes sent by one rank for a bucket of ``n`` values (payload addressed to other
 ranks; :func:`hook_wire_nbytes`, with ``B(m, b) = wire.wire_nbytes(m, b,
 group)``)::
 
     (L - 1) * B(N * s, intra_bits) [if L > 1] + (N - 1) * B(s, bits) + (W - 1) * B(s, bits)
+    + (W - 1) * (8 + 1)  [value counts and flag bytes]
+
+plus, in a step where some rank has non-finite values, a float32 ring all-reduce of
+``W * s`` values (:func:`ring_allreduce_nbytes`; counted in ``bytes_sent``).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.distributed as dist
@@ -55,9 +81,13 @@ from .wire import (
     check_args,
     dequantize_rows,
     quantize_rows,
+    row_group_scales,
     row_scales,
     wire_nbytes,
 )
+
+_SIZE_BYTES = 8  # int64 value count per rank, all-gathered before anything else
+_FLAG_BYTES = 1  # after each all-gathered row: 1 if its rank left non-finite values out
 
 
 def _check_int(name: str, v) -> int:
@@ -96,13 +126,14 @@ def shard_size(n: int, world_size: int, group: int) -> int:
 
 
 def hook_wire_nbytes(n, world_size, ranks_per_node=None, bits=4, intra_bits=8, group=128) -> int:
-    """Bytes one rank sends to other ranks to all-reduce an ``n``-value bucket (module
-    docstring formula)."""
+    """Bytes one rank sends to other ranks to all-reduce an ``n``-value bucket of finite
+    values (module docstring formula)."""
     _check_bits("bits", bits)
     _check_bits("intra_bits", intra_bits)
     L, N = _levels(world_size, ranks_per_node)
     s = shard_size(n, world_size, group)
     total = (N - 1 + world_size - 1) * wire_nbytes(s, bits, group)
+    total += (world_size - 1) * (_SIZE_BYTES + _FLAG_BYTES)
     if L > 1:
         total += (L - 1) * wire_nbytes(N * s, intra_bits, group)
     return total
@@ -251,32 +282,120 @@ def _exchange(wire, group) -> torch.Tensor:
     return out
 
 
+def _check_sizes(st: QuantizedAllReduceState, n: int, device) -> None:
+    """ValueError on every rank unless all ranks pass ``n`` values. The sizes are
+    all-gathered first because gloo aborts the process (SIGABRT) on collectives of
+    unequal sizes, a plain ``all_reduce`` included."""
+    if st.world_size == 1:
+        return
+    sizes = torch.empty(st.world_size, 1, dtype=torch.int64, device=device)
+    mine = torch.tensor([n], dtype=torch.int64, device=device)
+    dist.all_gather(list(sizes.unbind(0)), mine, group=st.process_group)
+    sizes = sizes.view(-1).tolist()
+    if min(sizes) != max(sizes):
+        raise ValueError(
+            f"quantized_allreduce needs the same number of values on every rank, got {sizes} "
+            "(by rank): give every rank the same parameters in the same order"
+        )
+
+
+def _fill_nonfinite(y, group: int) -> None:
+    """Replace in place each non-finite value of contiguous ``y`` (whole groups) by the
+    midpoint of its group's finite values (0 in a group without any), so the group's
+    minimum and maximum, hence its scale, are those of its finite values."""
+    g = y.view(-1, group)
+    fin = torch.isfinite(g)
+    lo = torch.where(fin, g, math.inf).amin(1, keepdim=True)
+    hi = torch.where(fin, g, -math.inf).amax(1, keepdim=True)
+    mid = torch.where(fin.any(1, keepdim=True), lo * 0.5 + hi * 0.5, 0.0)  # halves: no overflow
+    g.copy_(torch.where(fin, g, mid))
+
+
+def _quantize_finite(y, bits: int, gen, kw: dict):
+    """Wire rows of float32 rows ``y [k, m]`` (whole groups), quantized over finite values
+    only, and what this rank left out: None when nothing (the common case, told by the
+    group scales alone), else float32 like ``y`` holding each non-finite value in place,
+    NaN over a group whose finite range still overflows float32 (module docstring), 0
+    elsewhere. Left-out values are replaced in ``y`` (:func:`_fill_nonfinite`, zeros
+    over an overflowing group), so the caller's residuals stay finite."""
+    group, m = kw["group"], y.shape[1]
+    wire = quantize_rows(y, bits=bits, generator=gen, **kw)
+    if torch.isfinite(row_group_scales(wire, m, bits, group)).all():
+        return wire, None
+    left = torch.where(torch.isfinite(y), 0.0, y)
+    _fill_nonfinite(y, group)
+    wire = quantize_rows(y, bits=bits, generator=gen, **kw)
+    over = ~torch.isfinite(row_group_scales(wire, m, bits, group)).view(-1)
+    if over.any():
+        y.view(-1, group)[over] = 0.0
+        left.view(-1, group)[over] = math.nan
+        wire = quantize_rows(y, bits=bits, generator=gen, **kw)
+    return wire, left
+
+
+def _note(left, stage_left, size: int, device, place):
+    """Add a stage's left-out values to ``left`` (``size`` values in the padded bucket's
+    order, created on first use) through ``place(left)``, the stage's view of it."""
+    if stage_left is None:
+        return left
+    if left is None:
+        left = torch.zeros(size, dtype=torch.float32, device=device)
+    place(left).add_(stage_left)
+    return left
+
+
+def _restore_nonfinite(st: QuantizedAllReduceState, left, out, res: dict):
+    """``out`` (the padded bucket's average) with plain all-reduce's non-finite values
+    where some rank left values out: their sum over ranks, one float32 all-reduce of
+    ``left`` (zeros on ranks that left nothing out). The residuals restart at zero
+    there, as plain DDP restarts after a skipped step; elsewhere they are kept."""
+    L, N = st.ranks_per_node, st.nodes
+    s = out.numel() // st.world_size
+    left = torch.zeros_like(out) if left is None else left
+    dist.all_reduce(left, group=st.process_group)
+    bad = ~torch.isfinite(left)
+    places = {
+        "a": lambda t: t,
+        "b": lambda t: t.view(L, N * s)[st.local_rank],
+        "c": lambda t: t.view(L, N, s)[st.local_rank, st.node],
+    }
+    for name, place in places.items():
+        if name in res:
+            res[name].masked_fill_(place(bad), 0.0)
+    return torch.where(bad, left, out)
+
+
 def quantized_allreduce(
     state: QuantizedAllReduceState, tensor, key=0, *, last=True, signature=None
 ):
     """Average of float ``tensor`` over the ranks of ``state``'s group, quantized as the module
     docstring says (a new tensor of the same shape and dtype). ``key`` names the
     error-feedback residual (one per bucket); a residual whose ``signature`` (default:
-    the size) differs is dropped. ``last`` counts a step in ``state.steps``."""
+    the size) differs is dropped. ``last`` counts a step in ``state.steps``. Every rank
+    must pass the same number of values (else ValueError on every rank); non-finite
+    values come back where plain all-reduce has them (module docstring)."""
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise ValueError("quantized_allreduce takes a float tensor")
     st = state
     W, L, N = st.world_size, st.ranks_per_node, st.nodes
     n = tensor.numel()
+    _check_sizes(st, n, tensor.device)
     s = shard_size(n, W, st.group)
     half = 1.0 if st.stochastic else 0.5  # bound per value, in units of its group's scale
     kw = {"group": st.group, "hadamard": st.hadamard, "seed": st.seed}
     gen = st._generator(tensor.device)
     res = st._residual(key, n if signature is None else signature) if st.error_feedback else {}
     bound = torch.zeros(W * s, device=tensor.device) if st.record_error_bound else None
-    sent = 0
+    sent = (W - 1) * _SIZE_BYTES
+    left = None  # values this rank left out of the quantization, bucket order (rare)
 
     x = torch.zeros(W * s, dtype=torch.float32, device=tensor.device)
     x[:n] = tensor.reshape(-1)
     if L > 1:  # stage 1: intra-node reduce-scatter of chunks
         if "a" in res:
             x += res["a"]
-        wire = quantize_rows(x.view(L, N * s), bits=st.intra_bits, generator=gen, **kw)
+        wire, got = _quantize_finite(x.view(L, N * s), st.intra_bits, gen, kw)
+        left = _note(left, got, W * s, x.device, lambda t: t.view(L, N * s))
         if st.error_feedback:
             res["a"] = x - dequantize_rows(wire, N * s, st.intra_bits, **kw).view(-1)
         if bound is not None:
@@ -289,7 +408,8 @@ def quantized_allreduce(
     # stage 2: inter-node reduce-scatter of shards
     if "b" in res:
         chunk = chunk + res["b"]
-    wire = quantize_rows(chunk.view(N, s), bits=st.bits, generator=gen, **kw)
+    wire, got = _quantize_finite(chunk.view(N, s), st.bits, gen, kw)
+    left = _note(left, got, W * s, x.device, lambda t: t.view(L, N, s)[st.local_rank])
     if st.error_feedback:
         res["b"] = chunk - dequantize_rows(wire, s, st.bits, **kw).view(-1)
     if bound is not None:
@@ -297,20 +417,28 @@ def quantized_allreduce(
         bound.view(L, N * s)[st.local_rank].add_(scales, alpha=half)
     sent += (N - 1) * wire.shape[1]
     shard = dequantize_rows(_exchange(wire, st.inter_group), s, st.bits, **kw).sum(0).div_(W)
-    # stage 3: all-gather of the averaged shards
+    # stage 3: all-gather of the averaged shards, each row with a flag byte: left anything out
     if "c" in res:
         shard += res["c"]
-    wire = quantize_rows(shard[None], bits=st.bits, generator=gen, **kw)
-    gathered = torch.empty(W, wire.shape[1], dtype=torch.uint8, device=tensor.device)
-    dist.all_gather(list(gathered.unbind(0)), wire[0], group=st.process_group)
-    sent += (W - 1) * wire.shape[1]
-    full = dequantize_rows(gathered, s, st.bits, **kw)  # row r: shard [local, node] of rank r
+    wire, got = _quantize_finite(shard[None], st.bits, gen, kw)
+    place = lambda t: t.view(L, N, s)[st.local_rank, st.node][None]  # noqa: E731
+    left = _note(left, got, W * s, x.device, place)
+    row = torch.cat([wire[0], wire.new_full((_FLAG_BYTES,), left is not None)])
+    gathered = torch.empty(W, row.numel(), dtype=torch.uint8, device=tensor.device)
+    dist.all_gather(list(gathered.unbind(0)), row, group=st.process_group)
+    sent += (W - 1) * row.numel()
+    full = dequantize_rows(gathered[:, :-_FLAG_BYTES], s, st.bits, **kw)  # row r: rank r's shard
     if st.error_feedback:
         res["c"] = shard - full[st.rank]
-    out = full.view(N, L, s).transpose(0, 1).reshape(-1)[:n]
+    out = full.view(N, L, s).transpose(0, 1).reshape(-1)
+    if gathered[:, -1].any():  # rare: some rank left non-finite values out
+        out = _restore_nonfinite(st, left, out, res)
+        sent += ring_allreduce_nbytes(W * s, W)
+    out = out[:n]
     if bound is not None:
         dist.all_reduce(bound, group=st.process_group)
-        scales = row_scales(gathered, s, st.bits, st.group).view(N, L, s).transpose(0, 1)
+        scales = row_scales(gathered[:, :-_FLAG_BYTES], s, st.bits, st.group)
+        scales = scales.view(N, L, s).transpose(0, 1)
         st.last_error_bound = bound.div_(W).add_(scales.reshape(-1), alpha=half)[:n]
     st.bytes_sent += sent
     st.calls += 1

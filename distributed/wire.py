@@ -38,6 +38,7 @@ __all__ = [
     "dequantize_rows",
     "quantize_groups",
     "quantize_rows",
+    "row_group_scales",
     "row_scales",
     "wire_nbytes",
 ]
@@ -202,10 +203,16 @@ def dequantize_rows(wire, m, bits, group, hadamard=False, seed=0) -> torch.Tenso
     return _dequantize(codes, lo, scale, m, bits, group, hadamard, seed)
 
 
+def row_group_scales(wire, m, bits, group) -> torch.Tensor:
+    """float32 ``[k, ngroups]``: each group's scale, read from wire rows. All are finite
+    exactly when the rows were quantized from finite values whose groups' ranges (after
+    the transform) fit float32."""
+    check_args(bits, group)
+    _check_wire_rows(wire, m, bits, group)
+    return _split_wire(wire, m, bits, group)[2]
+
+
 def row_scales(wire, m, bits, group) -> torch.Tensor:
     """float32 ``[k, m]``: the scale of each value's group, read from wire rows (half of it
     bounds a value's round-to-nearest error)."""
-    check_args(bits, group)
-    _check_wire_rows(wire, m, bits, group)
-    scale = _split_wire(wire, m, bits, group)[2]
-    return scale.repeat_interleave(group, dim=1)[:, :m]
+    return row_group_scales(wire, m, bits, group).repeat_interleave(group, dim=1)[:, :m]

@@ -124,6 +124,78 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
     }
 
 
+def _nonfinite_grads(world: int, step: int) -> torch.Tensor:
+    """``_grads`` with, at step 1, a NaN on rank 0, +Inf on the last rank, -Inf on rank 0
+    where the last rank has +Inf (plain sum: NaN) and on another rank alone (plain: -Inf);
+    each non-finite value shares its group with finite ones."""
+    x = _grads("random", world, step)
+    if step == 1:
+        last = world - 1
+        x[0, 5] = math.nan
+        x[last, [300, 301, 2999]] = math.inf
+        x[0, 301] = -math.inf
+        x[1 if world > 2 else 0, 1000] = -math.inf
+    return x
+
+
+def _nonfinite_run(ranks_per_node, hadamard, world, rank):
+    """Four steps with error feedback against plain all-reduce (DDP's ``allreduce_hook``:
+    divide, then sum); step 1 holds NaN and +-Inf. Per step: whether the non-finite
+    positions and signs match, and how far finite outputs exceed the bound of ``|out -
+    exact| <= bound(step) + bound(step - 1)`` (the residuals telescope)."""
+    st = QuantizedAllReduceState(None, ranks_per_node=ranks_per_node, hadamard=hadamard,
+                                 record_error_bound=True)  # fmt: skip
+    steps, before = [], torch.zeros(N)
+    for step in range(4):
+        grads = _nonfinite_grads(world, step)
+        out = quantized_allreduce(st, grads[rank].clone(), key="b")
+        plain = grads[rank] / world
+        dist.all_reduce(plain)
+        fin = plain.isfinite()
+        limit = st.last_error_bound + before + 1e-4
+        steps.append({
+            "same_nonfinite": all(torch.equal(f(out), f(plain))
+                                  for f in (torch.isnan, torch.isposinf, torch.isneginf)),
+            "nonfinite": int((~fin).sum()),
+            "excess": ((out - plain).abs() - limit)[fin].max().item(),
+            "bound_finite": bool(st.last_error_bound.isfinite().all()),
+        })  # fmt: skip
+        before = st.last_error_bound
+    return steps
+
+
+def _scaler_run(ranks_per_node, world, rank, hooked, steps=16, bad_step=4):
+    """An MLP trained with DDP and a CPU ``GradScaler``; at ``bad_step`` the last rank's loss
+    is multiplied by Inf (Inf and NaN gradients there), so the scaler skips that step.
+    Records the losses and the steps the scaler skipped (its scale dropped)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if hooked:
+        ddp.register_comm_hook(
+            QuantizedAllReduceState(None, ranks_per_node=ranks_per_node), quantized_allreduce_hook
+        )
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(64, 8, generator=g)
+    y = x[:, :1] * 2.0 - x[:, 1:2]
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1000)
+    losses, skipped = [], []
+    for step in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        poison = math.inf if step == bad_step and rank == world - 1 else 1.0
+        scale = scaler.get_scale()
+        scaler.scale(loss * poison).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+        if scaler.get_scale() < scale:
+            skipped.append(step)
+    finite = all(p.isfinite().all() for p in model.parameters())
+    return {"losses": losses, "skipped": skipped, "finite": finite}
+
+
 def _worker(rank, world, port, outdir, ranks_per_node):
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
@@ -144,6 +216,10 @@ def _worker(rank, world, port, outdir, ranks_per_node):
         res["bound", "own group"] = _bound_run(ranks_per_node, "random", True, world, rank, pg=pg)
         for ef in (False, True):
             res["feedback", ef] = _feedback_run(ranks_per_node, ef, world, rank)
+        for hadamard in (False, True):
+            res["nonfinite", hadamard] = _nonfinite_run(ranks_per_node, hadamard, world, rank)
+        for hooked in (False, True):
+            res["scaler", hooked] = _scaler_run(ranks_per_node, world, rank, hooked)
         res["ddp"] = _ddp_run(ranks_per_node, world, rank, (8, 32, 1), steps=30)
         # 1.4 MB of gradients: DDP rebuilds one bucket into two after the first step
         res["buckets"] = _ddp_run(ranks_per_node, world, rank, (8, 600, 600, 1), 3, 0.5)
@@ -154,14 +230,35 @@ def _worker(rank, world, port, outdir, ranks_per_node):
     end_worker()
 
 
-def _launch(tmp_path_factory, world, ranks_per_node):
+def _mismatch_worker(rank, world, port, outdir, ranks_per_node):
+    """Rank r passes 100 + 50 r values, then every rank 100: the error, then the result."""
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    res = {}
+    try:
+        st = QuantizedAllReduceState(None, ranks_per_node=ranks_per_node, record_error_bound=True)
+        try:
+            quantized_allreduce(st, torch.ones(100 + 50 * rank))
+        except ValueError as e:
+            res["error"] = str(e)
+        res["after"] = quantized_allreduce(st, torch.ones(100)) - 1.0
+        res["bound"] = st.last_error_bound
+    finally:
+        with open(os.path.join(outdir, f"{rank}.pkl"), "wb") as f:
+            pickle.dump(res, f)
+        dist.destroy_process_group()
+    end_worker()
+
+
+def _launch(tmp_path_factory, world, ranks_per_node, worker=_worker):
     outdir = str(tmp_path_factory.mktemp(f"world{world}"))
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     if method == "forkserver":  # import once, not once per process (DDP imports torch._dynamo)
         preload = ["torch", "torch._dynamo", "tensorpress.distributed.comm_hooks"]
         mp.get_context(method).set_forkserver_preload(preload)
-    mp.start_processes(
-        _worker,
+    mp.start_processes(  # a worker ended by a signal raises ProcessExitedException here
+        worker,
         args=(world, free_port(), outdir, ranks_per_node),
         nprocs=world,
         start_method=method,
@@ -251,17 +348,76 @@ def test_ddp_with_several_buckets(run):
         assert m["residual_keys"] == sorted({i for i, _ in m["buckets"]})
 
 
+def test_nonfinite_values_come_back_where_plain_allreduce_has_them(run):
+    for r in run[2]:
+        for hadamard in (False, True):
+            steps = r["nonfinite", hadamard]
+            # step 1: NaN at 5 and 301 (+Inf + -Inf), +Inf at 300 and 2999, -Inf at 1000
+            assert [m["nonfinite"] for m in steps] == [0, 5, 0, 0]
+            for m in steps:
+                assert m["same_nonfinite"] and m["bound_finite"]
+                # finite outputs, the rest of each non-finite value's group included, and
+                # the steps after it stay within the quantization bound of plain all-reduce
+                assert m["excess"] <= 0.0
+
+
+def test_training_recovers_after_a_skipped_step_like_plain_ddp(run):
+    for r in run[2]:
+        plain, hooked = r["scaler", False], r["scaler", True]
+        # the scaler skips the poisoned step and only it, with the hook as without
+        assert plain["skipped"] == hooked["skipped"] == [4]
+        assert hooked["finite"]
+        assert hooked["losses"][-1] < 0.5 * hooked["losses"][0]
+        assert hooked["losses"][-1] < 1.1 * plain["losses"][-1]
+
+
+def test_mismatched_sizes_raise_on_every_rank(tmp_path_factory):
+    results = _launch(tmp_path_factory, 2, None, _mismatch_worker)
+    for r in results:
+        assert "same number of values on every rank, got [100, 150]" in r["error"]
+        # the group stays usable: the next call agrees
+        assert (r["after"].abs() <= r["bound"] + 1e-6).all()
+
+
+def test_single_rank_group_scale_is_that_of_the_finite_values(single_rank_group):
+    st = QuantizedAllReduceState(hadamard=False, error_feedback=False, record_error_bound=True)
+    x = torch.linspace(5.0, 6.0, 256)
+    x[3], x[200] = math.inf, math.nan
+    out = quantized_allreduce(st, x)
+    assert out[3] == math.inf and out[200].isnan()
+    fin = x.isfinite()
+    assert ((out - x).abs()[fin] <= st.last_error_bound[fin] + 1e-6).all()
+    # both stages quantize a group over its finite range: bound <= 2 * (range / 15) / 2
+    for g in (slice(0, 128), slice(128, 256)):
+        span = x[g][fin[g]].max() - x[g][fin[g]].min()
+        assert (st.last_error_bound[g] <= span / 15 * (1 + 1e-4)).all()
+
+
+def test_single_rank_group_overflowing_float32_is_nan_and_leaves_no_residual(single_rank_group):
+    st = QuantizedAllReduceState(record_error_bound=True)  # Hadamard, error feedback
+    x = torch.randn(512, generator=torch.Generator().manual_seed(1))
+    x[130], x[131] = 3e38, -3e38  # the group's range exceeds float32's
+    out = quantized_allreduce(st, x.clone())
+    assert out[128:256].isnan().all()
+    assert out[:128].isfinite().all() and out[256:].isfinite().all()
+    before = st.last_error_bound
+    y = torch.randn(512, generator=torch.Generator().manual_seed(2))
+    out = quantized_allreduce(st, y)
+    assert ((out - y).abs() <= st.last_error_bound + before + 1e-5).all()
+
+
 def test_formula_by_hand():
-    # one level, 2 ranks, 4 bits: shards of 1536 values = 768 code bytes + 12 groups * 8
+    # one level, 2 ranks, 4 bits: shards of 1536 values = 768 code bytes + 12 groups * 8,
+    # plus 8 bytes (the value count) and 1 flag byte to the other rank
     s = shard_size(N, 2, 128)
     assert s == 1536 and wire_nbytes(s, 4, 128) == 768 + 96
-    assert hook_wire_nbytes(N, 2) == (1 + 1) * (768 + 96)
+    assert hook_wire_nbytes(N, 2) == (1 + 1) * (768 + 96) + (8 + 1)
     # two levels, 4 ranks as 2 nodes of 2: shards of 768 values, chunks of 1536 at 8 bits
     s = shard_size(N, 4, 128)
     assert s == 768
     intra = wire_nbytes(2 * s, 8, 128)
     inter = wire_nbytes(s, 4, 128)
-    assert hook_wire_nbytes(N, 4, 2) == intra + (1 + 3) * inter
+    assert hook_wire_nbytes(N, 4, 2) == intra + (1 + 3) * inter + 3 * (8 + 1)
     # 4 bits in groups of 128 send over 6x fewer bytes than a float32 ring all-reduce
     n = 1 << 22
     assert ring_allreduce_nbytes(n, 8) > 6 * hook_wire_nbytes(n, 8)
