@@ -99,3 +99,21 @@ def remove_stale(parent: pathlib.Path) -> None:
                 os.close(fd)
         except (OSError, UnicodeDecodeError, ValueError):
             continue
+
+
+def make_parent(path: str | os.PathLike, name: str) -> pathlib.Path:
+    """``path`` (the argument ``name``), made with its parents when it does not exist
+    yet; an ``OSError`` naming it and what to do when it cannot be made."""
+    parent = pathlib.Path(path)
+    if parent.exists():
+        return parent  # SpillDir says what is wrong with one that is no directory
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise type(exc)(
+            exc.errno,
+            f"{name} does not exist and cannot be made ({exc.strerror}); "
+            "give a folder this process can write",
+            str(parent),
+        ) from None
+    return parent

@@ -16,7 +16,8 @@ tier alone waits, in a worker, for the bytes it writes to reach the host.
 Faults never lose a tensor silently: a failed spill keeps the record in host memory
 over the budget (with a warning), up to ``max_host_bytes``; past it the record is not
 stored and ``wait``/``get`` raise ``HostMemoryFull``. Every failure is counted in
-``stats``. A record read back with a bad checksum raises.
+``stats``; a failed record holds no bytes and no reference to its tensor (its error
+carries no traceback). A record read back with a bad checksum raises.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ import torch
 from ..compress import compress_tensor, decompress_tensor
 from .host_memory import HostPool, copy_and_wait, copy_into_pool, copy_to_device, io_buffer
 from .spill import SpillDir, SpillError
+from .spill_dirs import make_parent
 from .store_state import (
     CPU,
     DELETED,
+    FAILED,
     HOST,
     NVME,
     PENDING,
@@ -44,7 +47,10 @@ from .store_state import (
     HostMemoryFull,
     Record,
     StoreStats,
+    bare,
     check_settings,
+    fresh,
+    shutdown,
 )
 
 __all__ = ["PENDING", "Handle", "HostMemoryFull", "StoreStats", "TieredStore"]
@@ -57,7 +63,7 @@ READ_AHEAD = 1
 class TieredStore:
     """Tensors kept out of device memory: a pinned host pool of ``cpu_bytes``,
     then files under ``nvme_dir`` (None: no file tier; over-budget records stay in
-    plain host memory with a warning).
+    plain host memory with a warning; a folder that does not exist yet is made).
     ``max_host_bytes``: the most bytes held in plain host memory over the pool (records
     that files could not take, or with no ``nvme_dir``); a record past it is not stored,
     and :meth:`wait` and :meth:`get` raise ``HostMemoryFull``. None: a quarter of the
@@ -92,7 +98,8 @@ class TieredStore:
         self.max_pending_bytes, self.max_host_bytes = max_pending_bytes, max_host_bytes
         self._host_reserved = 0  # bytes being copied into host memory over the pool
         self.pool = HostPool(cpu_bytes, pin=pin)
-        self.spill = SpillDir(nvme_dir, slab_bytes=slab_bytes) if nvme_dir is not None else None
+        parent = None if nvme_dir is None else make_parent(nvme_dir, "nvme_dir")
+        self.spill = None if parent is None else SpillDir(parent, slab_bytes=slab_bytes)
         self.stats = StoreStats()
         self._cond = threading.Condition()
         self._records: dict[int, Record] = {}  # insertion order = age
@@ -108,7 +115,7 @@ class TieredStore:
         self._warned = False
         self._closed = False
         self._parts = (self._workers, self._reader, self.spill, self.pool, self._records)
-        weakref.finalize(self, _shutdown, *self._parts)
+        weakref.finalize(self, shutdown, *self._parts)
 
     # ------------------------------------------------------------------ public
 
@@ -150,10 +157,10 @@ class TieredStore:
     def _wait(rec: Record) -> None:
         rec.stored.result()
         if rec.error is not None:
-            raise rec.error
+            raise fresh(rec.error)
 
     def tier(self, handle: Handle) -> str:
-        """Where the record is now: 'pending', 'cpu', 'spilling', 'nvme' or 'host'."""
+        """Where the record is: 'pending', 'cpu', 'spilling', 'nvme', 'host' or 'failed'."""
         return self._record(handle).tier
 
     def prefetch(self, handle: Handle) -> None:
@@ -167,8 +174,15 @@ class TieredStore:
         when this started it."""
         if rec.ready is not None:
             return False
-        rec.ready = self._workers.submit(self._bring, rec)
+        rec.ready = self._workers.submit(self._prefetched, rec)
         return True
+
+    def _prefetched(self, rec: Record):
+        """:meth:`_bring`, raising without the frames that hold its read buffer."""
+        try:
+            return self._bring(rec)
+        except BaseException as exc:
+            raise bare(exc) from None
 
     def get(self, handle: Handle) -> torch.Tensor:
         """The tensor: same shape, dtype and device (its values within the codec's
@@ -220,7 +234,7 @@ class TieredStore:
         if self._closed:
             return
         self._closed = True
-        _shutdown(*self._parts)
+        shutdown(*self._parts)
         self._records.clear()
 
     def __enter__(self):
@@ -271,6 +285,8 @@ class TieredStore:
             return self._streams[key]
 
     def _store(self, rec: Record, t: torch.Tensor, event) -> None:
+        """Store ``rec`` from ``t``; a failure goes to ``rec.error`` without a traceback
+        (whose frames would keep ``t`` alive) and frees what ``rec`` held."""
         try:
             if event is None:
                 self._store_on(rec, t)
@@ -285,10 +301,8 @@ class TieredStore:
                     "call store.wait(handle) before modifying a tensor that was put"
                 )
         except BaseException as exc:
-            rec.error = exc
-            with self._cond:
-                self.stats.failed_puts += 1
-            raise
+            rec.error = bare(exc)
+            self._free(rec, FAILED)  # bytes copied before an in-place change was seen
         finally:
             with self._cond:
                 self.stats.pending_bytes -= t.numel() * t.element_size()
@@ -329,12 +343,7 @@ class TieredStore:
         with self._cond:
             held = self.stats.host_bytes + self._host_reserved
             if held + n > self.max_host_bytes:
-                raise HostMemoryFull(
-                    f"TieredStore: {rec.handle!r} ({n} bytes) fits neither the pool nor a "
-                    f"file, and host memory over the pool holds {held} of max_host_bytes="
-                    f"{self.max_host_bytes} bytes; delete records, make room where nvme_dir "
-                    "is, or give the store more cpu_bytes or max_host_bytes"
-                )
+                raise HostMemoryFull.of(rec.handle, n, held, self.max_host_bytes)
             self._host_reserved += n
         try:
             if host is None:
@@ -432,7 +441,7 @@ class TieredStore:
             while rec.tier == SPILLING:
                 self._cond.wait()
             if rec.error is not None:
-                raise rec.error
+                raise fresh(rec.error)
             rec.busy += 1
             tier, copied = rec.tier, None
         try:
@@ -472,7 +481,8 @@ class TieredStore:
                 pass
         self._free(rec)
 
-    def _free(self, rec: Record) -> None:
+    def _free(self, rec: Record, tier: str = DELETED) -> None:
+        """Free ``rec``'s bytes, wherever they are; move it to ``tier`` (FAILED: counted)."""
         with self._cond:
             while rec.busy or rec.tier == SPILLING:
                 self._cond.wait()
@@ -480,20 +490,11 @@ class TieredStore:
                 self.pool.free_after(rec.offset, rec.nbytes, rec.copies())
             elif rec.tier == NVME and rec.loc is not None:
                 self.spill.free(rec.loc)
-            rec.offset = rec.host = rec.loc = None
-            self._retier(rec, DELETED)
+            rec.offset = rec.host = rec.loc = rec.meta = None
+            self.stats.failed_puts += tier == FAILED
+            self._retier(rec, tier)
 
     def _warn(self, message: str) -> None:
         if not self._warned:
             self._warned = True
             warnings.warn(f"TieredStore: {message}", RuntimeWarning, stacklevel=2)
-
-
-def _shutdown(workers, reader, spill: SpillDir | None, pool: HostPool, records: dict) -> None:
-    workers.shutdown(wait=True)
-    reader.shutdown(wait=True)
-    for event in [e for rec in list(records.values()) for e in rec.copies()]:
-        event.synchronize()  # the pool is unpinned next: no copy may still use it
-    if spill is not None:
-        spill.close()
-    pool.close()

@@ -3,7 +3,9 @@ handle a caller holds, the store's side of it, and the counters (``StoreStats``)
 
 from __future__ import annotations
 
+import copy
 import os
+import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -14,7 +16,9 @@ from ..compress.registry import codec_class
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"
-DELETED = "deleted"
+FAILED, DELETED = "failed", "deleted"
+#: how the note on an error from a worker that keeps its frames (as text) starts
+WORKER_NOTE = "raised in the store's worker thread:"
 #: the default cap on host memory held over the budget: this share of the machine's memory
 HOST_SHARE = 4
 
@@ -22,6 +26,16 @@ HOST_SHARE = 4
 class HostMemoryFull(MemoryError):
     """A record could be stored neither in the pool nor in a file, and holding it in
     host memory would pass the store's ``max_host_bytes``."""
+
+    @classmethod
+    def of(cls, handle, nbytes: int, held: int, cap: int) -> HostMemoryFull:
+        """The error for ``handle``'s ``nbytes`` with ``held`` of ``cap`` bytes held."""
+        return cls(
+            f"TieredStore: {handle!r} ({nbytes} bytes) fits neither the pool nor a file, "
+            f"and host memory over the pool holds {held} of max_host_bytes={cap} bytes; "
+            "delete records, make room where nvme_dir is, or give the store more "
+            "cpu_bytes or max_host_bytes"
+        )
 
 
 def default_max_host_bytes() -> int:
@@ -72,7 +86,8 @@ class StoreStats:
     nvme_bytes: int = 0  # payload bytes in files
     spilled_bytes: int = 0  # bytes written to files, in total
     spill_failures: int = 0  # writes to files that failed (their records stayed in memory)
-    failed_puts: int = 0  # records that could not be stored (wait and get raise why)
+    failed_puts: int = 0  # records that could not be stored (wait and get raise why; each
+    # holds nothing from the moment it failed: no bytes, and no reference to its tensor)
     read_bytes: int = 0  # bytes read back from files, in total
     gets: int = 0
     prefetched_gets: int = 0  # gets that found their prefetch started
@@ -113,3 +128,52 @@ class Record:
     def copies(self) -> list:
         """The CUDA events of the copies into and out of the record's pool extent."""
         return [e for e in (self.written, *self.reads) if e is not None]
+
+
+def bare(exc: BaseException) -> BaseException:
+    """``exc``, to keep on a failed record, with no traceback left in it or the
+    exceptions it chains to: a traceback keeps the frames it passed through alive with
+    their locals (the tensor put, its staging buffers). Where the worker's frames would
+    help to find a fault that is not the store's own, they are kept as a note (text)."""
+    ours = any(n.startswith(WORKER_NOTE) for n in getattr(exc, "__notes__", ()))
+    if not isinstance(exc, HostMemoryFull) and exc.__traceback__ is not None and not ours:
+        where = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+        exc.add_note(f"{WORKER_NOTE}\n{where}")
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += (e.__cause__, e.__context__)
+    return exc
+
+
+def fresh(exc: BaseException) -> BaseException:
+    """A copy of the stored ``exc`` to raise: raising adds the frames it passes through
+    to an exception's traceback, and the stored one must hold none (a caller's frame
+    may hold the tensor put). ``exc`` itself where its type cannot be copied."""
+    try:
+        new = copy.copy(exc)
+    except Exception:  # a type whose args do not rebuild it
+        return exc
+    if type(new) is not type(exc):
+        return exc
+    new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+    new.__suppress_context__ = exc.__suppress_context__
+    if hasattr(exc, "__notes__"):
+        new.__notes__ = list(exc.__notes__)
+    return new
+
+
+def shutdown(workers, reader, spill, pool, records: dict) -> None:
+    """A store's end: its threads finished, its copies done, its files removed (``spill``,
+    a ``SpillDir`` or None) and its ``HostPool`` unpinned."""
+    workers.shutdown(wait=True)
+    reader.shutdown(wait=True)
+    for event in [e for rec in list(records.values()) for e in rec.copies()]:
+        event.synchronize()  # the pool is unpinned next: no copy may still use it
+    if spill is not None:
+        spill.close()
+    pool.close()

@@ -1,20 +1,24 @@
 """TieredStore and SpillDir among other stores: a spill directory is stale only when no
 live store holds its lock (whatever pid and host its owner file names), and when files
-cannot take records, host memory stays within the store's cap and every failure is
-counted."""
+cannot take records, host memory stays within the store's cap, every failure is
+counted, and a record whose put failed holds neither bytes nor its tensor."""
 
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import weakref
 
+import numpy as np
 import pytest
 import torch
 from tensorpress.activation_offload import spill
+from tensorpress.activation_offload import store as store_mod
 from tensorpress.activation_offload.spill import SpillDir
 from tensorpress.activation_offload.store import HostMemoryFull, TieredStore
 from test_spill import LOAD_SPILL
@@ -174,3 +178,160 @@ def test_bad_max_host_bytes(tmp_path):
             TieredStore(MIB, max_host_bytes=bad)
     with TieredStore(MIB) as store:  # the default: a share of the machine's memory
         assert 0 < store.max_host_bytes < os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+# -- a failed put holds nothing ------------------------------------------------------------
+
+
+def _watched(n: int):
+    """(tensor of ``n`` float32 on a numpy array, weak reference to the array): the array
+    lives while any tensor on its memory does (a view or ``detach()`` included)."""
+    arr = np.ones(n, dtype=np.float32)
+    return torch.from_numpy(arr), weakref.ref(arr)
+
+
+def _put_and_wait(store, x, handles):
+    """A caller's frame that a traceback would keep alive, ``x`` in it."""
+    handles.append(store.put(x))
+    store.wait(handles[-1])
+
+
+@pytest.mark.parametrize("how", ["no nvme_dir", "disk full", "codec"])
+def test_a_failed_put_keeps_no_reference_to_its_tensor(monkeypatch, tmp_path, how):
+    nvme_dir = tmp_path if how == "disk full" else None
+    codec = {"codec": "block", "abs": 1e-3} if how == "codec" else {}
+    with TieredStore(0, nvme_dir=nvme_dir, max_host_bytes=0, **codec) as store:
+        if nvme_dir is not None:
+            _full_disk(monkeypatch)  # the failure chains to the SpillError, frames and all
+        x, alive = _watched(100_000)
+        handles = []
+        with pytest.warns(RuntimeWarning):
+            try:
+                _put_and_wait(store, x, handles)
+            except HostMemoryFull:
+                pass
+            else:
+                raise AssertionError("the put did not fail")
+        del x
+        gc.collect()
+        assert alive() is None  # the record, its error and the worker let go of it
+        (h,) = handles
+        y, alive_y = _watched(10)
+        try:  # a get that raises keeps none of its caller's frames either
+            _put_and_wait(store, y, [])
+        except HostMemoryFull:
+            pass
+        for _ in range(2):
+            with pytest.raises(HostMemoryFull, match="max_host_bytes"):
+                store.get(h)
+        del y
+        gc.collect()
+        assert alive_y() is None
+        assert store.tier(h) == "failed"
+        s = store.stats
+        assert (s.failed_puts, s.host_bytes, s.cpu_bytes, s.pending_bytes) == (2, 0, 0, 0)
+        store.delete(h)
+        assert len(store) == 1
+
+
+def test_a_put_changed_in_place_fails_and_frees_its_bytes(monkeypatch):
+    real = store_mod.copy_into_pool
+
+    def change_while_copying(dst, src):  # as the caller's next op would, racing the copy
+        done = real(dst, src)
+        src.add_(0)
+        return done
+
+    with TieredStore(MIB) as store:
+        monkeypatch.setattr(store_mod, "copy_into_pool", change_while_copying)
+        x, alive = _watched(100_000)
+        h = store.put(x)
+        with pytest.raises(RuntimeError, match="modified in place") as e:
+            store.wait(h)
+        notes = getattr(e.value, "__notes__", [])
+        del x, e
+        gc.collect()
+        assert alive() is None
+        assert store.stats.cpu_bytes == 0 and store.stats.failed_puts == 1
+        assert store.tier(h) == "failed"
+        assert any("worker thread" in n for n in notes)  # where it was raised, as text
+        with pytest.raises(RuntimeError, match="modified in place"):
+            store.get(h)
+
+
+# what the scenario below may hold above its budget: the tensor being put (16 MiB), the
+# tensors pending under max_pending_bytes, and 16 MiB for the interpreter's own growth
+_RSS_SCENARIO = """
+import gc, os, resource, sys, warnings, torch
+from tensorpress.activation_offload.store import HostMemoryFull, TieredStore
+MIB = 1 << 20
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+warnings.simplefilter("ignore")
+pending = int(sys.argv[1]) * MIB or None
+store = TieredStore(32 * MIB, max_host_bytes=64 * MIB, max_pending_bytes=pending)
+t = torch.ones(4 * MIB)  # warm-up: every path the puts take, and a tensor's pages
+h = store.put(t); store.wait(h); store.get(h); store.delete(h); del t, h
+gc.collect()
+base = rss()
+handles, failed = [], 0
+for i in range(64):
+    t = torch.ones(4 * MIB)  # 16 MiB, its pages touched
+    handles.append(store.put(t))
+    del t  # the caller keeps only the handle
+    if pending is None:
+        try:
+            store.wait(handles[-1])
+        except HostMemoryFull:
+            failed += 1
+for h in handles if pending else ():
+    try:
+        store.wait(h)
+    except HostMemoryFull:
+        failed += 1
+gc.collect()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+s = store.stats
+tiers = sorted(store.tier(h) for h in handles)
+print(failed, (peak - base) // MIB, (rss() - base) // MIB, s.cpu_bytes // MIB,
+      s.host_bytes // MIB, s.failed_puts, s.pending_bytes, tiers.count("failed"))
+"""
+
+
+@pytest.mark.parametrize("pending_mib", [0, 32])
+def test_failed_puts_keep_rss_within_the_budget(pending_mib):
+    """64 puts of 16 MiB into 32 MiB of pool and 64 MiB over it, no files: 58 fail, and
+    the process holds the 96 MiB budget plus what is pending, not the failed tensors
+    (measured in a fresh process; glibc's mmap threshold fixed, so freed tensors go back
+    to the system instead of its heap, as they would anyway with no store)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+    done = subprocess.run(
+        [sys.executable, "-c", _RSS_SCENARIO, str(pending_mib)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    failed, peak, now, cpu, host, failed_puts, pending, tiers = map(int, done.stdout.split())
+    assert failed == failed_puts == 58
+    limit = 96 + 16 + pending_mib + 16
+    assert now <= limit and peak <= limit, f"MiB over the baseline: {now}, at peak {peak}"
+    assert (cpu, host, pending) == (32, 64, 0)  # all the store holds, in its stats
+    assert tiers == 58
+
+
+def test_a_fresh_nvme_dir_is_made(tmp_path):
+    fresh = tmp_path / "not" / "yet"
+    with TieredStore(0, nvme_dir=fresh) as store:
+        x = torch.randn(1000)
+        h = store.put(x)
+        assert torch.equal(store.get(h), x) and store.tier(h) == "nvme"
+        assert store.spill.path.parent == fresh
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match="nvme_dir does not exist and cannot be made") as e:
+        TieredStore(0, nvme_dir=tmp_path / "file" / "sub")
+    assert str(tmp_path / "file" / "sub") in str(e.value)
+    with pytest.raises(ValueError, match="not a directory"):
+        TieredStore(0, nvme_dir=tmp_path / "file")
