@@ -42,6 +42,14 @@ def _real_parts(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64, copy=False).ravel()
 
 
+def _nested(x: np.ndarray) -> bool:
+    """Whether ``x``'s elements hold arrays (HDF5's variable-length sequences), alone or
+    in compound fields, which ``!=`` cannot compare as a whole."""
+    if not x.dtype.hasobject:
+        return False
+    return x.dtype.names is not None or any(isinstance(e, np.ndarray) for e in x.reshape(-1))
+
+
 def _h5_file(ds):
     """The open HDF5 file of ``ds`` (an h5py dataset or a plain dataset of an opened file)."""
     return getattr(ds, "source", ds).file
@@ -78,6 +86,9 @@ class ErrorCheck:
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape:
             raise UserError(f"shapes differ: {x.shape} in the original, {y.shape} compressed")
+        if _nested(x) or _nested(y):
+            self._update_nested(x, y)
+            return
         self.count += x.size
         if x.dtype.kind not in "fc" or y.dtype.kind not in "fc":
             self.violations += int(np.count_nonzero(x != y))
@@ -109,6 +120,29 @@ class ErrorCheck:
         else:
             bad = d > self.bound["tolerance"]
         self.violations += int(np.count_nonzero(bad))
+
+    def _update_nested(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Compare elements that hold arrays (HDF5's variable-length sequences, alone or
+        in compound fields): each pair value by value, as a dataset of its own (its values
+        join the error statistics); an element counts once, and as one violation where a
+        value, a length or a field differs."""
+        for a, b in zip(x.reshape(-1), y.reshape(-1), strict=True):
+            count, violations = self.count, self.violations
+            self._update_element(a, b)
+            self.count = count + 1
+            self.violations = violations + int(self.violations > violations)
+
+    def _update_element(self, a, b) -> None:
+        names = getattr(getattr(a, "dtype", None), "names", None)
+        if names is not None and names == getattr(getattr(b, "dtype", None), "names", None):
+            for name in names:
+                self._update_element(a[name], b[name])
+            return
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or (a.dtype.names is None) != (b.dtype.names is None):
+            self.violations += 1
+        else:
+            self.update(a, b)
 
     def update_null(self, x, y) -> None:
         """Compare null-dataspace datasets (``h5py.Empty``): no elements, but the other

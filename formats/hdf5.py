@@ -133,9 +133,9 @@ def attach_scales(ds: h5py.Dataset, dims: list, labels: list) -> None:
 def walk(group: h5py.Group, prefix: str = ""):
     """Yield ``(path, kind, obj)`` for everything under ``group``, depth first, by name.
 
-    ``kind`` is "group", "dataset", "hardlink" (a second name of an object
-    already yielded; ``obj`` is the first path), "softlink" or "extlink"
-    (``obj`` the h5py link). Paths have no leading "/".
+    ``kind`` is "group", "dataset", "datatype" (a committed, named datatype),
+    "hardlink" (a second name of an object already yielded; ``obj`` is the first
+    path), "softlink" or "extlink" (``obj`` the h5py link). Paths have no leading "/".
     """
     seen: dict = {}
     yield from _walk(group, prefix, seen)
@@ -159,22 +159,34 @@ def _walk(group, prefix, seen):
         if isinstance(obj, h5py.Group):
             yield path, "group", obj
             yield from _walk(obj, path + "/", seen)
+        elif isinstance(obj, h5py.Datatype):
+            yield path, "datatype", obj
         else:
             yield path, "dataset", obj
 
 
 def datasets_copying_the_rest(items, fout):
     """Yield ``(path, dataset, start time in perf_counter seconds)`` for each dataset of
-    ``items`` (from :func:`walk`), making its groups (with their attributes) and links in
-    ``fout`` on the way, in the file's order."""
+    ``items`` (from :func:`walk`), making its groups and named datatypes (with their
+    attributes) and links in ``fout`` on the way, in the file's order."""
     for path, kind, obj in items:
         t0 = time.perf_counter()
         if kind == "group":
             copy_attrs(obj, fout.create_group(path), skip=DIM_ATTRS)
+        elif kind == "datatype":
+            copy_datatype(obj, fout, path)
         elif kind != "dataset":
             make_link(fout, path, kind, obj)
         else:
             yield path, obj, t0
+
+
+def copy_datatype(dt: h5py.Datatype, f: h5py.File, path: str) -> None:
+    """Commit a copy of named datatype ``dt`` at ``path`` of ``f``, with its attributes
+    (HDF5's own type, so that what numpy cannot name, such as a string's character set,
+    is kept)."""
+    dt.id.copy().commit(f.id, path.encode())
+    copy_attrs(dt, f[path], skip=DIM_ATTRS)
 
 
 def make_link(f: h5py.File, path: str, kind: str, obj) -> None:

@@ -56,10 +56,11 @@ def _ref_attrs(obj):
 
 
 def _objects(f: h5py.File, items):
-    """``(path, object)`` of the root and of every group and dataset of ``items``."""
+    """``(path, object)`` of the root and of every group, dataset and named datatype of
+    ``items``."""
     yield "/", f["/"]
     for path, kind, obj in items:
-        if kind in ("group", "dataset"):
+        if kind in ("group", "dataset", "datatype"):
             yield path, obj
 
 
