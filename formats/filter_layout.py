@@ -21,47 +21,121 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.codec import chunk_rows_for
 from ..compress.registry import get_codec
+from . import hdf5_filter
+from .errors import FormatError
 from .file_output import report_progress
-from .hdf5_filter import CODEC_NUMBERS, FILTER_ID, encode_chunk, filter, parse_cd_values
+from .filtered_chunks import FilteredChunks, uses_only_our_filter
+from .hdf5_filter import (
+    CODEC_NUMBERS,
+    FILTER_ID,
+    encode_chunk,
+    filter,
+    is_tensorpress_filter,
+    parse_cd_values,
+)
 
 #: the largest HDF5 chunk, in bytes (HDF5 refuses chunks of 4 GiB and more)
 MAX_CHUNK_BYTES = (1 << 32) - 1
 
 
-def filtered_bound(ds) -> dict | None:
-    """The bound dict (mode, value, tolerance) of h5py dataset ``ds`` stored with the
-    tensorpress filter, {} for its lossless codec, None when ``ds`` does not use it."""
+def our_filter(ds) -> tuple[int, list[int]] | None:
+    """(id, cd_values) of the tensorpress filter in h5py dataset ``ds``'s pipeline: its
+    id, or the legacy 307 with cd_values in its layout; None when ``ds`` does not use it."""
     if not isinstance(ds, h5py.Dataset) or ds.chunks is None:
         return None
     plist = ds.id.get_create_plist()
     for i in range(plist.get_nfilters()):
         fid, _, cd, _ = plist.get_filter(i)
-        if fid == FILTER_ID:
-            bound = parse_cd_values(list(cd))["bound"]
-            if not bound:
-                return {}
-            ((mode, value),) = bound.items()
-            return ErrorBound(mode, value, value).to_dict()
+        if is_tensorpress_filter(fid, cd):
+            return fid, [int(v) for v in cd]
     return None
+
+
+def decoded_here(ds) -> bool:
+    """Whether filtered dataset ``ds`` must be decoded from its stored chunks, not by
+    HDF5: its filter id is the legacy 307 (bzip2's, so HDF5 would hand the chunks to
+    bzip2), or another library holds the filter's id in this process."""
+    found = our_filter(ds)
+    return found is not None and (found[0] != FILTER_ID or hdf5_filter.unavailable is not None)
+
+
+def filtered_bound(ds) -> dict | None:
+    """The bound dict (mode, value, tolerance) of h5py dataset ``ds`` stored with the
+    tensorpress filter, {} for its lossless codec, None when ``ds`` does not use it."""
+    found = our_filter(ds)
+    if found is None:
+        return None
+    bound = parse_cd_values(found[1])["bound"]
+    if not bound:
+        return {}
+    ((mode, value),) = bound.items()
+    return ErrorBound(mode, value, value).to_dict()
 
 
 def filter_codec(ds: h5py.Dataset) -> dict:
     """The codec config of filtered dataset ``ds`` (its filter's cd_values name it)."""
-    plist = ds.id.get_create_plist()
-    for i in range(plist.get_nfilters()):
-        fid, _, cd, _ = plist.get_filter(i)
-        if fid == FILTER_ID:
-            return get_codec(parse_cd_values(list(cd))["codec"]).get_config()
-    return {}
+    found = our_filter(ds)
+    return {} if found is None else get_codec(parse_cd_values(found[1])["codec"]).get_config()
+
+
+class ChunkRows:
+    """Rows of filtered h5py dataset ``ds`` decoded from its stored chunks, for the
+    datasets :func:`decoded_here` names: indexed as an h5py dataset, only the rows the
+    first index touches are decoded. One whose chunks pass through other filters too
+    raises, saying to convert it."""
+
+    def __init__(self, ds: h5py.Dataset):
+        self.ds, self.shape, self.dtype, self.chunks = ds, ds.shape, ds.dtype, ds.chunks
+        self._chunks: FilteredChunks | None = None
+
+    def __getitem__(self, key) -> np.ndarray:
+        key = key if isinstance(key, tuple) else (key,)
+        first, rest = (key[0], key[1:]) if key else (slice(None), ())
+        n = self.shape[0]
+        if isinstance(first, slice):
+            rows = range(*first.indices(n))
+            lo, hi = (min(rows), max(rows) + 1) if rows else (0, 0)
+            block = self._rows(lo, hi)
+            if rows.step != 1:
+                block = block[np.arange(len(rows)) * rows.step + (rows.start - lo)]
+            return block[(slice(None), *rest)]
+        if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+            i = int(first)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
+            return self._rows(i % n, i % n + 1)[(0, *rest)]
+        return self._rows(0, n)[key]  # fancy or boolean indexing: every row
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        name = self.ds.name.lstrip("/")
+        if self._chunks is None:
+            if not uses_only_our_filter(self.ds):
+                raise FormatError(
+                    f"{name}: written with the tensorpress filter's former id "
+                    f"{hdf5_filter.LEGACY_FILTER_ID} together with other filters, which HDF5 "
+                    "cannot decode here: run `tensorpress convert IN OUT` (it rewrites the "
+                    f"file with id {FILTER_ID}, moving the chunks as they are) and read OUT"
+                )
+            self._chunks = FilteredChunks(self.ds)
+        try:
+            return self._chunks.read_rows(start, stop)
+        except FormatError as exc:
+            if str(exc).startswith(f"{name}:") or str(exc).startswith(f"/{name}:"):
+                raise
+            raise FormatError(f"{name}: {exc}") from exc
 
 
 def mark_filtered(dataset):
     """A reader's plain dataset whose h5py source uses the filter, marked compressed with
-    its bound (values come through h5py's filter path); others are returned as they are."""
-    bound = filtered_bound(getattr(dataset, "source", None))
+    its bound; its values come through h5py's filter path, or from its stored chunks
+    decoded here where :func:`decoded_here` says so. Others are returned as they are."""
+    source = getattr(dataset, "source", None)
+    bound = filtered_bound(source)
     if bound is not None:
         dataset.compressed = True
         dataset.bound = bound or None
+        if decoded_here(source):
+            dataset.values = ChunkRows(source)
     return dataset
 
 
@@ -140,12 +214,10 @@ def block_rows_for(chunks: tuple, itemsize: int, block_bytes: int) -> int:
 def filter_values(ds: h5py.Dataset) -> list[int]:
     """The cd_values of filtered dataset ``ds`` as the filter sees them (set_local has
     appended the element size and chunk shape)."""
-    plist = ds.id.get_create_plist()
-    for i in range(plist.get_nfilters()):
-        fid, _, cd, _ = plist.get_filter(i)
-        if fid == FILTER_ID:
-            return [int(v) for v in cd]
-    raise ValueError(f"{ds.name} is not stored with the tensorpress filter")
+    found = our_filter(ds)
+    if found is None:
+        raise ValueError(f"{ds.name} is not stored with the tensorpress filter")
+    return found[1]
 
 
 def chunk_offsets(shape: tuple, chunks: tuple):
@@ -212,7 +284,7 @@ def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, pro
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
     lossless codec), its chunks encoded by ``workers`` threads. Returns the dataset; its
     stored bytes are ``ds.id.get_storage_size()``."""
-    dtype = np.dtype(source.dtype).newbyteorder("<")  # the filter takes little-endian floats
+    dtype = np.dtype(source.dtype)  # either byte order: cd_values record it, chunks byteswap
     out = group.create_dataset(
         path,
         shape=source.shape,
@@ -232,5 +304,6 @@ def restore_plain(ds: h5py.Dataset, group, path: str, progress, block_bytes: int
     out = group.create_dataset(
         path, shape=ds.shape, dtype=ds.dtype, chunks=chunks, **creation_options(ds)
     )
-    copy_rows(ds, out, path, progress, block_rows_for(chunks, ds.dtype.itemsize, block_bytes))
+    source = ChunkRows(ds) if decoded_here(ds) else ds  # HDF5 would give 307 to bzip2
+    copy_rows(source, out, path, progress, block_rows_for(chunks, ds.dtype.itemsize, block_bytes))
     return out

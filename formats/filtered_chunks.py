@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 
 from .errors import FormatError
-from .hdf5_filter import FILTER_ID
+from .hdf5_filter import is_tensorpress_filter
 from .stream_reader import decode_array
 
 
@@ -21,7 +21,10 @@ def uses_only_our_filter(ds: h5py.Dataset) -> bool:
     if ds.chunks is None or ds.dtype.kind != "f" or ds.dtype.byteorder == ">":
         return False
     dcpl = ds.id.get_create_plist()
-    return dcpl.get_nfilters() == 1 and dcpl.get_filter(0)[0] == FILTER_ID
+    if dcpl.get_nfilters() != 1:
+        return False
+    fid, _, cd, _ = dcpl.get_filter(0)
+    return is_tensorpress_filter(fid, cd)  # its id, or the legacy 307 with its cd_values
 
 
 class FilteredChunks:

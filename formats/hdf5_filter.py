@@ -26,8 +26,13 @@ from . import hdf5_lib
 from .stream_reader import decode_array
 from .stream_writer import encode_array
 
-#: from the range HDF5 reserves for testing (256-511), until one is registered
-FILTER_ID = 307
+#: the filter's HDF5 id: unassigned in The HDF Group's registry and unused by hdf5plugin
+#: (formats/SPEC.md, "Filter ID", says why this one); to be registered with The HDF Group
+FILTER_ID = 32100
+#: the id files were written with before: 307, BZIP2's in the registry. Never registered
+#: with HDF5 (bzip2 owns it): tensorpress's readers decode such datasets from their stored
+#: chunks, and ``tensorpress convert`` rewrites them with :data:`FILTER_ID`
+LEGACY_FILTER_ID = 307
 #: the version of the cd_values layout below
 CD_VERSION = 1
 #: codec numbers in cd_values[1]: the error-bounded codecs and the lossless one
@@ -201,20 +206,60 @@ def _set_local(dcpl_id, type_id, space_id):
         return -1
 
 
+def is_tensorpress_filter(fid: int, cd) -> bool:
+    """Whether filter ``fid`` with cd_values ``cd`` in a dataset's pipeline is this one:
+    :data:`FILTER_ID`, or :data:`LEGACY_FILTER_ID` with cd_values in this filter's
+    layout (version, codec, bound mode and bound), which bzip2's one value is not."""
+    if fid == FILTER_ID:
+        return True
+    if fid != LEGACY_FILTER_ID:
+        return False
+    try:
+        parse_cd_values([int(v) for v in cd])
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
+def _holder(fid: int) -> str:
+    """The name of the filter HDF5 has registered as ``fid`` (HDF5 gives it to a
+    pipeline that names the id; "" for a filter without a name)."""
+    plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    plist.set_filter(fid, h5py.h5z.FLAG_OPTIONAL, ())
+    return plist.get_filter(0)[3].decode("utf-8", "replace")
+
+
 def _register() -> None:
-    """Register the filter once with h5py's HDF5; on failure, say why in :data:`unavailable`."""
+    """Register the filter once with h5py's HDF5; on failure, or when another library
+    holds :data:`FILTER_ID` (it is left in place: warned once), say why in
+    :data:`unavailable`."""
     global _lib, unavailable, _class
     try:
         _lib = hdf5_lib.load_hdf5()
     except OSError as exc:
         unavailable = str(exc)
         return
+    holder = _holder(FILTER_ID) if h5py.h5z.filter_avail(FILTER_ID) else None
+    if holder == NAME.decode():  # this module imported under a second name: it works
+        return
+    if holder is not None:  # filter_avail also loads a plugin from HDF5_PLUGIN_PATH
+        unavailable = (
+            f"HDF5 filter id {FILTER_ID} is already registered, by {holder or 'a filter'!r}; "
+            "tensorpress leaves it in place: this process cannot write tensorpress-filter "
+            "datasets, and h5py hands those it reads to that filter (tp.open, H5Dataset "
+            "and tensorpress decompress decode them themselves); to use the tensorpress "
+            f"filter, remove what registers id {FILTER_ID} (a package imported earlier, or "
+            "a plugin in HDF5_PLUGIN_PATH)"
+        )
+        message = f"tensorpress HDF5 filter not registered: {unavailable}"
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return
     _class = hdf5_lib.FilterClass(
         hdf5_lib.CLASS_T_VERSION,
         FILTER_ID,
         1,
         1,
-        b"tensorpress: error-bounded lossy (needs: import tensorpress)",
+        NAME,
         hdf5_lib.CAN_APPLY_FUNC(),
         _SET_LOCAL,
         _FILTER,
@@ -222,6 +267,8 @@ def _register() -> None:
     h5py.h5z.register_filter(ctypes.addressof(_class))
 
 
+#: the filter's name, which HDF5 tools print where it is missing
+NAME = b"tensorpress: error-bounded lossy (needs: import tensorpress)"
 # the callbacks and the class live as long as the process: HDF5 keeps their addresses
 _FILTER = hdf5_lib.FILTER_FUNC(_filter)
 _SET_LOCAL = hdf5_lib.SET_LOCAL_FUNC(_set_local)

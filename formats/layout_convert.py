@@ -1,5 +1,7 @@
 """Rewriting a compressed HDF5 file of the stream layout (each dataset one container
-stream in a uint8 dataset, ``hdf5.py``) in the filter layout (``filter_layout.py``).
+stream in a uint8 dataset, ``hdf5.py``) in the filter layout (``filter_layout.py``), and
+datasets of the filter's legacy id 307 (bzip2's) with its id: their stored chunks are
+copied byte for byte, under the same pipeline with the id replaced.
 
 No value is decoded and encoded again with loss: HDF5 chunk ``i`` of a converted dataset
 holds the stream's chunk ``i`` (the stream's rows per chunk become the HDF5 chunk's first
@@ -19,8 +21,15 @@ import h5py
 import numpy as np
 
 from ..compress.registry import get_codec
+from . import hdf5_filter
 from .file_output import DatasetReport, atomic_output, attach_plain, copy_plain, report_progress
-from .filter_layout import MAX_CHUNK_BYTES, filter_keywords
+from .filter_layout import (
+    MAX_CHUNK_BYTES,
+    filter_codec,
+    filter_keywords,
+    filtered_bound,
+    our_filter,
+)
 from .hdf5 import (
     DIM_ATTRS,
     MARKER,
@@ -32,7 +41,7 @@ from .hdf5 import (
     read_marker,
     walk,
 )
-from .hdf5_filter import CODEC_NUMBERS
+from .hdf5_filter import CODEC_NUMBERS, FILTER_ID, LEGACY_FILTER_ID, is_tensorpress_filter
 from .hdf5_refs import carry_references
 from .reader import naming
 from .sources import check_input, file_kind
@@ -45,22 +54,28 @@ def convert_file(src, dst, *, overwrite: bool = False, progress=None) -> list[Da
     """Write HDF5 file ``src`` (stream layout) to ``dst`` in the filter layout; ``src`` is
     never changed and ``dst`` appears only when complete. A stream dataset that the
     filter cannot hold (a scalar or empty one, bfloat16 values, a codec without a filter)
-    stays a stream, and its report's note says why. Returns one report per dataset."""
+    stays a stream, and its report's note says why. A dataset of the filter's legacy id
+    307 gets its id, its chunks moved as they are. Returns one report per dataset."""
     src = check_input(src)
     if file_kind(src) != "hdf5":
         raise ValueError(f"{src} is not an HDF5 file: convert rewrites compressed HDF5 files")
     reports = []
     with h5py.File(src, "r") as fin:
         items = list(walk(fin))
-        if not any(kind == "dataset" and MARKER in obj.attrs for _, kind, obj in items):
+        if not any(kind == "dataset" and _to_convert(obj) for _, kind, obj in items):
             raise ValueError(
-                f"{src} holds no dataset in the stream layout: there is nothing to convert"
+                f"{src} holds no dataset in the stream layout and none with the tensorpress "
+                f"filter's former id {LEGACY_FILTER_ID}: there is nothing to convert"
             )
         with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
             copy_attrs(fin, fout, skip=DIM_ATTRS)
             plain, converted = [], []
             for path, obj, t0 in datasets_copying_the_rest(items, fout):
                 marker = read_marker(obj)
+                if marker is None and _legacy(obj):
+                    reports.append(_rewrite_legacy(obj, fout, path, progress, t0))
+                    plain.append((path, obj))  # attributes copied, scales attached below
+                    continue
                 why = "copied: not compressed" if marker is None else None
                 if marker is not None:
                     with naming(path):
@@ -80,6 +95,70 @@ def convert_file(src, dst, *, overwrite: bool = False, progress=None) -> list[Da
                 attach_scales(out, marker["dims"], marker["labels"])
             carry_references(fin, fout, items)
     return reports
+
+
+def _to_convert(ds) -> bool:
+    """Whether HDF5 dataset ``ds`` is one convert rewrites."""
+    return MARKER in ds.attrs or _legacy(ds)
+
+
+def _legacy(ds) -> bool:
+    """Whether ``ds`` is stored with the tensorpress filter under its legacy id."""
+    found = our_filter(ds)
+    return found is not None and found[0] == LEGACY_FILTER_ID
+
+
+def _rewrite_legacy(ds, fout, path: str, progress, t0: float) -> DatasetReport:
+    """Legacy-id dataset ``ds`` as ``fout[path]`` with :data:`FILTER_ID`: the same type,
+    extent, chunks, fill value and filters (the id replaced; set_local writes the current
+    cd_values layout), each stored chunk copied byte for byte with its filter mask."""
+    if hdf5_filter.unavailable is not None:
+        raise RuntimeError(
+            f"{path}: cannot rewrite it with the tensorpress filter's id: {hdf5_filter.unavailable}"
+        )
+    dcpl = ds.id.get_create_plist()  # a copy: chunks, fill value and times stay
+    pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+    dcpl.remove_filter(h5py.h5z.FILTER_ALL)
+    for fid, flags, cd, _ in pipeline:
+        fid = FILTER_ID if is_tensorpress_filter(fid, cd) else fid
+        dcpl.set_filter(fid, flags, tuple(int(v) for v in cd))
+    h5py.h5d.create(fout.id, path.encode(), ds.id.get_type(), ds.id.get_space(), dcpl=dcpl)
+    out = fout[path]
+    total = int(ds.id.get_storage_size())
+    report_progress(progress, path, 0, total)
+    done = 0
+    for info in _stored_chunks(ds):
+        mask, data = ds.id.read_direct_chunk(info.chunk_offset)
+        out.id.write_direct_chunk(info.chunk_offset, data, filter_mask=mask)
+        done += len(data)
+        report_progress(progress, path, min(done, total), total)
+    report_progress(progress, path, total, total)
+    copy_attrs(ds, out, skip=DIM_ATTRS)
+    nbytes = ds.size * ds.dtype.itemsize
+    bound = filtered_bound(out) or None
+    seconds = time.perf_counter() - t0
+    stored = int(out.id.get_storage_size())
+    return DatasetReport(
+        path,
+        True,
+        tuple(ds.shape),
+        ds.dtype.name,
+        filter_codec(out),
+        bound,
+        nbytes,
+        stored,
+        seconds,
+    )
+
+
+def _stored_chunks(ds) -> list:
+    """The StoreInfo (offset, filter mask, ...) of every chunk stored for ``ds``."""
+    found = []
+    if hasattr(ds.id, "chunk_iter"):
+        ds.id.chunk_iter(found.append)
+    else:  # h5py < 3.8
+        found = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+    return found
 
 
 def _kept_why(reader: ContainerReader) -> str | None:

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from .errors import FormatError
-from .filter_layout import mark_filtered
+from .filter_layout import ChunkRows, decoded_here, mark_filtered
 from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
 from .sources import check_input, check_no_layout, file_kind, open_npy, open_npz, open_raw
 from .stream_reader import ContainerReader, FileSource
@@ -113,26 +113,29 @@ class PlainDataset(Dataset):
     def __init__(self, name, source, attrs):
         super().__init__(name, tuple(source.shape or ()), source.dtype, attrs)
         self.source = source
+        #: what values are read from: ``source``, or its chunks decoded by tensorpress
+        #: (filter_layout.ChunkRows, for the filter's legacy id)
+        self.values = source
 
     def __getitem__(self, key) -> np.ndarray:
         if self.source.shape is None:  # HDF5 null dataspace
             return np.asarray(self.source[()])
         if not self.shape:
-            return np.asarray(self.source[()])[key]
+            return np.asarray(self.values[()])[key]
         first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
         if isinstance(first, slice):
             start, stop, step = first.indices(self.shape[0])
             lo, hi = (start, max(start, stop)) if step > 0 else (stop + 1, max(stop + 1, start + 1))
-            block = np.asarray(self.source[lo:hi])
+            block = np.asarray(self.values[lo:hi])
             block = block[::step] if step > 0 else block[::-1][::-step]
             return block[(slice(None), *rest)] if rest else block
         if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
             i = int(first)
             if not -self.shape[0] <= i < self.shape[0]:
                 raise IndexError(f"index {i} is out of bounds for axis 0 with size {self.shape[0]}")
-            row = np.asarray(self.source[i % self.shape[0]])
+            row = np.asarray(self.values[i % self.shape[0]])
             return row[rest] if rest else row
-        return np.asarray(self.source[()])[key]
+        return np.asarray(self.values[()])[key]
 
 
 class CompressedFile(Mapping):
@@ -272,5 +275,5 @@ def open_source(path, *, dtype=None, shape=None):
             if any(MARKER in obj.attrs for _, obj in items):
                 with open_compressed(path) as cf:
                     yield dict(cf)
-            else:
-                yield dict(items)
+            else:  # the filter's legacy id 307 is bzip2's to HDF5: decoded here
+                yield {p: ChunkRows(obj) if decoded_here(obj) else obj for p, obj in items}

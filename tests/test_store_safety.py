@@ -259,6 +259,32 @@ def test_a_put_changed_in_place_fails_and_frees_its_bytes(monkeypatch):
             store.get(h)
 
 
+def test_a_failed_prefetch_keeps_no_read_buffer(monkeypatch, tmp_path):
+    """A prefetch that reads a corrupt record holds what it raises until a get: without
+    the frames that hold the buffer the record was read into."""
+    bufs, real = [], store_mod.io_buffer
+
+    def watched_buffer(n):
+        buf = real(n)
+        bufs.append(weakref.ref(buf))
+        return buf
+
+    monkeypatch.setattr(store_mod, "io_buffer", watched_buffer)
+    with TieredStore(0, nvme_dir=tmp_path) as store:
+        h = store.put(torch.randn(1 << 20))  # 4 MiB: read back into a reused buffer
+        store.wait(h)
+        (slab,) = [p for p in store.spill.path.iterdir() if p.name.startswith("slab")]
+        raw = bytearray(slab.read_bytes())
+        raw[2 * 4096 + 100] ^= 0x10  # a payload byte
+        slab.write_bytes(bytes(raw))
+        store.prefetch(h)
+        store._records[h.id].ready.exception(timeout=60)  # the prefetch has failed
+        gc.collect()
+        assert len(bufs) == 1 and bufs[0]() is None
+        with pytest.raises(spill.CorruptRecordError):
+            store.get(h)
+
+
 # what the scenario below may hold above its budget: the tensor being put (16 MiB), the
 # tensors pending under max_pending_bytes, and 16 MiB for the interpreter's own growth
 _RSS_SCENARIO = """
