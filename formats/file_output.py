@@ -6,6 +6,7 @@ HDF5 datasets are copied as they are; every dataset gets a :class:`DatasetReport
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -93,11 +94,33 @@ def atomic_output(src: str, dst, overwrite: bool):
                 tmp = None  # another file's name: not ours to remove
         yield tmp
         os.replace(tmp, dst)
-    except BaseException:
+    except BaseException as exc:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise
+        named = output_error(exc, dst, tmp)
+        if named is exc:
+            raise
+        raise named from exc
+
+
+#: errors that say the output's file system is full (the disk, or the user's quota)
+FULL_ERRNOS = tuple(getattr(errno, name) for name in ("ENOSPC", "EDQUOT") if hasattr(errno, name))
+
+
+def output_error(exc: BaseException, dst: str, tmp: str | None) -> BaseException:
+    """What to raise for ``exc``, raised while ``dst`` was written through its temporary
+    file ``tmp``: a full disk as one OSError naming ``dst`` (HDF5's own text is about
+    buffers and offsets, Python's names no file); an OSError naming ``tmp`` (a folder the
+    user cannot write to) as the same error naming ``dst``, the file the user asked for;
+    any other error as it is."""
+    if not isinstance(exc, OSError):
+        return exc
+    if exc.errno in FULL_ERRNOS:
+        return OSError(exc.errno, os.strerror(exc.errno), dst)
+    if tmp is not None and exc.filename == tmp and exc.errno is not None:
+        return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), dst)
+    return exc
 
 
 def plain_report(name, ds, t0: float, note: str = "") -> DatasetReport:

@@ -4,6 +4,8 @@ by the output's path, ``--rel`` above 1 is warned about, and the docs say what i
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import h5py
@@ -67,3 +69,79 @@ def test_decompress_stores_datasets_as_the_input_did(capsys, tmp_path, layout):
             assert "tensorpress_storage" not in b[name].attrs
             err = np.abs(b[name][()].astype(np.float64) - a[name][()])
             assert err.max() <= 1e-3 * np.ptp(a[name][()]), name
+
+
+# -- a full disk and a folder the user cannot write to: the output's path, one line ----
+
+
+def _one_line(rc, out, err, *needles) -> None:
+    assert rc == 2 and out == "", err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tensorpress: error:"), err
+    for needle in needles:
+        assert needle in err, err
+
+
+#: what h5py raises when a write hits a full disk (HDF5's text, errno set)
+HDF5_FULL = (
+    "Can't write unprocessed chunk data (file write failed: time = Mon Dec 7 13:18:08 2026, "
+    "filename = '/x/.out.h5.7c2fe26c.tmp', file descriptor = 4, errno = 28, error message = "
+    "'No space left on device', buf = 0x7f58c52e09e0, total write size = 1841891, "
+    "offset = 2097152)"
+)
+
+
+@pytest.mark.parametrize("name", ["out.h5", "out.tp", "out.npz"])
+def test_a_full_disk_is_one_line_naming_the_output(capsys, tmp_path, monkeypatch, name):
+    from tensorpress.formats import file_compress, filter_layout
+
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f["a"] = _field((64, 32))
+    if name == "out.npz":  # decompress: the .npz archive's writes fail
+        comp = tmp_path / "c.h5"
+        assert run_cli(capsys, "compress", src, comp, "--rel", "1e-3", "-q")[0] == 0
+        monkeypatch.setattr(np.lib.format, "write_array", _raise_full(Exception))
+        argv = ("decompress", comp, tmp_path / name)
+    else:
+        src = src if name.endswith(".h5") else tmp_path / "in.npy"
+        np.save(tmp_path / "in.npy", _field((64, 32)))
+        if name.endswith(".h5"):  # the filtered chunks' writes fail
+            monkeypatch.setattr(filter_layout, "write_chunks", _raise_full(OSError))
+        else:
+            monkeypatch.setattr(file_compress, "compress_stream", _raise_full(Exception))
+        argv = ("compress", src, tmp_path / name, "--rel", "1e-3")
+    rc, out, err = run_cli(capsys, *argv)
+    _one_line(rc, out, err, f"{tmp_path / name}: no space left on device")
+    assert "buf = " not in err and "[Errno" not in err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def _raise_full(kind):
+    """A function that raises what a full disk gives: h5py's OSError (``kind`` OSError),
+    or Python's own from a file's write."""
+
+    def full(*args, **kwargs):
+        if kind is OSError:
+            raise OSError(errno.ENOSPC, HDF5_FULL)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    return full
+
+
+def test_a_folder_the_user_cannot_write_to_is_named_by_the_output(capsys, tmp_path, monkeypatch):
+    from tensorpress.formats import file_output
+
+    np.save(tmp_path / "in.npy", _field((64, 32)))
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(file_output.os, "open", read_only)
+    out_path = tmp_path / "out.tp"
+    rc, out, err = run_cli(capsys, "compress", tmp_path / "in.npy", out_path, "--rel", "1e-3")
+    _one_line(rc, out, err, f"{out_path}: permission denied")
+    assert ".tmp" not in err
