@@ -234,6 +234,21 @@ def test_a_failed_put_keeps_no_reference_to_its_tensor(monkeypatch, tmp_path, ho
         assert len(store) == 1
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_failed_cuda_put_frees_its_device_memory():
+    with TieredStore(0, max_host_bytes=0) as store:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        x = torch.ones(1 << 20, device="cuda")
+        h = store.put(x)
+        del x
+        with pytest.warns(RuntimeWarning), pytest.raises(HostMemoryFull):
+            store.wait(h)
+        gc.collect()
+        assert torch.cuda.memory_allocated() == before  # the handle alone is left
+        assert store.tier(h) == "failed"
+
+
 def test_a_put_changed_in_place_fails_and_frees_its_bytes(monkeypatch):
     real = store_mod.copy_into_pool
 
