@@ -96,8 +96,24 @@ def parse_bound_value(text: str) -> float:
     return value
 
 
-def parse_positive_rel(text: str) -> float:
+def parse_rel(text: str, given: str | None = None) -> float:
+    """A value-range relative bound; above 1 it is accepted (as ``tp.compress`` accepts
+    it: SZ3's rel has no ceiling), with a warning, since it allows every value to come
+    back as any other of its range: most likely a percentage meant as a fraction.
+    ``given``: the option as the warning names it (default ``--rel TEXT``)."""
     value = parse_bound_value(text)
+    if value > 1:
+        print(
+            f"tensorpress: warning: {given or '--rel ' + text} allows errors of {value:g} "
+            f"times the value range, so any value may come back as any other: --rel takes "
+            f"a fraction ({value / 100:g} for {value:g}%), --abs an absolute bound",
+            file=sys.stderr,
+        )
+    return value
+
+
+def parse_positive_rel(text: str) -> float:
+    value = parse_rel(text)
     if value == 0:
         raise argparse.ArgumentTypeError(f"invalid bound {text!r}: give a number > 0")
     return value
@@ -126,6 +142,8 @@ def parse_override(text: str) -> tuple[str, dict]:
             f"invalid --set {text!r}: give NAME:MODE=VALUE with MODE abs, rel, pw_rel or "
             "psnr, e.g. temperature:abs=0.01"
         )
+    if mode == "rel":
+        return name.strip("/"), {mode: parse_rel(value, f"--set {text}")}
     parse = parse_psnr if mode == "psnr" else parse_bound_value
     return name.strip("/"), {mode: parse(value)}
 
@@ -200,7 +218,7 @@ def _add_compress(sub) -> None:
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
     bound.add_argument(
-        "--rel", type=parse_bound_value, metavar="E", help="|x - y| <= E * (max - min)"
+        "--rel", type=parse_rel, metavar="E", help="|x - y| <= E * (max - min), E a fraction"
     )
     bound.add_argument(
         "--pw-rel",

@@ -145,3 +145,29 @@ def test_a_folder_the_user_cannot_write_to_is_named_by_the_output(capsys, tmp_pa
     rc, out, err = run_cli(capsys, "compress", tmp_path / "in.npy", out_path, "--rel", "1e-3")
     _one_line(rc, out, err, f"{out_path}: permission denied")
     assert ".tmp" not in err
+
+
+# -- --rel above 1: accepted, as tp.compress accepts it, with a warning ----------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "warned"),
+    [
+        (("--rel", "2"), "--rel 2 allows errors of 2 times the value range"),
+        (("--rel", "1e-3", "--set", "data:rel=5"), "--set data:rel=5 allows errors of 5 times"),
+        (("--rel", "1"), None),
+        (("--abs", "2"), None),
+    ],
+)
+def test_rel_above_one_is_warned_about(capsys, tmp_path, argv, warned):
+    import tensorpress as tp
+
+    x = _field((64, 32))
+    np.save(tmp_path / "in.npy", x)
+    rc, out, err = run_cli(capsys, "compress", tmp_path / "in.npy", tmp_path / "o.h5", *argv)
+    assert rc == 0, err
+    if warned is None:
+        assert "warning" not in err, err
+    else:
+        assert warned in err and "--abs" in err and "fraction" in err, err
+        assert len(tp.compress(x, rel=2)) > 0  # the API takes it, as SZ3 does
