@@ -46,6 +46,7 @@ from .stats import ActivationStats
 from .store import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+DEFAULT_REL = 1e-2  # the bound of a bounded codec given none (docs/activations.md)
 # a loss's log-probabilities (cross entropy saves them, ``_log_probs``): an error e becomes
 # a factor exp(±e) on the probabilities the gradient is made of, so under ``rel`` they get
 # the absolute bound ``rel`` (each probability within about ``rel`` of itself), not ``rel``
@@ -64,8 +65,8 @@ _eager = torch.compiler.disable
 class ActivationCompression:
     """Context manager: the forward pass inside it saves compressed activations.
 
-    ``codec``: a registered lossy codec, e.g. ``"block"`` or ``"sz"`` (error-bounded:
-    exactly one of ``abs``, ``rel`` — of each tensor's value range — or ``pw_rel``) or
+    ``codec``: a registered lossy codec, e.g. ``"block"`` or ``"sz"`` (error-bounded: one
+    of ``abs``, ``rel`` (of each tensor's value range) or ``pw_rel``; none: ``rel=1e-2``) or
     ``"quant"`` (low-bit, e.g. ``bits=2``), or None (nothing compressed; tensors are
     kept exactly). Other keywords go to the codec.
     ``adaptive`` (``abs``/``rel`` only): :class:`Adaptive` per-layer bounds from
@@ -173,11 +174,10 @@ class ActivationCompression:
             check_level(config["zstd"])
         self._codec = None if codec is None else ActivationCodec(codec, params, config["zstd"])
         if self._codec is not None and self._codec.bounded:
+            bounds = bounds or {"rel": DEFAULT_REL}  # none given: the documented default
+            config.update(bounds)
             if len(bounds) != 1:
-                raise ValueError(
-                    f"codec {codec!r} needs exactly one of abs=, rel=, pw_rel= "
-                    f"(got {sorted(bounds) or 'none'})"
-                )
+                raise ValueError(f"give exactly one of abs=, rel=, pw_rel= (got {sorted(bounds)})")
             ((mode, value),) = bounds.items()
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise ValueError(f"{mode} must be a non-negative number, got {value!r}")

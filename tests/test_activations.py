@@ -404,7 +404,6 @@ def test_compiled_model_matches_eager():
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        ({"codec": "block"}, "exactly one of"),
         ({"codec": "block", "rel": 1e-2, "abs": 1.0}, "exactly one of"),
         ({"codec": "quant", "rel": 1e-2}, "takes no error bound"),
         ({"codec": "zfp", "rel": 1e-2}, "unknown codec 'zfp'"),
