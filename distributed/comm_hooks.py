@@ -38,10 +38,12 @@ owns. Each is added back before the same stage next step, so the errors
 telescope: the running sum of the hook's outputs stays within one step's error
 of the running sum of exact averages, however many steps run.
 
-Sizes: every call first all-gathers each rank's value count (8 bytes) and raises
-ValueError on every rank unless all are equal; without this check gloo aborts the
-process (SIGABRT) on collectives of unequal sizes, as it does for a plain
-``all_reduce``.
+Sizes: :func:`quantized_allreduce` first all-gathers each rank's value count (8
+bytes; overlapped with the first quantization) and raises ValueError on every rank
+unless all are equal; without this check gloo aborts the process (SIGABRT) on
+collectives of unequal sizes, as it does for a plain ``all_reduce``. The hook checks
+a bucket's first call only (DDP builds the same buckets on every rank), so its
+steady state costs no extra collective.
 
 Non-finite values (NaN, +-Inf, e.g. the overflow steps of AMP's GradScaler) come
 back exactly where plain all-reduce has them: NaN where any rank has NaN or ranks
@@ -63,10 +65,11 @@ ranks; :func:`hook_wire_nbytes`, with ``B(m, b) = wire.wire_nbytes(m, b,
 group)``)::
 
     (L - 1) * B(N * s, intra_bits) [if L > 1] + (N - 1) * B(s, bits) + (W - 1) * B(s, bits)
-    + (W - 1) * (8 + 1)  [value counts and flag bytes]
+    + (W - 1) * 1  [flag bytes]
 
-plus, in a step where some rank has non-finite values, a float32 ring all-reduce of
-``W * s`` values (:func:`ring_allreduce_nbytes`; counted in ``bytes_sent``).
+plus ``(W - 1) * 8`` bytes in a call that checks sizes, and, in a step where some
+rank has non-finite values, a float32 ring all-reduce of ``W * s`` values
+(:func:`ring_allreduce_nbytes`); ``bytes_sent`` counts all of it.
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def hook_wire_nbytes(n, world_size, ranks_per_node=None, bits=4, intra_bits=8, g
     L, N = _levels(world_size, ranks_per_node)
     s = shard_size(n, world_size, group)
     total = (N - 1 + world_size - 1) * wire_nbytes(s, bits, group)
-    total += (world_size - 1) * (_SIZE_BYTES + _FLAG_BYTES)
+    total += (world_size - 1) * _FLAG_BYTES
     if L > 1:
         total += (L - 1) * wire_nbytes(N * s, intra_bits, group)
     return total
@@ -206,6 +209,7 @@ class QuantizedAllReduceState:
         self.intra_group, self.inter_group = self._subgroups()
         self.last_error_bound = None
         self._residuals = {}
+        self._sizes_checked = {}  # bucket index -> signature whose sizes the hook checked
         self._generators = {}
         self.reset_counters()
 
@@ -282,21 +286,33 @@ def _exchange(wire, group) -> torch.Tensor:
     return out
 
 
-def _check_sizes(st: QuantizedAllReduceState, n: int, device) -> None:
-    """ValueError on every rank unless all ranks pass ``n`` values. The sizes are
-    all-gathered first because gloo aborts the process (SIGABRT) on collectives of
+def _start_size_check(st: QuantizedAllReduceState, n: int, device):
+    """Start all-gathering every rank's value count ``n`` (None with one rank); the
+    quantization of the first stage overlaps it. Finish with :func:`_finish_size_check`
+    before the first exchange: gloo aborts the process (SIGABRT) on collectives of
     unequal sizes, a plain ``all_reduce`` included."""
     if st.world_size == 1:
-        return
+        return None
     sizes = torch.empty(st.world_size, 1, dtype=torch.int64, device=device)
     mine = torch.tensor([n], dtype=torch.int64, device=device)
-    dist.all_gather(list(sizes.unbind(0)), mine, group=st.process_group)
+    work = dist.all_gather(list(sizes.unbind(0)), mine, group=st.process_group, async_op=True)
+    return sizes, work
+
+
+def _finish_size_check(pending) -> None:
+    """ValueError on every rank unless the counts gathered by :func:`_start_size_check`
+    are all equal; None (nothing pending) passes. Returns None: nothing is left pending."""
+    if pending is None:
+        return None
+    sizes, work = pending
+    work.wait()
     sizes = sizes.view(-1).tolist()
     if min(sizes) != max(sizes):
         raise ValueError(
             f"quantized_allreduce needs the same number of values on every rank, got {sizes} "
             "(by rank): give every rank the same parameters in the same order"
         )
+    return None
 
 
 def _fill_nonfinite(y, group: int) -> None:
@@ -365,28 +381,40 @@ def _restore_nonfinite(st: QuantizedAllReduceState, left, out, res: dict):
     return torch.where(bad, left, out)
 
 
+def _finish_bound(st: QuantizedAllReduceState, bound, gathered, half: float, n: int) -> None:
+    """Set ``st.last_error_bound``: the stages-1-2 ``bound`` (padded bucket order) averaged
+    over the ranks, plus ``half`` the scales of the all-gathered rows, first ``n`` values."""
+    L, N = st.ranks_per_node, st.nodes
+    s = bound.numel() // st.world_size
+    dist.all_reduce(bound, group=st.process_group)
+    scales = row_scales(gathered, s, st.bits, st.group).view(N, L, s).transpose(0, 1)
+    st.last_error_bound = bound.div_(st.world_size).add_(scales.reshape(-1), alpha=half)[:n]
+
+
 def quantized_allreduce(
-    state: QuantizedAllReduceState, tensor, key=0, *, last=True, signature=None
+    state: QuantizedAllReduceState, tensor, key=0, *, last=True, signature=None, check_sizes=True
 ):
     """Average of float ``tensor`` over the ranks of ``state``'s group, quantized as the module
     docstring says (a new tensor of the same shape and dtype). ``key`` names the
     error-feedback residual (one per bucket); a residual whose ``signature`` (default:
     the size) differs is dropped. ``last`` counts a step in ``state.steps``. Every rank
-    must pass the same number of values (else ValueError on every rank); non-finite
-    values come back where plain all-reduce has them (module docstring)."""
+    must pass the same number of values: ``check_sizes`` all-gathers the counts first
+    (ValueError on every rank if they differ; pass False only where the sizes are known
+    equal, the same on every rank). Non-finite values come back where plain all-reduce
+    has them (module docstring)."""
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise ValueError("quantized_allreduce takes a float tensor")
     st = state
     W, L, N = st.world_size, st.ranks_per_node, st.nodes
     n = tensor.numel()
-    _check_sizes(st, n, tensor.device)
+    pending = _start_size_check(st, n, tensor.device) if check_sizes else None
     s = shard_size(n, W, st.group)
     half = 1.0 if st.stochastic else 0.5  # bound per value, in units of its group's scale
     kw = {"group": st.group, "hadamard": st.hadamard, "seed": st.seed}
     gen = st._generator(tensor.device)
     res = st._residual(key, n if signature is None else signature) if st.error_feedback else {}
     bound = torch.zeros(W * s, device=tensor.device) if st.record_error_bound else None
-    sent = (W - 1) * _SIZE_BYTES
+    sent = (W - 1) * _SIZE_BYTES if pending else 0
     left = None  # values this rank left out of the quantization, bucket order (rare)
 
     x = torch.zeros(W * s, dtype=torch.float32, device=tensor.device)
@@ -396,6 +424,7 @@ def quantized_allreduce(
             x += res["a"]
         wire, got = _quantize_finite(x.view(L, N * s), st.intra_bits, gen, kw)
         left = _note(left, got, W * s, x.device, lambda t: t.view(L, N * s))
+        pending = _finish_size_check(pending)  # before any state changes
         if st.error_feedback:
             res["a"] = x - dequantize_rows(wire, N * s, st.intra_bits, **kw).view(-1)
         if bound is not None:
@@ -410,6 +439,7 @@ def quantized_allreduce(
         chunk = chunk + res["b"]
     wire, got = _quantize_finite(chunk.view(N, s), st.bits, gen, kw)
     left = _note(left, got, W * s, x.device, lambda t: t.view(L, N, s)[st.local_rank])
+    pending = _finish_size_check(pending)
     if st.error_feedback:
         res["b"] = chunk - dequantize_rows(wire, s, st.bits, **kw).view(-1)
     if bound is not None:
@@ -434,26 +464,27 @@ def quantized_allreduce(
     if gathered[:, -1].any():  # rare: some rank left non-finite values out
         out = _restore_nonfinite(st, left, out, res)
         sent += ring_allreduce_nbytes(W * s, W)
-    out = out[:n]
     if bound is not None:
-        dist.all_reduce(bound, group=st.process_group)
-        scales = row_scales(gathered[:, :-_FLAG_BYTES], s, st.bits, st.group)
-        scales = scales.view(N, L, s).transpose(0, 1)
-        st.last_error_bound = bound.div_(W).add_(scales.reshape(-1), alpha=half)[:n]
+        _finish_bound(st, bound, gathered[:, :-_FLAG_BYTES], half, n)
     st.bytes_sent += sent
     st.calls += 1
     st.steps += bool(last)
-    return out.view(tensor.shape).to(tensor.dtype)
+    return out[:n].view(tensor.shape).to(tensor.dtype)
 
 
 def quantized_allreduce_hook(state: QuantizedAllReduceState, bucket):
     """DDP communication hook: a completed ``torch.futures.Future`` of the bucket's average
-    (same shape and dtype as ``bucket.buffer()``), computed by :func:`quantized_allreduce`."""
+    (same shape and dtype as ``bucket.buffer()``), computed by :func:`quantized_allreduce`.
+    Sizes are checked across ranks at a bucket's first call (and after DDP rebuilds its
+    buckets) only: DDP builds the same buckets on every rank."""
     buf = bucket.buffer()
     signature = (buf.numel(), tuple(p.data_ptr() for p in bucket.parameters()))
+    checked = state._sizes_checked
     out = quantized_allreduce(
-        state, buf, bucket.index(), last=bucket.is_last(), signature=signature
-    )
+        state, buf, bucket.index(), last=bucket.is_last(), signature=signature,
+        check_sizes=checked.get(bucket.index()) != signature,
+    )  # fmt: skip
+    checked[bucket.index()] = signature
     fut = torch.futures.Future()
     fut.set_result(out)
     return fut

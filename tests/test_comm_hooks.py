@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from dist_workers import end_worker, free_port
+from tensorpress.distributed import comm_hooks
 from tensorpress.distributed.comm_hooks import (
     QuantizedAllReduceState,
     hook_wire_nbytes,
@@ -96,6 +97,9 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
         buckets.append((bucket.index(), bucket.buffer().numel()))
         return quantized_allreduce_hook(state, bucket)
 
+    checks = []  # sizes checked across ranks: once per bucket layout, not every step
+    start = comm_hooks._start_size_check
+    comm_hooks._start_size_check = lambda *a: checks.append(1) or start(*a)
     ddp.register_comm_hook(st, recording_hook)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(64, widths[0], generator=g)
@@ -108,6 +112,7 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    comm_hooks._start_size_check = start
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     same = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(same, flat)
@@ -121,6 +126,7 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
         "steps": st.steps,
         "calls": st.calls,
         "residual_keys": sorted(st._residuals),
+        "size_checks": len(checks),
     }
 
 
@@ -322,7 +328,8 @@ def test_bytes_sent_match_the_formula(run):
     expected = hook_wire_nbytes(N, world, rpn, bits=4, intra_bits=8, group=128)
     for r in results:
         m = r["bound", "random", False]
-        assert m["calls"] == 1 and m["bytes"] == expected
+        # quantized_allreduce checks the sizes: 8 bytes to each other rank
+        assert m["calls"] == 1 and m["bytes"] == expected + (world - 1) * 8
 
 
 def test_ddp_trains_with_the_hook(run):
@@ -333,7 +340,11 @@ def test_ddp_trains_with_the_hook(run):
         assert m["replicas_equal"]
         assert m["buckets"] == [(0, m["nparams"])] * 30  # one bucket per step
         assert m["calls"] == m["steps"] == 30
-        assert m["bytes"] == 30 * hook_wire_nbytes(m["nparams"], world, rpn)
+        # sizes checked at the first call and again after DDP rebuilt (reordered) the
+        # bucket at the second step: 2 of the 30 calls
+        assert m["size_checks"] == 2
+        checked = (world - 1) * 8 * m["size_checks"]
+        assert m["bytes"] == 30 * hook_wire_nbytes(m["nparams"], world, rpn) + checked
 
 
 def test_ddp_with_several_buckets(run):
@@ -343,7 +354,10 @@ def test_ddp_with_several_buckets(run):
         assert m["replicas_equal"] and m["steps"] == 3
         sizes = [n for _, n in m["buckets"]]
         assert m["calls"] == len(sizes) > 3 and sum(sizes) == 3 * m["nparams"]
-        assert m["bytes"] == sum(hook_wire_nbytes(n, world, rpn) for n in sizes)
+        # sizes checked at each bucket's first call: one before the rebuild, two after
+        assert m["size_checks"] == 3
+        checked = (world - 1) * 8 * m["size_checks"]
+        assert m["bytes"] == sum(hook_wire_nbytes(n, world, rpn) for n in sizes) + checked
         # one error-feedback residual per bucket index
         assert m["residual_keys"] == sorted({i for i, _ in m["buckets"]})
 
@@ -408,16 +422,16 @@ def test_single_rank_group_overflowing_float32_is_nan_and_leaves_no_residual(sin
 
 def test_formula_by_hand():
     # one level, 2 ranks, 4 bits: shards of 1536 values = 768 code bytes + 12 groups * 8,
-    # plus 8 bytes (the value count) and 1 flag byte to the other rank
+    # plus 1 flag byte to the other rank
     s = shard_size(N, 2, 128)
     assert s == 1536 and wire_nbytes(s, 4, 128) == 768 + 96
-    assert hook_wire_nbytes(N, 2) == (1 + 1) * (768 + 96) + (8 + 1)
+    assert hook_wire_nbytes(N, 2) == (1 + 1) * (768 + 96) + 1
     # two levels, 4 ranks as 2 nodes of 2: shards of 768 values, chunks of 1536 at 8 bits
     s = shard_size(N, 4, 128)
     assert s == 768
     intra = wire_nbytes(2 * s, 8, 128)
     inter = wire_nbytes(s, 4, 128)
-    assert hook_wire_nbytes(N, 4, 2) == intra + (1 + 3) * inter + 3 * (8 + 1)
+    assert hook_wire_nbytes(N, 4, 2) == intra + (1 + 3) * inter + 3
     # 4 bits in groups of 128 send over 6x fewer bytes than a float32 ring all-reduce
     n = 1 << 22
     assert ring_allreduce_nbytes(n, 8) > 6 * hook_wire_nbytes(n, 8)
