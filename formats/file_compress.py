@@ -369,13 +369,13 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
                 marker = make_marker(obj, dims, labels)
                 write = (plan, chunk_bytes, workers, progress)
                 report = _compress_dataset(obj, fout, path, marker, write, t0)
-                if report is not None:  # so that decompress stores it as the input did
-                    record_storage(obj, fout[path])
                 if report is not None and plan.layout == "filter":
                     copy_attrs(obj, fout[path], skip=DIM_ATTRS)  # labels are kept as they are
                     plain.append((path, obj))  # so that its scales are attached again
                 elif report is not None:
                     copy_attrs(obj, fout[path], skip=(*DIM_ATTRS, "DIMENSION_LABELS"))
+                if report is not None:  # after the input's own: decompress stores it so
+                    record_storage(obj, fout[path])
                 why = STORED_RAW
             if report is None:
                 report = copy_plain(obj, fout, path, progress, t0, why)
