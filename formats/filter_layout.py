@@ -284,7 +284,7 @@ def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, pro
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
     lossless codec), its chunks encoded by ``workers`` threads. Returns the dataset; its
     stored bytes are ``ds.id.get_storage_size()``."""
-    dtype = np.dtype(source.dtype)  # either byte order: cd_values record it, chunks byteswap
+    dtype = np.dtype(source.dtype).newbyteorder("<")  # the filter takes little-endian floats
     out = group.create_dataset(
         path,
         shape=source.shape,
