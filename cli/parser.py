@@ -297,7 +297,8 @@ def _add_convert(sub) -> None:
         help="rewrite a stream-layout HDF5 file in the filter layout",
         description="Rewrite a compressed HDF5 file whose datasets are container streams "
         "(--layout stream, or written before the filter layout was the default) as chunked "
-        "datasets through the tensorpress HDF5 filter. The compressed chunks are moved, not "
+        "datasets through the tensorpress HDF5 filter, and datasets written with the filter's "
+        "first id, 307 (BZIP2's), with its id. The compressed chunks are moved, not "
         "compressed again: the values read back as before; INPUT is not changed.",
     )
     p.add_argument("input", metavar="INPUT")
