@@ -171,3 +171,23 @@ def test_rel_above_one_is_warned_about(capsys, tmp_path, argv, warned):
     else:
         assert warned in err and "--abs" in err and "fraction" in err, err
         assert len(tp.compress(x, rel=2)) > 0  # the API takes it, as SZ3 does
+
+
+# -- the docs say what the code does ------------------------------------------------------
+
+
+def test_cli_synopsis_names_every_command():
+    from tensorpress.cli.parser import build_parser
+
+    synopsis = (DOCS / "docs" / "cli.md").read_text().split("```")[1]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    missing = [name for name in sub.choices if f"tensorpress {name} " not in synopsis]
+    assert not missing, f"docs/cli.md's synopsis leaves out {missing}"
+
+
+def test_formats_doc_names_the_version_writers_write():
+    from tensorpress.formats.stream_header import FORMAT_VERSION
+
+    text = " ".join((DOCS / "docs" / "formats.md").read_text().split())
+    assert f"Writers write format version {FORMAT_VERSION};" in text
+    assert "(1 today)" not in text
