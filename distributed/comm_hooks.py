@@ -83,8 +83,7 @@ from .wire import (
     BITS,
     check_args,
     dequantize_rows,
-    quantize_rows,
-    row_group_scales,
+    quantize_rows_scaled,
     row_scales,
     wire_nbytes,
 )
@@ -310,7 +309,8 @@ def _finish_size_check(pending) -> None:
     if min(sizes) != max(sizes):
         raise ValueError(
             f"quantized_allreduce needs the same number of values on every rank, got {sizes} "
-            "(by rank): give every rank the same parameters in the same order"
+            "(by rank): pass a tensor of the same size on every rank (with DDP, the same "
+            "parameters in the same order)"
         )
     return None
 
@@ -334,18 +334,18 @@ def _quantize_finite(y, bits: int, gen, kw: dict):
     NaN over a group whose finite range still overflows float32 (module docstring), 0
     elsewhere. Left-out values are replaced in ``y`` (:func:`_fill_nonfinite`, zeros
     over an overflowing group), so the caller's residuals stay finite."""
-    group, m = kw["group"], y.shape[1]
-    wire = quantize_rows(y, bits=bits, generator=gen, **kw)
-    if torch.isfinite(row_group_scales(wire, m, bits, group)).all():
+    wire, scale = quantize_rows_scaled(y, bits=bits, generator=gen, **kw)
+    if scale.isfinite().all():
         return wire, None
+    group = kw["group"]
     left = torch.where(torch.isfinite(y), 0.0, y)
     _fill_nonfinite(y, group)
-    wire = quantize_rows(y, bits=bits, generator=gen, **kw)
-    over = ~torch.isfinite(row_group_scales(wire, m, bits, group)).view(-1)
+    wire, scale = quantize_rows_scaled(y, bits=bits, generator=gen, **kw)
+    over = ~scale.isfinite().view(-1)
     if over.any():
         y.view(-1, group)[over] = 0.0
         left.view(-1, group)[over] = math.nan
-        wire = quantize_rows(y, bits=bits, generator=gen, **kw)
+        wire = quantize_rows_scaled(y, bits=bits, generator=gen, **kw)[0]
     return wire, left
 
 

@@ -38,7 +38,7 @@ __all__ = [
     "dequantize_rows",
     "quantize_groups",
     "quantize_rows",
-    "row_group_scales",
+    "quantize_rows_scaled",
     "row_scales",
     "wire_nbytes",
 ]
@@ -176,11 +176,23 @@ def quantize_rows(
     """Wire buffers uint8 ``[k, wire_nbytes(m, bits, group)]`` of the rows of float tensor
     ``x [k, m]``; row ``i`` holds the bytes of ``quantize_groups(x[i]).to_wire()`` (with
     stochastic rounding, the noise of all rows comes from one draw)."""
+    return quantize_rows_scaled(
+        x, bits=bits, group=group, hadamard=hadamard, stochastic=stochastic, seed=seed,
+        generator=generator,
+    )[0]  # fmt: skip
+
+
+def quantize_rows_scaled(
+    x, *, bits=4, group=128, hadamard=False, stochastic=False, seed=0, generator=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_rows`'s wire rows and the float32 group scales ``[k, ngroups]`` they
+    hold. The scales are all finite exactly when every group's values are finite and
+    their range (after the transform) fits float32."""
     check_args(bits, group, hadamard, seed)
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError("quantize_rows takes a 2-d tensor [rows, values per row]")
     codes, lo, scale = _quantize(_as_rows(x), bits, group, hadamard, stochastic, seed, generator)
-    return torch.cat([codes, lo.view(torch.uint8), scale.view(torch.uint8)], 1)
+    return torch.cat([codes, lo.view(torch.uint8), scale.view(torch.uint8)], 1), scale
 
 
 def _check_wire_rows(wire, m, bits, group) -> None:
@@ -203,16 +215,10 @@ def dequantize_rows(wire, m, bits, group, hadamard=False, seed=0) -> torch.Tenso
     return _dequantize(codes, lo, scale, m, bits, group, hadamard, seed)
 
 
-def row_group_scales(wire, m, bits, group) -> torch.Tensor:
-    """float32 ``[k, ngroups]``: each group's scale, read from wire rows. All are finite
-    exactly when the rows were quantized from finite values whose groups' ranges (after
-    the transform) fit float32."""
-    check_args(bits, group)
-    _check_wire_rows(wire, m, bits, group)
-    return _split_wire(wire, m, bits, group)[2]
-
-
 def row_scales(wire, m, bits, group) -> torch.Tensor:
     """float32 ``[k, m]``: the scale of each value's group, read from wire rows (half of it
     bounds a value's round-to-nearest error)."""
-    return row_group_scales(wire, m, bits, group).repeat_interleave(group, dim=1)[:, :m]
+    check_args(bits, group)
+    _check_wire_rows(wire, m, bits, group)
+    scale = _split_wire(wire, m, bits, group)[2]
+    return scale.repeat_interleave(group, dim=1)[:, :m]
