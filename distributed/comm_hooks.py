@@ -49,7 +49,7 @@ Non-finite values (NaN, +-Inf, e.g. the overflow steps of AMP's GradScaler) come
 back exactly where plain all-reduce has them: NaN where any rank has NaN or ranks
 have +Inf and -Inf, else +-Inf where any rank has it. No stage quantizes them: a
 stage whose group scales are not all finite (the common case costs one check per
-group) replaces each non-finite value by the midpoint of its group's finite values,
+group; on CUDA a host read per stage) replaces each non-finite value by the midpoint of its group's finite values,
 so the group's scale is that of its finite values and the rest of the group stays
 within the usual bound; a group whose finite range overflows float32 (values of
 ``|x|`` above about 1.7e38, or 1.3e36 under Hadamard with groups of 128) goes out as
