@@ -22,7 +22,7 @@ _STORE = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 
 
 def _quantize(x, p, eb, radius, dtype):
-    """(code, reconstruction) as kernels/linear_quant.py defines them."""
+    """(code, reconstruction) as the sz quantizer (kernels/quantizer.py) defines them."""
     two_eb = 2.0 * eb
     diff = x - p
     if abs(diff) < (radius - 1) * two_eb:

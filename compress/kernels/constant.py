@@ -1,6 +1,6 @@
 """Constant prediction + quantization: every element is predicted by one value ``c``.
 
-Codes are those of :mod:`.lorenzo`'s quantizer with prediction ``c`` (``q + radius``,
+Codes are those of :mod:`.quantizer`'s quantizer with prediction ``c`` (``q + radius``,
 0 = outlier stored verbatim), written in element order; so ``|x - decoded| <= eb``.
 On noise-like data (activations, gradients) any predictor built from neighbours adds
 their noise to the prediction error (linear interpolation 1.5 times the variance, cubic
@@ -8,11 +8,10 @@ their noise to the prediction error (linear interpolation 1.5 times the variance
 costs fewer bits there.
 """
 
+import numpy as np
 from numba import njit
 
-from .interpolation import _dequantize_sel, _quantize_sel
-from .lorenzo import _dequantize, _qparams, _quantize
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
+from .quantizer import code_row, fast, qparams, restore_row
 
 
 @njit(cache=True, nogil=True)
@@ -24,31 +23,11 @@ def constant_encode(src, c, eb, radius, prec, codes, outliers):
     n = src.size
     if codes.size < n or outliers.size < n:
         raise ValueError("codes and outliers need room for every element")
-    two_eb, inv, lim = _qparams(eb, radius)
-    fast = inv > 0.0 and radius < 2**30
-    nz = 0
-    if fast and prec == PREC_FLOAT64:
-        for t in range(n):
-            q, _ = _quantize_sel(float(src[t]), c, eb, two_eb, inv, lim, radius, PREC_FLOAT64)
-            codes[t] = q
-            nz += q == 0
-    elif fast and prec == PREC_FLOAT32:
-        for t in range(n):
-            q, _ = _quantize_sel(float(src[t]), c, eb, two_eb, inv, lim, radius, PREC_FLOAT32)
-            codes[t] = q
-            nz += q == 0
-    else:
-        for t in range(n):
-            q, _ = _quantize(float(src[t]), c, eb, two_eb, inv, lim, radius, prec)
-            codes[t] = q
-            nz += q == 0
-    oi = 0
-    if nz:
-        for t in range(n):
-            if codes[t] == 0:
-                outliers[oi] = src[t]
-                oi += 1
-    return oi
+    two_eb, inv, lim = qparams(eb, radius)
+    row = np.full(n, float(c))  # the predictions, in float64 as the decoder has them
+    return code_row(
+        src, row, codes[:n], eb, two_eb, inv, lim, radius, prec, fast(inv, radius), outliers, 0
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -58,27 +37,9 @@ def constant_decode(codes, outliers, c, eb, radius, prec, out):
     n = out.size
     if codes.size < n:
         raise ValueError("codes too short for data")
-    two_eb, inv, _ = _qparams(eb, radius)
-    fast = inv > 0.0 and radius < 2**30
-    nz = 0
-    if fast and prec == PREC_FLOAT64:
-        for t in range(n):
-            out[t] = _dequantize_sel(codes[t], c, two_eb, radius, PREC_FLOAT64)
-            nz += codes[t] == 0
-    elif fast and prec == PREC_FLOAT32:
-        for t in range(n):
-            out[t] = _dequantize_sel(codes[t], c, two_eb, radius, PREC_FLOAT32)
-            nz += codes[t] == 0
-    else:
-        for t in range(n):
-            out[t] = _dequantize(codes[t], c, two_eb, radius, prec)
-            nz += codes[t] == 0
-    oi = 0
-    if nz:
-        for t in range(n):
-            if codes[t] == 0:
-                if oi >= outliers.size:
-                    raise ValueError("corrupt stream: more outlier codes than outliers")
-                out[t] = outliers[oi]
-                oi += 1
+    two_eb, inv, _ = qparams(eb, radius)
+    row = np.full(n, float(c))
+    oi = restore_row(codes[:n], row, two_eb, radius, prec, fast(inv, radius), outliers, 0)
+    for t in range(n):  # the predictors never see NaN: float64 holds every value exactly
+        out[t] = row[t]
     return oi

@@ -8,7 +8,7 @@ k + o[t, 2]]`` over offsets ``o`` that come before it in C order, from the
 rows, the ends of rows, the last rows of a plane) the element is predicted by
 first-order Lorenzo with zero padding instead, over the three dimensions or, with
 ``planar``, within the plane (planes of activations, channels or images, do not
-predict each other). Quantization is :mod:`.linear_quant`'s,
+predict each other). Quantization is :mod:`.quantizer`'s,
 so ``|x - decoded| <= eb`` for every element.
 
 A prediction sums, each group in the offsets' order: the earlier planes' terms (a
@@ -26,7 +26,7 @@ Lorenzo's neighbours in the current plane point at rows and columns already writ
 import numpy as np
 from numba import njit
 
-from .linear_quant import _dequantize, _qparams, _quantize
+from .quantizer import decode_value, encode_value, qparams
 
 
 @njit(cache=True, nogil=True)
@@ -58,7 +58,7 @@ def _accumulate(dst, src, w):
 @njit(cache=True, nogil=True)
 def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, decode):
     n0, n1, n2 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     depth, up, down, left, right = reach(offsets)
     ring = max(depth, 1) + 1
     width = n2 + 1  # a padded row; element (j, k) of a plane sits at (j + 1) * width + k + 1
@@ -130,22 +130,13 @@ def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, 
                         + prv[q - width - 1]
                     )
                 if decode:
-                    c = codes[f]
-                    if c == 0:
-                        if oi >= outliers.size:
-                            raise ValueError("corrupt stream: more outlier codes than outliers")
-                        v = float(outliers[oi])
-                        oi += 1
-                    else:
-                        v = _dequantize(c, p, two_eb, radius, prec)
+                    v, oi = decode_value(codes[f], p, outliers, oi, two_eb, radius, prec)
                     dst[i, j, k] = v
                 else:
-                    x = float(src[i, j, k])
-                    c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                    c, v, oi = encode_value(
+                        src[i, j, k], p, outliers, oi, eb, two_eb, inv, lim, radius, prec
+                    )
                     codes[f] = c
-                    if c == 0:
-                        outliers[oi] = src[i, j, k]
-                        oi += 1
                 cur[q] = v
                 prev2 = prev1
                 prev1 = v

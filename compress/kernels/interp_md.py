@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from .interpolation import code_phase, move_outlier
-from .lorenzo import _qparams
+from .quantizer import qparams
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: odd-coordinate sets in coding order, as bit masks (bit d: dimension d is odd)
@@ -83,7 +83,7 @@ def md_code(src, rec, codes, outliers, eb_levels, radius, prec, cubic, decode):
         anchor = lv > L
         s = 0 if anchor else 1 << (lv - 1)
         eb = eb_levels[L] if anchor else eb_levels[lv]
-        two_eb, inv, lim = _qparams(eb, radius)
+        two_eb, inv, lim = qparams(eb, radius)
         fast = inv > 0.0 and radius < 2**30 and (prec == PREC_FLOAT64 or prec == PREC_FLOAT32)
         for g in range(1 if anchor else 7):
             mask = 0 if anchor else _GROUPS[g]

@@ -37,9 +37,17 @@ storage precision, which must therefore not exceed the data precision.
 """
 
 import numpy as np
-from numba import float32, njit
+from numba import njit
 
-from .lorenzo import _dequantize, _qparams, _quantize
+from .quantizer import (
+    decode_value,
+    dequantize,
+    dequantize_sel,
+    encode_value,
+    qparams,
+    quantize,
+    quantize_sel,
+)
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: extrapolate linearly (True) or copy a[-s] (False) past the last grid point
@@ -115,30 +123,6 @@ def _segments(s, n, cubic, extrap, seg_lo, seg_hi, seg_mode):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _quantize_sel(x, p, eb, two_eb, inv, lim, radius, prec):
-    """:func:`_quantize` without branches (same ``(code, recon)`` bits) for
-    ``inv > 0``, prec float32/64 and ``radius < 2**30``.  Where the range test
-    fails, ``q`` may overflow int32; the select discards that conversion."""
-    diff = x - p
-    q = np.rint(diff * inv) + 0.0
-    v = p + q * two_eb
-    if prec != PREC_FLOAT64:
-        v = float(float32(v))
-    ok = (abs(diff) < lim) & (abs(x - v) <= eb)
-    c = np.int32(q) + np.int32(radius)
-    return (c if ok else np.int32(0)), (v if ok else x)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _dequantize_sel(c, p, two_eb, radius, prec):
-    """:func:`_dequantize` in int32 (exact, ``radius < 2**30``), prec float32/64."""
-    v = p + float(np.int32(c) - np.int32(radius)) * two_eb
-    if prec != PREC_FLOAT64:
-        v = float(float32(v))
-    return v
-
-
-@njit(cache=True, nogil=True, inline="always")
 def move_outlier(decode, r, sr, f, outliers, oi):
     """Outlier ``oi``, at flat position ``f``: decoding writes it into ``r``, encoding
     stores the value ``sr[f]``. Returns ``oi + 1``; raises ValueError past ``outliers``."""
@@ -165,33 +149,33 @@ def code_phase(decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, rad
         if fast and prec == PREC_FLOAT64:
             for t in range(m):
                 c = codes[ci + t]
-                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
+                vbuf[t] = dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
                 nz += c == 0
         elif fast:
             for t in range(m):
                 c = codes[ci + t]
-                vbuf[t] = _dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
+                vbuf[t] = dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
                 nz += c == 0
         else:
             for t in range(m):
                 c = codes[ci + t]
-                vbuf[t] = _dequantize(c, pbuf[t], two_eb, radius, prec)
+                vbuf[t] = dequantize(c, pbuf[t], two_eb, radius, prec)
                 nz += c == 0
     elif fast and prec == PREC_FLOAT64:
         for t in range(m):
-            c, v = _quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64)
+            c, v = quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64)
             codes[ci + t] = c
             vbuf[t] = v
             nz += c == 0
     elif fast:
         for t in range(m):
-            c, v = _quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32)
+            c, v = quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32)
             codes[ci + t] = c
             vbuf[t] = v
             nz += c == 0
     else:
         for t in range(m):
-            c, v = _quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
+            c, v = quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
             codes[ci + t] = c
             vbuf[t] = v
             nz += c == 0
@@ -268,7 +252,7 @@ def _pass(
     line stride the constant 2, which lets the prediction loops vectorize too.
     Array accesses stay in this body (helpers taking arrays cost refcounting).
     """
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     fast = inv > 0.0 and radius < 2**30 and (prec == PREC_FLOAT64 or prec == PREC_FLOAT32)
     # i, j start/step and the flat offset of +-s along the pass dim; k steps by 2s
     i_lo, i_st, j_lo, j_st, st, k0, cl, nj, nlines, k_st = _geometry(n0, n1, n2, d, s, order)
@@ -403,24 +387,12 @@ def interp_code(
     if q_lo == 0 and ln_lo == 0 and ln_hi > 0 and q_hi > 0:
         # anchor (0, 0, 0): prediction 0, bound eb_levels[L]
         eb = eb_levels[L]
-        two_eb, inv, lim = _qparams(eb, radius)
+        two_eb, inv, lim = qparams(eb, radius)
         if decode:
-            c = codes[0]
-            if c == 0:
-                if oi >= outliers.size:
-                    raise ValueError("corrupt stream: more outlier codes than outliers")
-                v = float(outliers[oi])
-                oi += 1
-            else:
-                v = _dequantize(c, 0.0, two_eb, radius, prec)
+            v, oi = decode_value(codes[0], 0.0, outliers, oi, two_eb, radius, prec)
         else:
-            c, v = _quantize(float(sr[0]), 0.0, eb, two_eb, inv, lim, radius, prec)
+            c, v, oi = encode_value(sr[0], 0.0, outliers, oi, eb, two_eb, inv, lim, radius, prec)
             codes[0] = c
-            if c == 0:
-                if oi >= outliers.size:
-                    raise ValueError("outliers capacity too small")
-                outliers[oi] = sr[0]
-                oi += 1
         r[0] = v  # v is x itself for an outlier
     if q_lo == 0:
         ci += sizes[0, 0] * sizes[0, 1]

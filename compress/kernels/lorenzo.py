@@ -25,7 +25,6 @@ rows at a time (``lorenzo_wave.py``), with these expressions and the same codes.
 import numpy as np
 from numba import njit
 
-from .linear_quant import _dequantize, _qparams, _quantize
 from .lorenzo_rows import lorenzo_decode_2d
 from .lorenzo_wave import (
     MIN_ROW,
@@ -34,9 +33,10 @@ from .lorenzo_wave import (
     lorenzo_encode_3d,
     lorenzo_encode_4d,
 )
+from .quantizer import decode_value, encode_value, qparams
 from .rounding import PREC_FLOAT64
 
-__all__ = ["_dequantize", "_qparams", "_quantize", "lorenzo_decode", "lorenzo_encode"]
+__all__ = ["lorenzo_decode", "lorenzo_encode"]
 
 
 # Each runner serves encoder (decode=False: reads src, writes codes/outliers) and
@@ -50,28 +50,17 @@ __all__ = ["_dequantize", "_qparams", "_quantize", "lorenzo_decode", "lorenzo_en
 @njit(cache=True, nogil=True)
 def _run1(src, dst, codes, outliers, eb, radius, prec, decode):
     n = src.shape[0]
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     oi = 0
     prev = 0.0
     for f in range(n):
         p = prev
         if decode:
-            c = codes[f]
-            if c == 0:
-                if oi >= outliers.size:
-                    raise ValueError("corrupt stream: more outlier codes than outliers")
-                v = float(outliers[oi])
-                oi += 1
-            else:
-                v = _dequantize(c, p, two_eb, radius, prec)
+            v, oi = decode_value(codes[f], p, outliers, oi, two_eb, radius, prec)
             dst[f] = v
         else:
-            x = float(src[f])
-            c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+            c, v, oi = encode_value(src[f], p, outliers, oi, eb, two_eb, inv, lim, radius, prec)
             codes[f] = c
-            if c == 0:
-                outliers[oi] = src[f]
-                oi += 1
         prev = v
     return oi
 
@@ -79,7 +68,7 @@ def _run1(src, dst, codes, outliers, eb, radius, prec, decode):
 @njit(cache=True, nogil=True)
 def _run2(src, dst, codes, outliers, eb, radius, prec, decode):
     n0, n1 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     buf = np.zeros((2, n1 + 1))
     oi = 0
     f = 0
@@ -90,22 +79,13 @@ def _run2(src, dst, codes, outliers, eb, radius, prec, decode):
         for j in range(n1):
             p = (up[j + 1] - up[j]) + left
             if decode:
-                c = codes[f]
-                if c == 0:
-                    if oi >= outliers.size:
-                        raise ValueError("corrupt stream: more outlier codes than outliers")
-                    v = float(outliers[oi])
-                    oi += 1
-                else:
-                    v = _dequantize(c, p, two_eb, radius, prec)
+                v, oi = decode_value(codes[f], p, outliers, oi, two_eb, radius, prec)
                 dst[i, j] = v
             else:
-                x = float(src[i, j])
-                c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                c, v, oi = encode_value(
+                    src[i, j], p, outliers, oi, eb, two_eb, inv, lim, radius, prec
+                )
                 codes[f] = c
-                if c == 0:
-                    outliers[oi] = src[i, j]
-                    oi += 1
             cur[j + 1] = v
             left = v
             f += 1
@@ -115,7 +95,7 @@ def _run2(src, dst, codes, outliers, eb, radius, prec, decode):
 @njit(cache=True, nogil=True)
 def _run3(src, dst, codes, outliers, eb, radius, prec, decode):
     n0, n1, n2 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     buf = np.zeros((2, n1 + 1, n2 + 1))
     oi = 0
     f = 0
@@ -131,22 +111,13 @@ def _run3(src, dst, codes, outliers, eb, radius, prec, decode):
             for k in range(n2):
                 p = (c0[k + 1] + p1[k + 1] - c0[k] - p1[k] - p0[k + 1] + p0[k]) + left
                 if decode:
-                    c = codes[f]
-                    if c == 0:
-                        if oi >= outliers.size:
-                            raise ValueError("corrupt stream: more outlier codes than outliers")
-                        v = float(outliers[oi])
-                        oi += 1
-                    else:
-                        v = _dequantize(c, p, two_eb, radius, prec)
+                    v, oi = decode_value(codes[f], p, outliers, oi, two_eb, radius, prec)
                     dst[i, j, k] = v
                 else:
-                    x = float(src[i, j, k])
-                    c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                    c, v, oi = encode_value(
+                        src[i, j, k], p, outliers, oi, eb, two_eb, inv, lim, radius, prec
+                    )
                     codes[f] = c
-                    if c == 0:
-                        outliers[oi] = src[i, j, k]
-                        oi += 1
                 c1[k + 1] = v
                 left = v
                 f += 1
@@ -156,7 +127,7 @@ def _run3(src, dst, codes, outliers, eb, radius, prec, decode):
 @njit(cache=True, nogil=True)
 def _run4(src, dst, codes, outliers, eb, radius, prec, decode):
     n0, n1, n2, n3 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     buf = np.zeros((2, n1 + 1, n2 + 1, n3 + 1))
     oi = 0
     f = 0
@@ -194,22 +165,13 @@ def _run4(src, dst, codes, outliers, eb, radius, prec, decode):
                         - r111[m]
                     ) + left
                     if decode:
-                        c = codes[f]
-                        if c == 0:
-                            if oi >= outliers.size:
-                                raise ValueError("corrupt stream: more outlier codes than outliers")
-                            v = float(outliers[oi])
-                            oi += 1
-                        else:
-                            v = _dequantize(c, p, two_eb, radius, prec)
+                        v, oi = decode_value(codes[f], p, outliers, oi, two_eb, radius, prec)
                         dst[i, j, k, m] = v
                     else:
-                        x = float(src[i, j, k, m])
-                        c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                        c, v, oi = encode_value(
+                            src[i, j, k, m], p, outliers, oi, eb, two_eb, inv, lim, radius, prec
+                        )
                         codes[f] = c
-                        if c == 0:
-                            outliers[oi] = src[i, j, k, m]
-                            oi += 1
                     r000[a] = v
                     left = v
                     f += 1

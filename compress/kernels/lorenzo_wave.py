@@ -15,7 +15,7 @@ same; outliers are gathered afterwards in C order.
 import numpy as np
 from numba import njit
 
-from .linear_quant import _qparams, _quantize
+from .quantizer import qparams, quantize
 
 #: rows coded together: chains in flight (more adds bookkeeping for little overlap)
 _ROWS = 4
@@ -43,7 +43,7 @@ def lorenzo_encode_2d(src, codes, outliers, eb, radius, prec):
     writes them; return the number of outliers. ``codes`` and ``outliers`` hold at
     least ``src.size`` entries (checked by the caller)."""
     n0, n1 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     # buf[0]: the row above the group (zeros above the array); buf[r + 1]: row r of the
     # group; column 0 is the zero column left of the array, column j + 1 holds j
     buf = np.zeros((_ROWS + 1, n1 + 1))
@@ -57,7 +57,7 @@ def lorenzo_encode_2d(src, codes, outliers, eb, radius, prec):
                     continue
                 p = (buf[r, j + 1] - buf[r, j]) + buf[r + 1, j]
                 x = float(src[a + r, j])
-                c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                c, v = quantize(x, p, eb, two_eb, inv, lim, radius, prec)
                 codes[(a + r) * n1 + j] = c
                 nz += c == 0
                 buf[r + 1, j + 1] = v
@@ -73,7 +73,7 @@ def lorenzo_encode_3d(src, codes, outliers, eb, radius, prec):
     writes them; return the number of outliers. The rows of one plane run as a
     wavefront; the plane before is done."""
     n0, n1, n2 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     buf = np.zeros((2, n1 + 1, n2 + 1))  # planes i and i - 1, padded by a zero row/column
     nz = 0
     for i in range(n0):
@@ -93,7 +93,7 @@ def lorenzo_encode_3d(src, codes, outliers, eb, radius, prec):
                         - buf[q, j + 1, k] - buf[q, j, k + 1] + buf[q, j, k]
                     ) + buf[c, j + 1, k]  # fmt: skip
                     x = float(src[i, j, k])
-                    code, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                    code, v = quantize(x, p, eb, two_eb, inv, lim, radius, prec)
                     codes[(i * n1 + j) * n2 + k] = code
                     nz += code == 0
                     buf[c, j + 1, k + 1] = v
@@ -108,7 +108,7 @@ def lorenzo_encode_4d(src, codes, outliers, eb, radius, prec):
     writes them; return the number of outliers. The rows ``(i, j, k)`` of one ``(i,
     j)`` run as a wavefront; the ones before are done."""
     n0, n1, n2, n3 = src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     buf = np.zeros((2, n1 + 1, n2 + 1, n3 + 1))  # volumes i and i - 1, zero-padded
     nz = 0
     for i in range(n0):
@@ -135,7 +135,7 @@ def lorenzo_encode_4d(src, codes, outliers, eb, radius, prec):
                             + buf[q, j, k, a] - buf[q, j, k, m]
                         ) + buf[c, j + 1, k + 1, m]  # fmt: skip
                         x = float(src[i, j, k, m])
-                        code, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                        code, v = quantize(x, p, eb, two_eb, inv, lim, radius, prec)
                         codes[((i * n1 + j) * n2 + k) * n3 + m] = code
                         nz += code == 0
                         buf[c, j + 1, k + 1, a] = v

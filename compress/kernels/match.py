@@ -3,7 +3,7 @@ earlier row, element by element, or by one constant ``c``.
 
 ``refs[t]`` names row ``t``'s reference as a distance back: 0 predicts every element
 by ``c``, ``d >= 1`` by the reconstruction of row ``t - d``. Codes are those of
-:mod:`.lorenzo`'s quantizer (``q + radius``, 0 = outlier stored verbatim) in element
+:mod:`.quantizer`'s quantizer (``q + radius``, 0 = outlier stored verbatim) in element
 order, so ``|x - decoded| <= eb``; the encoder reconstructs each row exactly as the
 decoder will before a later row refers to it. The search for references is
 :mod:`.match_search`.
@@ -12,9 +12,7 @@ decoder will before a later row refers to it. The search for references is
 import numpy as np
 from numba import njit
 
-from .interpolation import _dequantize_sel, _quantize_sel
-from .lorenzo import _dequantize, _qparams, _quantize
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
+from .quantizer import code_row, fast, qparams, restore_row
 
 
 @njit(cache=True, nogil=True)
@@ -28,8 +26,8 @@ def match_encode(src, refs, c, eb, radius, prec, codes, outliers, rec):
         raise ValueError("match: one reference per row, a code and an outlier per element")
     if rec.shape != src.shape:
         raise ValueError("match: the reconstruction needs the shape of the values")
-    two_eb, inv, lim = _qparams(eb, radius)
-    fast = inv > 0.0 and radius < 2**30
+    two_eb, inv, lim = qparams(eb, radius)
+    sel = fast(inv, radius)
     referred = np.zeros(rows, np.bool_)
     for t in range(rows):
         if refs[t] < 0 or refs[t] > t:
@@ -43,7 +41,7 @@ def match_encode(src, refs, c, eb, radius, prec, codes, outliers, rec):
         # the reconstruction: loads and stores of one index only, so the loops vectorize
         _predict(row, rec, t, refs[t], c)
         x, cr = src[t], codes[t * n : (t + 1) * n]
-        oi = code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, fast, outliers, oi)
+        oi = code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, sel, outliers, oi)
         if referred[t]:
             _copy(rec[t], row)
     return oi
@@ -57,86 +55,16 @@ def match_decode(codes, outliers, refs, c, eb, radius, prec, out):
     rows, n = out.shape
     if refs.size != rows or codes.size < out.size:
         raise ValueError("corrupt stream: a reference per row and a code per element needed")
-    two_eb, inv, _ = _qparams(eb, radius)
-    fast = inv > 0.0 and radius < 2**30
+    two_eb, inv, _ = qparams(eb, radius)
+    sel = fast(inv, radius)
     oi = 0
     for t in range(rows):
         if refs[t] < 0 or refs[t] > t:
             raise ValueError("corrupt stream: a row refers to no earlier row")
         row, cr = out[t], codes[t * n : (t + 1) * n]
         _predict(row, out, t, refs[t], c)  # as in the encoder: replaced in place
-        oi = restore_row(cr, row, two_eb, radius, prec, fast, outliers, oi)
+        oi = restore_row(cr, row, two_eb, radius, prec, sel, outliers, oi)
     return oi
-
-
-@njit(cache=True, nogil=True, inline="always")
-def code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, fast, outliers, oi):
-    """Quantize the values ``x`` against the predictions in ``row`` (see
-    :func:`_encode_row`; ``fast``: the branch-free quantizer applies), the outliers'
-    values stored from ``outliers[oi]``; the outliers stored after the row."""
-    if fast and prec == PREC_FLOAT64:  # the precision a constant in each call
-        nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT64, True)
-    elif fast and prec == PREC_FLOAT32:
-        nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, PREC_FLOAT32, True)
-    else:
-        nz = _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, False)
-    if nz:
-        for i in range(row.size):
-            if cr[i] == 0:
-                outliers[oi] = x[i]
-                oi += 1
-    return oi
-
-
-@njit(cache=True, nogil=True, inline="always")
-def restore_row(cr, row, two_eb, radius, prec, fast, outliers, oi):
-    """Invert :func:`code_row`: the predictions in ``row`` replaced by the values the
-    codes ``cr`` reconstruct, outliers read from ``outliers[oi]``; the outliers used
-    after the row. More outlier codes than outliers raise ValueError."""
-    if fast and prec == PREC_FLOAT64:
-        nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT64, True)
-    elif fast and prec == PREC_FLOAT32:
-        nz = _decode_row(cr, row, two_eb, radius, PREC_FLOAT32, True)
-    else:
-        nz = _decode_row(cr, row, two_eb, radius, prec, False)
-    if nz:
-        for i in range(row.size):
-            if cr[i] == 0:
-                if oi >= outliers.size:
-                    raise ValueError("corrupt stream: more outlier codes than outliers")
-                row[i] = outliers[oi]
-                oi += 1
-    return oi
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _encode_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, sel):
-    """Quantize the values ``x`` against the predictions in ``row``, codes into ``cr``,
-    reconstructions into ``row``; the outlier codes. ``sel``: the branch-free quantizer
-    (float32/64 precision, see ``match_encode``)."""
-    nz = 0
-    for i in range(row.size):
-        if sel:
-            q, v = _quantize_sel(float(x[i]), row[i], eb, two_eb, inv, lim, radius, prec)
-        else:
-            q, v = _quantize(float(x[i]), row[i], eb, two_eb, inv, lim, radius, prec)
-        cr[i], row[i] = q, v
-        nz += q == 0
-    return nz
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _decode_row(cr, row, two_eb, radius, prec, sel):
-    """Replace the predictions in ``row`` by the values the codes ``cr`` reconstruct;
-    the outlier codes. ``sel`` as in :func:`_encode_row`."""
-    nz = 0
-    for i in range(row.size):
-        if sel:
-            row[i] = _dequantize_sel(cr[i], row[i], two_eb, radius, prec)
-        else:
-            row[i] = _dequantize(cr[i], row[i], two_eb, radius, prec)
-        nz += cr[i] == 0
-    return nz
 
 
 @njit(cache=True, nogil=True, inline="always")

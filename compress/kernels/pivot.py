@@ -3,7 +3,7 @@ block of columns against predictions held in another array's columns, which the 
 replace by the reconstruction, each row's predictions first computed from a level's
 sums where given; and the bins the sums read.
 
-Codes are those of :mod:`.lorenzo`'s quantizer (``q + radius``, 0 = outlier stored
+Codes are those of :mod:`.quantizer`'s quantizer (``q + radius``, 0 = outlier stored
 verbatim) in row-major order of the block, so ``|x - decoded| <= eb``. The arithmetic
 is IEEE's, one rounding per operation (numba contracts no multiply-add without
 fastmath), so every machine predicts alike.
@@ -12,8 +12,7 @@ fastmath), so every machine predicts alike.
 import numpy as np
 from numba import njit
 
-from .lorenzo import _qparams
-from .match import code_row, restore_row
+from .quantizer import code_row, fast, qparams, restore_row
 
 
 @njit(cache=True, nogil=True)
@@ -33,13 +32,13 @@ def predicted_encode(src, lo, pred, plo, m, eb, radius, prec, codes, outliers, l
         raise ValueError("pivot: the predictions must cover columns of the values")
     if codes.size < rows * m or outliers.size < rows * m:
         raise ValueError("pivot: a code and an outlier per element needed")
-    two_eb, inv, lim = _qparams(eb, radius)
-    fast = inv > 0.0 and radius < 2**30
+    two_eb, inv, lim = qparams(eb, radius)
+    sel = fast(inv, radius)
     oi = 0
     for t in range(rows):
         x, row, cr = src[t, lo : lo + m], pred[t, plo : plo + m], codes[t * m : (t + 1) * m]
         _fill(row, t, level)
-        oi = code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, fast, outliers, oi)
+        oi = code_row(x, row, cr, eb, two_eb, inv, lim, radius, prec, sel, outliers, oi)
     return oi
 
 
@@ -52,13 +51,13 @@ def predicted_decode(codes, outliers, eb, radius, prec, out, lo, m, level):
     rows = out.shape[0]
     if codes.size < rows * m or lo < 0 or lo + m > out.shape[1]:
         raise ValueError("corrupt stream: a code per element needed")
-    two_eb, inv, _ = _qparams(eb, radius)
-    fast = inv > 0.0 and radius < 2**30
+    two_eb, inv, _ = qparams(eb, radius)
+    sel = fast(inv, radius)
     oi = 0
     for t in range(rows):
         row, cr = out[t, lo : lo + m], codes[t * m : (t + 1) * m]
         _fill(row, t, level)
-        oi = restore_row(cr, row, two_eb, radius, prec, fast, outliers, oi)
+        oi = restore_row(cr, row, two_eb, radius, prec, sel, outliers, oi)
     return oi
 
 

@@ -27,8 +27,7 @@ import numpy as np
 from numba import float64 as f64
 from numba import njit
 
-from .interpolation import _dequantize_sel, _quantize_sel
-from .lorenzo import _dequantize, _qparams, _quantize
+from .quantizer import dequantize, dequantize_sel, qparams, quantize, quantize_sel
 from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: block side per number of dimensions above 1 (SZ2's choice for 3-d; 2-d and 1-d
@@ -131,7 +130,7 @@ def _run(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, p
     block; return the number of outliers written or used. The branch-free quantizer
     of :mod:`.interpolation` (the same bits) where it applies. ``rec``: zeros of the
     shape plus one along each dimension, for the reconstructions (see ``rec_buffer``)."""
-    two_eb, inv, _ = _qparams(eb, radius)
+    two_eb, inv, _ = qparams(eb, radius)
     if inv > 0.0 and radius < 2**30:
         if prec == PREC_FLOAT32:
             return _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius,
@@ -158,7 +157,7 @@ def rec_buffer(shape3: tuple, prec: int) -> np.ndarray:
 def _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius, prec, sel,
             decode):  # fmt: skip
     n0, n1, n2 = dst.shape if decode else src.shape
-    two_eb, inv, lim = _qparams(eb, radius)
+    two_eb, inv, lim = qparams(eb, radius)
     oi, f, blk = 0, 0, 0
     for b0 in range(0, n0, s0):
         for b1 in range(0, n1, s1):
@@ -191,16 +190,16 @@ def _blocks(src, dst, rec, codes, outliers, kinds, coefs, s0, s1, s2, eb, radius
                                     v = float(outliers[oi])
                                     oi += 1
                                 elif sel:
-                                    v = _dequantize_sel(c, p, two_eb, radius, prec)
+                                    v = dequantize_sel(c, p, two_eb, radius, prec)
                                 else:
-                                    v = _dequantize(c, p, two_eb, radius, prec)
+                                    v = dequantize(c, p, two_eb, radius, prec)
                                 dst[i, j, k] = v
                             else:
                                 x = float(src[i, j, k])
                                 if sel:
-                                    c, v = _quantize_sel(x, p, eb, two_eb, inv, lim, radius, prec)
+                                    c, v = quantize_sel(x, p, eb, two_eb, inv, lim, radius, prec)
                                 else:
-                                    c, v = _quantize(x, p, eb, two_eb, inv, lim, radius, prec)
+                                    c, v = quantize(x, p, eb, two_eb, inv, lim, radius, prec)
                                 codes[f] = c
                                 if c == 0:
                                     outliers[oi] = src[i, j, k]
