@@ -33,11 +33,11 @@ from ..compress.tensor import ValueRange
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
-from .device_block_records import BlockCodes, Compactor, check_device_layout, device_record
-from .device_bounds import device_bound
-from .device_bounds import log_probs as _log_probs
-from .device_offload import graph_hooks, graph_hooks_apply
-from .device_records import check_device_path, device_codes_apply, keeps_log_probs
+from .device.bounds import device_bound
+from .device.bounds import log_probs as _log_probs
+from .device.code_offload import graph_hooks, graph_hooks_apply
+from .device.code_records import check_device_path, device_codes_apply, keeps_log_probs
+from .device.tile_records import BlockCodes, Compactor, check_device_layout, device_record
 from .identity import ParameterStorages, SavedTable
 from .records import Compressed, Kept, Offloaded
 from .rules import ALL_RULES, RULES, Rules
@@ -83,11 +83,11 @@ class ActivationCompression:
     global module hooks find modules on the fly, and torch.compile(model) warns of them).
     ``debug``: check every restored tensor against its bound (keeps a copy).
     ``device_path``: hold tensors as device codes with no host waits (``abs`` and adaptive
-    bounds in block codes, ``device_bounds.py``; ``device_records.py``): None on CUDA (not
+    bounds in block codes, ``device/bounds.py``; ``device/code_records.py``): None on CUDA (not
     the CPU), True on every device, False never;
     with a store they are offloaded, without one compiled graphs inline them
-    (``device_offload.py``); ``device_layout``: the eager hooks' codes, ``"blocks"`` or
-    ``"fixed"`` (``device_block_records.py``).
+    (``device/code_offload.py``); ``device_layout``: the eager hooks' codes, ``"blocks"`` or
+    ``"fixed"`` (``device/tile_records.py``).
     ``stats`` counts bytes of the last step.
     """
 

@@ -11,14 +11,14 @@ works; then their fixed cost per call (the wall time at the smallest size) and h
 time per call at rel 1e-2, against the targets of 50 and 30 us. Then the container
 path, ``compress_tensor`` / ``decompress_tensor``: the same wall times for block
 (rel 1e-2, abs 1e-2) and quant (2 bits), beside what a plain copy of the tensor costs.
-Then a GELU output held as its residual (``activation_offload/device_gelu.py``, rel
+Then a GELU output held as its residual (``activation_offload/device/gelu.py``, rel
 1e-2 of a GELU's float32 output against its input held under rel 1e-2): the torch ops a
 call dispatches, counted on meta tensors (no data, so the host's whole cost per call),
 and on CUDA the kernels it launches (profiler), beside the same wall and host times per
 call, for the custom ops (Triton kernels on CUDA) and for the torch reference's chain of
 ops they replace. Then what the custom ops' dispatch costs: host time per call of
 ``tensorpress::device_blocks`` and of its body called directly (what eager CUDA calls
-run, ``compress/device_ops.eager``) on a 64-element tensor. ``--profile`` adds
+run, ``activation_offload/device/ops.eager``) on a 64-element tensor. ``--profile`` adds
 cProfile's top functions (by own time) over the calls on the middle size, to show where
 the fixed cost goes.
 
@@ -37,11 +37,12 @@ import time
 
 import torch
 import torch.nn.functional as F
-from tensorpress.activation_offload.device_gelu import pack_output, unpack_output
-from tensorpress.compress import compress_tensor, decompress_tensor, device_ops
-from tensorpress.compress.device_blocks import compress_blocks, restore_blocks
-from tensorpress.compress.device_codes import compress_codes, restore_codes
-from tensorpress.compress.kernels import device_gelu_torch
+from tensorpress.activation_offload.device import gelu_torch as device_gelu_torch
+from tensorpress.activation_offload.device import ops as device_ops
+from tensorpress.activation_offload.device.codes import compress_codes, restore_codes
+from tensorpress.activation_offload.device.gelu import pack_output, unpack_output
+from tensorpress.activation_offload.device.tiles import compress_blocks, restore_blocks
+from tensorpress.compress import compress_tensor, decompress_tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 FIXED_COST_US = 50  # issue 30: the device codes' cost per call, whatever the size

@@ -1,4 +1,4 @@
-"""Activation compression on the device path (activation_offload/device_records.py):
+"""Activation compression on the device path (activation_offload/device/code_records.py):
 the whole pack/unpack path on meta tensors, gradients on the CPU when asked for, no
 reads back to the host, and the settings that keep the existing path."""
 
@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tensorpress.activation_offload import ActivationCompression, Adaptive
-from tensorpress.compress import device_blocks
-from tensorpress.compress.device_blocks import worst_size
-from tensorpress.compress.device_codes import code_bits, payload_bytes
+from tensorpress.activation_offload.device import tiles
+from tensorpress.activation_offload.device.codes import code_bits, payload_bytes
+from tensorpress.activation_offload.device.tiles import worst_size
 from test_device_codes import refuse_host_reads
 
 CUDA = torch.cuda.is_available()
@@ -97,7 +97,7 @@ def test_pack_and_unpack_read_nothing_back(monkeypatch, layout):
         assert host.grad_fn is None and not host.requires_grad
         return int(tolist(host)[0])
 
-    monkeypatch.setattr(device_blocks, "read_host", lagged_read)
+    monkeypatch.setattr(tiles, "read_host", lagged_read)
     refuse_host_reads(monkeypatch)
     with ac:
         loss = F.cross_entropy(model(x), y)
@@ -201,9 +201,9 @@ def test_cuda_block_records_are_compacted_once_their_sizes_arrive():
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_cuda_block_codes_match_the_torch_reference(dtype):
-    from tensorpress.compress.device_blocks import compress_blocks, restore_blocks
-    from tensorpress.compress.kernels import device_blocks_torch as reference
-    from tensorpress.compress.kernels.device_codes_layout import STEP_MARGIN, steps
+    from tensorpress.activation_offload.device import tiles_torch as reference
+    from tensorpress.activation_offload.device.codes_layout import STEP_MARGIN, steps
+    from tensorpress.activation_offload.device.tiles import compress_blocks, restore_blocks
 
     x = torch.randn(3 * 256 + 37, device="cuda").to(dtype)
     x[::5], x[3], x[4] = 0.0, math.nan, -math.inf

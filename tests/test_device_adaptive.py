@@ -1,4 +1,4 @@
-"""Adaptive and ``abs`` bounds on the device path (activation_offload/device_bounds.py):
+"""Adaptive and ``abs`` bounds on the device path (activation_offload/device/bounds.py):
 no host read in a training step (an update step of the adaptive bounds included), the
 whole hook path on meta tensors, every restored tensor within its bound (debug mode),
 gradients close to the host path's, a loss's log-probabilities held under ``abs``, and
@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tensorpress.activation_offload import ActivationCompression, Adaptive
-from tensorpress.activation_offload.device_block_records import BlockCodes, Compactor
+from tensorpress.activation_offload.device import tiles
+from tensorpress.activation_offload.device.tile_records import BlockCodes, Compactor
+from tensorpress.activation_offload.device.tiles import worst_size
 from tensorpress.activation_offload.stats import ActivationStats
-from tensorpress.compress import device_blocks
-from tensorpress.compress.device_blocks import worst_size
 from test_device_activations import mlp, step
 from test_device_blocks import assert_within
 from test_device_codes import refuse_host_reads
@@ -38,7 +38,7 @@ def allow_lagged_reads(monkeypatch) -> None:
         assert host.device.type == "cpu" and host.dtype == torch.int64 and host.numel() == 1
         return int(tolist(host)[0])
 
-    monkeypatch.setattr(device_blocks, "read_host", lagged_read)
+    monkeypatch.setattr(tiles, "read_host", lagged_read)
 
 
 @pytest.mark.parametrize("bound", BOUNDS, ids=["adaptive", "abs"])

@@ -1,4 +1,4 @@
-"""Block codes under a rel bound (compress/device_blocks.py): every element within its
+"""Block codes under a rel bound (activation_offload/device/tiles.py): every element within its
 bound, the slot's size known from the element count, compaction to the bytes in use
 (the compact record restores the same values), constant blocks that take no bits, the
 custom ops on meta tensors, and the eager hooks' records compacted once their sizes
@@ -16,7 +16,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression
-from tensorpress.compress.device_blocks import (
+from tensorpress.activation_offload.device.codes import DTYPES, code_bits, payload_bytes
+from tensorpress.activation_offload.device.tiles import (
     BLOCK,
     LaggedSize,
     compress_blocks,
@@ -24,7 +25,6 @@ from tensorpress.compress.device_blocks import (
     smallest_size,
     worst_size,
 )
-from tensorpress.compress.device_codes import DTYPES, code_bits, payload_bytes
 from test_device_codes import assert_runs_under_the_triton_interpreter, refuse_host_reads
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -202,9 +202,9 @@ def test_hooks_hold_compact_records_and_fewer_bytes_than_the_fixed_width():
 #: prefix (the kernels leave it unwritten), and every element within its tolerance
 TRITON_CHECK = """
 import math, torch
-from tensorpress.compress.kernels import device_blocks_torch as R
-from tensorpress.compress.kernels import device_blocks_triton as T
-from tensorpress.compress.kernels.device_codes_layout import STEP_MARGIN, code_bits, steps
+from tensorpress.activation_offload.device import tiles_torch as R
+from tensorpress.activation_offload.device import tiles_triton as T
+from tensorpress.activation_offload.device.codes_layout import STEP_MARGIN, code_bits, steps
 g = torch.Generator().manual_seed(0)
 # (bound, abs?, learned tolerance or None, ceiling): rel, a float16 rel whose codes would
 # pass 16 bits, learned tolerances (NaN: the bound), abs (0: all exact, tiny: raw blocks)

@@ -1,4 +1,5 @@
-"""Block codes under an ``abs`` bound and under a learned tolerance (compress/device_blocks.py):
+"""Tile codes under an ``abs`` bound and under a learned tolerance
+(activation_offload/device/tiles.py):
 every element within its bound for float16, bfloat16 and float32 of odd sizes with NaN,
 infinities, zeros, constants, tiny and huge bounds; the slot's size from the element
 count, dtype and bound alone; raw blocks exact; no host read; meta tensors."""
@@ -12,14 +13,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.device_blocks import (
+from tensorpress.activation_offload.device.codes import DTYPES
+from tensorpress.activation_offload.device.tiles import (
     BLOCK,
     compress_blocks,
     restore_blocks,
     smallest_size,
     worst_size,
 )
-from tensorpress.compress.device_codes import DTYPES
 from test_device_blocks import bits, tensors
 from test_device_codes import refuse_host_reads
 

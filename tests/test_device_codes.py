@@ -1,4 +1,4 @@
-"""Device codes under a rel bound (compress/device_codes.py): every element within its
+"""Device codes under a rel bound (activation_offload/device/codes.py): every element within its
 bound after rounding to its dtype, the layout's bytes, the custom ops on meta tensors
 and under torch.compile, no reads back to the host, and the Triton kernels against the
 torch reference (under Triton's interpreter on the CPU, compiled on CUDA)."""
@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.device_codes import (
+from tensorpress.activation_offload.device.codes import (
     DTYPES,
     MIN_REL,
     code_bits,
@@ -193,8 +193,8 @@ def test_no_host_reads(monkeypatch, dtype):
 
 _TRITON_CHECK = """
 import math, torch
-from tensorpress.compress.kernels.device_codes_layout import STEP_MARGIN, code_bits, steps
-from tensorpress.compress.kernels import device_codes_torch as R, device_codes_triton as T
+from tensorpress.activation_offload.device.codes_layout import STEP_MARGIN, code_bits, steps
+from tensorpress.activation_offload.device import codes_torch as R, codes_triton as T
 dev = "{device}"
 g = torch.Generator().manual_seed(5)
 bad = []
@@ -261,22 +261,20 @@ def test_cuda_path_never_synchronizes(dtype):
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_eager_cuda_calls_write_what_the_ops_write():
     """Eager calls on CUDA run the ops' bodies without the dispatch: the same bytes."""
-    from tensorpress.compress import device_ops
+    from tensorpress.activation_offload.device import ops
 
     x = torch.randn(5000, device="cuda")
     learned = torch.full((1,), 0.05, dtype=torch.float64, device="cuda")
     calls = [
-        (device_ops.device_codes, device_ops.codes, (x, 1e-2)),
-        (device_ops.device_blocks, device_ops.rel_blocks, (x, 1e-2, 256)),
-        (device_ops.device_blocks_bounded, device_ops.blocks, (x, 1e-3, 256, True, None, 0.0)),
-        (device_ops.device_blocks_bounded, device_ops.blocks, (x, 1e-2, 256, False, learned, 1.0)),
+        (ops.device_codes, ops.codes, (x, 1e-2)),
+        (ops.device_blocks, ops.rel_blocks, (x, 1e-2, 256)),
+        (ops.device_blocks_bounded, ops.blocks, (x, 1e-3, 256, True, None, 0.0)),
+        (ops.device_blocks_bounded, ops.blocks, (x, 1e-2, 256, False, learned, 1.0)),
     ]
     for op, body, args in calls:
-        for a, b in zip(op(*args), device_ops.eager(op, body, *args), strict=True):
+        for a, b in zip(op(*args), ops.eager(op, body, *args), strict=True):
             assert torch.equal(a, b), op
-    record, _ = device_ops.device_blocks(x, 1e-2, 256)
+    record, _ = ops.device_blocks(x, 1e-2, 256)
     args = (record, [5000], torch.float32, 256)
-    want = device_ops.device_blocks_restore(*args)
-    assert torch.equal(
-        want, device_ops.eager(device_ops.device_blocks_restore, device_ops.blocks_restore, *args)
-    )
+    want = ops.device_blocks_restore(*args)
+    assert torch.equal(want, ops.eager(ops.device_blocks_restore, ops.blocks_restore, *args))

@@ -1,7 +1,7 @@
 """The device path under ``torch.compile(fullgraph=True)``: the pack and unpack hooks are
-inlined into the compiled forward and backward graphs (activation_offload/
-device_offload.py), the step compiles once, and its gradients are the eager device
-path's."""
+inlined into the compiled forward and backward graphs
+(activation_offload/device/code_offload.py), the step compiles once, and its gradients are
+the eager device path's."""
 
 from __future__ import annotations
 

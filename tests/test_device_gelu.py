@@ -1,5 +1,5 @@
 """A GELU's output on the device path held as the residual from GELU of its held input
-(activation_offload/device_gelu.py): every element of the restored output within the
+(activation_offload/device/gelu.py): every element of the restored output within the
 output's own bound for float16, bfloat16 and float32 of odd sizes with NaN and infinities,
 whatever the output (also not GELU of the input); the hook path on meta tensors and with
 no host reads; gradients close to the host path's; fewer bytes than the output's own
@@ -15,13 +15,13 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression, Rules
-from tensorpress.activation_offload.device_block_records import (
+from tensorpress.activation_offload.device import tiles
+from tensorpress.activation_offload.device.tile_records import (
     BlockCodes,
     Compactor,
     GeluResidual,
 )
 from tensorpress.activation_offload.stats import ActivationStats
-from tensorpress.compress import device_blocks
 from test_device_activations import mlp, step
 from test_device_blocks import tensors
 from test_device_codes import refuse_host_reads
@@ -148,7 +148,7 @@ def test_no_host_reads_over_a_gelu_mlp(monkeypatch):
         assert host.device.type == "cpu" and host.dtype == torch.int64 and host.numel() == 1
         return int(tolist(host)[0])
 
-    monkeypatch.setattr(device_blocks, "read_host", lagged_read)
+    monkeypatch.setattr(tiles, "read_host", lagged_read)
     refuse_host_reads(monkeypatch)
     with ac:
         loss = F.cross_entropy(model(x.requires_grad_(True)), y)
@@ -169,7 +169,7 @@ def test_the_hook_path_on_meta_tensors(adaptive):
     assert all(g is not None and g.device.type == "meta" for g in grads)
     assert ac.stats.records.get("GeluResidual") == 1
     # the residual's slot, known before its kernel runs: rel / 5's codes and 24 bytes
-    slot = device_blocks.worst_size(128 * 256, 1e-2 / 5) + 24
+    slot = tiles.worst_size(128 * 256, 1e-2 / 5) + 24
     assert ac.stats.rows["3"].stored_bytes == slot
 
 

@@ -1,4 +1,4 @@
-"""The GELU residual's kernels (compress/kernels/device_gelu_*.py, compress/device_gelu_ops.py):
+"""The GELU residual's kernels (activation_offload/device/gelu_*.py, gelu_ops.py):
 the Triton kernels write the torch reference's bytes and restore its values bit for bit
 under Triton's interpreter (float16, bfloat16, float32, odd sizes, NaN and infinities,
 both approximations, rel, abs and learned bounds); the prediction within 2e-8 of GELU;
@@ -13,9 +13,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from tensorpress.compress.device_blocks import compress_blocks, restore_blocks, worst_size
-from tensorpress.compress.device_gelu_ops import gelu_residual, gelu_residual_restore
-from tensorpress.compress.kernels import device_gelu_torch as reference
+from tensorpress.activation_offload.device import gelu_torch as reference
+from tensorpress.activation_offload.device.gelu_ops import gelu_residual, gelu_residual_restore
+from tensorpress.activation_offload.device.tiles import compress_blocks, restore_blocks, worst_size
 from test_device_codes import assert_runs_under_the_triton_interpreter
 from test_device_gelu import assert_within_tol, bound_of
 
@@ -27,10 +27,10 @@ CUDA = torch.cuda.is_available()
 TRITON_CHECK = """
 import math, torch
 import torch.nn.functional as F
-from tensorpress.compress.kernels import device_blocks_torch as B
-from tensorpress.compress.kernels import device_gelu_torch as R
-from tensorpress.compress.kernels import device_gelu_triton as T
-from tensorpress.compress.kernels.device_codes_layout import STEP_MARGIN, code_bits, steps
+from tensorpress.activation_offload.device import tiles_torch as B
+from tensorpress.activation_offload.device import gelu_torch as R
+from tensorpress.activation_offload.device import gelu_triton as T
+from tensorpress.activation_offload.device.codes_layout import STEP_MARGIN, code_bits, steps
 g = torch.Generator().manual_seed(0)
 dev = "{device}"
 # (dtype, n, approximate, output bound, abs?, learned tolerance or None, ceiling, kind)

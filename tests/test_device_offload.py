@@ -1,4 +1,4 @@
-"""Device codes with an offload store (activation_offload/device_block_offload.py):
+"""Device codes with an offload store (activation_offload/device/tile_offload.py):
 block records hold their slot until their size arrives, then their used bytes go to the
 store; they round-trip within their bound through the pinned pool and through files,
 restore from the slot when asked before their put, leave the device's memory, and read
@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tensorpress.activation_offload import ActivationCompression, Offload, TieredStore
-from tensorpress.activation_offload.device_offload import DEVICE_MIN_ELEMENTS
-from tensorpress.compress import device_blocks
-from tensorpress.compress.device_blocks import LaggedSize, worst_size
+from tensorpress.activation_offload.device import tiles
+from tensorpress.activation_offload.device.code_offload import DEVICE_MIN_ELEMENTS
+from tensorpress.activation_offload.device.tiles import LaggedSize, worst_size
 from test_device_activations import mlp, step
 from test_device_codes import refuse_host_reads
 
@@ -30,7 +30,7 @@ def allow_size_reads(monkeypatch) -> None:
         assert host.device.type == "cpu" and host.dtype == torch.int64 and host.numel() == 1
         return int(tolist(host)[0])
 
-    monkeypatch.setattr(device_blocks, "read_host", lagged_read)
+    monkeypatch.setattr(tiles, "read_host", lagged_read)
 
 
 def lag_sizes(monkeypatch) -> dict:

@@ -1,5 +1,5 @@
 """``rel`` and ``abs`` bounds, learned (adaptive) tolerances and GELU residuals through an offload
-store (activation_offload/device_block_offload.py): every element within its bound after
+store (activation_offload/device/tile_offload.py): every element within its bound after
 the round trip, from the store or from the slot, for float16, bfloat16 and float32 of
 odd sizes with NaN and infinities; the store holds each record's used bytes; the hook
 path on meta tensors and with no host read; a resumed adaptive run reads nothing back."""
@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorpress.activation_offload import ActivationCompression, Adaptive, TieredStore
-from tensorpress.activation_offload.device_block_records import BlockCodes, GeluResidual
+from tensorpress.activation_offload.device.tile_records import BlockCodes, GeluResidual
+from tensorpress.activation_offload.device.tiles import worst_size
 from tensorpress.activation_offload.stats import ActivationStats
-from tensorpress.compress.device_blocks import worst_size
 from test_device_activations import mlp, step
 from test_device_blocks import bits, tensors
 from test_device_codes import refuse_host_reads

@@ -4,7 +4,7 @@ The host path's rules (``hooks.py``, ``_tolerance``), held on the device:
 
 - under ``rel``: ``rel`` of the tensor's finite range, on the device;
 - under ``abs``: ``abs`` (block codes hold any ``abs`` bound: a block whose steps would
-  need the dtype's own bits is stored raw, ``compress/device_blocks.py``);
+  need the dtype's own bits is stored raw, ``tiles.py``);
 - with adaptive bounds, a tensor saved by a weighted layer (linear, convolution): the
   tolerance learned from the gradients (``adaptive.py``), a float64 device scalar that
   the kernel holds between the bound and the ceiling: its value is never read back;
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from .adaptive import layer_kind
-from .regions import LOG_SOFTMAX_NODE
+from ..adaptive import layer_kind
+from ..regions import LOG_SOFTMAX_NODE
 
 
 def log_probs(t: torch.Tensor) -> bool:

@@ -1,10 +1,10 @@
 """Device codes beyond one eager record: parked in an offload store, inlined into
 compiled graphs, and skipped for tensors too small to pay for them.
 
-``OffloadedCodes``: a saved tensor held as device codes (``device_records.py``) whose
+``OffloadedCodes``: a saved tensor held as device codes (``code_records.py``) whose
 bytes (the float64 scalars, then the uint8 payload, as one uint8 tensor) go to a
 :class:`TieredStore` until backward, under ``device_layout="fixed"`` (block codes are the
-default with a store, ``device_block_offload.py``). The store copies them into its pinned pool on a
+default with a store, ``tile_offload.py``). The store copies them into its pinned pool on a
 side stream after an event (CUDA) in its worker threads, so the forward pass does not
 wait; backward's prefetch brings them back on another side stream, and the restore
 waits on that stream's event. On the CPU the same code runs, the copies synchronous.
@@ -31,11 +31,11 @@ from dataclasses import replace
 
 import torch
 
-from ..compress.device_codes import compress_codes, restore_codes
-from .device_records import device_codes_apply
-from .identity import VersionWatch
-from .records import Held, Watched, _forget, check_restored
-from .stats import ActivationStats
+from ..identity import VersionWatch
+from ..records import Held, Watched, _forget, check_restored
+from ..stats import ActivationStats
+from .code_records import device_codes_apply
+from .codes import compress_codes, restore_codes
 
 #: tensors with fewer elements are kept as they are on the device path
 DEVICE_MIN_ELEMENTS = 4096

@@ -1,6 +1,6 @@
-"""Saved tensors held as device codes (``compress/device_codes.py``): no host waits.
+"""Saved tensors held as device codes (``codes.py``): no host waits.
 
-(The eager hooks hold block codes by default, ``device_block_records.py``; this record
+(The eager hooks hold block codes by default, ``tile_records.py``; this record
 is ``device_layout="fixed"``.)
 
 A record made here is compressed and restored by two ``torch.library`` custom ops
@@ -10,17 +10,17 @@ alone and the tensor's range stays on the device. The device path
 the CPU (CUDA; meta tensors in the tests), or on every device with ``device_path=True``
 (``device_path=False`` never): under a plain ``rel`` bound in every layout; under
 ``abs`` and adaptive bounds in block codes, with a store or without
-(``device_bounds.py`` says which bound each tensor gets there). Everything else keeps
+(``bounds.py`` says which bound each tensor gets there). Everything else keeps
 the existing path.
 
 On this path the host never learns a record's absolute bound, so what needs one is
 left out for its tensors: the derived-tensor rules (norms, views of held memory; a GELU's
-output is held as a residual instead, in block codes, ``device_gelu.py``), the int8
+output is held as a residual instead, in block codes, ``gelu.py``), the int8
 codes and the zstd stage; a loss's log-probabilities (held within an absolute bound under
 ``rel``) are kept as they are by the fixed codes, and held under ``abs`` by block codes;
 the stats show no tolerance for ``rel`` records. Each of these holds fewer bytes only
 where the data allows, and a sound fallback where it does not needs a host read before
-the tensor's memory is released (``compress/device_codes.py`` says why), so they stay on
+the tensor's memory is released (``codes.py`` says why), so they stay on
 the existing path.
 """
 
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import torch
 
-from ..compress.device_codes import DTYPES, DeviceCodes, compress_codes, restore_codes, supports
-from .identity import VersionWatch
-from .records import Held, Watched, check_restored
-from .stats import ActivationStats
+from ..identity import VersionWatch
+from ..records import Held, Watched, check_restored
+from ..stats import ActivationStats
+from .codes import DTYPES, DeviceCodes, compress_codes, restore_codes, supports
 
 
 def device_codes_apply(config: dict, t: torch.Tensor) -> bool:

@@ -32,7 +32,7 @@ refused: their own rounding is as fine as the arithmetic's.
 
 What this layout refuses: ``abs`` and ``pw_rel`` bounds, per-layer bounds that change
 step to step (adaptive), float64 and integer tensors, ``rel`` below ``MIN_REL``. The block
-codes (``device_blocks.py``) hold ``abs`` and adaptive bounds; the rest keep the
+codes (``tiles.py``) hold ``abs`` and adaptive bounds; the rest keep the
 callers' existing paths.
 
 Why the width is the worst case the bound allows, and stays so. A payload sized before
@@ -59,12 +59,12 @@ own, not to these ops. Where such a path learns widths from the previous step of
 same tensor kind (``abs``, adaptive bounds), a tensor that needs more than its slot is
 still caught only by that read.
 
-The kernels: a torch reference (``kernels/device_codes_torch.py``, any device, and what
-``torch.compile`` fuses) and Triton kernels (``kernels/device_codes_triton.py``, CUDA:
+The kernels: a torch reference (``codes_torch.py``, any device, and what
+``torch.compile`` fuses) and Triton kernels (``codes_triton.py``, CUDA:
 one launch for the range, one to quantize and pack, one to restore). They produce the
 same bytes and the same restored values. ``compress_codes`` / ``restore_codes`` go
 through the ``torch.library`` custom ops ``tensorpress::device_codes`` and
-``tensorpress::device_restore`` (``device_ops.py``), whose fake implementations give the
+``tensorpress::device_restore`` (``ops.py``), whose fake implementations give the
 shapes from the layout alone: the path runs on meta tensors and traces under
 ``torch.compile(fullgraph=True)``.
 """
@@ -75,8 +75,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import device_ops
-from .kernels.device_codes_layout import (
+from . import ops
+from .codes_layout import (
     DTYPES,
     MIN_REL,
     N_SCALARS,
@@ -138,13 +138,11 @@ def compress_codes(x: torch.Tensor, rel: float) -> DeviceCodes:
             f"device codes hold {', '.join(str(d) for d in DTYPES)} under rel >= {MIN_REL}, "
             f"got {x.dtype} with rel={rel!r}"
         )
-    payload, scalars = device_ops.eager(
-        device_ops.device_codes, device_ops.codes, x.detach(), float(rel)
-    )
+    payload, scalars = ops.eager(ops.device_codes, ops.codes, x.detach(), float(rel))
     return DeviceCodes(payload, scalars, tuple(x.shape), x.dtype, float(rel))
 
 
 def restore_codes(codes: DeviceCodes) -> torch.Tensor:
     """The tensor ``codes`` hold, on their device."""
     args = (codes.payload, codes.scalars, list(codes.shape), codes.dtype, codes.rel)
-    return device_ops.eager(device_ops.device_restore, device_ops.restore, *args)
+    return ops.eager(ops.device_restore, ops.restore, *args)

@@ -1,5 +1,5 @@
 """The device codes' layout, named once for every implementation: the step margin, the
-code width a ``rel`` bound fixes, the payload's size (``compress/device_codes.py`` says
+code width a ``rel`` bound fixes, the payload's size (``codes.py`` says
 what the fields mean and why the bound holds)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 #: the step is this much under the bound, which leaves room for the float64 arithmetic
 STEP_MARGIN = 1.0 - 2.0**-7
-#: the smallest rel bound the float64 arithmetic keeps (see compress/device_codes.py)
+#: the smallest rel bound the float64 arithmetic keeps (see codes.py)
 MIN_REL = 1e-6
 #: the dtypes a payload holds: every value of them is exact in float64 and float32
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

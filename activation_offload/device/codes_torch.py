@@ -1,6 +1,6 @@
-"""The torch reference of the device codes (``compress/device_codes.py``): plain tensor
+"""The torch reference of the device codes (``codes.py``): plain tensor
 ops that run on any device, read nothing back to the host, and that ``torch.compile``
-fuses. The Triton kernels (``device_codes_triton.py``) produce the same bytes and the
+fuses. The Triton kernels (``codes_triton.py``) produce the same bytes and the
 same restored values.
 """
 
@@ -85,7 +85,7 @@ def dequantize(codes, scalars, dtype: torch.dtype, nsteps: int) -> torch.Tensor:
 
 
 def compress(x: torch.Tensor, rel: float, nsteps: int, bits: int, margin: float):
-    """(payload uint8, scalars float64[3]) of ``x`` (see ``compress/device_codes.py``)."""
+    """(payload uint8, scalars float64[3]) of ``x`` (see ``codes.py``)."""
     flat = x.reshape(-1)
     if flat.numel() == 0:
         empty = torch.empty(0, dtype=torch.uint8, device=x.device)

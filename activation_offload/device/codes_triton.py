@@ -1,4 +1,4 @@
-"""Triton kernels of the device codes (``compress/device_codes.py``): two launches to
+"""Triton kernels of the device codes (``codes.py``): two launches to
 compress a tensor (the finite range, then quantize and pack) and one to restore it.
 
 The range kernel runs at most ``PARTS`` programs, each folding a strided share of the
@@ -7,7 +7,7 @@ partials again (a few KiB from cache) instead of waiting for a third launch or a
 atomic, so nothing needs zeroing first. A program quantizes ``GROUPS`` groups of 8
 elements: 8 codes of ``W`` bits fill exactly ``W`` bytes, so every group's bytes are
 its own and no two programs write the same byte. The same arithmetic as the torch
-reference (``device_codes_torch.py``), in float64, so both give the same bytes and
+reference (``codes_torch.py``), in float64, so both give the same bytes and
 values; rounding to the dtype is done on the float64 value (``1.5 * 2**52`` units of
 the dtype's last place added and taken away), and bfloat16 is moved as its int16
 bits, because a cast through float32 rounds twice and the interpreter's bfloat16 cast
@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .device_codes_layout import payload_bytes
-from .device_scan_triton import range_partials
+from .codes_layout import payload_bytes
+from .scan_triton import range_partials
 
 PARTS = 256  # the most programs of the range kernel (partials each quantizer folds)
 RANGE_BLOCK = 2048  # elements a range program folds at a time

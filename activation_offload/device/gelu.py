@@ -12,7 +12,7 @@ bounds stay device scalars, so ``y`` is held as block codes of a residual instea
     y' = round(clamp(float64(p) + float64(r'), lo, hi))         to y's dtype
 
 ``x'`` is what backward restores for GELU's input, ``g`` GELU in float64 basic operations
-(``compress/kernels/device_gelu_torch.py``: the same bits in the Triton kernels and the
+(``gelu_torch.py``: the same bits in the Triton kernels and the
 torch reference, at pack and at restore, on any device; within ``2e-8`` of GELU),
 ``[lo, hi]`` is ``y``'s finite range and ``T`` its tolerance (``rel (hi - lo)``, or the
 learned one held between the bound and the ceiling: the kernel's ``tolerance``), all
@@ -23,7 +23,7 @@ the difference). The pair is found as the host path finds it (``derived.py``): t
 input's record is noted by its autograd node, and the output's node (or the reshape a
 linear layer saves) leads to it. Packing is two launches on CUDA (``y``'s range, then one
 kernel that restores ``x'`` from its record and writes ``r``'s codes), restoring two
-(``compress/device_gelu_ops.py``).
+(``gelu_ops.py``).
 
 The residual's range, from ``y``'s alone. Where ``use``, ``p`` and a finite ``y`` lie in
 ``[lo, hi]`` (dtype values), so ``|y - p| <= hi - lo`` exactly and, float32 rounding
@@ -79,11 +79,11 @@ import math
 
 import torch
 
-from ..compress import device_gelu_ops
-from ..compress.device_ops import eager
-from ..compress.kernels.device_blocks_torch import tolerance
-from ..compress.kernels.device_codes_torch import finite_range
-from .derived import GELU_NODE, RESHAPES
+from ..derived import GELU_NODE, RESHAPES
+from . import gelu_ops
+from .codes_torch import finite_range
+from .ops import eager
+from .tiles_torch import tolerance
 
 
 def gelu_input(inputs, t: torch.Tensor):
@@ -122,7 +122,7 @@ def pack_output(y: torch.Tensor, source, source_shape, approximate: str, rel, ab
     if math.prod(source_shape) != y.numel():
         raise ValueError(f"GELU's input holds {list(source_shape)}, its output {list(y.shape)}")
     args = (y.detach(), source, approximate, float(bound), bool(absolute), learned, float(ceiling))
-    return eager(device_gelu_ops.gelu_residual, device_gelu_ops.pack, *args)
+    return eager(gelu_ops.gelu_residual, gelu_ops.pack, *args)
 
 
 def unpack_output(x: torch.Tensor, record, approximate: str, scalars, shape, dtype):
@@ -131,4 +131,4 @@ def unpack_output(x: torch.Tensor, record, approximate: str, scalars, shape, dty
     if x.dtype != dtype:
         raise ValueError(f"GELU's input restores as {x.dtype}, its output is {dtype}")
     args = (x, record, scalars, approximate, list(shape))
-    return eager(device_gelu_ops.gelu_residual_restore, device_gelu_ops.restore, *args)
+    return eager(gelu_ops.gelu_residual_restore, gelu_ops.restore, *args)

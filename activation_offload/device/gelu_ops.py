@@ -1,14 +1,14 @@
 """A GELU output's residual codes as ``torch.library`` custom ops:
 ``tensorpress::gelu_residual`` packs the output against GELU of the input held in a block
 record, ``tensorpress::gelu_residual_restore`` restores it from the restored input (the
-arithmetic is ``kernels/device_gelu_torch.py``; why it keeps the output's bound,
-``activation_offload/device_gelu.py``).
+arithmetic is ``gelu_torch.py``; why it keeps the output's bound,
+``gelu.py``).
 
 On CUDA with ``triton`` installed (the ``gpu`` extra) they run the Triton kernels
-(``kernels/device_gelu_triton.py``): two launches each way, the input's record read
+(``gelu_triton.py``): two launches each way, the input's record read
 inside the packing kernel. Elsewhere, or with ``TENSORPRESS_DEVICE_CODES=torch``, the torch
 reference, which writes the same bytes; in eager mode on CUDA the callers run the bodies
-without the dispatch (``device_ops.eager``). The fake implementations give the shapes from
+without the dispatch (``ops.eager``). The fake implementations give the shapes from
 the element count and the bound alone, so the ops run on meta tensors and trace as one
 opaque node each under ``torch.compile(fullgraph=True)``.
 """
@@ -20,18 +20,18 @@ from collections.abc import Sequence
 
 import torch
 
-from . import device_ops
-from .kernels import device_gelu_torch as reference
+from . import gelu_torch as reference
+from . import ops
 
 
 @functools.cache
 def _triton():
     """The Triton kernels' module, or None where triton is missing or not wanted."""
-    if device_ops._blocks_triton() is None:
+    if ops._blocks_triton() is None:
         return None
-    from .kernels import device_gelu_triton
+    from . import gelu_triton
 
-    return device_gelu_triton
+    return gelu_triton
 
 
 def _kernels(device: torch.device, n: int):

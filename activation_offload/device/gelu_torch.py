@@ -1,9 +1,9 @@
 """The torch reference of a GELU output's residual codes: the output ``y`` held as block
-codes (``device_blocks_torch.py``) of ``r = y - p``, ``p`` a prediction from the restored
+codes (``tiles_torch.py``) of ``r = y - p``, ``p`` a prediction from the restored
 input ``x'``. Static-shape tensor ops on any device that read nothing back to the host;
-the Triton kernels (``device_gelu_triton.py``) write the same bytes and restore the same
+the Triton kernels (``gelu_triton.py``) write the same bytes and restore the same
 values. Why the residual keeps the output's bound is proved in
-``activation_offload/device_gelu.py``; this module is the arithmetic.
+``gelu.py``; this module is the arithmetic.
 
 The prediction. ``g(x)`` is GELU built from float64 additions, multiplications and
 divisions alone, each rounded once (no fused multiply-add, no library ``exp`` or
@@ -33,9 +33,9 @@ import struct
 
 import torch
 
-from . import device_blocks_torch as blocks
-from .device_codes_layout import STEP_MARGIN, code_bits, steps, supports
-from .device_codes_torch import finite_range, round_to
+from . import tiles_torch as blocks
+from .codes_layout import STEP_MARGIN, code_bits, steps, supports
+from .codes_torch import finite_range, round_to
 
 BLOCK = 256  # the residual's blocks: the input's, element for element
 #: the residual's step margin: the block codes' room for rounding to the dtype

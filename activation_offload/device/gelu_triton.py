@@ -1,5 +1,5 @@
 """Triton kernels of a GELU output's residual codes (the arithmetic and the bytes are the
-torch reference's, ``device_gelu_torch.py``): two launches to pack, two to restore.
+torch reference's, ``gelu_torch.py``): two launches to pack, two to restore.
 
 Pack. The first kernel folds the output ``y`` into at most ``PARTS`` partial finite
 minima and maxima and zeroes the scan state of the second. In the second, one program a
@@ -33,10 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import device_gelu_torch as R
-from .device_blocks_torch import ABS_SPAN, RAW_LIMIT, SCALAR_BYTES, blocks
-from .device_codes_triton import _FORMATS, _KIND, PARTS, RANGE_BLOCK, _bits
-from .device_scan_triton import (
+from . import gelu_torch as R
+from .codes_triton import _FORMATS, _KIND, PARTS, RANGE_BLOCK, _bits
+from .scan_triton import (
     CLEAR_BLOCK,
     exclusive_prefix,
     finish_record,
@@ -44,6 +43,7 @@ from .device_scan_triton import (
     pack_words,
     range_clear_kernel,
 )
+from .tiles_torch import ABS_SPAN, RAW_LIMIT, SCALAR_BYTES, blocks
 
 BLOCK = R.BLOCK
 _LIMIT = tl.constexpr(RAW_LIMIT)
@@ -174,7 +174,7 @@ def _restored(words_ptr, nwords, scalars_ptr, base, w, start, i, inside,
 
 @triton.jit
 def _tolerance(lo, hi, bound, learned, ceiling, ABS: tl.constexpr, LEARNED: tl.constexpr):
-    """``device_blocks_torch.tolerance`` of float64 scalars."""
+    """``tiles_torch.tolerance`` of float64 scalars."""
     scale = 1.0 if ABS else hi - lo
     tol = bound * scale
     if LEARNED:

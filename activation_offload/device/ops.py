@@ -1,8 +1,8 @@
 """The device codes as ``torch.library`` custom ops: ``tensorpress::device_codes`` and
-``tensorpress::device_restore`` (the layout is in ``device_codes.py``), and the block
+``tensorpress::device_restore`` (the layout is in ``codes.py``), and the block
 codes as ``tensorpress::device_blocks`` (``rel``), ``tensorpress::device_blocks_bounded``
 (``rel`` or ``abs``, with a learned tolerance) and ``tensorpress::device_blocks_restore``
-(``device_blocks.py``; Triton kernels on CUDA for blocks of 256, as for the fixed codes).
+(``tiles.py``; Triton kernels on CUDA for blocks of 256, as for the fixed codes).
 
 Their fake implementations compute the outputs' shapes from the layout alone, so the
 codes run on meta tensors (the CPU's proof that nothing is read back) and trace as one
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import torch
 
-from .kernels import device_blocks_torch as blocks_reference
-from .kernels import device_codes_torch as reference
-from .kernels.device_codes_layout import N_SCALARS, STEP_MARGIN, code_bits, payload_bytes, steps
+from . import codes_torch as reference
+from . import tiles_torch as blocks_reference
+from .codes_layout import N_SCALARS, STEP_MARGIN, code_bits, payload_bytes, steps
 
 
 @functools.cache
@@ -37,10 +37,10 @@ def _triton():
     if os.environ.get("TENSORPRESS_DEVICE_CODES", "") == "torch":
         return None
     try:
-        from .kernels import device_codes_triton
+        from . import codes_triton
     except ImportError:
         return None
-    return device_codes_triton
+    return codes_triton
 
 
 def _kernels(device: torch.device):
@@ -52,9 +52,9 @@ def _blocks_triton():
     """The block codes' Triton kernels, or None (as :func:`_triton`)."""
     if _triton() is None:
         return None
-    from .kernels import device_blocks_triton
+    from . import tiles_triton
 
-    return device_blocks_triton
+    return tiles_triton
 
 
 def _block_kernels(device: torch.device, block: int, n: int):
@@ -132,7 +132,7 @@ def _slot(dtype: torch.dtype, bound: float, absolute: bool) -> tuple[int, int]:
 @torch.library.custom_op("tensorpress::device_blocks", mutates_args=())
 def device_blocks(x: torch.Tensor, rel: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(record uint8 of the worst case's size, bytes in use int64[1]) of ``x`` under
-    ``rel`` in blocks of ``block`` elements (the layout is in ``device_blocks.py``)."""
+    ``rel`` in blocks of ``block`` elements (the layout is in ``tiles.py``)."""
     return rel_blocks(x, rel, block)
 
 
@@ -157,7 +157,7 @@ def device_blocks_bounded(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`device_blocks` under ``rel`` (``absolute`` False) or ``abs`` ``bound``, with a
     learned absolute tolerance (float64 [1], or None) held between the bound and
-    ``ceiling`` (``kernels/device_blocks_torch.tolerance``)."""
+    ``ceiling`` (``tiles_torch.tolerance``)."""
     return blocks(x, bound, block, absolute, learned, ceiling)
 
 

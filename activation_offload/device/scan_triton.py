@@ -1,5 +1,5 @@
-"""Triton pieces the device block kernels share (``device_blocks_triton.py``,
-``device_gelu_triton.py``): reading float32/float16/bfloat16 elements, the range pass that
+"""Triton pieces the device block kernels share (``tiles_triton.py``,
+``gelu_triton.py``): reading float32/float16/bfloat16 elements, the range pass that
 also clears a scan's state, the decoupled look-back that gives a block its offset in a
 record without a launch of its own, and writing a block's codes as 32-bit words.
 """

@@ -1,9 +1,9 @@
 """Block records parked in an offload store: the store branch of the eager hooks' device
-path (``device_block_records.py``), for every bound the block codes hold (``rel``,
+path (``tile_records.py``), for every bound the block codes hold (``rel``,
 ``abs``, a learned tolerance) and for a GELU's residual.
 
 A store needs a record's byte count when it puts, and a block record
-(``compress/device_blocks.py``) learns its own only once its used size has reached the
+(``tiles.py``) learns its own only once its used size has reached the
 host behind an event. So a record with a store holds its worst-case slot on the device
 until then, and the :class:`Compactor` (each pack and each unpack ask it,
 ``event.query()``, never a wait) puts the slot's used prefix into the store instead of
@@ -38,7 +38,7 @@ from collections import deque
 
 import torch
 
-from .records import _forget
+from ..records import _forget
 
 _ALIGN = 8  # the record starts with float64 scalars
 

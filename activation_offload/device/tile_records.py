@@ -1,4 +1,4 @@
-"""Saved tensors held as block codes (``compress/device_blocks.py``), compacted once the
+"""Saved tensors held as block codes (``tiles.py``), compacted once the
 device has caught up, and the choice between the device path's records.
 
 ``BlockCodes``: a record written into a slot of its worst case's size; its size in use
@@ -6,7 +6,7 @@ travels to the host behind an event (:class:`LaggedSize`). The :class:`Compactor
 the records not compacted yet, in save order; each pack and each unpack ask it to
 compact those whose size has arrived (``event.query()``, no wait): one device copy of
 the used prefix, the slot freed, or with an offload store the prefix put into the store
-(``device_block_offload.py``). A record restored before that restores from its slot. On
+(``tile_offload.py``). A record restored before that restores from its slot. On
 the CPU every record is compact when made.
 
 ``device_record``: what the eager hooks hold for a tensor on the device path:
@@ -22,20 +22,20 @@ import math
 
 import torch
 
-from ..compress.device_blocks import (
+from ..identity import VersionWatch
+from ..records import Held, Kept, Watched, check_restored
+from ..stats import ActivationStats
+from . import gelu
+from .bounds import device_bound
+from .code_offload import OffloadedCodes, too_small
+from .code_records import DeviceCompressed
+from .tile_offload import Compactor, Parked
+from .tiles import (
     LaggedSize,
     compress_blocks,
     held_tolerance,
     restore_blocks,
 )
-from . import device_gelu
-from .device_block_offload import Compactor, Parked
-from .device_bounds import device_bound
-from .device_offload import OffloadedCodes, too_small
-from .device_records import DeviceCompressed
-from .identity import VersionWatch
-from .records import Held, Kept, Watched, check_restored
-from .stats import ActivationStats
 
 __all__ = ["BlockCodes", "Compactor", "GeluResidual", "check_device_layout", "device_record"]
 
@@ -52,7 +52,7 @@ class BlockCodes(Parked, Watched, Held):
     """A tensor held as block codes on its device, or with a ``store`` in the store once
     its size has arrived: within ``rel`` of its range or within ``abs``, or within a
     ``learned`` tolerance (a device scalar) held between the bound and ``ceiling``
-    (``compress/device_blocks.py``)."""
+    (``tiles.py``)."""
 
     __slots__ = ("record", "size", "shape", "dtype", "rel", "rows", "watch", "name", "original")
     __slots__ += ("abs", "learned", "ceiling", "tolerance", "store", "handle", "put_bytes")
@@ -163,7 +163,7 @@ class BlockCodes(Parked, Watched, Held):
 
 class GeluResidual(BlockCodes):
     """A GELU's output held as block codes of its residual from GELU of ``source`` (the
-    block codes of GELU's input), within the output's own bound (``device_gelu.py``)."""
+    block codes of GELU's input), within the output's own bound (``gelu.py``)."""
 
     __slots__ = ("source", "approximate", "scalars")
 
@@ -184,7 +184,7 @@ class GeluResidual(BlockCodes):
 
     def _make(self, t) -> None:
         src = self.source
-        self.scalars, self.record, used = device_gelu.pack_output(
+        self.scalars, self.record, used = gelu.pack_output(
             t.detach(), src.codes(), src.shape, self.approximate, self.rel, self.abs,
             self._settings(),
         )  # fmt: skip
@@ -199,14 +199,14 @@ class GeluResidual(BlockCodes):
             return self._keep
         x = self.source.restore()
         self.source.keep_restored(x)  # GELU's backward, next, takes it
-        return device_gelu.unpack_output(
+        return gelu.unpack_output(
             x, self.codes(), self.approximate, self.scalars, self.shape, self.dtype
         )
 
     def check(self, y: torch.Tensor) -> None:
         if self.original is None:
             return
-        tol = device_gelu.output_tolerance(self.original, *self._settings())
+        tol = gelu.output_tolerance(self.original, *self._settings())
         check_restored(self.name, self.original, y, tol, tol)
 
 
@@ -225,7 +225,7 @@ def device_record(ac, t, name: str, store, module=None):
         return DeviceCompressed(t, rel, stats, name, debug)
     bound = device_bound(ac, t, module, name)
     rel = bound.pop("rel", None)
-    source = device_gelu.gelu_input(ac._gelu_inputs, t)
+    source = gelu.gelu_input(ac._gelu_inputs, t)
     if source is not None and type(source[0]) is BlockCodes and source[0].learned is None:
         # a GELU's output: its residual from GELU of its input, made before the
         # compaction below can put the input (which the residual would then get back)

@@ -2,15 +2,15 @@
 the bound and a ceiling: per-block widths on the device, with no host read when they are
 made.
 
-Why a second layout. The fixed-width codes (``device_codes.py``) hold every tensor at the
+Why a second layout. The fixed-width codes (``codes.py``) hold every tensor at the
 width the bound allows its worst case, ``32 / bits`` at best; what holds fewer bytes is
 data-dependent. Here each block of ``BLOCK`` elements keeps its codes relative to its
 smallest one, at the width its own code range needs: a block of zeros (after a ReLU)
 takes no bits, a block of an activation whose range is set by a few outliers takes the
 bits of its own spread. The codes' meaning and the restore are the fixed layout's (the
-bound's reasoning is in ``device_codes.py``), so every element keeps
+bound's reasoning is in ``codes.py``), so every element keeps
 ``|x' - x| <= rel * (hi - lo)``; where the codes go differs
-(``kernels/device_blocks_torch.py`` has the record's bytes), and so may the step.
+(``tiles_torch.py`` has the record's bytes), and so may the step.
 
 A step twice as coarse, chosen on the device. The fixed layout's step, ``tol (1 -
 2**-7)`` with ``tol = rel * (hi - lo)``, leaves room for rounding the float64 value to
@@ -66,11 +66,11 @@ saved tensors spread over their whole range in nearly every block: there blocks 
 about what the fixed width holds, and what holds fewer bytes (GELU outputs restored from
 their inputs, entropy coding) is the host path's.
 
-The kernels: a torch reference (``kernels/device_blocks_torch.py``, any device) and, on
-CUDA with ``triton`` installed, Triton kernels (``kernels/device_blocks_triton.py``) that
+The kernels: a torch reference (``tiles_torch.py``, any device) and, on
+CUDA with ``triton`` installed, Triton kernels (``tiles_triton.py``) that
 write the same bytes and restore the same values (two launches to compress, the second
 finding each block's offset by a look-back; two to restore), through the custom ops
-``tensorpress::device_blocks`` / ``device_blocks_restore`` (``device_ops.py``), whose fake
+``tensorpress::device_blocks`` / ``device_blocks_restore`` (``ops.py``), whose fake
 implementations give the slot's and the tensor's shapes.
 
 On CUDA the pinned size tensors come from torch's caching host allocator, which reuses a
@@ -84,15 +84,15 @@ import math
 
 import torch
 
-from . import device_ops
-from .kernels.device_blocks_torch import (
+from . import ops
+from .codes_layout import DTYPES, MIN_REL, code_bits, supports
+from .tiles_torch import (
     SCALAR_BYTES,
     header_bytes,
     slot_bits,
     tolerance,
     worst_bytes,
 )
-from .kernels.device_codes_layout import DTYPES, MIN_REL, code_bits, supports
 
 __all__ = [
     "BLOCK",
@@ -142,10 +142,10 @@ def compress_blocks(
     bound, absolute = (float(rel), False) if abs is None else (float(abs), True)
     if learned is None and not absolute:
         args = (x.detach(), bound, block)
-        return device_ops.eager(device_ops.device_blocks, device_ops.rel_blocks, *args)
+        return ops.eager(ops.device_blocks, ops.rel_blocks, *args)
     ceiling = 0.0 if ceiling is None else float(ceiling)
     args = (x.detach(), bound, block, absolute, learned, ceiling)
-    return device_ops.eager(device_ops.device_blocks_bounded, device_ops.blocks, *args)
+    return ops.eager(ops.device_blocks_bounded, ops.blocks, *args)
 
 
 def _check(x: torch.Tensor, rel, abs, block) -> None:
@@ -179,7 +179,7 @@ def held_tolerance(record: torch.Tensor, rel=None, abs=None, learned=None, ceili
 def restore_blocks(record: torch.Tensor, shape, dtype: torch.dtype, block: int = BLOCK):
     """The tensor a record (its slot, or the slot's used prefix) holds, on its device."""
     args = (record, list(shape), dtype, block)
-    return device_ops.eager(device_ops.device_blocks_restore, device_ops.blocks_restore, *args)
+    return ops.eager(ops.device_blocks_restore, ops.blocks_restore, *args)
 
 
 class LaggedSize:

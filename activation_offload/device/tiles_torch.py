@@ -1,4 +1,4 @@
-"""The torch reference of the block codes (``compress/device_blocks.py``): static-shape
+"""The torch reference of the block codes (``tiles.py``): static-shape
 tensor ops on any device that read nothing back to the host.
 
 The record (one uint8 tensor, offsets in bytes):
@@ -20,7 +20,7 @@ its code width would reach the dtype's, where one of its finite elements lies pa
 ``RAW_LIMIT`` steps from ``lo`` (``abs`` bounds, whose steps across the range have no
 ceiling; an ``abs`` bound of 0), or where, under ``abs``, the tensor's largest
 magnitude exceeds ``ABS_SPAN`` times the bound (the float64 arithmetic's error would
-no longer be small next to the bound: ``compress/device_blocks.py``). So no block ever
+no longer be small next to the bound: ``tiles.py``). So no block ever
 takes more than the dtype's bits, and the slot is sized by ``slot_bits``.
 
 The tolerance (``tolerance``): ``rel * (hi - lo)`` or ``abs``; with a learned absolute
@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from .device_codes_torch import _FORMATS, finite_range, round_to
+from .codes_torch import _FORMATS, finite_range, round_to
 
 SPECIALS = 4  # zero, NaN, +Inf, -Inf ahead of the finite codes
 SCALAR_BYTES = 24  # lo, hi, step (float64)
@@ -74,7 +74,7 @@ def coarse(lo, hi, tol, dtype: torch.dtype):
     ``[lo, hi]`` under the absolute bound ``tol`` (float64 device scalars): where
     rounding to the dtype moves a value by at most ``2**-8 tol``, half a step of
     ``2 tol (1 - 2**-7)`` and that rounding stay inside ``tol`` with the float64
-    arithmetic's ``2**-9 tol`` (``compress/device_blocks.py``)."""
+    arithmetic's ``2**-9 tol`` (``tiles.py``)."""
     mant, emin = _FORMATS[dtype]
     top = torch.maximum(torch.maximum(lo.abs(), hi.abs()), torch.full_like(lo, 2.0**emin))
     return top * 2.0 ** -(mant + 1) <= tol * 2.0**-8

@@ -1,5 +1,5 @@
-"""Triton kernels of the block codes (``compress/device_blocks.py``; the record's bytes
-are in ``device_blocks_torch.py``, whose bytes and restored values these match).
+"""Triton kernels of the block codes (``tiles.py``; the record's bytes
+are in ``tiles_torch.py``, whose bytes and restored values these match).
 
 Compress: two launches. The first folds the tensor into at most ``PARTS`` partial finite
 minima and maxima and zeroes the scan state of the second (``device_gelu_triton``'s
@@ -14,7 +14,7 @@ the running sum needs no launch of its own. A block of 256 codes at ``w`` bits i
 ``8 w`` whole 32-bit words, so every block starts on a word of its own and no two
 programs write the same word: 32 codes fill exactly ``w`` words, as 8 codes fill ``W``
 bytes in the fixed layout's kernel. A raw block (width the dtype's bits,
-``device_blocks_torch.py``) packs the elements' own bits the same way. The last ticket
+``tiles_torch.py``) packs the elements' own bits the same way. The last ticket
 writes the bytes in use, the spare word and the header's padding.
 
 So every byte of the used prefix is written (scalars, bases, widths, padding, each
@@ -28,7 +28,7 @@ of them. So the slot and a compact copy of its prefix restore the same values, a
 reference's ``unpack`` (which clamps those reads to the last word) does.
 
 Restore: one cumulative sum of the widths (torch), then one program a block. The
-arithmetic is the reference's, in float64 (see ``device_codes_triton.py`` for the
+arithmetic is the reference's, in float64 (see ``codes_triton.py`` for the
 rounding and bfloat16's bits); every launch doing float math passes
 ``enable_fp_fusion=False``, so no multiply-add is contracted to one rounding.
 
@@ -42,16 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .device_blocks_torch import (
-    ABS_SPAN,
-    RAW,
-    RAW_LIMIT,
-    SCALAR_BYTES,
-    blocks,
-    header_bytes,
-    worst_bytes,
-)
-from .device_codes_triton import (
+from .codes_triton import (
     _FORMATS,
     _KIND,
     PARTS,
@@ -59,12 +50,21 @@ from .device_codes_triton import (
     _as_kernel_input,
     _bits,
 )
-from .device_scan_triton import (
+from .scan_triton import (
     CLEAR_BLOCK,
     exclusive_prefix,
     finish_record,
     pack_words,
     range_clear_kernel,
+)
+from .tiles_torch import (
+    ABS_SPAN,
+    RAW,
+    RAW_LIMIT,
+    SCALAR_BYTES,
+    blocks,
+    header_bytes,
+    worst_bytes,
 )
 
 BLOCK = 256  # the only block size these kernels take
@@ -129,7 +129,7 @@ def _compress_kernel(
     none = lo > hi  # no finite element
     lo = tl.where(none, 0.0, lo).to(tl.float64)
     hi = tl.where(none, 0.0, hi).to(tl.float64)
-    scale = 1.0 if ABS else hi - lo  # see device_blocks_torch.tolerance
+    scale = 1.0 if ABS else hi - lo  # see tiles_torch.tolerance
     # an argument's bits: 0 (a bound or ceiling of 0.0) arrives as an int32
     tol = bound_bits.to(tl.int64).to(tl.float64, bitcast=True) * scale
     if LEARNED:
