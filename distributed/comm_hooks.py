@@ -49,16 +49,17 @@ Non-finite values (NaN, +-Inf, e.g. the overflow steps of AMP's GradScaler) come
 back exactly where plain all-reduce has them: NaN where any rank has NaN or ranks
 have +Inf and -Inf, else +-Inf where any rank has it. No stage quantizes them: a
 stage whose group scales are not all finite (the common case costs one check per
-group; on CUDA a host read per stage) replaces each non-finite value by the midpoint of its group's finite values,
-so the group's scale is that of its finite values and the rest of the group stays
-within the usual bound; a group whose finite range overflows float32 (values of
-``|x|`` above about 1.7e38, or 1.3e36 under Hadamard with groups of 128) goes out as
-zeros and comes back as NaN. Each all-gathered row carries one flag byte saying
-whether its rank left values out; in such a (rare) step, the ranks all-reduce
-float32 ``W * s`` values holding the left-out values, 0 elsewhere, whose non-finite
-sums are the output there, and the error-feedback residuals of every stage are
-zeroed there (finite positions keep theirs), so the next steps are those of plain
-DDP after a skipped step plus the usual quantization error.
+group; on CUDA a host read per stage) replaces each non-finite value by the midpoint
+of its group's finite values, so the group's scale is that of its finite values and
+the rest of the group stays within the usual bound; a group whose finite range
+overflows float32 (values of ``|x|`` above about 1.7e38, or 1.3e36 under Hadamard
+with groups of 128) goes out as zeros and comes back as NaN. Each all-gathered row
+carries one flag byte saying whether its rank left values out; in such a (rare)
+step, the ranks all-reduce float32 ``W * s`` values holding the left-out values, 0
+elsewhere, whose non-finite sums are the output there, and the error-feedback
+residuals of every stage are zeroed there (finite positions keep theirs), so the
+next steps are those of plain DDP after a skipped step plus the usual quantization
+error.
 
 Bytes sent by one rank for a bucket of ``n`` values (payload addressed to other
 ranks; :func:`hook_wire_nbytes`, with ``B(m, b) = wire.wire_nbytes(m, b,
