@@ -2,11 +2,11 @@
 
 from ..compress.optional_torch import torch as _torch  # noqa: F401  (install advice)
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
-from .optimizer import OptimizerOffload, offload_optimizer_state
 from .rules import RULES, Rules
 from .settings import Adaptive, Offload
 from .stats import ActivationStats
-from .store import Handle, HostMemoryFull, StoreStats, TieredStore
+from .store.optimizer import OptimizerOffload, offload_optimizer_state
+from .store.tiered import Handle, HostMemoryFull, StoreStats, TieredStore
 
 __all__ = [
     "RULES",

@@ -43,7 +43,7 @@ from .records import Compressed, Kept, Offloaded
 from .rules import ALL_RULES, RULES, Rules
 from .settings import Adaptive, Offload, adaptive_ceiling, as_adaptive, as_offload
 from .stats import ActivationStats
-from .store import TieredStore
+from .store.tiered import TieredStore
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DEFAULT_REL = 1e-2  # the bound of a bounded codec given none (docs/activations.md)

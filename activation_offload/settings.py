@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .store import TieredStore
+from .store.tiered import TieredStore
 
 DEFAULT_CEILING = 5.0  # adaptive bounds reach at most this many times the given bound
 

@@ -130,7 +130,7 @@ from tensorpress.activation_offload import (
     TieredStore,
     offload_activations,
 )
-from tensorpress.activation_offload.spill import ALIGN, PREFIX, SpillDir, aligned_buffer
+from tensorpress.activation_offload.store.spill import ALIGN, PREFIX, SpillDir, aligned_buffer
 
 SEED = 0
 MIB = 2**20

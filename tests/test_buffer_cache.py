@@ -9,8 +9,8 @@ import time
 
 import pytest
 import torch
-from tensorpress.activation_offload.host_memory import BufferCache
-from tensorpress.activation_offload.spill import ALIGN, HUGE_PAGE
+from tensorpress.activation_offload.store.host_memory import BufferCache
+from tensorpress.activation_offload.store.spill import ALIGN, HUGE_PAGE
 
 MIB = 1 << 20
 

@@ -28,8 +28,8 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensorpress.activation_offload import spill, spill_read
-from tensorpress.activation_offload.spill import (
+from tensorpress.activation_offload.store import spill, spill_read
+from tensorpress.activation_offload.store.spill import (
     ALIGN,
     HUGE_PAGE,
     STAGE_BYTES,

@@ -9,10 +9,10 @@ import time
 
 import pytest
 import torch
-from tensorpress.activation_offload import host_memory, spill, spill_read
-from tensorpress.activation_offload import store as store_mod
-from tensorpress.activation_offload.spill import CorruptRecordError
-from tensorpress.activation_offload.store import TieredStore
+from tensorpress.activation_offload.store import host_memory, spill, spill_read
+from tensorpress.activation_offload.store import tiered as store_mod
+from tensorpress.activation_offload.store.spill import CorruptRecordError
+from tensorpress.activation_offload.store.tiered import TieredStore
 from tensorpress.compress import compress_tensor
 
 MIB = 1 << 20

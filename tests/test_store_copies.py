@@ -1,5 +1,5 @@
 """Copies in and out of a store's pinned pool that the host does not wait for
-(activation_offload/store.py, host_memory.py): a pool extent is never handed out again
+(activation_offload/store/tiered.py, host_memory.py): a pool extent is never handed out again
 while a copy still reads or writes it, whether the record was deleted or spilled
 meanwhile, and a get or a delete returns with the copy still under way.
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from tensorpress.activation_offload import TieredStore
-from tensorpress.activation_offload import store as store_mod
-from tensorpress.activation_offload.host_memory import HostPool
+from tensorpress.activation_offload.store import tiered as store_mod
+from tensorpress.activation_offload.store.host_memory import HostPool
 
 N = 4096  # float32 elements: one 16 KiB pool extent a record
 

@@ -17,10 +17,10 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from tensorpress.activation_offload import spill
-from tensorpress.activation_offload import store as store_mod
-from tensorpress.activation_offload.spill import SpillDir
-from tensorpress.activation_offload.store import HostMemoryFull, TieredStore
+from tensorpress.activation_offload.store import spill
+from tensorpress.activation_offload.store import tiered as store_mod
+from tensorpress.activation_offload.store.spill import SpillDir
+from tensorpress.activation_offload.store.tiered import HostMemoryFull, TieredStore
 from test_spill import LOAD_SPILL
 
 MIB = 1 << 20
@@ -304,7 +304,7 @@ def test_a_failed_prefetch_keeps_no_read_buffer(monkeypatch, tmp_path):
 # tensors pending under max_pending_bytes, and 16 MiB for the interpreter's own growth
 _RSS_SCENARIO = """
 import gc, os, resource, sys, warnings, torch
-from tensorpress.activation_offload.store import HostMemoryFull, TieredStore
+from tensorpress.activation_offload.store.tiered import HostMemoryFull, TieredStore
 MIB = 1 << 20
 def rss():
     with open("/proc/self/statm") as f:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compress import available_codecs, compress_tensor
-from ..compress.registry import codec_class
+from ...compress import available_codecs, compress_tensor
+from ...compress.registry import codec_class
 
 #: where a record's bytes are
 PENDING, CPU, SPILLING, NVME, HOST = "pending", "cpu", "spilling", "nvme", "host"

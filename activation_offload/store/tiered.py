@@ -31,11 +31,11 @@ from dataclasses import replace
 
 import torch
 
-from ..compress import compress_tensor, decompress_tensor
+from ...compress import compress_tensor, decompress_tensor
 from .host_memory import HostPool, copy_and_wait, copy_into_pool, copy_to_device, io_buffer
 from .spill import SpillDir, SpillError
 from .spill_dirs import make_parent
-from .store_state import (
+from .state import (
     CPU,
     DELETED,
     FAILED,

@@ -47,8 +47,8 @@ import warnings
 
 import torch
 
-from ..compress.registry import codec_class
-from .store import Handle, TieredStore
+from ...compress.registry import codec_class
+from .tiered import Handle, TieredStore
 
 #: state that updates are divided by (Adam's, Adamax's, Adagrad's, RMSprop's,
 #: Adadelta's, Adafactor's second moments): a bound relative to the value range
