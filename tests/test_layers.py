@@ -146,3 +146,47 @@ def test_the_checker_sees_function_level_and_relative_imports():
 @pytest.mark.parametrize("name", ["tensorpress._version"])
 def test_leaves_import_nothing_of_ours(name):
     assert GRAPH[name] == set()
+
+
+#: what activation_offload/device may import of compress/: its public contract only (the
+#: package's face, the error bound, the registry, the codec ABC), never a codec's insides
+DEVICE_MAY_IMPORT = {
+    "tensorpress.compress",
+    "tensorpress.compress.bounds",
+    "tensorpress.compress.registry",
+    "tensorpress.compress.codec",
+}
+DEVICE = "tensorpress.activation_offload.device"
+
+
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_device_encodings_live_beside_their_only_user():
+    device = [m for m in MODULES if _in(m, DEVICE)]
+    assert f"{DEVICE}.tiles" in device and f"{DEVICE}.ops" in device, sorted(device)
+    stray = sorted(p.name for p in (ROOT / "compress").rglob("device_*.py"))
+    assert not stray, f"device encodings left in compress/: {stray}"
+
+
+def test_device_encodings_import_compress_only_through_its_contract():
+    wrong = [
+        f"{src} imports {dst}"
+        for src, dsts in sorted(GRAPH.items())
+        if _in(src, DEVICE)
+        for dst in sorted(dsts)
+        if _in(dst, "tensorpress.compress") and dst not in DEVICE_MAY_IMPORT
+    ]
+    assert not wrong, f"use only {sorted(DEVICE_MAY_IMPORT)}:\n" + "\n".join(wrong)
+
+
+def test_only_activation_offload_imports_the_device_encodings():
+    wrong = [
+        f"{src} imports {dst}"
+        for src, dsts in sorted(GRAPH.items())
+        if not _in(src, "tensorpress.activation_offload")
+        for dst in sorted(dsts)
+        if _in(dst, DEVICE)
+    ]
+    assert not wrong, "the device encodings are activation_offload's own:\n" + "\n".join(wrong)
