@@ -65,7 +65,7 @@ def filtered_bound(ds) -> dict | None:
     found = our_filter(ds)
     if found is None:
         return None
-    bound = parse_cd_values(found[1])["bound"]
+    bound = hdf5_filter.check_dataset(found[1], ds.dtype, ds.chunks)["bound"]  # not a lie
     if not bound:
         return {}
     ((mode, value),) = bound.items()
@@ -284,7 +284,7 @@ def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, pro
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
     lossless codec), its chunks encoded by ``workers`` threads. Returns the dataset; its
     stored bytes are ``ds.id.get_storage_size()``."""
-    dtype = np.dtype(source.dtype).newbyteorder("<")  # the filter takes little-endian floats
+    dtype = np.dtype(source.dtype)  # either byte order: cd_values record it, chunks byteswap
     out = group.create_dataset(
         path,
         shape=source.shape,

@@ -12,13 +12,13 @@ import h5py
 import numpy as np
 
 from .errors import FormatError
-from .hdf5_filter import is_tensorpress_filter
-from .stream_reader import decode_array
+from .hdf5_filter import check_dataset, check_stream, is_tensorpress_filter
+from .stream_reader import ContainerReader
 
 
 def uses_only_our_filter(ds: h5py.Dataset) -> bool:
-    """Whether ``ds`` is chunked little-endian floats whose only filter is tensorpress's."""
-    if ds.chunks is None or ds.dtype.kind != "f" or ds.dtype.byteorder == ">":
+    """Whether ``ds`` is chunked floats whose only filter is tensorpress's."""
+    if ds.chunks is None or ds.dtype.kind != "f":
         return False
     dcpl = ds.id.get_create_plist()
     if dcpl.get_nfilters() != 1:
@@ -29,7 +29,12 @@ def uses_only_our_filter(ds: h5py.Dataset) -> bool:
 
 class FilteredChunks:
     """Lazily read rows (first-axis ranges) of a dataset for which
-    :func:`uses_only_our_filter` holds; chunks never written read as the fill value."""
+    :func:`uses_only_our_filter` holds; chunks never written read as the fill value.
+
+    The filter's cd_values must describe the dataset's own chunks (FormatError), and
+    each chunk's stream header must hold exactly one chunk of the dataset's dtype with
+    the codec and bound of those cd_values before the chunk is decoded.
+    """
 
     def __init__(self, ds: h5py.Dataset):
         if not uses_only_our_filter(ds):
@@ -39,6 +44,8 @@ class FilteredChunks:
         self.dtype = np.dtype(ds.dtype).newbyteorder("=")
         self.chunks = tuple(int(c) for c in ds.chunks)
         self.fillvalue = ds.fillvalue
+        dcpl = ds.id.get_create_plist()
+        self._values = check_dataset(list(dcpl.get_filter(0)[2]), ds.dtype, self.chunks)
         self._stored: dict | None = None  # chunk offset -> filter mask, once listed
         self._lock = threading.Lock()
 
@@ -103,10 +110,10 @@ class FilteredChunks:
             if raw.size != np.prod(self.chunks):
                 raise FormatError(f"{self.ds.name}: chunk {offset} holds {raw.size} values")
             return raw.reshape(self.chunks)
-        x = decode_array(data, workers=1)
-        if x.dtype != self.dtype or x.size != np.prod(self.chunks):
-            raise FormatError(
-                f"{self.ds.name}: chunk {offset} decodes to {x.dtype} {x.shape}, "
-                f"expected {self.dtype} {self.chunks}"
-            )
-        return x.reshape(self.chunks)
+        p = self._values
+        with ContainerReader(data, workers=1) as reader:
+            try:  # from the header alone: nothing is allocated for a lying stream
+                check_stream(reader.header, self.dtype, self.chunks, p["codec"], p["bound"])
+            except FormatError as exc:
+                raise FormatError(f"{self.ds.name}: chunk {offset}: {exc}") from None
+            return reader.read().reshape(self.chunks)

@@ -3,8 +3,9 @@
 Importing this module (``tensorpress.formats`` does) registers filter :data:`FILTER_ID`
 with the HDF5 library h5py links, from callbacks made with ctypes, so no compiled
 plugin is needed. Each HDF5 chunk becomes one tensorpress container stream (checksums
-and the resolved bound travel with every chunk); the codec, bound and element size go
-in the filter's ``cd_values`` (see formats/SPEC.md, "The HDF5 filter")::
+and the resolved bound travel with every chunk); the codec, bound, element size, byte
+order and chunk shape go in the filter's ``cd_values`` (see formats/SPEC.md, "The HDF5
+filter"), and a chunk is decoded only when its stream holds exactly that chunk::
 
     f.create_dataset("t", data=x, chunks=(64, 256), **hdf5_filter.filter(abs=1e-3))
     f["t"][10:20]  # any process that imported tensorpress decodes the chunks touched
@@ -23,7 +24,8 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.registry import get_codec
 from . import hdf5_lib
-from .stream_reader import decode_array
+from .errors import FormatError
+from .stream_reader import ContainerReader
 from .stream_writer import encode_array
 
 #: the filter's HDF5 id: unassigned in The HDF Group's registry and unused by hdf5plugin
@@ -33,8 +35,10 @@ FILTER_ID = 32100
 #: with HDF5 (bzip2 owns it): tensorpress's readers decode such datasets from their stored
 #: chunks, and ``tensorpress convert`` rewrites them with :data:`FILTER_ID`
 LEGACY_FILTER_ID = 307
-#: the version of the cd_values layout below
-CD_VERSION = 1
+#: the version of the cd_values layout written (SPEC.md); version 1 (little-endian
+#: only, no byte-order value) still reads
+CD_VERSION = 2
+CD_VERSIONS = (1, 2)
 #: codec numbers in cd_values[1]: the error-bounded codecs and the lossless one
 CODECS = {1: "sz", 2: "block", 3: "int8", 4: "zstd"}
 CODEC_NUMBERS = {name: n for n, name in CODECS.items()}
@@ -42,9 +46,14 @@ CODEC_NUMBERS = {name: n for n, name in CODECS.items()}
 MODES = {0: None, 1: "abs", 2: "pw_rel"}
 MODE_NUMBERS = {name: n for n, name in MODES.items()}
 #: cd_values[0:5] come from :func:`filter`; set_local appends the element size, the
-#: chunk rank and the chunk's dimensions
+#: byte order (version 2), the chunk rank and the chunk's dimensions
 USER_VALUES = 5
-MAX_CD_VALUES = 5 + 2 + 32
+MAX_RANK = 32
+MAX_CD_VALUES = USER_VALUES + 3 + MAX_RANK
+#: byte order values in cd_values[6] (version 2), as numpy spells them
+BYTE_ORDERS = {0: "<", 1: ">"}
+#: the largest chunk HDF5 allows, in bytes: a larger one in cd_values is a lie
+MAX_CHUNK_BYTES = (1 << 32) - 1
 
 _lib = None
 #: why the filter is not registered, or None when it is
@@ -98,29 +107,116 @@ def filter(  # noqa: A001  (named as hdf5plugin's helpers are used: **filter(...
 
 def parse_cd_values(cd: list[int]) -> dict:
     """What cd_values say: ``codec``, ``bound`` (keywords for get_codec) and, once
-    set_local has run, ``itemsize`` and ``chunks``."""
-    if len(cd) < USER_VALUES or cd[0] != CD_VERSION:
-        raise ValueError(f"cd_values {cd} are not tensorpress filter layout {CD_VERSION}")
+    set_local has run, ``itemsize``, ``byteorder`` (``"<"`` or ``">"``) and ``chunks``.
+    ValueError for values no tensorpress filter wrote (a file controls them)."""
+    if len(cd) < USER_VALUES or cd[0] not in CD_VERSIONS:
+        raise ValueError(
+            f"cd_values {list(cd)} are not a tensorpress filter layout this version reads "
+            f"({', '.join(map(str, CD_VERSIONS))}): upgrade tensorpress, or the file is damaged"
+        )
     if cd[1] not in CODECS or cd[2] not in MODES:
         raise ValueError(f"unknown codec {cd[1]} or bound mode {cd[2]} in cd_values")
     (value,) = struct.unpack("<d", struct.pack("<II", cd[3], cd[4]))
     mode = MODES[cd[2]]
     out = {"codec": CODECS[cd[1]], "bound": {} if mode is None else {mode: value}}
     if len(cd) > USER_VALUES:
-        rank = cd[USER_VALUES + 1]
-        out["itemsize"] = cd[USER_VALUES]
-        out["chunks"] = tuple(cd[USER_VALUES + 2 : USER_VALUES + 2 + rank])
-        if len(out["chunks"]) != rank:
-            raise ValueError(f"cd_values {cd} end inside the chunk dimensions")
+        out.update(_chunk_layout(list(cd)))
     return out
 
 
-def encode_chunk(data, cd: list[int]) -> np.ndarray:
-    """One HDF5 chunk (bytes-like, little-endian floats) as a container stream."""
+def _chunk_layout(cd: list[int]) -> dict:
+    """``itemsize``, ``byteorder`` and ``chunks`` from the values set_local appends, each
+    checked: a file that lies about them must not size what the filter hands HDF5."""
+    order_at = USER_VALUES + 1 if cd[0] >= 2 else None  # version 1: little-endian only
+    rank_at = USER_VALUES + 1 + (order_at is not None)
+    if len(cd) <= rank_at:
+        raise ValueError(f"cd_values {cd} end before the chunk rank")
+    itemsize, rank = cd[USER_VALUES], cd[rank_at]
+    chunks = tuple(cd[rank_at + 1 :])
+    if itemsize not in (2, 4, 8):
+        raise ValueError(f"cd_values give element size {itemsize}, not 2, 4 or 8")
+    if order_at is not None and cd[order_at] not in BYTE_ORDERS:
+        raise ValueError(f"cd_values give byte order {cd[order_at]}, not 0 or 1")
+    if not 1 <= rank <= MAX_RANK or len(chunks) != rank or 0 in chunks:
+        raise ValueError(f"cd_values {cd} do not end with a chunk shape of rank {rank}")
+    if math.prod(chunks) * itemsize > MAX_CHUNK_BYTES:
+        raise ValueError(f"cd_values give a chunk {chunks} larger than HDF5 allows")
+    order = "<" if order_at is None else BYTE_ORDERS[cd[order_at]]
+    return {"itemsize": itemsize, "byteorder": order, "chunks": chunks}
+
+
+def chunk_values(cd: list[int]) -> dict:
+    """:func:`parse_cd_values` of a stored dataset's cd_values, which must hold the chunk
+    layout set_local appends (without it, what a chunk decodes to cannot be checked)."""
     p = parse_cd_values(cd)
     if "chunks" not in p:
-        raise ValueError("cd_values lack the chunk shape that set_local records")
-    x = np.frombuffer(data, dtype=f"<f{p['itemsize']}").reshape(p["chunks"])
+        raise ValueError(
+            f"cd_values {list(cd)} lack the element size and chunk shape that the "
+            "tensorpress filter records: the dataset was not written by it"
+        )
+    return p
+
+
+def check_dataset(cd: list[int], dtype, chunks) -> dict:
+    """The parsed cd_values of an h5py dataset of ``dtype`` and ``chunks`` stored with the
+    filter; FormatError when they disagree with the dataset (a crafted file): HDF5 copies
+    a whole chunk of the dataset's own shape out of what the filter returns."""
+    try:
+        p = chunk_values(cd)
+    except ValueError as exc:
+        raise FormatError(str(exc)) from None
+    dtype = np.dtype(dtype)
+    said = (p["itemsize"], p["byteorder"], p["chunks"])
+    real = (dtype.itemsize, ">" if dtype.byteorder == ">" else "<", tuple(chunks or ()))
+    if dtype.kind != "f" or said != real:
+        raise FormatError(
+            f"the filter's cd_values describe {p['chunks']} chunks of {p['byteorder']}f"
+            f"{p['itemsize']}, the dataset has {real[2]} chunks of {dtype.str}: the file "
+            "is damaged or crafted; it is not read"
+        )
+    return p
+
+
+def check_stream(h, dtype, chunks, codec: str | None = None, bound=None) -> None:
+    """FormatError unless stream header ``h`` holds exactly a chunk of ``chunks`` values
+    of ``dtype`` (in either byte order; streams are little-endian), with ``codec`` and
+    ``bound`` (get_codec keywords) when given, or losslessly (``zstd``: ``tensorpress
+    convert`` stores a short last chunk so): checked before anything is decoded."""
+    want = np.dtype(dtype).newbyteorder("<")
+    if h.dtype != want or tuple(h.shape) != tuple(chunks):
+        raise FormatError(
+            f"the chunk's stream holds {h.dtype} {tuple(h.shape)} ({h.original_bytes} "
+            f"bytes), the dataset's chunk is {want} {tuple(chunks)}: refused before decoding"
+        )
+    if h.codec.get("id") == "zstd" and h.bound is None:
+        return  # exact values meet any bound
+    if codec is not None and h.codec.get("id") != codec:
+        raise FormatError(f"the chunk's stream uses codec {h.codec.get('id')!r}, not {codec!r}")
+    if bound is not None and not _within(h.bound, bound):
+        has = None if h.bound is None else h.bound.to_dict()
+        raise FormatError(f"the chunk's stream has bound {has}, looser than the dataset's {bound}")
+
+
+def _within(has, bound: dict) -> bool:
+    """Whether a stream's resolved bound ``has`` keeps the dataset's ``bound`` (cd_values:
+    abs or pw_rel, {} for none): the same kind, a tolerance no larger (a ``rel`` bound
+    resolved to its tolerance is an absolute one, as ``tensorpress convert`` stores it)."""
+    if has is None or not bound:
+        return has is None and not bound
+    ((mode, value),) = bound.items()
+    kind = "pw_rel" if has.mode == "pw_rel" else "abs"
+    return kind == mode and has.tolerance <= value
+
+
+def encode_chunk(data, cd: list[int]) -> np.ndarray:
+    """One HDF5 chunk (bytes-like, floats in the byte order cd_values give) as a
+    container stream (little-endian, as every stream)."""
+    p = chunk_values(cd)
+    dtype = np.dtype(f"{p['byteorder']}f{p['itemsize']}")
+    x = np.frombuffer(data, dtype=dtype)
+    if x.size != math.prod(p["chunks"]):
+        raise ValueError(f"the chunk holds {x.size} values, cd_values say {p['chunks']}")
+    x = x.reshape(p["chunks"]).astype(dtype.newbyteorder("<"), copy=False)
     codec = get_codec(p["codec"], **p["bound"])
     stream = encode_array(
         x, codec, codec.resolve_bound(x), workers=1, chunk_bytes=codec.default_chunk_bytes
@@ -129,17 +225,17 @@ def encode_chunk(data, cd: list[int]) -> np.ndarray:
 
 
 def decode_chunk(data, cd: list[int]) -> np.ndarray:
-    """A container stream (bytes-like) back to the chunk's bytes; raises on any
-    mismatch with what cd_values say the chunk holds."""
-    p = parse_cd_values(cd)
-    x = np.ascontiguousarray(decode_array(data, workers=1))
-    if "chunks" in p:
-        want = math.prod(p["chunks"]) * p["itemsize"]
-        if x.dtype.itemsize != p["itemsize"] or x.nbytes != want:
-            raise ValueError(
-                f"the stream holds {x.dtype} {x.shape}, the dataset's chunk is "
-                f"{p['chunks']} of {p['itemsize']}-byte floats"
-            )
+    """A container stream (bytes-like) back to the chunk's bytes, exactly the chunk that
+    cd_values describe, in their byte order. Raises, before anything is decoded, when
+    cd_values lack the chunk layout or the stream's dtype, shape, codec or bound differ
+    from theirs (so a stream that declares more values than the chunk is never inflated)."""
+    p = chunk_values(cd)
+    dtype = np.dtype(f"{p['byteorder']}f{p['itemsize']}")
+    with ContainerReader(data, workers=1) as reader:
+        check_stream(reader.header, dtype, p["chunks"], p["codec"], p["bound"])
+        x = np.ascontiguousarray(reader.read())
+    if x.dtype != dtype:
+        x = x.astype(dtype)  # a big-endian dataset's bytes
     return x.reshape(-1).view(np.uint8)
 
 
@@ -175,8 +271,9 @@ def _filter(flags, cd_nelmts, cd_values, nbytes, buf_size, buf):
 
 
 def _set_local(dcpl_id, type_id, space_id):
-    """H5Z_set_local_func_t: append the element size and chunk shape to cd_values, and
-    refuse what the codec cannot encode (returns -1, so dataset creation fails)."""
+    """H5Z_set_local_func_t: append the element size, byte order and chunk shape to
+    cd_values (layout :data:`CD_VERSION`), and refuse what the codec cannot encode
+    (returns -1, so dataset creation fails)."""
     try:
         flags = ctypes.c_uint()
         n = ctypes.c_size_t(MAX_CD_VALUES)
@@ -184,19 +281,22 @@ def _set_local(dcpl_id, type_id, space_id):
         config = ctypes.c_uint()
         if _lib.H5Pget_filter_by_id2(dcpl_id, FILTER_ID, flags, n, cd, 0, None, config) < 0:
             raise RuntimeError("H5Pget_filter_by_id2 failed")
-        p = parse_cd_values(list(cd[: min(n.value, MAX_CD_VALUES)]))
+        p = parse_cd_values(list(cd[: min(n.value, USER_VALUES)]))  # set_local adds the rest
         size = _lib.H5Tget_size(type_id)
         if _lib.H5Tget_class(type_id) != hdf5_lib.T_FLOAT or size not in (2, 4, 8):
             raise TypeError("the filter takes float16, float32 or float64 datasets")
-        if _lib.H5Tget_order(type_id) != hdf5_lib.ORDER_LE:
-            raise TypeError("the filter takes little-endian floats")
+        order = _lib.H5Tget_order(type_id)
+        if order not in (hdf5_lib.ORDER_LE, hdf5_lib.ORDER_BE):
+            raise TypeError("the filter takes little- or big-endian floats")
         if f"float{8 * size}" not in get_codec(p["codec"], **p["bound"]).dtypes:
             raise TypeError(f"codec {p['codec']!r} does not take float{8 * size}")
         dims = (hdf5_lib.hsize_t * 32)()
         rank = _lib.H5Pget_chunk(dcpl_id, 32, dims)
         if rank < 0:
             raise RuntimeError("H5Pget_chunk failed: the dataset is not chunked")
-        values = list(cd[:USER_VALUES]) + [size, rank] + [int(d) for d in dims[:rank]]
+        big = int(order == hdf5_lib.ORDER_BE)
+        head = [CD_VERSION, *cd[1:USER_VALUES]]  # always the current layout
+        values = head + [size, big, rank] + [int(d) for d in dims[:rank]]
         arr = (ctypes.c_uint * len(values))(*values)
         if _lib.H5Pmodify_filter(dcpl_id, FILTER_ID, flags.value, len(values), arr) < 0:
             raise RuntimeError("H5Pmodify_filter failed")

@@ -44,6 +44,7 @@ parallel.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -172,24 +173,45 @@ class _TensorpressNumcodec(_Numcodec):
 
         ``out`` is an array of the stream's dtype and shape, a 1-d one of its dtype and
         size, or untyped memory (``bytearray``, a byte ``memoryview``) of its size in
-        bytes; anything else raises ValueError rather than reinterpreting the values.
+        bytes; anything else raises ValueError rather than reinterpreting the values,
+        from the stream's header, before anything is decoded (a stream declaring more
+        values than ``out`` holds is never inflated). Without ``out`` the only limit on
+        what a chunk declares is the machine's memory: callers that know the chunk's
+        shape check it first (:meth:`decode_expecting`).
         """
         stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
-        arr = ContainerReader(stream, workers=1).read()
+        reader = ContainerReader(stream, workers=1)
         if out is None:
-            return arr
+            return reader.read()
+        h = reader.header
         dst = ensure_ndarray_like(out)
-        if dst.shape == arr.shape and dst.dtype == arr.dtype:
+        same = dst.shape == tuple(h.shape) and dst.dtype == h.dtype
+        untyped = not isinstance(out, np.ndarray) and dst.dtype == np.uint8 and dst.ndim == 1
+        flat = dst.dtype == h.dtype and dst.shape == (math.prod(h.shape),)
+        if not (same or flat or (untyped and dst.nbytes == h.original_bytes)):
+            raise ValueError(
+                f"chunk holds a {h.dtype} array of shape {tuple(h.shape)}; out is {dst.dtype} "
+                f"of shape {dst.shape}"
+            )
+        arr = reader.read()
+        if same:
             np.copyto(dst, arr)  # element by element, whatever the two memory orders
             return dst
-        untyped = not isinstance(out, np.ndarray) and dst.dtype == np.uint8 and dst.ndim == 1
-        flat = dst.dtype == arr.dtype and dst.shape == (arr.size,)
-        if not (flat or (untyped and dst.nbytes == arr.nbytes)):
-            raise ValueError(
-                f"chunk holds a {arr.dtype} array of shape {arr.shape}; out is {dst.dtype} of "
-                f"shape {dst.shape}"
-            )
         return ndarray_copy(arr, dst)  # a flat buffer gets the chunk's memory order
+
+    def decode_expecting(self, buf, shape: tuple, dtype) -> np.ndarray:
+        """:meth:`decode` of a chunk that must hold ``shape`` values of ``dtype``: a stream
+        that declares anything else raises ValueError from its header, before decoding."""
+        stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
+        reader = ContainerReader(stream, workers=1)
+        h = reader.header
+        if tuple(h.shape) != tuple(shape) or h.dtype != np.dtype(dtype):
+            raise ValueError(
+                f"chunk holds a {h.dtype} array of shape {tuple(h.shape)} "
+                f"({h.original_bytes} bytes); the array needs {np.dtype(dtype)} chunks of "
+                f"shape {tuple(shape)}: refused before decoding"
+            )
+        return reader.read()
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
@@ -272,13 +294,10 @@ if _ArrayBytesCodec is not None:
             return chunk_spec.prototype.buffer.from_bytes(blob)
 
         def _decode_sync(self, chunk_bytes, chunk_spec):
-            arr = self._numcodec.decode(chunk_bytes.as_numpy_array())
             want = chunk_spec.dtype.to_native_dtype()
-            if arr.shape != tuple(chunk_spec.shape) or arr.dtype != want:
-                raise ValueError(
-                    f"chunk holds a {arr.dtype} array of shape {arr.shape}; the array needs "
-                    f"{want} chunks of shape {tuple(chunk_spec.shape)}"
-                )
+            arr = self._numcodec.decode_expecting(
+                chunk_bytes.as_numpy_array(), tuple(chunk_spec.shape), want
+            )
             return chunk_spec.prototype.nd_buffer.from_numpy_array(arr)
 
         async def _encode_single(self, chunk_array, chunk_spec):

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress  # importing it registers the filter
-from tensorpress.formats import hdf5_filter
+from tensorpress.formats import hdf5_filter, read_header
 
 RNG = np.random.default_rng(35)
 
@@ -126,13 +126,29 @@ def test_helper_refuses_bad_codecs_and_bounds():
         hdf5_filter.filter(abs=-1.0)
 
 
-@pytest.mark.parametrize("dtype, why", [("i4", "float"), (">f4", "little-endian")])
+@pytest.mark.parametrize("dtype, why", [("i4", "float"), ("c8", "float")])
 def test_other_datatypes_refused(tmp_path, dtype, why):
     opts = hdf5_filter.filter(abs=1)
     with h5py.File(tmp_path / "f.h5", "w") as f, pytest.warns(RuntimeWarning, match=why):
         with pytest.raises((OSError, ValueError)):
             f.create_dataset("t", shape=(10,), dtype=dtype, chunks=(5,), **opts)
         assert "t" not in f
+
+
+@pytest.mark.parametrize("dtype", [">f2", ">f4", ">f8"])
+def test_big_endian_datasets_keep_their_byte_order(tmp_path, dtype):
+    x = _field((50, 9), dtype)
+    bound = 1e-2 if dtype == ">f2" else 1e-4
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        d = f.create_dataset("t", data=x, chunks=(16, 9), **hdf5_filter.filter(abs=bound))
+        cd = d.id.get_create_plist().get_filter(0)[2]
+        _, raw = d.id.read_direct_chunk((16, 0))
+    assert cd[0] == hdf5_filter.CD_VERSION == 2 and cd[6] == 1  # big-endian recorded
+    assert read_header(raw).dtype.str == "<" + dtype[1:]  # streams stay little-endian
+    with h5py.File(tmp_path / "f.h5", "r") as f:
+        y = f["t"][...]
+    assert y.dtype.str == dtype
+    assert _errors(x, y).max() <= bound
 
 
 def _read_rows(path, a, b):
