@@ -40,7 +40,7 @@ def test_golden_decodes(version_dir, name, meta):
 def assert_decodes_as_written(y, sha256: str, info: dict, original) -> None:
     """``y`` has the bits the writer decoded (``sha256``). Except under ``sz`` with a
     ``pw_rel`` bound, whose values come back through exp2, which may round an ulp
-    differently on another CPU (compress/special_values.py): there ``y`` must hold the
+    differently on another CPU (compress/sz/special_values.py): there ``y`` must hold the
     bound on every element of ``original()``, the array that was compressed."""
     if hashlib.sha256(np.ascontiguousarray(y).tobytes()).hexdigest() == sha256:
         return

@@ -6,8 +6,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from tensorpress.compress.huffman import MAX_CODE_LEN, code_lengths, huffman_decode, huffman_encode
-from tensorpress.compress.kernels.huffman import huffman_depths
+from tensorpress.compress.sz.huffman import (
+    MAX_CODE_LEN,
+    code_lengths,
+    huffman_decode,
+    huffman_encode,
+)
+from tensorpress.compress.sz.kernels.huffman import huffman_depths
 
 RNG_SEED = 20240611
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.huffman import HuffmanDecoder, huffman_decode, huffman_encode
+from tensorpress.compress.sz.huffman import HuffmanDecoder, huffman_decode, huffman_encode
 
 
 def _low_rate(rng, n, p_zero, tail):

@@ -7,13 +7,13 @@ the span histogram counts every symbol once."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.huffman import (
+from tensorpress.compress.sz.huffman import (
     MAX_CODE_LEN,
     code_lengths,
     huffman_decode,
     huffman_encode,
 )
-from tensorpress.compress.kernels.huffman import (
+from tensorpress.compress.sz.kernels.huffman import (
     canonical_table,
     decode_tables,
     encode_table,

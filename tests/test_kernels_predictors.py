@@ -4,13 +4,13 @@ import threading
 
 import numpy as np
 import pytest
-from tensorpress.compress.kernels.interpolation import (
+from tensorpress.compress.kernels.rounding import prec_of
+from tensorpress.compress.sz.kernels.interpolation import (
     interp_decode,
     interp_encode,
     interp_num_levels,
 )
-from tensorpress.compress.kernels.lorenzo import lorenzo_decode, lorenzo_encode
-from tensorpress.compress.kernels.rounding import prec_of
+from tensorpress.compress.sz.kernels.lorenzo import lorenzo_decode, lorenzo_encode
 
 RADIUS = 32768
 
@@ -324,7 +324,7 @@ def test_interp_exact_on_linear_1d_including_extrapolation(n, cubic):
 def test_interp_encoder_reconstruction_is_bit_identical_to_decoder():
     """Signed zeros included: p = -0.0 with q = -0.0 must not give a -0.0 the decoder
     cannot reproduce."""
-    from tensorpress.compress.kernels.interpolation import ALL, interp_code
+    from tensorpress.compress.sz.kernels.interpolation import ALL, interp_code
 
     rng = np.random.default_rng(5)
     x = np.where(rng.random((9, 17, 33)) < 0.5, -0.0, -1e-9 * rng.random((9, 17, 33)))

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.kernels.lorenzo import _run2, lorenzo_decode, lorenzo_encode
-from tensorpress.compress.kernels.lorenzo_rows import lorenzo_decode_2d
 from tensorpress.compress.kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
+from tensorpress.compress.sz.kernels.lorenzo import _run2, lorenzo_decode, lorenzo_encode
+from tensorpress.compress.sz.kernels.lorenzo_rows import lorenzo_decode_2d
 
 _PRECS = {"float32": PREC_FLOAT32, "float16": PREC_FLOAT16, "float64": PREC_FLOAT64}
 

@@ -9,13 +9,13 @@ import itertools
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.kernels.lorenzo import lorenzo_decode
-from tensorpress.compress.kernels.lorenzo_wave import (
+from tensorpress.compress.kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
+from tensorpress.compress.sz.kernels.lorenzo import lorenzo_decode
+from tensorpress.compress.sz.kernels.lorenzo_wave import (
     lorenzo_encode_2d,
     lorenzo_encode_3d,
     lorenzo_encode_4d,
 )
-from tensorpress.compress.kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 
 _PRECS = {"float32": PREC_FLOAT32, "float16": PREC_FLOAT16, "float64": PREC_FLOAT64}
 _STORE = {"float32": np.float32, "float16": np.float16, "float64": np.float64}

@@ -11,11 +11,15 @@ import pytest
 import tensorpress as tp
 from hypothesis import given
 from hypothesis import strategies as st
-from tensorpress.compress import sz_fitted
-from tensorpress.compress.kernels.fitted import fitted_decode, fitted_encode
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
+from tensorpress.compress.sz import fitted as sz_fitted
+from tensorpress.compress.sz.kernels.fitted import fitted_decode, fitted_encode
 from test_bound_properties import FAST, cases, run_case
-from test_sz_predictors import assert_flipped_bytes_refused
+from test_sz_predictors import (
+    PREDICTOR_BYTE,
+    assert_flipped_bytes_handled,
+    predictor_bytes,
+)
 
 
 @FAST
@@ -99,11 +103,16 @@ def test_fit_pays_where_stencils_do_not():
 
 
 def test_small_chunks_fall_back_to_lorenzo():
-    """Too few points for a fit: the chunk is coded (and decodes) within the bound."""
-    x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    assert sz_fitted.fit(x.reshape(1, 3, 4), 0.1) is None
-    y = tp.decompress(tp.compress(x, abs=0.1, predictor="fitted"))
-    assert np.all(np.abs(y - x) <= 0.1)
+    """Too few points for a fit: the chunk's predictor byte says Lorenzo, and it decodes
+    within the bound; a chunk with enough points says fitted."""
+    x = np.random.default_rng(1).standard_normal((10, 12)).cumsum(0).cumsum(1)
+    x = x.astype(np.float32)
+    assert sz_fitted.fit(x.reshape(1, 10, 12), 0.01) is None
+    blob = tp.compress(x, abs=0.01, predictor="fitted")
+    assert predictor_bytes(blob) == [PREDICTOR_BYTE["lorenzo"]]
+    assert np.all(np.abs(tp.decompress(blob).astype(np.float64) - x) <= 0.01)
+    large = tp.compress(_autoregressive((40, 50)), rel=1e-3, predictor="fitted")
+    assert predictor_bytes(large) == [PREDICTOR_BYTE["fitted"]]
 
 
 def _model(offsets, weights, planar=False) -> bytes:
@@ -132,7 +141,7 @@ def test_damaged_models_are_refused(blob):
 
 def test_damaged_payloads_raise():
     x = _autoregressive((40, 50))
-    assert_flipped_bytes_refused(tp.compress(x, rel=1e-3, predictor="fitted"))
+    assert_flipped_bytes_handled(tp.compress(x, rel=1e-3, predictor="fitted"), "fitted")
 
 
 def _oscillating_volume(shape=(64, 96, 96), seed=0):

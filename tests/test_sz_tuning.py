@@ -58,7 +58,7 @@ def test_low_rate_payloads_get_the_deeper_search_unless_a_level_is_given():
 def test_larger_samples_stay_inside_the_chunk():
     """The blocks sampled again for a near-tie hold about ``scale`` times the elements,
     are slices of the chunk, and a chunk the larger sample would cover comes back whole."""
-    from tensorpress.compress.sz_steps import sample_blocks
+    from tensorpress.compress.sz.steps import sample_blocks
 
     x3 = _smooth((1, 500, 741)).reshape(1, 500, 741)
     small, large = sample_blocks(x3), sample_blocks(x3, 4)

@@ -3,7 +3,7 @@ chunk, the one whose codes cost fewest bits (as Huffman and zstd code them) kept
 
 The codec itself (config, payload layout, encode and decode) is in ``sz.py``; the
 steps it shares with this module (prediction dispatch, sampling, costs) in
-``sz_steps.py``.
+``sz/steps.py``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import math
 
 import numpy as np
 
-from . import sz_fitted, sz_match, sz_pivot_fit
-from .stages import zstd_compress
-from .sz_steps import (
+from ..stages import zstd_compress
+from . import fitted as sz_fitted
+from . import match as sz_match
+from . import pivot_fit as sz_pivot_fit
+from .steps import (
     CONSTANT,
     CUBIC,
     CUBIC_REV,
@@ -112,7 +114,7 @@ def _rival(scored: list) -> tuple | None:
 #: costliest of the first candidates) was a tenth of the choice's time on small images
 _REGRESSION_DIMS = 3
 
-#: the fitted predictor (sz_fitted.py) is sampled by ``auto`` on chunks of at least
+#: the fitted predictor (sz/fitted.py) is sampled by ``auto`` on chunks of at least
 #: this many elements (its fit would cost much of a small image's compression time) and
 #: kept where it samples at most ``_FITTED_GAIN`` of the next best candidate's bits: it
 #: decodes slower than the fixed stencils (benchmarks/compressors.py). Against an
@@ -126,7 +128,7 @@ _FITTED_SURE = 0.8
 _SEARCHES = ("auto", "interp")
 
 #: the predictors of the 2-d layout's rows that ``auto`` tries where constant prediction
-#: samples cheapest (noise-like rows, sz_match.py and sz_pivot.py); PIVOT only where the
+#: samples cheapest (noise-like rows, sz/match.py and sz/pivot.py); PIVOT only where the
 #: constant's codes cost at least ``_PIVOT_RATE`` bits per value: its fit takes
 #: milliseconds whatever the bound, several times the coding at lower rates
 _ROW_MODELS = (MATCH, PIVOT)
@@ -150,7 +152,7 @@ def candidates(values, shape, predictor, alpha, beta, lattice=None) -> tuple[lis
     """``(candidates, layouts)``: every ``((predictor id, alpha, beta), layout)`` the
     config allows, and the layouts: ``shape``, 2-d (3 or more dimensions, see
     ``FLAG_ROWS``) and 1-d (see ``_FLAT_BELOW``) where they apply. ``lattice``: the
-    chunk's ``(offset, step)`` (sz_lattice.py), or None: then ``lattice`` is Lorenzo."""
+    chunk's ``(offset, step)`` (sz/lattice.py), or None: then ``lattice`` is Lorenzo."""
     preds, middle = [], None
     for pred in PREDICTOR_IDS[predictor]:
         if pred == LATTICE:
@@ -284,7 +286,7 @@ def _sampled(values, shape, layouts, scale) -> dict:
 
 def _fitted(candidate: tuple, values, eb) -> tuple | None:
     """FITTED's ``(candidate, layout)`` with the chunk's model as its fourth item
-    (sz_fitted.py), or None where no model fits (too few points, non-finite fit)."""
+    (sz/fitted.py), or None where no model fits (too few points, non-finite fit)."""
     (pred, alpha, beta), layout = candidate
     model = sz_fitted.fit(values.reshape(fold_shape(layout, 3)), eb)
     return ((pred, alpha, beta, model), layout) if model else None
@@ -319,7 +321,7 @@ def _modelled(candidate: tuple, values, eb, rate: float | None = None) -> tuple 
     """``(candidate, share)``: MATCH's or PIVOT's candidate with its side information
     (the row references; the model) as a fourth item, and its estimated bits as a share
     of the constant's (PIVOT: of ``rate`` bits per value, if known); None where it does
-    not pay (sz_match.py, sz_pivot_fit.py)."""
+    not pay (sz/match.py, sz/pivot_fit.py)."""
     (pred, c, _), layout = candidate
     rows2 = values.reshape(fold_shape(layout, 2))
     if pred == MATCH:

@@ -15,12 +15,12 @@ Pipeline per chunk (SZ3's design, our code):
    elements, the one with the smaller estimated error, coefficients stored), or,
    for data on a lattice (``offset + k * step``: integer images, elevation models)
    under a bound below the step, Lorenzo on the indices ``k``, lossless
-   (``sz_lattice.py``), or, on chunks of 2**19 elements and more, a causal linear
+   (``sz/lattice.py``), or, on chunks of 2**19 elements and more, a causal linear
    prediction whose neighbours and weights are fitted to the chunk by least squares
-   (``sz_fitted.py``), or, where constant prediction samples cheapest and the rows
+   (``sz/fitted.py``), or, where constant prediction samples cheapest and the rows
    (the last dimension) nearly repeat, each row predicted by an earlier one
-   (``sz_match.py``), or, where they are low rank across the columns, each column
-   predicted from the columns before it, in levels (``sz_pivot.py``);
+   (``sz/match.py``), or, where they are low rank across the columns, each column
+   predicted from the columns before it, in levels (``sz/pivot.py``);
 3. the quantizer turns each prediction error into an integer code within the
    bound, reconstructing exactly as the decoder will; what cannot be
    quantized is stored exactly as an outlier;
@@ -113,12 +113,12 @@ Payload layout (inside one zstd frame), little-endian::
                        7 block-wise Lorenzo or linear regression, 8 and 9 linear and
                        cubic interp with each level's dimensions in the reverse order,
                        10 Lorenzo on the indices of data on a lattice, lossless
-                       (sz_lattice.py; its codes and outliers are those of the indices
+                       (sz/lattice.py; its codes and outliers are those of the indices
                        under the bound 0.5, outliers in float64), 11 a causal linear
-                       prediction fitted per chunk (sz_fitted.py), 12 each row of the
-                       2-d layout predicted by an earlier row or a constant (sz_match.py),
+                       prediction fitted per chunk (sz/fitted.py), 12 each row of the
+                       2-d layout predicted by an earlier row or a constant (sz/match.py),
                        13 the 2-d layout's columns predicted from the columns before
-                       them, in levels (sz_pivot.py)
+                       them, in levels (sz/pivot.py)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
@@ -129,14 +129,14 @@ Payload layout (inside one zstd frame), little-endian::
                        lattice (10): alpha is the offset, beta the step
     u32 radius         codes are q + radius; code 0 marks an outlier
     u64 n + n bytes    only with predictor 7: per-block choices and regression
-                       coefficients (see compress/kernels/regression.py); only with
+                       coefficients (see compress/sz/kernels/regression.py); only with
                        predictor 11: the fitted model (neighbours and weights, see
-                       compress/sz_fitted.py); only with predictor 12: the rows'
-                       references (see compress/sz_match.py); only with predictor 13:
+                       compress/sz/fitted.py); only with predictor 12: the rows'
+                       references (see compress/sz/match.py); only with predictor 13:
                        the model, then the Huffman streams of every segment of the
                        codes but the last (the pivots' and each level's: a table of
-                       their own; see compress/sz_pivot.py)
-    u64 n + n bytes    Huffman stream of the (other) codes (see compress/huffman.py)
+                       their own; see compress/sz/pivot.py)
+    u64 n + n bytes    Huffman stream of the (other) codes (see compress/sz/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
     patches            u64 n, n u64 flat indices, n values in the chunk dtype
@@ -153,15 +153,18 @@ import math
 
 import numpy as np
 
-from . import sz_pivot
-from .bounds import ErrorBound
-from .byteio import ByteReader, ByteWriter
-from .codec import Codec, deliver
+from ..bounds import ErrorBound
+from ..byteio import ByteReader, ByteWriter
+from ..codec import Codec, deliver
+from ..kernels.rounding import PREC_FLOAT64, prec_of
+from ..lossless import byte_shuffle, byte_unshuffle
+from ..registry import register_codec
+from ..stages import check_level, zstd_compress, zstd_decompress
+from . import pivot as sz_pivot
+from .choice import PREDICTOR_IDS, choose
 from .huffman import HuffmanDecoder, huffman_encode
 from .kernels.lorenzo import code_summary
-from .kernels.rounding import PREC_FLOAT64, prec_of
-from .lossless import byte_shuffle, byte_unshuffle
-from .registry import register_codec
+from .lattice import find_lattice, on_lattice
 from .special_values import (
     from_log_domain,
     log_bound,
@@ -171,10 +174,7 @@ from .special_values import (
     to_log_domain,
     write_patches,
 )
-from .stages import check_level, zstd_compress, zstd_decompress
-from .sz_choice import PREDICTOR_IDS, choose
-from .sz_lattice import find_lattice, on_lattice
-from .sz_steps import (
+from .steps import (
     CONSTANT,
     CUBIC,
     FITTED,
@@ -251,9 +251,9 @@ class SZCodec(Codec):
     order), ``md-linear``, ``md-cubic`` (multi-dimensional), ``constant``,
     ``regression``, ``lattice`` (lossless indices of data on a lattice under a bound
     below its step, else Lorenzo), ``fitted`` (neighbours' weights fitted per chunk,
-    see sz_fitted.py), ``match`` (each row predicted by an earlier, similar row, else
-    constant prediction; see sz_match.py), ``pivot`` (each column predicted from the
-    columns before it, else constant prediction; see sz_pivot.py) or ``interp`` (the
+    see sz/fitted.py), ``match`` (each row predicted by an earlier, similar row, else
+    constant prediction; see sz/match.py), ``pivot`` (each column predicted from the
+    columns before it, else constant prediction; see sz/pivot.py) or ``interp`` (the
     interpolations but md-linear, by sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..scratch import scratch
 from .kernels.match import match_decode, match_encode, pack_refs, unpack_refs
 from .kernels.match_search import match_search
-from .scratch import scratch
 
 #: columns of a row the search looks at (at most)
 SKETCH_COLUMNS = 64

@@ -2,7 +2,7 @@
 but the last merged) predicted from the columns before them, in a cascade of levels.
 The first ``c_1`` columns (the pivots) are predicted by their means; level ``i``
 predicts columns ``c_i .. c_(i+1)`` (the last up to the end of the row) by a linear map
-of the row's reconstructed columns ``0 .. c_i``, fitted per chunk (``sz_pivot_fit.py``).
+of the row's reconstructed columns ``0 .. c_i``, fitted per chunk (``sz/pivot_fit.py``).
 
 Activations of a layer fed by a low-dimensional input are low rank across features: a
 vision transformer's patch embedding is a linear map of image patches, which smooth
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .byteio import ByteReader, ByteWriter
+from ..byteio import ByteReader, ByteWriter
 from .huffman import huffman_decode, huffman_encode
 from .kernels.match import pack_refs, unpack_refs
 from .kernels.pivot import level_bins, predicted_decode, predicted_encode

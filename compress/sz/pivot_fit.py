@@ -1,4 +1,4 @@
-"""The fit of ``sz``'s pivot predictor (``sz_pivot.py``): the levels and their weights.
+"""The fit of ``sz``'s pivot predictor (``sz/pivot.py``): the levels and their weights.
 
 First a test on a sketch (the first columns of a few rows) that the second half of its
 columns is predictable from the first, which stops data that are not low rank at a
@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .sz_pivot import MAX_LEVELS, ZMAX, Level, pack
+from .pivot import MAX_LEVELS, ZMAX, Level, pack
 
 #: rows the fit reads (at most: evenly spaced over a larger chunk)
 FIT_ROWS = 768

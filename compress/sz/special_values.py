@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .byteio import ByteReader, ByteWriter
+from ..byteio import ByteReader, ByteWriter
 
 
 def split_nonfinite(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

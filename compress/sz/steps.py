@@ -14,7 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import sz_fitted, sz_match, sz_pivot
+from ..kernels.rounding import PREC_FLOAT64
+from ..stages import zstd_compress
+from . import fitted as sz_fitted
+from . import match as sz_match
+from . import pivot as sz_pivot
 from .huffman import huffman_encode
 from .kernels.constant import constant_decode, constant_encode
 from .kernels.huffman import huffman_depths
@@ -29,9 +33,7 @@ from .kernels.interpolation import (
 )
 from .kernels.lorenzo import code_summary, lorenzo_decode, lorenzo_encode
 from .kernels.regression import regression_decode, regression_encode
-from .kernels.rounding import PREC_FLOAT64
-from .stages import zstd_compress
-from .sz_lattice import INDEX_BOUND, lattice_indices, lattice_values
+from .lattice import INDEX_BOUND, lattice_indices, lattice_values
 
 #: predictor ids, as a payload's first byte records them
 RAW, LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT = 0, 1, 2, 3, 4, 5, 6
@@ -40,13 +42,13 @@ REGRESSION = 7
 #: linear and cubic interpolation with each level's dimensions in the reverse order
 #: (the last first: kernels/interpolation.py's ``order=1``)
 LINEAR_REV, CUBIC_REV = 8, 9
-#: Lorenzo prediction of the indices of data on a lattice, coded losslessly (sz_lattice.py)
+#: Lorenzo prediction of the indices of data on a lattice, coded losslessly (sz/lattice.py)
 LATTICE = 10
-#: a causal linear prediction fitted per chunk by least squares (sz_fitted.py)
+#: a causal linear prediction fitted per chunk by least squares (sz/fitted.py)
 FITTED = 11
-#: each row of the 2-d layout predicted by an earlier row or a constant (sz_match.py)
+#: each row of the 2-d layout predicted by an earlier row or a constant (sz/match.py)
 MATCH = 12
-#: the columns of the 2-d layout predicted from the columns before them (sz_pivot.py)
+#: the columns of the 2-d layout predicted from the columns before them (sz/pivot.py)
 PIVOT = 13
 #: the predictors with side information in the payload (bytes, see ``encode_with``)
 WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT)

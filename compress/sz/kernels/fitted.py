@@ -4,7 +4,7 @@ size-1 dims).
 Element ``a[i, j, k]`` is predicted as ``sum_t w[t] * r[i + o[t, 0], j + o[t, 1],
 k + o[t, 2]]`` over offsets ``o`` that come before it in C order, from the
 *reconstructed* values ``r``; the weights are fitted per chunk by least squares
-(``sz_fitted.py``). Where an offset would leave the array (the first planes and
+(``sz/fitted.py``). Where an offset would leave the array (the first planes and
 rows, the ends of rows, the last rows of a plane) the element is predicted by
 first-order Lorenzo with zero padding instead, over the three dimensions or, with
 ``planar``, within the plane (planes of activations, channels or images, do not

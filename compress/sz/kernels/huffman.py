@@ -3,7 +3,7 @@
 Bit order (see ``tensorpress.compress.huffman``): the bitstream is a sequence of
 little-endian uint64 words filled from bit 0 upwards; a code is emitted most
 significant bit first, so the kernels work with bit-reversed codes.  Orchestration,
-table construction and all header validation live in ``compress/huffman.py``;
+table construction and all header validation live in ``compress/sz/huffman.py``;
 these kernels trust the tables they are given but never read past the arrays they
 are handed (the decoder checks its bit position against the stream length).
 """
@@ -57,7 +57,7 @@ def canonical_table(lengths, syms, max_len):
     code of ``s`` bit-reversed ``| length << 24`` (entries of absent symbols unset).
 
     Codes of one length are consecutive in symbol order, from the first code of that
-    length (``compress/huffman.py``)."""
+    length (``compress/sz/huffman.py``)."""
     n = lengths.shape[0]
     cnt = np.zeros(max_len + 1, dtype=np.int64)
     for i in range(n):
@@ -86,7 +86,7 @@ def encode_table(freqs, syms, max_len):
     ``freqs`` of the ascending ``syms`` (n >= 2), and ``canonical_table``'s table; the
     table is empty when a length passes ``max_len`` (the caller limits them).
 
-    The lengths are ``compress/huffman.py``'s ``code_lengths``: the depths of
+    The lengths are ``compress/sz/huffman.py``'s ``code_lengths``: the depths of
     ``huffman_depths`` over the frequencies in stable ascending order, the longest to
     the rarest. One call instead of a dozen numpy ones: their fixed costs were much of
     the coding time of small chunks and of the sampled candidates' costs."""

@@ -28,9 +28,9 @@ them.  The quantizer is :mod:`.lorenzo`'s, so ``|x - decoded| <= max(eb_levels)`
 import numpy as np
 from numba import njit
 
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from .interpolation import code_phase, move_outlier
 from .quantizer import qparams
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: odd-coordinate sets in coding order, as bit masks (bit d: dimension d is odd)
 _GROUPS = (1, 2, 4, 3, 5, 6, 7)

@@ -39,6 +39,7 @@ storage precision, which must therefore not exceed the data precision.
 import numpy as np
 from numba import njit
 
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from .quantizer import (
     decode_value,
     dequantize,
@@ -48,7 +49,6 @@ from .quantizer import (
     quantize,
     quantize_sel,
 )
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: extrapolate linearly (True) or copy a[-s] (False) past the last grid point
 _EXTRAPOLATE = True

@@ -25,6 +25,7 @@ rows at a time (``lorenzo_wave.py``), with these expressions and the same codes.
 import numpy as np
 from numba import njit
 
+from ...kernels.rounding import PREC_FLOAT64
 from .lorenzo_rows import lorenzo_decode_2d
 from .lorenzo_wave import (
     MIN_ROW,
@@ -34,7 +35,6 @@ from .lorenzo_wave import (
     lorenzo_encode_4d,
 )
 from .quantizer import decode_value, encode_value, qparams
-from .rounding import PREC_FLOAT64
 
 __all__ = ["lorenzo_decode", "lorenzo_encode"]
 

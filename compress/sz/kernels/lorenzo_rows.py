@@ -20,7 +20,7 @@ import numpy as np
 from numba import float64 as f64
 from numba import njit
 
-from .rounding import round_to_storage
+from ...kernels.rounding import round_to_storage
 
 
 @njit(cache=True, nogil=True, inline="always")

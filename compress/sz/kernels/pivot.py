@@ -1,4 +1,4 @@
-"""Kernels of ``sz``'s pivot predictor (``compress/sz_pivot.py``): quantization of a
+"""Kernels of ``sz``'s pivot predictor (``compress/sz/pivot.py``): quantization of a
 block of columns against predictions held in another array's columns, which the kernels
 replace by the reconstruction, each row's predictions first computed from a level's
 sums where given; and the bins the sums read.

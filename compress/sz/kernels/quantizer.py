@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from .rounding import PREC_FLOAT32, PREC_FLOAT64, round_to_storage
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64, round_to_storage
 
 OUTLIERS_EXHAUSTED = "corrupt stream: more outlier codes than outliers"
 

@@ -27,8 +27,8 @@ import numpy as np
 from numba import float64 as f64
 from numba import njit
 
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from .quantizer import dequantize, dequantize_sel, qparams, quantize, quantize_sel
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
 
 #: block side per number of dimensions above 1 (SZ2's choice for 3-d; 2-d and 1-d
 #: blocks of about the same count of elements would not fit a line as well)

@@ -1,0 +1,11 @@
+"""The ``sz`` codec: prediction, linear quantization with outliers, Huffman and zstd.
+
+One module per predictor with its side information (``fitted``, ``match``, ``pivot``,
+``lattice``), the choice among them (``choice``), the steps that run a chosen
+predictor (``steps``), the codec that frames it all (``codec``); the hot loops in
+``kernels/``, every predictor coding its values through ``kernels/quantizer.py``.
+"""
+
+from .codec import FLAG_FLAT, FLAG_LOG, FLAG_ROWS, SZCodec
+
+__all__ = ["FLAG_FLAT", "FLAG_LOG", "FLAG_ROWS", "SZCodec"]
