@@ -28,7 +28,7 @@ Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` workers (d
                         samples shuffled within each window of 64 chunks
   (b) 0 workers         (b) in this process, for ``loader.stats`` (hit rate)
   (c) block, (c) sz     (b) over the same file compressed by tensorpress
-                        (``formats.compress_file``, codec ``block`` or ``sz`` at ``rel``
+                        (``files.compress_file``, codec ``block`` or ``sz`` at ``rel``
                         ``C_REL``, stream chunks of one sample, so that a miss decodes
                         only its sample; cached beside the data file): the workers read
                         compressed chunks and decompress them; its bytes are compressed
@@ -396,7 +396,7 @@ def run_torch(path: Path, epochs: int, workers: int) -> Result:
 def compressed_copy(path: Path, codec: str) -> tuple[Path, str]:
     """The data file compressed by tensorpress with ``codec`` (made once, cached beside
     it) and a note on how it was made."""
-    from tensorpress.formats import compress_file, describe_file
+    from tensorpress.files import compress_file, describe_file
 
     cpath = path.with_name(f"{path.stem}-{codec}-rel{C_REL:g}-1.h5")
     made = ""

@@ -226,7 +226,7 @@ def _print_summary(doc: dict) -> None:
 
 def run_compress(args) -> int:
     """``tensorpress compress``: write OUTPUT, print the summary; return the exit status."""
-    from ..formats import compress_file
+    from ..files import compress_file
 
     codec, codec_options, bound = _check_codec(args)
     overrides = {}
@@ -268,7 +268,7 @@ def run_compress(args) -> int:
 
 def run_decompress(args) -> int:
     """``tensorpress decompress``: restore OUTPUT, print the summary; return the exit status."""
-    from ..formats import decompress_file
+    from ..files import decompress_file
 
     require_input(args.input)
     require_output(args.output, args.force)
@@ -293,7 +293,7 @@ def run_decompress(args) -> int:
 
 def run_convert(args) -> int:
     """``tensorpress convert``: rewrite a stream-layout HDF5 file in the filter layout."""
-    from ..formats.layout_convert import convert_file
+    from ..files import convert_file
 
     require_input(args.input)
     require_output(args.output, args.force)
@@ -367,7 +367,7 @@ def _info_container(path: str, as_json: bool) -> int:
 
 
 def _info_hdf5(path: str, as_json: bool) -> int:
-    from ..formats import describe_file
+    from ..files import describe_file
 
     datasets = describe_file(path)
     original = sum(int(d["original_bytes"]) for d in datasets)

@@ -302,7 +302,7 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
 
 def _read(ds, index: tuple) -> np.ndarray:
     """``ds[index]``; where HDF5's filter path fails, the reason its chunks give."""
-    from ..formats.file_decompress import filter_failure
+    from ..files.decompress import filter_failure
 
     try:
         return ds[index]

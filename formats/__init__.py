@@ -1,10 +1,11 @@
-"""Bytes on disk and on the wire: the container stream and whole files (see SPEC.md).
+"""Bytes on disk and on the wire: the container stream, the HDF5 filter and the files'
+layouts (see SPEC.md); the jobs over whole files are ``tensorpress.files``.
 
 The names here are what a user calls; the helpers behind them (the stream's
 constants and :class:`~tensorpress.formats.stream_header.Header`, byte-range
 sources and sinks, the streaming writer, the HDF5 marker) are imported from
 their modules: ``stream_header``, ``stream_writer``, ``stream_reader``,
-``file_compress``, ``file_decompress``, ``file_output``, ``hdf5``, ``reader``.
+``hdf5``, ``hdf5_filter``, ``reader``.
 """
 
 from .errors import (
@@ -14,9 +15,6 @@ from .errors import (
     UnknownCodecError,
     UnsupportedVersionError,
 )
-from .file_compress import compress_file
-from .file_decompress import decompress_file, describe_file
-from .file_output import DatasetReport
 from .hdf5_filter import FILTER_ID as HDF5_FILTER_ID  # importing registers the filter
 from .reader import CompressedFile, Dataset, open_compressed
 from .stream_reader import ContainerReader, decode_array, read_header
@@ -27,16 +25,12 @@ __all__ = [
     "CompressedFile",
     "ContainerReader",
     "Dataset",
-    "DatasetReport",
     "FormatError",
     "HDF5_FILTER_ID",
     "TruncatedError",
     "UnknownCodecError",
     "UnsupportedVersionError",
-    "compress_file",
     "decode_array",
-    "decompress_file",
-    "describe_file",
     "encode_array",
     "open_compressed",
     "read_header",

@@ -23,7 +23,6 @@ from ..compress.codec import chunk_rows_for
 from ..compress.registry import get_codec
 from . import hdf5_filter
 from .errors import FormatError
-from .file_output import report_progress
 from .filtered_chunks import FilteredChunks, uses_only_our_filter
 from .hdf5_filter import (
     CODEC_NUMBERS,
@@ -36,6 +35,12 @@ from .hdf5_filter import (
 
 #: the largest HDF5 chunk, in bytes (HDF5 refuses chunks of 4 GiB and more)
 MAX_CHUNK_BYTES = (1 << 32) - 1
+
+
+def report_progress(progress, name: str, done: int, total: int) -> None:
+    """Call ``progress(name, done_bytes, total_bytes)`` when one is given."""
+    if progress is not None:
+        progress(name, done, total)
 
 
 def our_filter(ds) -> tuple[int, list[int]] | None:

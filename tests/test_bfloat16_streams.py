@@ -14,13 +14,8 @@ import tensorpress as tp
 import torch
 from hypothesis import given
 from tensorpress.compress import compress_tensor, decompress_tensor
-from tensorpress.formats import (
-    ContainerReader,
-    FormatError,
-    decompress_file,
-    tensor_from_stream,
-    tensor_to_stream,
-)
+from tensorpress.files import decompress_file
+from tensorpress.formats import ContainerReader, FormatError, tensor_from_stream, tensor_to_stream
 from test_block import BLOCK_CASES, block_kwargs
 from test_bound_properties import FAST, assert_contract
 

@@ -11,7 +11,8 @@ import tensorpress as tp
 from cli_runs import run_cli as _run
 from cli_runs import run_json as _json
 from tensorpress.compress.quality import psnr
-from tensorpress.formats import file_compress, open_compressed, read_header
+from tensorpress.files import compress as file_compress
+from tensorpress.formats import open_compressed, read_header
 
 
 def _field(rows=300, cols=200, seed=0) -> np.ndarray:

@@ -93,7 +93,8 @@ HDF5_FULL = (
 
 @pytest.mark.parametrize("name", ["out.h5", "out.tp", "out.npz"])
 def test_a_full_disk_is_one_line_naming_the_output(capsys, tmp_path, monkeypatch, name):
-    from tensorpress.formats import file_compress, filter_layout
+    from tensorpress.files import compress as file_compress
+    from tensorpress.formats import filter_layout
 
     src = tmp_path / "in.h5"
     with h5py.File(src, "w") as f:
@@ -130,7 +131,7 @@ def _raise_full(kind):
 
 
 def test_a_folder_the_user_cannot_write_to_is_named_by_the_output(capsys, tmp_path, monkeypatch):
-    from tensorpress.formats import file_output
+    from tensorpress.files import output as file_output
 
     np.save(tmp_path / "in.npy", _field((64, 32)))
     real_open = os.open

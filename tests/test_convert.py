@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from cli_runs import run_cli
-from tensorpress.formats import compress_file
-from tensorpress.formats.layout_convert import convert_file
+from tensorpress.files import compress_file, convert_file, describe_file
 
 
 def _field(shape, dtype=np.float32, seed=0):
@@ -56,7 +55,7 @@ def test_convert_keeps_every_value_the_stream_gave(tmp_path, bound):
         assert b["g/p"].fillvalue == -1.0 and b.attrs["title"] == "convert"
         assert b.get("link", getlink=True).path == "/g/p"
         np.testing.assert_array_equal(b["g/ids"][...], s["g/ids"][...])
-    stored = {d["name"]: d for d in tp.formats.describe_file(new)}
+    stored = {d["name"]: d for d in describe_file(new)}
     assert stored["t"]["bound"]["tolerance"] == by["t"].bound["tolerance"]
     assert stored["t"]["ratio"] > 1
 

@@ -549,7 +549,7 @@ def test_partial_reads_read_only_the_missed_samples(tmp_path):
 def test_compressed_datasets_give_the_batches_of_their_data(tmp_path):
     """A dataset compressed losslessly by tensorpress gives the batches its data gives,
     every sample read (and decoded) once with no buffer."""
-    from tensorpress.formats import compress_file
+    from tensorpress.files import compress_file
 
     path = _make(tmp_path / "p.h5", 40)
     cpath = tmp_path / "c.h5"

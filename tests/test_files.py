@@ -10,13 +10,8 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from fields import smooth
-from tensorpress.formats import (
-    ChecksumError,
-    TruncatedError,
-    compress_file,
-    decompress_file,
-    describe_file,
-)
+from tensorpress.files import compress_file, decompress_file, describe_file
+from tensorpress.formats import ChecksumError, TruncatedError
 from tensorpress.formats import open_compressed as tp_open
 from tensorpress.formats.reader import open_source
 
@@ -197,7 +192,7 @@ STREAM_SCRIPT = textwrap.dedent(
     """
     import resource, sys
     import numpy as np
-    from tensorpress.formats import compress_file
+    from tensorpress.files import compress_file
     src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     # the first 8 MiB of the same file first: imports, jit and per-chunk buffers
     np.fromfile(src, "<f4", count=2 << 20).tofile(dst + ".head.f32")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from cli_runs import run_cli
+from tensorpress.files import convert_file, decompress_file
 from tensorpress.formats import FormatError
 from tensorpress.formats.filtered_chunks import uses_only_our_filter
 from tensorpress.formats.hdf5_filter import (
@@ -24,7 +25,6 @@ from tensorpress.formats.hdf5_filter import (
     encode_chunk,
     is_tensorpress_filter,
 )
-from tensorpress.formats.layout_convert import convert_file
 from tensorpress.loaders import H5Dataset
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -98,7 +98,7 @@ def test_legacy_golden_file_reads_through_open_and_h5dataset():
 
 def test_legacy_golden_file_decompresses(tmp_path):
     out = tmp_path / "plain.h5"
-    tp.formats.decompress_file(LEGACY, out)
+    decompress_file(LEGACY, out)
     with h5py.File(out, "r") as f:
         for name, meta in MANIFEST.items():
             assert f[name].id.get_create_plist().get_nfilters() == 0
@@ -279,7 +279,7 @@ h5py.h5z.register_filter(ctypes.addressof(cls))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import tensorpress as tp
-from tensorpress.formats.layout_convert import convert_file
+from tensorpress.files import convert_file
 seen = {"warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
         "unavailable": tp.hdf5.unavailable}
 try:

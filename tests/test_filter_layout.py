@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_runs import run_cli, run_json
-from tensorpress.formats import compress_file, decompress_file
+from tensorpress.files import compress_file, decompress_file
 from tensorpress.formats.hdf5_filter import FILTER_ID
 
 

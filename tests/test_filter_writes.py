@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorpress.compress.registry import get_codec
-from tensorpress.formats import compress_file
+from tensorpress.files import compress_file
 from tensorpress.formats.filter_layout import write_chunks, write_filtered
 from tensorpress.formats.hdf5_filter import filter
 

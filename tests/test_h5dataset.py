@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from tensorpress.formats import compress_file
+from tensorpress.files import compress_file
 from tensorpress.formats import open_compressed as open_compressed
 from tensorpress.loaders.h5dataset import DEFAULT_CACHE_BYTES, FileChangedError, H5Dataset
 from torch.utils.data import DataLoader

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from tensorpress.formats import compress_file
+from tensorpress.files import compress_file
 from tensorpress.loaders import DataLoader, FileChangedError, H5Dataset
 from torch.utils.data import DataLoader as TorchDataLoader
 

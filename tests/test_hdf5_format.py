@@ -13,15 +13,8 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from fields import smooth
-from tensorpress.formats import (
-    ChecksumError,
-    ContainerReader,
-    FormatError,
-    UnsupportedVersionError,
-    compress_file,
-    decompress_file,
-    describe_file,
-)
+from tensorpress.files import compress_file, decompress_file, describe_file
+from tensorpress.formats import ChecksumError, ContainerReader, FormatError, UnsupportedVersionError
 from tensorpress.formats import hdf5 as h5fmt
 from tensorpress.formats import open_compressed as tp_open
 from tensorpress.formats.hdf5 import MARKER

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from tensorpress.formats import compress_file
+from tensorpress.files import compress_file
 
 
 def _field(shape, dtype=np.float32, seed=0):

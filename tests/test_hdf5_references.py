@@ -6,7 +6,8 @@ import h5py
 import numpy as np
 from cli_runs import run_cli as _run
 from fields import smooth
-from tensorpress.formats import HDF5_FILTER_ID, compress_file
+from tensorpress.files import compress_file
+from tensorpress.formats import HDF5_FILTER_ID
 
 
 def _assert_one_line_error(rc, out, err, needle):

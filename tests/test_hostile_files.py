@@ -14,7 +14,7 @@ import pytest
 from cli_runs import run_cli as _run
 from fields import smooth
 from tensorpress.cli import app
-from tensorpress.formats import compress_file, decompress_file
+from tensorpress.files import compress_file, decompress_file
 
 
 def _assert_one_line_error(rc, out, err, needle=""):

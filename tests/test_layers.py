@@ -1,6 +1,7 @@
 """The layers of DESIGN.md hold: every import of ours points down, and none forms a cycle.
 
     cli ──► the package root (tensorpress/__init__.py)
+    files ──► formats                        (the whole-file jobs the command line runs)
     activation_offload, loaders, distributed ──► formats ──► compress
 
 The integrations in the middle never import each other; ``_version`` is a leaf
@@ -21,6 +22,7 @@ LAYERS = {
     "_version": 0,
     "compress": 1,
     "formats": 2,
+    "files": 3,  # the whole-file jobs: above the bytes, beside the integrations
     "activation_offload": 3,
     "loaders": 3,
     "distributed": 3,
@@ -190,3 +192,21 @@ def test_only_activation_offload_imports_the_device_encodings():
         if _in(dst, DEVICE)
     ]
     assert not wrong, "the device encodings are activation_offload's own:\n" + "\n".join(wrong)
+
+
+def test_the_file_jobs_sit_above_the_bytes():
+    """``files/`` uses formats/ and below, never the command line; formats/ never uses files/
+    (it is bytes on disk and on the wire, and keeps no whole-file job)."""
+    files = [m for m in MODULES if _in(m, "tensorpress.files")]
+    assert "tensorpress.files.compress" in files and "tensorpress.files.plan" in files, files
+    up = [
+        f"{src} imports {dst}"
+        for src, dsts in sorted(GRAPH.items())
+        for dst in sorted(dsts)
+        if (_in(src, "tensorpress.files") and _in(dst, "tensorpress.cli"))
+        or (_in(src, "tensorpress.formats") and _in(dst, "tensorpress.files"))
+    ]
+    assert not up, "\n".join(up)
+    assert GRAPH["tensorpress.files.compress"] & {"tensorpress.formats.stream_writer"}
+    jobs = sorted(p.name for p in (ROOT / "formats").glob("*.py") if p.stem.startswith("file_"))
+    assert not jobs, f"whole-file jobs left in formats/: {jobs}"

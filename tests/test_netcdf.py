@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 from cli_runs import run_cli, run_json
-from tensorpress.formats.file_output import STORAGE
+from tensorpress.files.output import STORAGE
 from tensorpress.formats.hdf5_filter import FILTER_ID
 
 REL = 1e-3
@@ -149,7 +149,7 @@ def test_netcdf3_is_refused_with_how_to_convert(capsys, tmp_path, argv):
 
 
 def test_netcdf3_is_refused_by_the_api(tmp_path):
-    from tensorpress.formats import compress_file
+    from tensorpress.files import compress_file
 
     src = tmp_path / "classic.nc"
     _netcdf3(src)

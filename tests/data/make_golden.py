@@ -313,7 +313,7 @@ def write_hdf5_source(path):
 
 
 def main_hdf5():
-    from tensorpress.formats import compress_file
+    from tensorpress.files import compress_file
     from tensorpress.formats import open_compressed as open_file
 
     out = pathlib.Path(__file__).parent / f"v{FORMAT_VERSION}"

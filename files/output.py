@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import h5py
 
-from .hdf5 import DIM_ATTRS, attach_scales, dimension_scales
-from .sources import HDF5_EXTENSIONS, has_extension
+from ..formats.filter_layout import report_progress
+from ..formats.hdf5 import DIM_ATTRS, attach_scales, dimension_scales
+from ..formats.sources import HDF5_EXTENSIONS, has_extension
 
 
 @dataclass
@@ -49,12 +50,6 @@ def ratio(original: int, stored: int) -> float:
     if stored == 0:
         return 1.0 if original == 0 else math.inf
     return original / stored
-
-
-def report_progress(progress, name: str, done: int, total: int) -> None:
-    """Call ``progress(name, done_bytes, total_bytes)`` when one is given."""
-    if progress is not None:
-        progress(name, done, total)
 
 
 def is_hdf5_path(path) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..compress.bounds import ErrorBound
 from ..compress.registry import get_codec
-from .hdf5 import is_scale
+from ..formats.hdf5 import is_scale
 
 #: dtypes that are compressed; every other dataset is copied as it is
 FLOAT_DTYPES = ("float16", "float32", "float64")

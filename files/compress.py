@@ -2,7 +2,7 @@
 group hierarchy, attributes, dimension scales and references kept) or a container file.
 
 Every dataset is read and written chunk by chunk (never whole), inputs are opened
-read-only, and outputs appear only when complete (see file_output.py).
+read-only, and outputs appear only when complete (see output.py).
 """
 
 from __future__ import annotations
@@ -16,19 +16,8 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.codec import chunk_rows_for
 from ..compress.quality import search_bound
-from .compress_plan import LAYOUTS, Plan, PsnrTarget
-from .file_output import (
-    DatasetReport,
-    atomic_output,
-    attach_plain,
-    copy_plain,
-    is_hdf5_path,
-    plain_report,
-    record_storage,
-    report_progress,
-)
-from .filter_layout import check_codec, filtered_bound, write_filtered
-from .hdf5 import (
+from ..formats.filter_layout import check_codec, filtered_bound, write_filtered
+from ..formats.hdf5 import (
     DIM_ATTRS,
     MARKER,
     DatasetSink,
@@ -38,18 +27,29 @@ from .hdf5 import (
     make_marker,
     walk,
 )
-from .hdf5_refs import carry_references, region_targets
-from .sources import RowFile, check_input, file_kind, npy_rows, open_npz, raw_layout
-from .stream_header import nchunks_for
-from .stream_reader import ContainerReader
-from .stream_writer import (
+from ..formats.hdf5_refs import carry_references, region_targets
+from ..formats.sources import RowFile, check_input, file_kind, npy_rows, open_npz, raw_layout
+from ..formats.stream_header import nchunks_for
+from ..formats.stream_reader import ContainerReader
+from ..formats.stream_writer import (
     DEFAULT_CHUNK_BYTES,
     FileSink,
     StreamWriter,
     checked_chunks,
     encode_array,
 )
-from .workers import resolve_workers
+from ..formats.workers import resolve_workers
+from .output import (
+    DatasetReport,
+    atomic_output,
+    attach_plain,
+    copy_plain,
+    is_hdf5_path,
+    plain_report,
+    record_storage,
+    report_progress,
+)
+from .plan import LAYOUTS, Plan, PsnrTarget
 
 #: a PSNR target searches its bound on the whole dataset up to this many bytes, beyond
 #: that on evenly spaced chunks of about this many bytes in all (the reached PSNR is then

@@ -21,16 +21,15 @@ import h5py
 import numpy as np
 
 from ..compress.registry import get_codec
-from . import hdf5_filter
-from .file_output import DatasetReport, atomic_output, attach_plain, copy_plain, report_progress
-from .filter_layout import (
+from ..formats import hdf5_filter
+from ..formats.filter_layout import (
     MAX_CHUNK_BYTES,
     filter_codec,
     filter_keywords,
     filtered_bound,
     our_filter,
 )
-from .hdf5 import (
+from ..formats.hdf5 import (
     DIM_ATTRS,
     MARKER,
     DatasetSource,
@@ -41,13 +40,14 @@ from .hdf5 import (
     read_marker,
     walk,
 )
-from .hdf5_filter import CODEC_NUMBERS, FILTER_ID, LEGACY_FILTER_ID, is_tensorpress_filter
-from .hdf5_refs import carry_references
-from .reader import naming
-from .sources import check_input, file_kind
-from .stream_header import is_bfloat16
-from .stream_reader import ContainerReader
-from .stream_writer import FileSink, StreamWriter, encode_array
+from ..formats.hdf5_filter import CODEC_NUMBERS, FILTER_ID, LEGACY_FILTER_ID, is_tensorpress_filter
+from ..formats.hdf5_refs import carry_references
+from ..formats.reader import naming
+from ..formats.sources import check_input, file_kind
+from ..formats.stream_header import is_bfloat16
+from ..formats.stream_reader import ContainerReader
+from ..formats.stream_writer import FileSink, StreamWriter, encode_array
+from .output import DatasetReport, atomic_output, attach_plain, copy_plain, report_progress
 
 
 def convert_file(src, dst, *, overwrite: bool = False, progress=None) -> list[DatasetReport]:

@@ -1,6 +1,6 @@
-"""Decompressing whole files written by :func:`~tensorpress.formats.compress_file`, and
+"""Decompressing whole files written by :func:`~tensorpress.files.compress_file`, and
 describing them. Every dataset is decoded chunk by chunk (never whole) and outputs
-appear only when complete (see file_output.py).
+appear only when complete (see output.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,27 @@ import zipfile
 import h5py
 import numpy as np
 
-from .errors import FormatError
-from .file_output import (
+from ..formats.errors import FormatError
+from ..formats.filter_layout import filter_codec, filtered_bound, restore_plain
+from ..formats.filtered_chunks import FilteredChunks, uses_only_our_filter
+from ..formats.hdf5 import (
+    DIM_ATTRS,
+    MARKER,
+    DatasetSource,
+    attach_scales,
+    copy_attrs,
+    datasets_copying_the_rest,
+    fill_value,
+    read_marker,
+    walk,
+)
+from ..formats.hdf5_refs import carry_references, refuse_compressed_regions
+from ..formats.reader import naming, open_compressed
+from ..formats.sources import RAW_EXTENSIONS, check_input, file_kind, has_extension
+from ..formats.stream_header import is_bfloat16
+from ..formats.stream_reader import ContainerReader, FileSource, read_header
+from ..formats.workers import resolve_workers
+from .output import (
     STORAGE,
     DatasetReport,
     StoredAs,
@@ -25,25 +44,6 @@ from .file_output import (
     report_progress,
     stored_as,
 )
-from .filter_layout import filter_codec, filtered_bound, restore_plain
-from .filtered_chunks import FilteredChunks, uses_only_our_filter
-from .hdf5 import (
-    DIM_ATTRS,
-    MARKER,
-    DatasetSource,
-    attach_scales,
-    copy_attrs,
-    datasets_copying_the_rest,
-    fill_value,
-    read_marker,
-    walk,
-)
-from .hdf5_refs import carry_references, refuse_compressed_regions
-from .reader import naming, open_compressed
-from .sources import RAW_EXTENSIONS, check_input, file_kind, has_extension
-from .stream_header import is_bfloat16
-from .stream_reader import ContainerReader, FileSource, read_header
-from .workers import resolve_workers
 
 
 def decompress_file(src, dst, *, raw=False, workers=None, overwrite=False, progress=None) -> list:
