@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
-from ..compress.block import BlockCodec, steps_for
-from ..compress.int8 import int8_decode, int8_encode
+from ..compress.block import BlockCodec, int8_decode, int8_encode, steps_for
 from ..formats import decode_array, encode_array
 from .zstd_stage import ZstdStage, unsqueeze
 

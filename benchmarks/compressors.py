@@ -158,8 +158,9 @@ def _block_torch_codec(notes: list[str]) -> list[Codec]:
     """``tp-block-torch``: the torch path of ``block`` on a CPU tensor, one torch thread."""
     try:
         import torch
-        from tensorpress.compress import block, compress_tensor, decompress_tensor
-        from tensorpress.compress.kernels import block_torch
+        from tensorpress.compress import compress_tensor, decompress_tensor
+        from tensorpress.compress.block import codec as block
+        from tensorpress.compress.block.kernels import torch_codec as block_torch
     except ImportError as exc:
         notes.append(f"torch tensor path not importable ({exc}): {BLOCK_TORCH} rows skipped")
         return []

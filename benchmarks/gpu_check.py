@@ -165,7 +165,7 @@ def within_bound(x: torch.Tensor, y: torch.Tensor, mode: str, tol: float) -> boo
 
 def within_reported(x: torch.Tensor, y: torch.Tensor, ct) -> bool:
     """quant: every chunk's error at most the max error its payload records."""
-    from tensorpress.compress.quant import QuantCodec
+    from tensorpress.compress.quant.codec import QuantCodec
 
     payload = bytes(ct.payload.cpu().numpy())
     per = ct.chunk_rows * (math.prod(ct.shape[1:]) if len(ct.shape) else 1)

@@ -1,6 +1,6 @@
 """Group-quantized tensors as uint8 wire buffers for torch.distributed collectives.
 
-The quantization is :mod:`tensorpress.compress.group_quant`'s, with float32
+The quantization is :mod:`tensorpress.compress.quant.groups`'s, with float32
 ``lo``/``scale`` and float32 arithmetic (gradients and weights are float32). Two
 choices are the wire's own:
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compress import group_quant as gq
-from ..compress.group_quant import BITS, check_args
-from ..compress.kernels import quant_torch as qt
+from ..compress.quant import groups as gq
+from ..compress.quant.groups import BITS, check_args
+from ..compress.quant.kernels import torch_ops as qt
 
 __all__ = [
     "BITS",

@@ -46,8 +46,8 @@ def test_bound_holds_on_every_element(case):
 def torch_ops_on_cpu():
     """CPU tensors through the torch ops (what CUDA tensors fall back to) instead of
     the numba kernels."""
-    from tensorpress.compress import block
-    from tensorpress.compress.kernels import block_torch
+    from tensorpress.compress.block import codec as block
+    from tensorpress.compress.block.kernels import torch_codec as block_torch
 
     saved = block.HOST_KERNELS[0]
     block.HOST_KERNELS[0] = block_torch
@@ -224,7 +224,7 @@ def test_multi_chunk_layouts_match(n, rows_per_chunk):
 @pytest.mark.parametrize("mode", ["rel", "pw_rel"])
 def test_bfloat16_kernels_write_the_torch_bytes(mode):
     """numpy has no bfloat16: the numba kernels take float32 values and the bf16 bytes."""
-    from tensorpress.compress.block import encode_values
+    from tensorpress.compress.block.codec import encode_values
     from tensorpress.compress.kernels.rounding import PREC_BFLOAT16
 
     g = torch.Generator().manual_seed(1)
@@ -249,7 +249,7 @@ def test_bfloat16_kernels_write_the_torch_bytes(mode):
 
 def test_cuda_kernels_fall_back_to_torch_ops(monkeypatch):
     """Where the CUDA kernels cannot run, the torch ops write the same bytes (one warning)."""
-    from tensorpress.compress import block
+    from tensorpress.compress.block import codec as block
 
     class Broken:  # what a numba without a working CUDA target does at the first call
         def encode(*args):
@@ -273,7 +273,7 @@ def test_cuda_kernels_fall_back_to_torch_ops(monkeypatch):
 
 
 def test_last_marked_is_the_running_max_of_marked_positions():
-    from tensorpress.compress.kernels.block_torch import last_marked
+    from tensorpress.compress.block.kernels.torch_codec import last_marked
 
     rng = np.random.default_rng(5)
     for n in (1, 2, 7, 1000):

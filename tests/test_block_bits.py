@@ -2,7 +2,7 @@
 
 import numpy as np
 from numba import njit
-from tensorpress.compress.kernels.bits import running_sum16, split8
+from tensorpress.compress.block.kernels.bits import running_sum16, split8
 
 
 @njit(cache=True)

@@ -18,10 +18,10 @@ import math, sys
 import numpy as np
 import torch
 from tensorpress.compress import compress_tensor
-from tensorpress.compress.block import _chunk_elems, encode_values, steps_for, _PREC
-from tensorpress.compress.kernels import block_cuda, block_torch
-from tensorpress.compress.kernels.block_cuda_device import round_bf16, round_f16
-from tensorpress.compress.kernels.block_layout import MODE_BLOCKS
+from tensorpress.compress.block.codec import _chunk_elems, encode_values, steps_for, _PREC
+from tensorpress.compress.block.kernels import cuda as block_cuda, torch_codec as block_torch
+from tensorpress.compress.block.kernels.cuda_device import round_bf16, round_f16
+from tensorpress.compress.block.kernels.layout import MODE_BLOCKS
 from tensorpress.compress.kernels.rounding import PREC_BFLOAT16
 
 # in the simulator (the test) on CPU tensors; on a GPU, without NUMBA_ENABLE_CUDASIM,
@@ -171,7 +171,7 @@ for bad_lengths in ([], [5, 5], [0]):
         print("NOT REJECTED lengths", bad_lengths)
 # hand-made sparse blocks (one block of n values, direct codes of w bits): count byte and
 # index (kernels/positions.py: two halves' ranks, or a mask) after the codes
-from tensorpress.compress.kernels import positions as ps
+from tensorpress.compress.block.kernels import positions as ps
 
 
 def sparse_block(n, positions, w=3, code=None, index=None):
@@ -221,7 +221,7 @@ for n_vals, blob, reject in crafted:
     want = None
     if not reject:  # what the numba kernels make of it
         want = torch.from_numpy(np.empty(n_vals, np.float32))
-        from tensorpress.compress.block import BlockCodec
+        from tensorpress.compress.block.codec import BlockCodec
         BlockCodec._decode_into(np.array(blob, np.uint8), n_vals, np.float32, False, step,
                                 want.numpy())
     if (res[0] is None) != reject or (res[1] is None) != reject or (

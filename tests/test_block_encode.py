@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorpress.compress import compress_tensor
-from tensorpress.compress.kernels.block_encode import check_free_codes
-from tensorpress.compress.kernels.block_layout import steps_for
+from tensorpress.compress.block.kernels.encode import check_free_codes
+from tensorpress.compress.block.kernels.layout import steps_for
 from tensorpress.compress.kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 from tensorpress.formats import tensor_to_stream
 from test_block import torch_ops_on_cpu

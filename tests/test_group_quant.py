@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensorpress.compress import group_quant as gq
-from tensorpress.compress.kernels import quant_torch as qt
+from tensorpress.compress.quant import groups as gq
+from tensorpress.compress.quant.kernels import torch_ops as qt
 from tensorpress.distributed.wire import (
     GroupQuantized,
     dequantize_groups,

@@ -16,7 +16,7 @@ from tensorpress.activation_offload.codec import (
 )
 from tensorpress.activation_offload.records import Compressed
 from tensorpress.activation_offload.stats import ActivationStats
-from tensorpress.compress.block import steps_for
+from tensorpress.compress.block.codec import steps_for
 from tensorpress.compress.tensor import ValueRange
 
 _SPECIALS = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, 1e30]

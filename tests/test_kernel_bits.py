@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 from numba import njit
-from tensorpress.compress.block import steps_for
-from tensorpress.compress.kernels import block as kb
-from tensorpress.compress.kernels.bits import (
+from tensorpress.compress.block.codec import steps_for
+from tensorpress.compress.block.kernels import cpu as kb
+from tensorpress.compress.block.kernels.bits import (
     copy_bytes,
     get_bits,
     load_u64,
@@ -14,7 +14,7 @@ from tensorpress.compress.kernels.bits import (
     store_u64,
     trailing_zeros,
 )
-from tensorpress.compress.kernels.block_layout import MODE_BLOCKS
+from tensorpress.compress.block.kernels.layout import MODE_BLOCKS
 from tensorpress.compress.kernels.rounding import PREC_FLOAT32
 
 

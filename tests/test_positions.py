@@ -7,8 +7,8 @@ from itertools import combinations
 import numpy as np
 import pytest
 import torch
-from tensorpress.compress.kernels import positions as ps
-from tensorpress.compress.kernels.block_torch import Tables
+from tensorpress.compress.block.kernels import positions as ps
+from tensorpress.compress.block.kernels.torch_codec import Tables
 
 
 def _mask(positions) -> np.uint64:

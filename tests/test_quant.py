@@ -17,11 +17,11 @@ import tensorpress as tp
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress import quant as quant_module
 from tensorpress.compress.kernels.hashing import hash32, hash32_torch
 from tensorpress.compress.kernels.rounding import PREC_FLOAT16
 from tensorpress.compress.kernels.rounding import round_via_float32 as to_storage
-from tensorpress.compress.quant import MODE_QUANT, MODE_RAW, QuantCodec
+from tensorpress.compress.quant import codec as quant_module
+from tensorpress.compress.quant.codec import MODE_QUANT, MODE_RAW, QuantCodec
 from tensorpress.compress.registry import get_codec
 
 FAST = settings(

@@ -3,11 +3,11 @@
 For activations and gradients that only need a fixed number of bits, not an
 error bound. Two implementations write identical bytes: numba kernels on numpy
 chunks (:meth:`QuantCodec.encode`/``decode``, :mod:`.kernels.quant`) and the
-torch ops of :mod:`.group_quant`, which run unchanged on CPU and GPU
+torch ops of :mod:`.groups`, which run unchanged on CPU and GPU
 (:meth:`QuantCodec.encode_tensor`/``decode_tensor``, which hand float16/32/64
 CPU tensors to the numba kernels).
 
-Each chunk of ``n`` values (C order) is one row of :mod:`.group_quant`'s
+Each chunk of ``n`` values (C order) is one row of :mod:`.groups`'s
 arithmetic with these choices:
 
 * compute dtype float64; parameter dtype P float64 for float64 data, else float32;
@@ -39,11 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .byteio import ByteWriter
-from .codec import Codec, deliver
-from .kernels.quant import quant_decode, quant_encode
-from .kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
-from .registry import register_codec
+from ..byteio import ByteWriter
+from ..codec import Codec, deliver
+from ..kernels.rounding import PREC_FLOAT16, PREC_FLOAT64, prec_of
+from ..registry import register_codec
+from .kernels.cpu import quant_decode, quant_encode
 
 MODE_QUANT, MODE_RAW = 0, 1
 _HEAD = 9  # u8 mode + f64 max_error
@@ -243,7 +243,7 @@ class QuantCodec(Codec):
         float64, any device), ``chunk_rows`` rows each; see :meth:`Codec.encode_tensor`."""
         import torch
 
-        from .kernels import quant_torch as qt
+        from .kernels import torch_ops as qt
 
         pdt = qt.param_dtype(t.dtype)
         if not t.is_contiguous():
@@ -286,7 +286,7 @@ class QuantCodec(Codec):
             return None
         import torch
 
-        from .kernels import quant_torch as qt
+        from .kernels import torch_ops as qt
 
         pos = torch.arange(ngroups * self.group, device=device)
         return qt.signs(self.seed, pos).view(1, ngroups, self.group)
@@ -296,8 +296,8 @@ class QuantCodec(Codec):
         first at element ``base``) and their max errors (not finite: store raw)."""
         import torch
 
-        from . import group_quant as gq
-        from .kernels import quant_torch as qt
+        from . import groups as gq
+        from .kernels import torch_ops as qt
 
         nch, m = x.shape
         ngroups, ncodes, _ = self._layout(m)
@@ -324,7 +324,7 @@ class QuantCodec(Codec):
         """Inverse of :meth:`encode_tensor` on ``payload.device`` (``chunk_rows`` as encoded)."""
         import torch
 
-        from .kernels import quant_torch as qt
+        from .kernels import torch_ops as qt
 
         qt.param_dtype(dtype)  # TypeError for a dtype the codec does not take
         shape = tuple(int(d) for d in shape)
@@ -356,7 +356,7 @@ class QuantCodec(Codec):
         of a ``dtype`` tensor of ``shape``."""
         import torch
 
-        from .kernels import quant_torch as qt
+        from .kernels import torch_ops as qt
 
         itemsize = torch.empty(0, dtype=dtype).element_size()
         psize = torch.empty(0, dtype=qt.param_dtype(dtype)).element_size()
@@ -386,7 +386,7 @@ class QuantCodec(Codec):
         """Decode chunk payloads of one size into the rows of ``dst [chunks, size]``."""
         import torch
 
-        from .kernels import quant_torch as qt
+        from .kernels import torch_ops as qt
 
         pdt = qt.param_dtype(dst.dtype)
         quant = [i for i, mode in enumerate(modes) if mode == MODE_QUANT]
@@ -407,8 +407,8 @@ class QuantCodec(Codec):
         the rows of ``enc``."""
         import torch
 
-        from . import group_quant as gq
-        from .kernels import quant_torch as qt
+        from . import groups as gq
+        from .kernels import torch_ops as qt
 
         ngroups, ncodes, _ = self._layout(m)
         psize = 8 if pdt == torch.float64 else 4

@@ -1,6 +1,6 @@
 """Numba kernels of the ``int8`` codec: codes ``rint(x / step)`` in one signed byte.
 
-The rule for whether a code keeps the bound is ``block``'s (``block_layout.codable``),
+The rule for whether a code keeps the bound is ``block``'s (``layout.codable``),
 with the byte's own limit of ±127 on top.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import block_layout as bl
+from . import layout as bl
 
 #: largest |code| a signed byte holds here (-128 is left out: codes are symmetric)
 INT8_MAX = 127.0

@@ -2,8 +2,8 @@
 
 One call encodes one chunk, sequentially (chunks run in parallel threads; the
 kernel releases the GIL). The byte layout is specified in formats/SPEC.md and
-named in ``kernels/block_layout.py``; ``kernels/block_torch.py`` and the CUDA
-kernels write the same bytes. The decoder is in ``kernels/block.py``.
+named in ``kernels/layout.py``; ``kernels/block_torch.py`` and the CUDA
+kernels write the same bytes. The decoder is in ``kernels/cpu.py``.
 
 Under abs bounds on float32 and float64 values, a block whose codes all lie
 within ``check_free_codes`` skips the reconstruction check, which is proven to
@@ -17,16 +17,16 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from . import block_layout as bl
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
+from ...kernels.rounding import round_via_float32 as to_storage
+from . import layout as bl
 from .bits import bit_length, copy_bytes, put_bits, store_u64, trailing_zeros
-from .block_layout import BLOCK, DELTA, QMAX, RAW_WIDTH, SIGNED, SPARSE, STEP_MARGIN
+from .layout import BLOCK, DELTA, QMAX, RAW_WIDTH, SIGNED, SPARSE, STEP_MARGIN
 from .positions import cost_bits, encode_index
-from .rounding import PREC_FLOAT32, PREC_FLOAT64
-from .rounding import round_via_float32 as to_storage
 
 
 def _inline(f):
-    """A layout helper of ``block_layout`` compiled for these kernels."""
+    """A layout helper of ``layout`` compiled for these kernels."""
     return njit(cache=True, nogil=True, inline="always")(f)
 
 
@@ -157,7 +157,7 @@ def _quant_block(xv, s, m, prec, pw, tol, bstep, binv, qb):
 
 @njit(cache=True, nogil=True, inline="always")
 def _codable(x, t, prec, pw, tol, bstep):
-    """Whether code ``t`` reconstructs ``x`` within the bound (block_layout.codable)."""
+    """Whether code ``t`` reconstructs ``x`` within the bound (layout.codable)."""
     if not abs(t) <= QMAX:  # before the product: t may be huge
         return False
     return _within(x, t, to_storage(t * bstep, prec), pw, tol)

@@ -74,7 +74,7 @@ class Tables:
 def last_marked(mark: torch.Tensor) -> torch.Tensor:
     """Per position: the index of the last marked position at or before it (``mark[0]``
     must be set). Searches the running count of marks: torch's ``cummax`` scans a long
-    1-d tensor on one CUDA block (see ``python -m tensorpress.compress.kernels.block_cuda``
+    1-d tensor on one CUDA block (see ``python -m tensorpress.compress.block.kernels.cuda``
     for the decoder's throughput on a GPU)."""
     count = torch.cumsum(mark.long(), 0)
     return torch.searchsorted(count, count)

@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from .codec import Codec, deliver
-from .kernels.block_layout import steps_for
+from ..codec import Codec, deliver
+from ..registry import register_codec
 from .kernels.int8 import INT8_MAX, from_int8_codes, int8_codes
-from .registry import register_codec
+from .kernels.layout import steps_for
 
 MODE_RAW = 1
 MODE_CODES = 2

@@ -1,7 +1,7 @@
-"""The ``block`` codec's encoder as numba.cuda kernels (``kernels/block_cuda.py`` runs them).
+"""The ``block`` codec's encoder as numba.cuda kernels (``kernels/cuda.py`` runs them).
 
 One CUDA thread per block of 64 values, each a direct port of the per-block body of
-``kernels/block.py``'s ``encode_chunk``: ``QUANT`` quantizes, ``plan_kernel`` chooses
+``kernels/cpu.py``'s ``encode_chunk``: ``QUANT`` quantizes, ``plan_kernel`` chooses
 each block's packing and counts its bytes, ``write_kernel`` writes the payloads.
 """
 
@@ -11,7 +11,7 @@ import math
 
 from numba import cuda, float32, float64, int64, uint8
 
-from .block_cuda_device import (
+from .cuda_device import (
     SIM,
     TPB,
     bit_width,
@@ -34,7 +34,7 @@ from .block_cuda_device import (
     tpb,
     width,
 )
-from .block_layout import (
+from .layout import (
     BLOCK,
     DELTA,
     EXP_MAX,

@@ -11,11 +11,11 @@ cannot be quantized (NaN, infinity, a code too large) is stored raw, as one
 value when all its values are equal; a block equal to the value before it costs
 one header byte. Every step is data-parallel: torch
 tensor ops (``kernels/block_torch.py``) and numba.cuda kernels for CUDA
-tensors (``kernels/block_cuda.py``) write the same bytes as the numba CPU
-kernels (``kernels/block.py``); all three take the layout's fields and the
-quantizer's rule from ``kernels/block_layout.py``.
+tensors (``kernels/cuda.py``) write the same bytes as the numba CPU
+kernels (``kernels/cpu.py``); all three take the layout's fields and the
+quantizer's rule from ``kernels/layout.py``.
 With ``entropy="zstd"`` a chunk's packed blocks are compressed once more with
-zstd where that is smaller (``block_entropy.py``; on the host only).
+zstd where that is smaller (``entropy.py``; on the host only).
 Byte layout: formats/SPEC.md.
 """
 
@@ -25,7 +25,13 @@ import math
 
 import numpy as np
 
-from .block_entropy import (
+from ..bounds import ErrorBound
+from ..codec import Codec, deliver
+from ..kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
+from ..registry import register_codec
+from ..scratch import scratch
+from ..threads import map_grouped
+from .entropy import (
     check_entropy,
     squeeze,
     squeeze_into,
@@ -33,15 +39,9 @@ from .block_entropy import (
     unsqueeze,
     unsqueeze_tensor,
 )
-from .bounds import ErrorBound
-from .codec import Codec, deliver
-from .kernels import block as kb
-from .kernels import block_layout as bl
-from .kernels.block_layout import STEP_MARGIN, steps_for
-from .kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
-from .registry import register_codec
-from .scratch import scratch
-from .threads import map_grouped
+from .kernels import cpu as kb
+from .kernels import layout as bl
+from .kernels.layout import STEP_MARGIN, steps_for
 
 #: precision code by numpy dtype, native and little-endian (keyed by the dtype: numpy
 #: computes ``dtype.name`` in Python, a few microseconds a chunk)
@@ -223,13 +223,13 @@ def _run_kernels(name: str, on_cuda: bool, args):
     All write the same bytes; where the CUDA kernels cannot load or compile (a
     numba without CUDA support, say) the torch ops take over, with one warning.
     """
-    from .kernels import block_torch
+    from .kernels import torch_codec as block_torch
 
     if not on_cuda:
         return getattr(HOST_KERNELS[0], name)(*args)
     if not _CUDA_KERNELS:
         try:
-            from .kernels import block_cuda
+            from .kernels import cuda as block_cuda
 
             _CUDA_KERNELS.append(block_cuda)
         except Exception as exc:  # noqa: BLE001 - any import failure means: use torch
@@ -247,7 +247,7 @@ def _run_kernels(name: str, on_cuda: bool, args):
 
 class _HostKernels:
     """The tensor path on CPU tensors: the numba kernels, chunk by chunk, on the tensor's
-    own memory (same signatures as ``kernels.block_torch``, whose torch ops are much
+    own memory (same signatures as ``kernels.torch_codec``, whose torch ops are much
     slower on a CPU: ``python benchmarks/gpu_check.py --cpu-dry-run`` compares them)."""
 
     @staticmethod
@@ -327,7 +327,7 @@ def _bfloat16_bits(vals: np.ndarray) -> np.ndarray:
 
 
 #: the kernels ``encode_tensor``/``decode_tensor`` use for CPU tensors (tests swap in
-#: ``kernels.block_torch`` to check that the torch ops write the same bytes)
+#: ``kernels.torch_codec`` to check that the torch ops write the same bytes)
 HOST_KERNELS: list = [_HostKernels]
 
 

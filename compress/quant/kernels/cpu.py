@@ -3,7 +3,7 @@
 One call handles the groups ``g0 <= g < g1`` of one chunk (the caller may
 split a chunk's groups among threads: the kernels release the GIL and a
 group's packed codes start on a byte boundary). The arithmetic is
-:mod:`tensorpress.compress.group_quant`'s, in float64 and in the same order,
+:mod:`tensorpress.compress.quant.groups`'s, in float64 and in the same order,
 with the codec's choices (:mod:`tensorpress.compress.quant`), so its torch
 path writes the same bytes.
 """
@@ -13,9 +13,9 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from .hashing import hash32
-from .rounding import PREC_FLOAT64
-from .rounding import round_via_float32 as to_storage
+from ...kernels.hashing import hash32
+from ...kernels.rounding import PREC_FLOAT64
+from ...kernels.rounding import round_via_float32 as to_storage
 
 _U_SCALE = 2.0**-24  # (hash >> 8) * 2**-24 is a uniform draw in [0, 1)
 

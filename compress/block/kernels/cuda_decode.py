@@ -1,4 +1,4 @@
-"""The ``block`` codec's decoder as numba.cuda kernels (``kernels/block_cuda.py`` runs them).
+"""The ``block`` codec's decoder as numba.cuda kernels (``kernels/cuda.py`` runs them).
 
 ``scan_kernel`` checks each sparse block's index and sums its codes (delta) or takes
 its last code (direct); ``DECODE`` unpacks, reconstructs, rounds to the dtype and puts
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import cuda, int16, int32, int64
 
-from .block_cuda_device import (
+from .cuda_device import (
     byte,
     device_fn,
     exp_at,
@@ -28,7 +28,7 @@ from .block_cuda_device import (
     unrank,
     width,
 )
-from .block_layout import BLOCK, DELTA, MODE_BLOCKS, RAW_WIDTH, SIGNED, SPARSE
+from .layout import BLOCK, DELTA, MODE_BLOCKS, RAW_WIDTH, SIGNED, SPARSE
 from .positions import BINOM, CODE_COUNT, CODE_HIGH, HALF, HALF_BITS
 
 

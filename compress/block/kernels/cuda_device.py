@@ -2,7 +2,7 @@
 
 The simulator switch (``SIM``: ``NUMBA_ENABLE_CUDASIM=1`` runs the kernels on the
 CPU, as plain Python), float64/float32 bit casts and roundings to the 16-bit dtypes
-as integer operations, the layout's helpers (``kernels/block_layout.py``) compiled
+as integer operations, the layout's helpers (``kernels/layout.py``) compiled
 for the device, kernels/positions.py's tables, and where each thread's block lies.
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from numba import config, cuda, float32, float64, int32, int64
 
-from . import block_layout as bl
-from .block_layout import BLOCK, QMAX
+from . import layout as bl
+from .layout import BLOCK, QMAX
 from .positions import BINOM, COST_BITS, HALF, HALF_BITS, MASK_BASE, RANK_MAX
 
 SIM = bool(config.ENABLE_CUDASIM)
@@ -148,7 +148,7 @@ def to_storage(v, prec):
     return round_bf16(f)
 
 
-# the layout's helpers and the quantizer's rule (kernels/block_layout.py) as device functions
+# the layout's helpers and the quantizer's rule (kernels/layout.py) as device functions
 width = device_fn(bl.width)
 head_at = device_fn(bl.head_at)
 exp_at = device_fn(bl.exp_at)
@@ -160,7 +160,7 @@ _within = device_fn(bl.codable)
 
 @device_fn
 def codable(x, t, prec, pw, tol, bstep):
-    """Whether code ``t`` reconstructs ``x`` within the bound (block_layout.codable)."""
+    """Whether code ``t`` reconstructs ``x`` within the bound (layout.codable)."""
     if not abs(t) <= QMAX:  # before the product: t may be huge
         return False
     return _within(x, t, to_storage(mul(t, bstep), prec), pw, tol)

@@ -1,6 +1,6 @@
 """Torch tensor ops of group quantization (any device): parameter dtypes, the
 Walsh-Hadamard transform, random signs and rounding noise, bit packing. The
-arithmetic is defined in ``compress/group_quant.py``; ``kernels/quant.py`` is
+arithmetic is defined in ``compress/quant/groups.py``; ``kernels/quant.py`` is
 the numba twin the ``quant`` codec runs on numpy chunks.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .hashing import hash32_torch
+from ...kernels.hashing import hash32_torch
 
 
 def param_dtype(dtype):

@@ -12,7 +12,7 @@ Each row of ``x [k, m]`` is quantized on its own:
    last is padded to ``group`` values (zeros under Hadamard, else copies of its
    last value, which leave its minimum and maximum unchanged);
 2. Hadamard (optional): ``v = FWHT(s * x)`` per group (unnormalised butterflies,
-   :func:`.kernels.quant_torch.fwht`) with random signs ``s`` (+1/-1) that the
+   :func:`.kernels.torch_ops.fwht`) with random signs ``s`` (+1/-1) that the
    caller chooses; else ``v = x``;
 3. ``lo = P(min(v) + 0.0)`` and ``scale = P((max(v) + 0.0 - lo) / (2**bits - 1))``,
    P the parameter dtype the caller stores (the ``+ 0.0`` stores a zero minimum
@@ -41,7 +41,7 @@ import math
 
 import torch
 
-from .kernels import quant_torch as qt
+from .kernels import torch_ops as qt
 
 BITS = (2, 4, 8)
 
@@ -128,7 +128,7 @@ def dequantize(codes, lo, scale, m: int, group: int, *, compute_dtype, signs=Non
 
 def pack(codes, bits: int):
     """Codes ``[k, c]`` (whole numbers in [0, 2**bits)) packed LSB first into uint8
-    ``[k, ceil(c * bits / 8)]``, the last byte zero-padded (:func:`.kernels.quant_torch.pack`)."""
+    ``[k, ceil(c * bits / 8)]``, the last byte zero-padded (:func:`.kernels.torch_ops.pack`)."""
     return qt.pack(codes.to(torch.uint8), bits)
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import block_layout as bl
-from .stages import zstd_compress, zstd_decompress
+from ..stages import zstd_compress, zstd_decompress
+from .kernels import layout as bl
 
 #: the entropy modes a ``block`` codec takes (config key ``"entropy"``)
 ENTROPY_MODES = ("none", "zstd")

@@ -1,8 +1,8 @@
-"""Numba kernels of the ``block`` codec: the decoder here, the encoder in ``block_encode.py``.
+"""Numba kernels of the ``block`` codec: the decoder here, the encoder in ``encode.py``.
 
 One call handles one chunk, sequentially (chunks run in parallel threads; the
 kernels release the GIL). The byte layout is specified in formats/SPEC.md and
-named in ``kernels/block_layout.py``; ``kernels/block_torch.py`` writes the same
+named in ``kernels/layout.py``; ``kernels/block_torch.py`` writes the same
 bytes with torch tensor ops.
 """
 
@@ -11,17 +11,17 @@ import math
 import numpy as np
 from numba import njit
 
-from . import block_layout as bl
+from . import layout as bl
 from .bits import SCAN_LANES, copy_bytes, get_bits, load_u64, running_sum16, split8, trailing_zeros
-from .block_encode import encode_chunk
-from .block_layout import BLOCK, DELTA, MODE_BLOCKS, RAW_WIDTH, SIGNED, SPARSE
+from .encode import encode_chunk
+from .layout import BLOCK, DELTA, MODE_BLOCKS, RAW_WIDTH, SIGNED, SPARSE
 from .positions import CODE_COUNT, decode_index, index_size
 
 __all__ = ["decode_chunk", "encode_chunk"]
 
 
 def _inline(f):
-    """A layout helper of ``block_layout`` compiled for these kernels."""
+    """A layout helper of ``layout`` compiled for these kernels."""
     return njit(cache=True, nogil=True, inline="always")(f)
 
 

@@ -5,9 +5,9 @@ every step is element- or block-parallel (the one sequential dependency, the
 running value behind delta-coded blocks, is a segmented scan over blocks).
 The host learns the payload sizes (encode), the chunk modes (decode) and the
 positions of the rare values or blocks that need extra work. Fields and offsets
-come from ``kernels/block_layout.py``; bit fields and the sparse blocks' index from
-``kernels/block_torch_bits.py``.
-Arithmetic matches ``kernels/block.py`` operation for operation: float64
+come from ``kernels/layout.py``; bit fields and the sparse blocks' index from
+``kernels/torch_bits.py``.
+Arithmetic matches ``kernels/cpu.py`` operation for operation: float64
 products, round-half-even, rounding to 16-bit dtypes through float32.
 """
 
@@ -17,10 +17,10 @@ import math
 
 import torch
 
-from . import block_layout as bl
+from . import layout as bl
 from . import positions as ps
-from .block_layout import BLOCK, DELTA, MODE_BLOCKS, MODE_RAW, QMAX, RAW_WIDTH, SIGNED, SPARSE
-from .block_torch_bits import Tables, extract_bits, last_marked, scatter_bits, sparse_masks
+from .layout import BLOCK, DELTA, MODE_BLOCKS, MODE_RAW, QMAX, RAW_WIDTH, SIGNED, SPARSE
+from .torch_bits import Tables, extract_bits, last_marked, scatter_bits, sparse_masks
 
 __all__ = [
     "BlockFields",
@@ -174,7 +174,7 @@ def _quantize(xb, lay, dtype, pw, tol, step, inv):
 
 
 def _codable(x, t, dtype, pw, tol, bstep):
-    """Whether codes ``t`` reconstruct ``x`` within the bound (block_layout.codable,
+    """Whether codes ``t`` reconstruct ``x`` within the bound (layout.codable,
     element-wise)."""
     r = to_storage(t * bstep, dtype)
     ok = (t.abs() <= QMAX) & ((r - x).abs() <= (tol * x.abs() if pw else tol))

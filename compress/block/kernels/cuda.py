@@ -1,7 +1,7 @@
 """The ``block`` codec as numba.cuda kernels: the bytes and values of ``block_torch``.
 
 One CUDA thread per block of 64 values, each a direct port of the per-block
-body of ``kernels/block.py``'s ``encode_chunk``; the threads of a CUDA block share
+body of ``kernels/cpu.py``'s ``encode_chunk``; the threads of a CUDA block share
 the memory traffic of their tile of consecutive blocks (whose values are one
 contiguous range), so that consecutive threads touch consecutive addresses:
 
@@ -32,8 +32,8 @@ delta block its carry-in; ``DECODE`` (the decoding kernel) unpacks, reconstructs
 to the dtype and puts the values' bits (raw blocks and raw chunks: their bytes) in a
 shared-memory tile that the CUDA block writes out together.
 
-The kernels live in ``kernels/block_cuda_encode.py`` and ``kernels/block_cuda_decode.py``
-(their shared device functions in ``kernels/block_cuda_device.py``); this module
+The kernels live in ``kernels/cuda_encode.py`` and ``kernels/cuda_decode.py``
+(their shared device functions in ``kernels/cuda_device.py``); this module
 runs them between torch ops.
 
 With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator on CPU
@@ -45,12 +45,12 @@ from __future__ import annotations
 import torch
 from numba import cuda
 
-from . import block_layout as bl
-from .block_cuda_decode import DECODE, scan_kernel
-from .block_cuda_device import PREC, SIM, TPB
-from .block_cuda_encode import QUANT, SPARSE_ROW, plan_kernel, write_kernel
-from .block_layout import BLOCK, DELTA, SIGNED
-from .block_torch import BlockFields, BlockGrid, carry_in, int_view
+from . import layout as bl
+from .cuda_decode import DECODE, scan_kernel
+from .cuda_device import PREC, SIM, TPB
+from .cuda_encode import QUANT, SPARSE_ROW, plan_kernel, write_kernel
+from .layout import BLOCK, DELTA, SIGNED
+from .torch_codec import BlockFields, BlockGrid, carry_in, int_view
 
 
 def _dev(t: torch.Tensor):
@@ -188,8 +188,8 @@ def _bench(n: int = 1 << 26, chunk_bytes: int = 1 << 20, reps: int = 5, device="
     throughput of both (GB/s of uncompressed values)."""
     import time
 
-    from . import block_torch
-    from .block_layout import steps_for
+    from . import torch_codec as block_torch
+    from .layout import steps_for
 
     g = torch.Generator(device=device).manual_seed(0)
     base = torch.randn(n, device=device, generator=g, dtype=torch.float64)
@@ -240,7 +240,7 @@ def _bench(n: int = 1 << 26, chunk_bytes: int = 1 << 20, reps: int = 5, device="
             )
 
 
-if __name__ == "__main__":  # python -m tensorpress.compress.kernels.block_cuda [n]
+if __name__ == "__main__":  # python -m tensorpress.compress.block.kernels.cuda [n]
     import sys
 
     _bench(*(int(a) for a in sys.argv[1:2]))

@@ -3,8 +3,8 @@
 formats/SPEC.md (section ``block``) is the byte-layout reference; this module names
 its fields. The helpers are plain Python on integers and floats, written so that
 they also work unchanged on int64 torch tensors (``kernels/block_torch.py``) and
-compile as numba CPU functions (``kernels/block.py`` wraps them in ``njit``) and
-numba.cuda device functions (``kernels/block_cuda_device.py``).
+compile as numba CPU functions (``kernels/cpu.py`` wraps them in ``njit``) and
+numba.cuda device functions (``kernels/cuda_device.py``).
 
 A chunk payload: the mode byte, one header byte per block, under pw_rel bounds
 two step-exponent bytes per block, one count byte per sparse block, then the
@@ -25,7 +25,7 @@ MODE_FIRST_LAYOUT = 0
 MODE_RAW = 1  # the chunk's values as they are
 MODE_BLOCKS = 2  # headers, exponents, counts, then each block's data
 #: one zstd frame of a MODE_BLOCKS payload without its mode byte (``entropy="zstd"``);
-#: written and read on the host only (``compress/block_entropy.py``), never by a kernel
+#: written and read on the host only (``compress/block/entropy.py``), never by a kernel
 MODE_BLOCKS_ZSTD = 3
 
 # -- a block's header byte
