@@ -68,7 +68,7 @@ _FLAT_SLACK = 1.02
 
 #: (alpha, beta) pairs tried per interpolation when the config leaves them open
 #: (tighter coarse levels pay off for cubic; for linear only slightly tighter ones, and
-#: rarely: sampled among the higher orders, benchmarks/compressors.py's climate_t2m)
+#: rarely: sampled among the higher orders; docs/compressors.md, "What was tried")
 LEVEL_TUNINGS = {
     LINEAR: ((1.0, 1.0), (1.125, 2.0)),
     CUBIC: ((1.0, 1.0), (1.25, 2.0)),
@@ -93,7 +93,7 @@ _REVERSED = {LINEAR: LINEAR_REV, CUBIC: CUBIC_REV}
 #: Lorenzo samples cheapest and an interpolation within ``_CLOSE`` of it, the two are
 #: sampled again on blocks ``_LARGER`` times larger: on small blocks the points a level
 #: extrapolates at the blocks' ends weigh more than in the chunk, so interpolation is
-#: priced too high (benchmarks/compressors.py: motorcycle_disp). Other near-ties are
+#: priced too high (docs/compressors.md, "What was tried"). Other near-ties are
 #: left alone: sampling them again cost time and changed no choice on the corpus
 _FEW = 4096
 _CLOSE = 1.08

@@ -26,85 +26,9 @@ Pipeline per chunk (SZ3's design, our code):
    quantized is stored exactly as an outlier;
 4. the codes are Huffman coded and the whole payload goes through zstd.
 
-Which ideas past SZ3 paid on the corpus (``benchmarks/compressors.py``, ratio
-against SZ3 per array at rel 1e-2, 1e-3, 1e-4), and so are candidates of
-``auto``: constant prediction (noise-like activations and gradients, where any
-prediction from neighbours adds their noise: the largest gain, most on skewed
-ones such as GELU outputs and attention probabilities), multi-dimensional cubic
-interpolation with the tighter coarse levels (smooth 2-d and 3-d fields), a
-2-d layout for chunks of 3 or more dimensions (all but the last merged: N, C, H,
-W activations, whose channels do not predict each other), block-wise regression
-(attention probabilities, whose rows are nearly flat in blocks; Gray-Scott), costing
-candidates as Huffman (and zstd) code them rather than by zstd over the raw
-codes (which mistook runs of equal codes for cheap ones), chunks of 32 MiB rather
-than 4 (3-d fields cut into thin slabs lose interpolation levels), zstd level 9
-over low-rate payloads (smooth fields at loose bounds), each level's dimensions
-passed last to first (``linear-rev``, ``cubic-rev``: a level's last pass predicts
-half of its points, so the smoothest dimension should come last; sampled once
-something beats constant prediction, and the higher orders in the order linear did
-best: interface_rho, motorcycle_disp, anisotropic fields), linear interpolation
-with slightly tighter coarse levels (1.125, 2) among the higher orders
-(climate_t2m), and sampling a
-near-tie between Lorenzo and an interpolation again on larger blocks for chunks
-under 2M elements (motorcycle_disp, where four small blocks favoured Lorenzo), and the
-lossless lattice indices (aero and jacksboro_dem at rel 1e-3 and 1e-4, 1.13-1.33x SZ3:
-predicting the values puts reconstructions off the lattice and spreads the codes). What
-did not pay and was left out: fixed stronger level-wise tightening for all chunks
-(alpha 1.5 and more lost on most arrays; SZ3's set (1, 1), (1.5, 2.5), (2, 3)
-sampled per chunk picked the stronger ones on the sample blocks, and whole chunks
-then lost: smooth_2d, interface_rho), multi-dimensional linear interpolation as
-an ``auto`` candidate (rarely better than the cubic one; still selectable), the
-reversed order of dimensions by transposing the chunk (the same predictions as
-``linear-rev``, but the codes in the transposed order, which zstd shortens less
-at low rates: interface_rho lost 11%), a per-column mean as the constant (no
-better than one constant), a context (the previous code) for the entropy coder
-(under 2% below the order-0 entropy that Huffman plus zstd already reach),
-screening the candidates on one sample block before costing the close ones on
-all (with a margin that kept the ratio it dropped almost none, so saved no time;
-tighter margins lost up to 20% on small images), sample blocks with sides of
-2**k + 1 (no extrapolated points at their ends; smooth_2d lost 45% at rel 1e-2),
-sampling every near-tie between kinds of predictor again (about a tenth more
-compress time; no choice changed but motorcycle_disp's; on blocks off the diagonal
-instead, interface_rho lost 5% at rel 1e-3), sample blocks placed off the
-chunk's diagonal (the four sample blocks sit on it, so on causal attention
-probabilities they miss the zero triangle where regression beats constant
-prediction: tf_attn_probs at rel 1e-4 took 8.6% more bytes; placed off it, as many
-other choices changed for the worse, retina_grey, motorcycle_disp and interface_rho
-lost 5-7%), block-wise regression on 2-d chunks (it won no array, and its sampling
-was a tenth of the choice's time on small images: sampled on 3 dimensions or more),
-two larger sample blocks instead of four on small chunks (jacksboro_dem lost 5% at
-rel 1e-2), lattice indices under a coarser bound when the bound exceeds the step
-(bins of several steps: no better than Lorenzo on the values, aero at rel 1e-2), and
-the median edge predictor of lossless image coders on the indices (5% fewer bits on
-aero, 6% more on jacksboro_dem), interpolation on the indices (exact too, with the
-indices above 2**23 in float32, where the storage rounding is to whole numbers: 3.5%
-over Lorenzo on aero, less than Lorenzo on jacksboro_dem), and linear or cubic chosen
-per level (the codes' entropy with the better one per level came within 0.4% of the
-better interpolation on every scientific array but retina_grey, 2.4% at rel 1e-2),
-and a dimension order per chunk among all six in 3-d (each 3-d corpus array transposed
-to its best order: at most 1.5% fewer bytes, on the small ViT activations, and none on
-the simulated fields at rel 1e-3 and 1e-4), and cubic weights (-3, 23, 23, -3) / 40 (a
-spline variant) in place of (-1, 9, 9, -1) / 16 (smooth_2d lost 12-64%, no array gained
-over 1.5%). The fitted predictor paid most where it
-paid (at rel 1e-3: grayscott_u 1.05x -> 2.14x SZ3's ratio, grayscott_v 1.02x -> 1.41x,
-turbulence_u 1.05x -> 1.35x, cnn_conv1_out 1.25x -> 1.52x); as it decodes at about
-half the fixed stencils' speed and its fit costs small images much of their time,
-``auto`` samples it on chunks of 2**19 elements and more and keeps it for at least
-10% fewer sampled bits (a near tie with an interpolation costed on the whole chunk:
-sample blocks overprice interpolations). Without the left neighbours in the row (a
-chain from one element to the next, about half its decoding time) it lost up to half
-of its gain; Lorenzo across planes at the plane edges cost activations 5-10%. Row
-matching paid on the transformer activations, noise-like along their rows but with rows
-that repeat per token (at rel 1e-3, tf_ln1_out 1.06x -> 1.77x SZ3's ratio,
-tf_mlp_pre_gelu 1.06x -> 1.53x, vit_ln1_out 1.04x -> 1.20x); it is searched for only
-where constant prediction samples cheapest, and on rows of 64 elements and more (on
-the corpus's 32-wide activations it found nothing and took as long as the coding).
-Predicting the columns from the columns before them (pivots, in a cascade of levels)
-paid on the ViT activations, low rank across their features (at rel 1e-4:
-vit_patch_embed 1.13x -> 2.21x SZ3's ratio, vit_ln1_out 1.14x -> 2.04x); it is fitted
-where constant prediction samples cheapest at 10 bits per value and more: its fit takes
-milliseconds whatever the bound, and fitted from 6 bits the corpus compressed at 0.80x
-SZ3's speed at rel 1e-3 (1.34x its ratio, from 1.26x).
+Which of these ideas paid, on which kinds of data, and what was tried and left out is
+docs/compressors.md's "What was tried and why it was left"; ``auto``'s thresholds
+(in ``choice.py``) are the ones that record measured.
 
 Payload layout (inside one zstd frame), little-endian::
 
@@ -264,8 +188,8 @@ class SZCodec(Codec):
     name = "sz"
     #: larger than other codecs' default: a chunk is coded in threads already, and
     #: thin slabs of 3-d fields (chunks split along axis 0) lose the coarse levels of
-    #: interpolation across their thin dimension (benchmarks/compressors.py: 256^3
-    #: turbulence). The trade is memory: the CLI holds about 2 x workers x this many bytes
+    #: interpolation across their thin dimension (docs/compressors.md, "What was tried").
+    #: The trade is memory: the CLI holds about 2 x workers x this many bytes
     default_chunk_bytes = 32 << 20
 
     def __init__(
