@@ -1,0 +1,218 @@
+/* The stream's JSON header: each field SPEC.md lists, checked as tensorpress's Python
+ * reader checks it (formats/stream_header.py, and the codec's config as get_codec and
+ * stream_codec take it); anything else malformed is refused. */
+#include <math.h>
+#include <string.h>
+
+#include "json.h"
+
+static const char *const DTYPES[] = {"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2",
+                                     "<u4", "<u8", "<f2", "<f4", "<f8", "bfloat16"};
+static const size_t ITEMSIZE[] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 2};
+
+static int bad(tp_err *err, const char *what)
+{
+    return tp_fail(err, TP_E_FORMAT, "invalid stream header: %s", what);
+}
+
+/* a real number (not a boolean) that is finite and >= 0 */
+static int finite_count(const tp_json *j, uint32_t t, double *v)
+{
+    if (j->tok[t].type != TP_J_NUMBER)
+        return 0;
+    *v = tp_json_number(j, t);
+    return isfinite(*v) && *v >= 0;
+}
+
+static int bound(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    if (j->tok[t].type == TP_J_NULL) {
+        h->bound_mode = TP_BOUND_NONE;
+        return 0;
+    }
+    if (j->tok[t].type != TP_J_OBJECT)
+        return bad(err, "the bound is not an object or null");
+    uint32_t mode = tp_json_get(j, t, "mode"), value = tp_json_get(j, t, "value");
+    uint32_t tol = tp_json_get(j, t, "tolerance");
+    if (mode && tp_json_str_eq(j, mode, "abs"))
+        h->bound_mode = TP_BOUND_ABS;
+    else if (mode && tp_json_str_eq(j, mode, "rel"))
+        h->bound_mode = TP_BOUND_REL;
+    else if (mode && tp_json_str_eq(j, mode, "pw_rel"))
+        h->bound_mode = TP_BOUND_PW_REL;
+    else
+        return bad(err, "unknown error-bound mode");
+    if (!value || !finite_count(j, value, &h->bound_value))
+        return bad(err, "the bound's value is not a finite number >= 0");
+    if (!tol || !finite_count(j, tol, &h->tolerance))
+        return bad(err, "the bound's tolerance is not a finite number >= 0");
+    if (h->bound_mode != TP_BOUND_REL && h->tolerance != h->bound_value)
+        return bad(err, "an abs or pw_rel bound whose tolerance is not its value");
+    return 0;
+}
+
+/* a zstd level: an integer (not a boolean) in -7..22 */
+static int level_ok(const tp_json *j, uint32_t t)
+{
+    if (j->tok[t].type != TP_J_NUMBER || !j->tok[t].is_int)
+        return 0;
+    double v = tp_json_number(j, t);
+    return v >= -7 && v <= 22;
+}
+
+static int stage(const tp_json *j, uint32_t t, tp_err *err)
+{
+    if (tp_json_str_eq(j, t, "zstd"))
+        return 0; /* a stage named by its id alone */
+    if (j->tok[t].type != TP_J_OBJECT)
+        return bad(err, "a stage is not a stage config");
+    uint32_t key = t + 1;
+    for (uint32_t i = 0; i < j->tok[t].count; i++, key = j->tok[key + 1].next) {
+        uint32_t v = key + 1;
+        if (tp_json_str_eq(j, key, "id")) {
+            if (!tp_json_str_eq(j, v, "zstd"))
+                return bad(err, "unknown stage");
+        } else if (tp_json_str_eq(j, key, "level")) {
+            if (!level_ok(j, v))
+                return bad(err, "a zstd stage's level is not an integer in -7..22");
+        } else if (tp_json_str_eq(j, key, "checksum")) {
+            if (j->tok[v].type != TP_J_TRUE && j->tok[v].type != TP_J_FALSE)
+                return bad(err, "a zstd stage's checksum is not true or false");
+        } else {
+            return bad(err, "unknown parameter of a zstd stage");
+        }
+    }
+    return tp_json_get(j, t, "id") ? 0 : bad(err, "a stage without an id");
+}
+
+static int stages(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    if (j->tok[t].type != TP_J_ARRAY)
+        return bad(err, "the codec's stages are not a list");
+    if (j->tok[t].count > TP_MAX_STAGES)
+        return tp_fail(err, TP_E_UNSUPPORTED, "more than %d stages", TP_MAX_STAGES);
+    uint32_t v = t + 1;
+    for (uint32_t i = 0; i < j->tok[t].count; i++, v = j->tok[v].next) {
+        int rc = stage(j, v, err);
+        if (rc)
+            return rc;
+    }
+    h->stages = (int)j->tok[t].count;
+    return 0;
+}
+
+/* one parameter key=v of the codec config (not its id); *bounds counts bound keys */
+static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds, tp_err *err)
+{
+    uint32_t v = key + 1;
+    if (tp_json_str_eq(j, key, "stages"))
+        return stages(j, v, h, err);
+    if (tp_json_str_eq(j, key, "abs") || tp_json_str_eq(j, key, "rel") ||
+        tp_json_str_eq(j, key, "pw_rel")) {
+        double x;
+        if (j->tok[v].type == TP_J_NULL)
+            return 0; /* as not given */
+        if (h->codec == TP_ZSTD || !finite_count(j, v, &x))
+            return bad(err, "the codec config's bound is not one the codec takes");
+        if (h->codec == TP_INT8 && tp_json_str_eq(j, key, "pw_rel"))
+            return bad(err, "codec 'int8' takes no pw_rel bound");
+        ++*bounds;
+        return 0;
+    }
+    if (h->codec == TP_ZSTD && tp_json_str_eq(j, key, "level"))
+        return level_ok(j, v) ? 0 : bad(err, "zstd level is not an integer in -7..22");
+    if (h->codec == TP_ZSTD && tp_json_str_eq(j, key, "shuffle")) {
+        h->shuffle = tp_json_truthy(j, v);
+        return 0;
+    }
+    if (h->codec == TP_BLOCK && tp_json_str_eq(j, key, "entropy")) {
+        if (tp_json_str_eq(j, v, "none") || tp_json_str_eq(j, v, "zstd"))
+            return 0; /* a reader decodes mode 3 whatever the config says */
+        return bad(err, "block entropy is not 'none' or 'zstd'");
+    }
+    return bad(err, "unknown parameter in the codec config");
+}
+
+/* the codec config: its id, parameters and stages, as get_codec(config) takes them */
+static int codec(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    uint32_t id = j->tok[t].type == TP_J_OBJECT ? tp_json_get(j, t, "id") : 0;
+    if (!id || j->tok[id].type != TP_J_STRING)
+        return bad(err, "the codec config has no string 'id'");
+    if (tp_json_str_eq(j, id, "zstd"))
+        h->codec = TP_ZSTD, h->shuffle = 1;
+    else if (tp_json_str_eq(j, id, "block"))
+        h->codec = TP_BLOCK;
+    else if (tp_json_str_eq(j, id, "int8"))
+        h->codec = TP_INT8;
+    else if (tp_json_str_eq(j, id, "sz") || tp_json_str_eq(j, id, "quant"))
+        return tp_fail(err, TP_E_UNSUPPORTED,
+                       "codec '%s' is decoded by tensorpress in Python, not yet by this plugin",
+                       tp_json_str_eq(j, id, "sz") ? "sz" : "quant");
+    else
+        return tp_fail(err, TP_E_UNKNOWN, "the stream uses a codec tensorpress does not know");
+    int bounds = 0, rc;
+    uint32_t key = t + 1;
+    for (uint32_t i = 0; i < j->tok[t].count; i++, key = j->tok[key + 1].next)
+        if (!tp_json_str_eq(j, key, "id") && (rc = codec_param(j, key, h, &bounds, err)) != 0)
+            return rc;
+    return bounds > 1 ? bad(err, "the codec config gives more than one bound") : 0;
+}
+
+static int shape(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    if (j->tok[t].type != TP_J_ARRAY)
+        return bad(err, "shape is not a list of sizes");
+    if (j->tok[t].count > TP_MAX_RANK)
+        return tp_fail(err, TP_E_UNSUPPORTED, "more than %d dimensions", TP_MAX_RANK);
+    h->rank = (int)j->tok[t].count;
+    uint32_t v = t + 1;
+    for (int i = 0; i < h->rank; i++, v = j->tok[v].next)
+        if (!tp_json_count(j, v, &h->shape[i]))
+            return bad(err, "shape is not a list of sizes");
+    return 0;
+}
+
+static int dtype(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    for (int d = 0; d < (int)(sizeof DTYPES / sizeof *DTYPES); d++)
+        if (tp_json_str_eq(j, t, DTYPES[d])) {
+            h->dtype = d;
+            h->itemsize = ITEMSIZE[d];
+            return 0;
+        }
+    return bad(err, "dtype is not one a stream holds");
+}
+
+static int fields(const tp_json *j, tp_header *h, tp_err *err)
+{
+    static const char *const need[] = {"dtype", "shape", "order", "codec", "bound",
+                                       "chunk_rows"};
+    uint32_t at[6];
+    if (j->tok[0].type != TP_J_OBJECT)
+        return bad(err, "not a JSON object");
+    for (int k = 0; k < 6; k++)
+        if (!(at[k] = tp_json_get(j, 0, need[k])))
+            return tp_fail(err, TP_E_FORMAT, "invalid stream header: no %s", need[k]);
+    int rc;
+    if ((rc = dtype(j, at[0], h, err)) || (rc = shape(j, at[1], h, err)))
+        return rc;
+    if (!tp_json_count(j, at[5], &h->chunk_rows) || h->chunk_rows < 1)
+        return bad(err, "chunk_rows is not a positive integer");
+    if (!tp_json_str_eq(j, at[2], "C") && !tp_json_str_eq(j, at[2], "F"))
+        return bad(err, "order is not 'C' or 'F'");
+    if ((rc = codec(j, at[3], h, err)) || (rc = bound(j, at[4], h, err)))
+        return rc;
+    return 0; /* writer and target are informative: decoding does not read them */
+}
+
+int tp_header_fields(const uint8_t *text, size_t n, tp_header *h, tp_err *err)
+{
+    tp_json j;
+    int rc = tp_json_parse(text, n, &j, err);
+    if (rc)
+        return rc;
+    rc = fields(&j, h, err);
+    tp_json_free(&j);
+    return rc;
+}
