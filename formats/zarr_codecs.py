@@ -99,11 +99,12 @@ class _TensorpressNumcodec(_Numcodec):
         return self._codec.dtypes
 
     def get_config(self) -> dict:
-        """JSON-serialisable config: ``id``, the bound (if any), then the codec's parameters."""
+        """JSON-serialisable config: ``id``, the bound (if any), the codec's parameters and
+        its ``stages`` (if any): the codec's whole config under this codec's id."""
         config = {"id": self.codec_id}
         if self._bound is not None:
             config[self._bound.mode] = self._bound.value
-        config.update(self._codec.parameters())
+        config.update((k, v) for k, v in self._codec.get_config().items() if k != "id")
         return config
 
     @classmethod

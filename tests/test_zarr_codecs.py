@@ -427,6 +427,24 @@ def test_zarr3_refuses_integer_array_for_lossy_codec(tmp_path):
         )
 
 
+def test_stages_stay_in_the_zarr_metadata(tmp_path, cube):
+    """A codec's zstd stage is part of its config: it reaches the zarr metadata, the
+    reopened array's codec has it, and the chunks written are staged streams."""
+    stages = [{"id": "zstd", "level": 5, "checksum": False}]
+    codec = SZ(abs=0.05, stages=stages)
+    assert codec.get_config()["stages"] == stages and codec != SZ(abs=0.05)
+    assert numcodecs.get_codec(json.loads(json.dumps(codec.get_config()))) == codec
+    a = _write_v3(tmp_path / "s.zarr", cube, SZSerializer(abs=0.05, stages=stages))
+    meta = json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())
+    assert meta["codecs"][0]["configuration"]["stages"] == stages
+    b = zarr.open_array(zarr.storage.LocalStore(tmp_path / "s.zarr"), mode="r")
+    assert b.metadata.codecs == a.metadata.codecs == (SZSerializer(abs=0.05, stages=stages),)
+    assert b.metadata.codecs != (SZSerializer(abs=0.05),)
+    chunk = next(p for p in (tmp_path / "s.zarr" / "c").rglob("*") if p.is_file())
+    assert tp.info(chunk.read_bytes())["config"]["stages"] == stages
+    _assert_within(cube, b[...], 0.05)
+
+
 def test_zarr3_serializer_config_round_trip():
     s = SZSerializer(rel=1e-4, predictor="linear", level=7)
     d = json.loads(json.dumps(s.to_dict()))
