@@ -132,3 +132,27 @@ def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
 def _min_max(part: np.ndarray) -> tuple[float, float]:
     """(min, max) of a 1-d float array, NaN when it holds one."""
     return float(part.min()), float(part.max())
+
+
+def range_tolerance(bound: ErrorBound, lo, hi):
+    """:meth:`ErrorBound.resolve_range`'s tolerance for a range held in tensors: ``lo`` and
+    ``hi`` float64 torch scalars on any device, read by no one on the host; the result is
+    one too. ``rel`` scales the span ``hi - lo``, ``abs`` is its value. The callers range
+    over float16, bfloat16 and float32 data, whose span float64 holds without overflow, so
+    resolve_range's guard for an infinite span has nothing to do there (and would cost
+    launches on the device)."""
+    if bound.mode == "pw_rel":
+        raise ValueError("a pw_rel bound has no single tolerance for a range; use abs or rel")
+    scale = lo.new_ones(lo.shape) if bound.mode == "abs" else hi - lo
+    return bound.value * scale
+
+
+def tensor_range(flat):
+    """:func:`finite_range` of a non-empty torch tensor, on its device with no host read:
+    ``(lo, hi)`` float64 scalars, ``(0, 0)`` when no element is finite."""
+    x = flat.double()
+    fin = x.isfinite()
+    lo = x.where(fin, math.inf).amin()
+    hi = x.where(fin, -math.inf).amax()
+    none = lo > hi
+    return lo.where(~none, 0.0), hi.where(~none, 0.0)

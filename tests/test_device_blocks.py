@@ -205,6 +205,7 @@ import math, torch
 from tensorpress.activation_offload.device import tiles_torch as R
 from tensorpress.activation_offload.device import tiles_triton as T
 from tensorpress.activation_offload.device.codes_layout import STEP_MARGIN, code_bits, steps
+from tensorpress.compress.bounds import tensor_range
 g = torch.Generator().manual_seed(0)
 # (bound, abs?, learned tolerance or None, ceiling): rel, a float16 rel whose codes would
 # pass 16 bits, learned tolerances (NaN: the bound), abs (0: all exact, tiny: raw blocks)
@@ -252,7 +253,7 @@ def check(x, bound, absolute, e, ceiling):
         nan = ya.isnan() & y.isnan()  # a coded NaN's payload is not kept
         assert bool(((ya.view(ints) == y.view(ints)) | nan).all()), what
     x64, y64 = x.double(), ya.double()
-    lo, hi = R.finite_range(x)
+    lo, hi = tensor_range(x)
     tol = R.tolerance(lo, hi, bound, absolute, learned, ceiling)
     fin, inf = x64.isfinite(), x64.isinf()
     assert torch.equal(x64.isnan(), y64.isnan()) and torch.equal(x64[inf], y64[inf]), what

@@ -156,3 +156,34 @@ def test_meta_tensors_give_the_slot_from_the_dtype_and_the_bound(dtype):
 def test_bad_bounds_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         compress_blocks(torch.zeros(8), **kwargs)
+
+
+@pytest.mark.parametrize("lo, hi", [(-3.0, 5.5), (0.0, 0.0), (1e-30, 3e-30), (-65504.0, 1e5)])
+@pytest.mark.parametrize("mode, value", [("rel", 1e-2), ("rel", 0.3), ("abs", 1e-3), ("abs", 0.0)])
+def test_the_device_tolerance_is_error_bounds(lo, hi, mode, value):
+    """The device encodings resolve ``rel`` and ``abs`` as ``ErrorBound`` does, on float64
+    device scalars, and their tolerance without a learned one is that one."""
+    from tensorpress.activation_offload.device.tiles_torch import tolerance
+    from tensorpress.compress.bounds import ErrorBound, range_tolerance
+
+    bound = ErrorBound(mode, value)
+    lo_t, hi_t = torch.tensor(lo, dtype=torch.float64), torch.tensor(hi, dtype=torch.float64)
+    want = bound.resolve_range(lo, hi).tolerance
+    got = range_tolerance(bound, lo_t, hi_t)
+    assert got.dtype == torch.float64 and got.shape == () and float(got) == want
+    assert float(tolerance(lo_t, hi_t, value, mode == "abs")) == want
+    with pytest.raises(ValueError, match="pw_rel"):
+        range_tolerance(ErrorBound("pw_rel", value), lo_t, hi_t)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_device_range_is_the_finite_range(dtype):
+    from tensorpress.compress.bounds import finite_range, tensor_range
+
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(1001, generator=g) * 50).to(dtype)
+    x[::9], x[5], x[7] = math.nan, math.inf, -math.inf
+    lo, hi = tensor_range(x)
+    assert (float(lo), float(hi)) == finite_range(x.float().numpy())
+    none = torch.tensor([math.nan, math.inf, -math.inf], dtype=dtype)
+    assert [float(v) for v in tensor_range(none)] == [0.0, 0.0]

@@ -10,26 +10,17 @@ import math
 
 import torch
 
+from ...compress.bounds import ErrorBound, range_tolerance, tensor_range
+
 #: (mantissa bits, smallest normal exponent) of the dtypes the codes hold
 _FORMATS = {torch.float16: (10, -14), torch.bfloat16: (7, -126), torch.float32: (23, -126)}
 _ROUND_SHIFT = 1.5 * 2.0**52  # x + c - c rounds x to a multiple of c's unit (see round_to)
 
 
-def finite_range(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lo, hi): float64 device scalars, the finite min and max of non-empty ``flat``;
-    (0, 0) when no element is finite."""
-    x = flat.double()
-    fin = torch.isfinite(x)
-    lo = torch.where(fin, x, math.inf).amin()
-    hi = torch.where(fin, x, -math.inf).amax()
-    none = lo > hi
-    return torch.where(none, 0.0, lo), torch.where(none, 0.0, hi)
-
-
 def quantize(flat: torch.Tensor, rel: float, nsteps: int, margin: float):
     """(codes int32, scalars float64 ``[lo, hi, step]``) of non-empty ``flat``."""
-    lo, hi = finite_range(flat)
-    step = (rel * (hi - lo)) * margin
+    lo, hi = tensor_range(flat)
+    step = range_tolerance(ErrorBound("rel", rel), lo, hi) * margin
     x = flat.double()
     v = torch.where(step > 0, (x - lo) / step, 0.0)
     q = v.round().clamp(0, nsteps).to(torch.int32)

@@ -66,7 +66,7 @@ def _codes_kernel(
     hi = tl.where(none, 0.0, hi).to(tl.float64)
     rel = rel_bits.to(tl.float64, bitcast=True)
     margin = margin_bits.to(tl.float64, bitcast=True)
-    step = (rel * (hi - lo)) * margin
+    step = (rel * (hi - lo)) * margin  # bounds.range_tolerance, as codes_torch.quantize
     first = pid == 0
     tl.store(scalars_ptr, lo, mask=first)
     tl.store(scalars_ptr + 1, hi, mask=first)

@@ -79,9 +79,9 @@ import math
 
 import torch
 
+from ...compress.bounds import tensor_range
 from ..derived import GELU_NODE, RESHAPES
 from . import gelu_ops
-from .codes_torch import finite_range
 from .ops import eager
 from .tiles_torch import tolerance
 
@@ -108,7 +108,7 @@ def gelu_input(inputs, t: torch.Tensor):
 
 def output_tolerance(y: torch.Tensor, bound: float, absolute: bool, learned, ceiling) -> float:
     """``T`` of ``y`` as a host float (reads ``y``: for checks outside the training step)."""
-    lo, hi = finite_range(y.reshape(-1))
+    lo, hi = tensor_range(y.reshape(-1))
     return float(tolerance(lo, hi, bound, absolute, learned, ceiling))
 
 

@@ -33,9 +33,10 @@ import struct
 
 import torch
 
+from ...compress.bounds import tensor_range
 from . import tiles_torch as blocks
 from .codes_layout import STEP_MARGIN, code_bits, steps, supports
-from .codes_torch import finite_range, round_to
+from .codes_torch import round_to
 
 BLOCK = 256  # the residual's blocks: the input's, element for element
 #: the residual's step margin: the block codes' room for rounding to the dtype
@@ -147,7 +148,7 @@ def prediction(x: torch.Tensor, approximate: str, scalars: torch.Tensor) -> torc
 def output_scalars(y: torch.Tensor, bound: float, absolute: bool, learned, ceiling: float):
     """(float64 ``[lo, hi, use]`` of ``y``, ``t_r``, the residual's range ``(lo_r, hi_r)``),
     device scalars; ``learned`` a float64 tensor of one element or None."""
-    lo, hi = finite_range(y.reshape(-1))
+    lo, hi = tensor_range(y.reshape(-1))
     lo, hi = lo + 0.0, hi + 0.0  # -0.0 as +0.0: the bytes do not depend on which zero
     tol = blocks.tolerance(lo, hi, bound, absolute, learned, ceiling)
     top = torch.maximum(lo.abs(), hi.abs())

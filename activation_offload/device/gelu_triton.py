@@ -174,7 +174,8 @@ def _restored(words_ptr, nwords, scalars_ptr, base, w, start, i, inside,
 
 @triton.jit
 def _tolerance(lo, hi, bound, learned, ceiling, ABS: tl.constexpr, LEARNED: tl.constexpr):
-    """``tiles_torch.tolerance`` of float64 scalars."""
+    """``tiles_torch.tolerance`` of float64 scalars: ``compress/bounds.range_tolerance``'s
+    formula in the kernel (the interpreter tests hold the two to the same bytes)."""
     scale = 1.0 if ABS else hi - lo
     tol = bound * scale
     if LEARNED:

@@ -34,7 +34,8 @@ import math
 
 import torch
 
-from .codes_torch import _FORMATS, finite_range, round_to
+from ...compress.bounds import ErrorBound, range_tolerance, tensor_range
+from .codes_torch import _FORMATS, round_to
 
 SPECIALS = 4  # zero, NaN, +Inf, -Inf ahead of the finite codes
 SCALAR_BYTES = 24  # lo, hi, step (float64)
@@ -83,14 +84,17 @@ def coarse(lo, hi, tol, dtype: torch.dtype):
 def tolerance(lo, hi, bound: float, absolute: bool, learned=None, ceiling: float = 0.0):
     """The absolute tolerance, a float64 device scalar: ``bound`` (``abs``) or ``bound``
     times ``hi - lo`` (``rel``); with ``learned`` (float64, one element) that one held
-    between it and ``ceiling`` (scaled alike). A NaN ``learned`` gives the bound."""
-    scale = torch.ones_like(lo) if absolute else hi - lo
-    tol = bound * scale
+    between it and ``ceiling`` (a bound of the same mode; ``inf``: none). A NaN
+    ``learned`` gives the bound. Both bounds resolve as ``ErrorBound``'s do."""
+    mode = "abs" if absolute else "rel"
+    tol = range_tolerance(ErrorBound(mode, bound), lo, hi)
     if learned is None:
         return tol
     learned = learned.reshape(()).to(torch.float64)
     tol = torch.where(learned > tol, learned, tol)
-    top = ceiling * scale
+    if ceiling == math.inf:  # the GELU residual's abs fallback: any learned t_r
+        return tol
+    top = range_tolerance(ErrorBound(mode, ceiling), lo, hi)
     return torch.where(tol < top, tol, top)
 
 
@@ -107,7 +111,7 @@ def quantize(
     """(codes int64, scalars float64 ``[lo, hi, step]``, bool: the elements that need
     their block raw) of non-empty ``flat``; ``span``: a given ``(lo, hi)`` (float64 device
     scalars holding every finite element) in place of the finite range."""
-    lo, hi = finite_range(flat) if span is None else span
+    lo, hi = tensor_range(flat) if span is None else span
     tol = tolerance(lo, hi, bound, absolute, learned, ceiling)
     step = tol * margin
     step = torch.where(coarse(lo, hi, tol, flat.dtype), step * 2, step)

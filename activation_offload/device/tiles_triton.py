@@ -129,7 +129,7 @@ def _compress_kernel(
     none = lo > hi  # no finite element
     lo = tl.where(none, 0.0, lo).to(tl.float64)
     hi = tl.where(none, 0.0, hi).to(tl.float64)
-    scale = 1.0 if ABS else hi - lo  # see tiles_torch.tolerance
+    scale = 1.0 if ABS else hi - lo  # bounds.range_tolerance, as tiles_torch.tolerance
     # an argument's bits: 0 (a bound or ceiling of 0.0) arrives as an int32
     tol = bound_bits.to(tl.int64).to(tl.float64, bitcast=True) * scale
     if LEARNED:
