@@ -210,3 +210,33 @@ def test_the_file_jobs_sit_above_the_bytes():
     assert GRAPH["tensorpress.files.compress"] & {"tensorpress.formats.stream_writer"}
     jobs = sorted(p.name for p in (ROOT / "formats").glob("*.py") if p.stem.startswith("file_"))
     assert not jobs, f"whole-file jobs left in formats/: {jobs}"
+
+
+#: the codecs' own folders inside compress/: each imports the contract (compress/'s top
+#: level) and the shared kernels, never another codec's folder
+CODEC_FOLDERS = ("block", "quant", "sz")
+
+
+def _codec_folder(name: str) -> str | None:
+    parts = name.split(".")
+    if len(parts) > 2 and parts[1] == "compress" and parts[2] in CODEC_FOLDERS:
+        return parts[2]
+    return None
+
+
+def test_compress_top_level_is_the_contract_only():
+    modules = sorted(p.name for p in (ROOT / "compress").glob("*.py"))
+    assert len(modules) <= 15, f"{len(modules)} modules directly in compress/: {modules}"
+    folders = {p.name for p in (ROOT / "compress").iterdir() if (p / "__init__.py").exists()}
+    assert set(CODEC_FOLDERS) <= folders, sorted(folders)
+
+
+def test_codec_folders_do_not_import_each_other():
+    wrong = [
+        f"{src} imports {dst}"
+        for src, dsts in sorted(GRAPH.items())
+        if _codec_folder(src)
+        for dst in sorted(dsts)
+        if _codec_folder(dst) not in (None, _codec_folder(src))
+    ]
+    assert not wrong, "a codec's folder uses the contract, not another codec:\n" + "\n".join(wrong)

@@ -8,15 +8,17 @@ their noise to the prediction error (linear interpolation 1.5 times the variance
 costs fewer bits there.
 """
 
-import numpy as np
 from numba import njit
 
-from .quantizer import code_row, fast, qparams, restore_row
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
+from .quantizer import dequantize, dequantize_sel, fast, qparams, quantize, quantize_sel
 
 
 @njit(cache=True, nogil=True)
 def constant_encode(src, c, eb, radius, prec, codes, outliers):
-    """Quantize the 1-d array ``src`` around ``c``; return the number of outliers.
+    """Quantize the 1-d array ``src`` around ``c``; return the number of outliers. The
+    loops are :mod:`.quantizer`'s row coding with one prediction, kept apart: a row of
+    predictions to read costs this loop most of its speed.
 
     codes: uint16, length >= src.size; outliers: src.dtype, capacity >= src.size.
     """
@@ -24,10 +26,30 @@ def constant_encode(src, c, eb, radius, prec, codes, outliers):
     if codes.size < n or outliers.size < n:
         raise ValueError("codes and outliers need room for every element")
     two_eb, inv, lim = qparams(eb, radius)
-    row = np.full(n, float(c))  # the predictions, in float64 as the decoder has them
-    return code_row(
-        src, row, codes[:n], eb, two_eb, inv, lim, radius, prec, fast(inv, radius), outliers, 0
-    )
+    sel = fast(inv, radius)
+    nz = 0
+    if sel and prec == PREC_FLOAT64:
+        for t in range(n):
+            q, _ = quantize_sel(float(src[t]), c, eb, two_eb, inv, lim, radius, PREC_FLOAT64)
+            codes[t] = q
+            nz += q == 0
+    elif sel and prec == PREC_FLOAT32:
+        for t in range(n):
+            q, _ = quantize_sel(float(src[t]), c, eb, two_eb, inv, lim, radius, PREC_FLOAT32)
+            codes[t] = q
+            nz += q == 0
+    else:
+        for t in range(n):
+            q, _ = quantize(float(src[t]), c, eb, two_eb, inv, lim, radius, prec)
+            codes[t] = q
+            nz += q == 0
+    oi = 0
+    if nz:
+        for t in range(n):
+            if codes[t] == 0:
+                outliers[oi] = src[t]
+                oi += 1
+    return oi
 
 
 @njit(cache=True, nogil=True)
@@ -38,8 +60,26 @@ def constant_decode(codes, outliers, c, eb, radius, prec, out):
     if codes.size < n:
         raise ValueError("codes too short for data")
     two_eb, inv, _ = qparams(eb, radius)
-    row = np.full(n, float(c))
-    oi = restore_row(codes[:n], row, two_eb, radius, prec, fast(inv, radius), outliers, 0)
-    for t in range(n):  # the predictors never see NaN: float64 holds every value exactly
-        out[t] = row[t]
+    sel = fast(inv, radius)
+    nz = 0
+    if sel and prec == PREC_FLOAT64:
+        for t in range(n):
+            out[t] = dequantize_sel(codes[t], c, two_eb, radius, PREC_FLOAT64)
+            nz += codes[t] == 0
+    elif sel and prec == PREC_FLOAT32:
+        for t in range(n):
+            out[t] = dequantize_sel(codes[t], c, two_eb, radius, PREC_FLOAT32)
+            nz += codes[t] == 0
+    else:
+        for t in range(n):
+            out[t] = dequantize(codes[t], c, two_eb, radius, prec)
+            nz += codes[t] == 0
+    oi = 0
+    if nz:
+        for t in range(n):
+            if codes[t] == 0:
+                if oi >= outliers.size:
+                    raise ValueError("corrupt stream: more outlier codes than outliers")
+                out[t] = outliers[oi]
+                oi += 1
     return oi
