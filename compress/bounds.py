@@ -9,7 +9,9 @@
 ``pw_rel`` |x - y| <= e * |x| point-wise: zeros stay exact, signs are kept.
 
 A resolved bound is either ``abs`` with an absolute tolerance (``rel`` turns
-into this) or ``pw_rel`` with its relative tolerance.
+into this) or ``pw_rel`` with its relative tolerance. This module is the one place
+that happens, and the one place a finite value range is read: of a numpy array, of
+an array read by rows, of a torch tensor (a host float or a device scalar).
 """
 
 from __future__ import annotations
@@ -76,6 +78,20 @@ class ErrorBound:
             return ErrorBound(self.mode, self.value, self.value)
         return self.resolve_range(*finite_range(data, threads))
 
+    def resolve_rows(self, source, chunk_rows: int) -> ErrorBound:
+        """:meth:`resolve` for an array-like read by rows (an HDF5 dataset, a memory map):
+        a rel bound reads its value range ``chunk_rows`` rows at a time."""
+        if self.mode != "rel":
+            return ErrorBound(self.mode, self.value, self.value)
+        return self.resolve_range(*rows_range(source, chunk_rows))
+
+    def resolve_tensor(self, t) -> ErrorBound:
+        """:meth:`resolve` for a torch tensor on any device: a rel bound reads its value
+        range there (one host synchronisation)."""
+        if self.mode != "rel":
+            return ErrorBound(self.mode, self.value, self.value)
+        return self.resolve_range(*tensor_finite_range(t))
+
     def resolve_range(self, lo: float, hi: float) -> ErrorBound:
         """Return a copy resolved for data whose finite values span [lo, hi]."""
         if self.mode != "rel":
@@ -132,6 +148,51 @@ def finite_range(data: np.ndarray, threads: int = 1) -> tuple[float, float]:
 def _min_max(part: np.ndarray) -> tuple[float, float]:
     """(min, max) of a 1-d float array, NaN when it holds one."""
     return float(part.min()), float(part.max())
+
+
+def rows_range(source, chunk_rows: int) -> tuple[float, float]:
+    """:func:`finite_range` of an array-like read ``chunk_rows`` rows at a time, so that no
+    more than those rows are in memory at once (an HDF5 dataset larger than memory)."""
+    shape = tuple(source.shape)
+    if not shape:
+        return finite_range(np.asarray(source[()]))
+    lo, hi = math.inf, -math.inf
+    for start in range(0, shape[0], max(1, chunk_rows)):
+        block = np.asarray(source[start : start + chunk_rows])
+        finite = block[np.isfinite(block)]
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+    return (0.0, 0.0) if lo > hi else (lo, hi)
+
+
+def tensor_finite_range(t) -> tuple[float, float]:
+    """:func:`finite_range` of a torch tensor on any device, as Python floats (one host
+    synchronisation; two passes only when it holds NaN or an infinity)."""
+    if t.numel() == 0:
+        return 0.0, 0.0
+    lo, hi = tensor_ends(t)
+    if math.isfinite(lo) and math.isfinite(hi):  # the common case: one pass
+        return lo, hi
+    import torch  # only reached with a tensor in hand, so torch is there
+
+    finite = t.isfinite()
+    lo = torch.where(finite, t, math.inf).amin().to(torch.float64)
+    hi = torch.where(finite, t, -math.inf).amax().to(torch.float64)
+    lo, hi = torch.stack([lo, hi]).tolist()
+    return (0.0, 0.0) if lo > hi else (lo, hi)
+
+
+def tensor_ends(t) -> tuple[float, float]:
+    """(min, max) of a non-empty torch tensor over all its elements (NaN and infinities
+    count), as Python floats: one host synchronisation on a GPU; on the CPU, two ``item``
+    calls cost less than stacking the pair first."""
+    lo, hi = t.aminmax()
+    if t.device.type == "cpu":
+        return lo.item(), hi.item()
+    import torch
+
+    lo, hi = torch.stack([lo, hi]).to(torch.float64).tolist()
+    return lo, hi
 
 
 def range_tolerance(bound: ErrorBound, lo, hi):

@@ -15,7 +15,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from .bounds import ErrorBound
+from .bounds import ErrorBound, tensor_ends, tensor_finite_range
 from .codec import Codec, chunk_rows_for
 from .optional_torch import check_device, import_torch
 from .registry import get_codec
@@ -109,9 +109,7 @@ def compress_tensor(
     shape = tuple(t.shape)
     bound = None
     if codec.bounded:
-        bound = codec.require_bound()
-        lo, hi = finite_range(t) if bound.mode == "rel" else (0.0, 0.0)
-        bound = bound.resolve_range(lo, hi)
+        bound = codec.require_bound().resolve_tensor(t)
     chunk_bytes = codec.default_chunk_bytes if chunk_bytes is None else chunk_bytes
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
@@ -150,7 +148,7 @@ def bytes_tensor(raw, device=None) -> torch.Tensor:
 class ValueRange:
     """The ends of a tensor's values, each computed at most once: ``ends`` over all
     elements (NaN and infinities count), ``finite`` over the finite ones (as
-    :func:`finite_range`), as Python floats."""
+    :func:`~.bounds.tensor_finite_range`), as Python floats."""
 
     def __init__(self, t: torch.Tensor):
         self._t = t
@@ -159,35 +157,9 @@ class ValueRange:
     def ends(self) -> tuple[float, float]:
         if self._t.numel() == 0:
             return 0.0, 0.0
-        return _aminmax(self._t)
+        return tensor_ends(self._t)
 
     @functools.cached_property
     def finite(self) -> tuple[float, float]:
         lo, hi = self.ends
-        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else finite_range(self._t)
-
-
-def finite_range(t: torch.Tensor) -> tuple[float, float]:
-    """(min, max) of the finite elements, as Python floats; (0, 0) when there are none."""
-    if t.numel() == 0:
-        return 0.0, 0.0
-    lo, hi = _aminmax(t)
-    if math.isfinite(lo) and math.isfinite(hi):  # the common case: one pass
-        return lo, hi
-    finite = torch.isfinite(t)
-    lo = torch.where(finite, t, math.inf).amin().to(torch.float64)
-    hi = torch.where(finite, t, -math.inf).amax().to(torch.float64)
-    lo, hi = torch.stack([lo, hi]).tolist()
-    if lo > hi:
-        return 0.0, 0.0
-    return lo, hi
-
-
-def _aminmax(t: torch.Tensor) -> tuple[float, float]:
-    """(min, max) of non-empty ``t`` as Python floats: one host synchronisation on a GPU;
-    on the CPU, two ``item`` calls cost less than stacking the pair first."""
-    lo, hi = torch.aminmax(t)
-    if t.device.type == "cpu":
-        return lo.item(), hi.item()
-    lo, hi = torch.stack([lo, hi]).to(torch.float64).tolist()
-    return lo, hi
+        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else tensor_finite_range(self._t)

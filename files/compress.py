@@ -57,20 +57,6 @@ from .plan import LAYOUTS, Plan, PsnrTarget
 PSNR_SEARCH_BYTES = 64 << 20
 
 
-def value_range(source, chunk_rows: int) -> tuple[float, float]:
-    """(min, max) of the finite values of ``source``, read ``chunk_rows`` rows at a time."""
-    shape = tuple(source.shape)
-    lo, hi = math.inf, -math.inf
-    for i in range(nchunks_for(shape, chunk_rows)):
-        block = np.asarray(
-            source[()] if not shape else source[i * chunk_rows : (i + 1) * chunk_rows]
-        )
-        finite = block[np.isfinite(block)]
-        if finite.size:
-            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
-    return (0.0, 0.0) if lo > hi else (lo, hi)
-
-
 def compress_stream(
     source, sink, name, codec, bound, chunk_bytes, workers, progress, order="C"
 ) -> tuple:
@@ -114,8 +100,7 @@ def resolve_bound(source, codec, bound, rows: int, workers) -> tuple:
     if isinstance(bound, PsnrTarget):
         bound, target = psnr_bound(source, codec, bound.psnr, rows, workers)
     if bound is not None:
-        lo, hi = value_range(source, rows) if bound.mode == "rel" else (0.0, 0.0)
-        bound = bound.resolve_range(lo, hi)
+        bound = bound.resolve_rows(source, rows)
     return bound, target
 
 

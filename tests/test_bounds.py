@@ -81,3 +81,46 @@ def test_finite_range_on_threads_equals_one_thread(monkeypatch, dtype, threads, 
     assert got == want and all(type(v) is float for v in got)
     assert finite_range(x[::3], threads) == finite_range(x[::3])  # not contiguous
     assert finite_range(x.reshape(7, 143), threads) == want
+
+
+def _ranged_arrays():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((23, 7)) * 40).astype(np.float32)
+    x[3, 2], x[17, 0], x[9] = np.nan, -np.inf, np.inf  # a whole row of infinities
+    edge = x.copy()
+    edge[-1, -1] = 1e4  # the extreme in the last, short block
+    return {
+        "specials": x,
+        "edge": edge,
+        "none_finite": np.full((5, 3), np.nan, np.float64),
+        "empty_rows": np.zeros((6, 0), np.float32),
+        "no_rows": np.zeros((0, 4), np.float16),
+        "scalar": np.array(-2.5, np.float64),
+    }
+
+
+@pytest.mark.parametrize("name", list(_ranged_arrays()))
+@pytest.mark.parametrize("rows", [1, 4, 100])
+def test_rows_range_is_the_finite_range(name, rows):
+    """A row source read a few rows at a time has the range of the whole array, blocks
+    with no finite value and a short last block included."""
+    from tensorpress.compress.bounds import rows_range
+
+    x = _ranged_arrays()[name]
+    assert rows_range(x, rows) == finite_range(x)
+    bound = ErrorBound("rel", 1e-2)
+    assert bound.resolve_rows(x, rows) == bound.resolve(x)
+    assert ErrorBound("abs", 0.5).resolve_rows(x, rows).tolerance == 0.5
+
+
+@pytest.mark.parametrize("name", list(_ranged_arrays()))
+def test_tensor_range_is_the_finite_range(name):
+    torch = pytest.importorskip("torch")
+    from tensorpress.compress.bounds import tensor_finite_range
+
+    x = _ranged_arrays()[name]
+    t = torch.from_numpy(x)
+    assert tensor_finite_range(t) == finite_range(x)
+    bound = ErrorBound("rel", 1e-2)
+    assert bound.resolve_tensor(t) == bound.resolve(x)
+    assert ErrorBound("pw_rel", 0.1).resolve_tensor(t).tolerance == 0.1
