@@ -25,7 +25,19 @@ COMMANDS: dict[str, Callable] = {
     "verify": run_verify,
     "bench": run_bench,
     "demo": run_demo,
+    "plugin-path": lambda args: run_plugin_path(),
 }
+
+
+def run_plugin_path() -> int:
+    """Print the folder of the compiled HDF5 plugin (for ``HDF5_PLUGIN_PATH``); an error
+    where it was not built."""
+    from ..formats import hdf5_plugin_path
+
+    if hdf5_plugin_path.plugin_library() is None:
+        raise UserError(hdf5_plugin_path.NOT_BUILT)
+    print(hdf5_plugin_path.PLUGIN_PATH)
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

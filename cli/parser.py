@@ -368,6 +368,17 @@ def _add_demo(sub) -> None:
     )
 
 
+def _add_plugin_path(sub) -> None:
+    sub.add_parser(
+        "plugin-path",
+        help="print the folder of the compiled HDF5 plugin, for HDF5_PLUGIN_PATH",
+        description="Print the folder to put in HDF5_PLUGIN_PATH so that other programs "
+        "(h5dump, netCDF tools, C and Fortran codes, h5py without tensorpress) read "
+        "datasets written with the tensorpress filter: export HDF5_PLUGIN_PATH=$(tensorpress "
+        "plugin-path). The plugin decodes zstd, block and int8 datasets; sz not yet.",
+    )
+
+
 #: the subcommands, in the order ``--help`` lists them
 SUBCOMMANDS = (
     _add_compress,
@@ -377,11 +388,12 @@ SUBCOMMANDS = (
     _add_verify,
     _add_bench,
     _add_demo,
+    _add_plugin_path,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tensorpress`` parser with its seven subcommands."""
+    """The ``tensorpress`` parser with its subcommands."""
     from .._version import __version__
 
     parser = _Parser(

@@ -58,6 +58,21 @@ MAX_CHUNK_BYTES = (1 << 32) - 1
 _lib = None
 #: why the filter is not registered, or None when it is
 unavailable: str | None = None
+_plugin_path_said = False
+
+
+def __getattr__(name: str):
+    """``PLUGIN_PATH``: the folder of the compiled plugin, for other programs'
+    ``HDF5_PLUGIN_PATH`` (formats/hdf5_plugin_path.py); warns once where it was not built."""
+    global _plugin_path_said
+    if name != "PLUGIN_PATH":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import hdf5_plugin_path
+
+    if hdf5_plugin_path.plugin_library() is None and not _plugin_path_said:
+        _plugin_path_said = True
+        warnings.warn(hdf5_plugin_path.NOT_BUILT, RuntimeWarning, stacklevel=2)
+    return hdf5_plugin_path.PLUGIN_PATH
 
 
 def filter(  # noqa: A001  (named as hdf5plugin's helpers are used: **filter(...))
