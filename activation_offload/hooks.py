@@ -28,8 +28,9 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
-from ..compress.stages import check_level
+from ..compress.bounds import ErrorBound
 from ..compress.tensor import ValueRange
+from ..compress.zstd import check_level
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
@@ -173,14 +174,12 @@ class ActivationCompression:
         if config["zstd"] is not None:
             check_level(config["zstd"])
         self._codec = None if codec is None else ActivationCodec(codec, params, config["zstd"])
+        #: the bound saved tensors are held under (unresolved), or None
+        self.bound = None
         if self._codec is not None and self._codec.bounded:
             bounds = bounds or {"rel": DEFAULT_REL}  # none given: the documented default
             config.update(bounds)
-            if len(bounds) != 1:
-                raise ValueError(f"give exactly one of abs=, rel=, pw_rel= (got {sorted(bounds)})")
-            ((mode, value),) = bounds.items()
-            if not (isinstance(value, (int, float)) and value >= 0):
-                raise ValueError(f"{mode} must be a non-negative number, got {value!r}")
+            self.bound = ErrorBound.from_kwargs(**bounds)  # refuses what tp.compress refuses
         elif bounds:
             raise ValueError(f"codec {codec!r} takes no error bound (got {sorted(bounds)})")
         if config["adaptive"]:
@@ -289,7 +288,7 @@ class ActivationCompression:
 
     def _abs_bounds(self) -> bool:
         """Whether saved tensors get absolute bounds (``abs`` or ``rel``)."""
-        return self._codec is not None and self._codec.bounded and self.config["pw_rel"] is None
+        return self.bound is not None and self.bound.mode != "pw_rel"
 
     def _excluded(self, name: str, module) -> bool:
         for e in self.exclude:
@@ -364,8 +363,8 @@ class ActivationCompression:
         rec = span = None
         if not self._codec.bounded:
             mode, tol = None, None
-        elif self.config["pw_rel"] is not None:
-            mode, tol = "pw_rel", float(self.config["pw_rel"])
+        elif self.bound.mode == "pw_rel":
+            mode, tol = "pw_rel", self.bound.value
         else:
             span = ValueRange(t)  # one pass over t for all that needs its range
             mode, tol = "abs", self._tolerance(t, module, name, span)
@@ -414,16 +413,14 @@ class ActivationCompression:
     def _tolerance(self, t: torch.Tensor, module, name: str, span=None) -> float:
         """The absolute tolerance for a tensor saved by ``module`` (called ``name``);
         ``span``: its :class:`ValueRange`, if one is at hand."""
-        c = self.config
-        if c["rel"] is not None and _log_probs(t):
-            return float(c["rel"] if self.bounds is None else c["ceiling"])
-        scale = 1.0
-        if c["rel"] is not None:  # rel bounds scale with the finite value range
-            lo, hi = (span or ValueRange(t)).finite
-            scale = hi - lo
-        tol = (c["rel"] if c["abs"] is None else c["abs"]) * scale
-        if self.bounds is not None:
-            tol = self.bounds.tolerance(name, layer_kind(module), tol, c["ceiling"] * scale)
+        bound, ceiling = self.bound, self.config["ceiling"]
+        if bound.mode == "rel" and _log_probs(t):
+            return bound.value if self.bounds is None else float(ceiling)
+        lo, hi = (span or ValueRange(t)).finite if bound.mode == "rel" else (0.0, 0.0)
+        tol = bound.resolve_range(lo, hi).tolerance
+        if self.bounds is not None:  # the ceiling is a bound of the same mode
+            scale = hi - lo if bound.mode == "rel" else 1.0
+            tol = self.bounds.tolerance(name, layer_kind(module), tol, ceiling * scale)
         if self._regions is None:
             return tol
         return self._regions.tolerance(name, t, tol)  # as views derived from it need

@@ -3,11 +3,16 @@ default bound, rel=1e-2 of each tensor's value range (docs/activations.md)."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
+import tensorpress as tp
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tensorpress.activation_offload import ActivationCompression
+from tensorpress.compress import ErrorBound
 
 
 def _mlp_grads(ctx) -> dict:
@@ -39,5 +44,25 @@ def test_the_default_is_the_bound_written_out():
 def test_a_given_bound_or_an_unbounded_codec_takes_no_default():
     assert ActivationCompression(abs=1e-3).config["rel"] is None
     assert ActivationCompression("quant", bits=4).config["rel"] is None
-    with pytest.raises(ValueError, match="give exactly one of abs=, rel=, pw_rel="):
+    with pytest.raises(ValueError, match="give exactly one error bound"):
         ActivationCompression(abs=1e-3, rel=1e-2)
+
+
+@pytest.mark.parametrize(
+    "bound", [{"rel": True}, {"rel": float("inf")}, {"abs": math.nan}, {"pw_rel": -1e-3}]
+)
+def test_a_bound_tp_compress_refuses_is_refused_here_too(bound):
+    """The bound is an ErrorBound, checked once as tp.compress checks it: a flag or an
+    infinity given as a bound raises, with the same message."""
+    x = np.linspace(0, 1, 64, dtype=np.float32)
+    with pytest.raises(ValueError, match="bound must be") as compress_error:
+        tp.compress(x, codec="block", **bound)
+    with pytest.raises(ValueError, match="bound must be") as hooks_error:
+        ActivationCompression("block", **bound)
+    assert str(hooks_error.value) == str(compress_error.value)
+
+
+def test_the_bound_is_held_as_an_error_bound():
+    assert ActivationCompression("sz").bound == ErrorBound("rel", 1e-2)
+    assert ActivationCompression(pw_rel=0.1).bound == ErrorBound("pw_rel", 0.1)
+    assert ActivationCompression("quant", bits=4).bound is None
