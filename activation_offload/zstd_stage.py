@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..compress.stages import zstd_compress, zstd_decompress
 from ..compress.tensor import CompressedTensor
 from ..compress.threads import map_ordered
+from ..compress.zstd import zstd_compress, zstd_decompress
 
 PIECE_BYTES = 1 << 18  # payload bytes per zstd frame (about 1.5 MiB of float32 input)
 MIN_SAVING = 0.2  # zstd stays on for a kind of tensor while it saves this share of bytes

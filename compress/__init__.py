@@ -3,7 +3,7 @@
 Importing this package registers the built-in codecs.
 """
 
-from . import block, lossless, quant, sz  # noqa: F401  (registers the codecs)
+from . import block, quant, sz, zstd  # noqa: F401  (registers the codecs)
 from .bounds import ErrorBound
 from .codec import Codec
 from .registry import available_codecs, get_codec, register_codec

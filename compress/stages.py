@@ -4,18 +4,14 @@ A stream is one array-to-bytes codec followed by zero or more stages, as in zarr
 codec pipeline: ``get_codec({"id": "block", "abs": 1e-3, "stages": [{"id": "zstd"}]})``
 compresses each chunk with ``block`` and its payload with zstd; decoding runs the
 stages in reverse, then the codec. A stage's config is its whole identity, as a
-codec's is. The one stage today is zstd (the same frames every zstd in tensorpress
-writes, :func:`zstd_compress`, which the ``sz`` and ``zstd`` codecs and the activation
-store's second stage call too).
+codec's is. The one stage today is zstd (``compress/zstd.py``, beside the frames every
+zstd in tensorpress writes); a stage registers itself with :func:`register_stage`.
 """
 
 from __future__ import annotations
 
 import abc
-import threading
 from typing import ClassVar
-
-import zstandard
 
 _STAGES: dict[str, type[Stage]] = {}
 
@@ -75,84 +71,3 @@ def get_stage(spec) -> Stage:
         return _STAGES[spec["id"]](**params)
     except TypeError as exc:
         raise ValueError(f"invalid config for stage {spec['id']!r}: {exc}") from None
-
-
-@register_stage
-class Zstd(Stage):
-    """zstd at ``level``; with ``checksum`` each frame carries a checksum of its bytes."""
-
-    name = "zstd"
-
-    def __init__(self, level: int = 3, checksum: bool = False):
-        self.level = check_level(level)
-        if not isinstance(checksum, bool):
-            raise ValueError(f"zstd checksum must be True or False, got {checksum!r}")
-        self.checksum = checksum
-
-    def parameters(self) -> dict:
-        return {"level": self.level, "checksum": self.checksum}
-
-    def encode(self, data) -> bytes:
-        return zstd_compress(data, self.level, self.checksum)
-
-    def decode(self, data, max_size: int) -> bytes:
-        return zstd_decompress(data, max_size)
-
-
-# -- zstd: every zstd frame tensorpress writes ----------------------------------------
-
-
-def check_level(level) -> int:
-    """Validate a zstd compression level (an integer in -7..22)."""
-    if isinstance(level, bool) or not isinstance(level, int) or not -7 <= level <= 22:
-        raise ValueError(f"zstd level must be an integer in -7..22, got {level!r}")
-    return level
-
-
-def zstd_compress(data, level: int = 3, checksum: bool = False) -> bytes:
-    """One zstd frame of the bytes-like ``data``; the frame records its decompressed size
-    and, with ``checksum``, a checksum of its bytes that :func:`zstd_decompress` checks.
-
-    This is the one zstd stage of tensorpress: the ``sz`` payloads, the ``zstd`` codec
-    and the activation store's second stage all write their frames here. The bytes
-    depend only on ``data``, ``level`` and ``checksum``.
-    """
-    return _compressor(level, checksum).compress(data)
-
-
-def zstd_decompress(data, max_size: int) -> bytes:
-    """Inverse of :func:`zstd_compress`; refuses output larger than ``max_size`` bytes.
-
-    A frame's header declares its size, and zstd would allocate that much whatever
-    ``max_size`` says: a declared size over ``max_size`` is refused before anything
-    is allocated.
-    """
-    try:
-        declared = zstandard.frame_content_size(data)
-        if declared > max_size:
-            raise ValueError(
-                f"corrupted zstd stream: a frame of {declared} bytes where at most "
-                f"{max_size} can be"
-            )
-        return _decompressor().decompress(data, max_output_size=max_size)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"corrupted zstd stream: {exc}") from None
-
-
-_local = threading.local()  # zstd contexts are not shared between threads
-
-
-def _compressor(level: int, checksum: bool) -> zstandard.ZstdCompressor:
-    """This thread's context for ``level``: made once, since making one costs more than
-    compressing a small payload."""
-    contexts = _local.__dict__.setdefault("compressors", {})
-    key = (check_level(level), bool(checksum))
-    if key not in contexts:
-        contexts[key] = zstandard.ZstdCompressor(level=level, write_checksum=bool(checksum))
-    return contexts[key]
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    if not hasattr(_local, "decompressor"):
-        _local.decompressor = zstandard.ZstdDecompressor()
-    return _local.decompressor

@@ -30,7 +30,7 @@ LAYERS = {
     "cli": 5,
     "__main__": 6,
 }
-NOT_PACKAGE = {"tests", "benchmarks", "docs", "build"}
+NOT_PACKAGE = {"tests", "benchmarks", "docs", "build", "setup.py"}  # setup.py: the build script
 
 
 def _module_name(path: pathlib.Path) -> str:

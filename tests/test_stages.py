@@ -8,7 +8,8 @@ import pytest
 import tensorpress as tp
 import torch
 from tensorpress.compress import compress_tensor, get_codec
-from tensorpress.compress.stages import Zstd, get_stage
+from tensorpress.compress.stages import get_stage
+from tensorpress.compress.zstd import Zstd
 from tensorpress.formats import FormatError, read_header, tensor_from_stream
 
 

@@ -4,9 +4,9 @@ the stream of the codes themselves (only the first symbol's gap in the header di
 
 import numpy as np
 import pytest
-from tensorpress.compress.stages import zstd_compress
 from tensorpress.compress.sz import steps as sz_steps
 from tensorpress.compress.sz.huffman import huffman_encode
+from tensorpress.compress.zstd import zstd_compress
 
 
 def _reference_bits(codes: np.ndarray) -> float:

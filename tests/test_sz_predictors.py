@@ -249,7 +249,7 @@ def test_constant_prediction_pays_on_noise():
 
 
 def _payload_flags(payload: bytes) -> int:
-    from tensorpress.compress.stages import zstd_decompress
+    from tensorpress.compress.zstd import zstd_decompress
 
     return zstd_decompress(payload, 1 << 26)[1]
 
@@ -280,7 +280,7 @@ def test_unrelated_channels_are_coded_as_2d():
 def test_two_layout_flags_are_refused():
     from tensorpress.compress import sz
     from tensorpress.compress.bounds import ErrorBound
-    from tensorpress.compress.stages import zstd_compress, zstd_decompress
+    from tensorpress.compress.zstd import zstd_compress, zstd_decompress
 
     x = _channels((4, 16, 32, 32))
     codec = sz.SZCodec()

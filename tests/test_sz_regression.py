@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from tensorpress.compress import sz
 from tensorpress.compress.bounds import ErrorBound
 from tensorpress.compress.kernels.rounding import PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
-from tensorpress.compress.stages import zstd_compress, zstd_decompress
 from tensorpress.compress.sz.kernels.regression import (
     block_count,
     block_sides,
@@ -22,6 +21,7 @@ from tensorpress.compress.sz.kernels.regression import (
     regression_encode,
     unpack_side,
 )
+from tensorpress.compress.zstd import zstd_compress, zstd_decompress
 from test_bound_properties import FAST, cases, run_case
 from test_sz_predictors import assert_flipped_bytes_handled
 

@@ -14,7 +14,6 @@ import pytest
 import tensorpress as tp
 from tensorpress.compress import sz
 from tensorpress.compress.bounds import ErrorBound
-from tensorpress.compress.stages import zstd_compress, zstd_decompress
 from tensorpress.compress.sz import steps as sz_steps
 from tensorpress.compress.sz.huffman import HuffmanDecoder, huffman_decode, huffman_encode
 from tensorpress.compress.sz.kernels.interpolation import (
@@ -24,6 +23,7 @@ from tensorpress.compress.sz.kernels.interpolation import (
     interp_num_levels,
     interp_pass_sizes,
 )
+from tensorpress.compress.zstd import zstd_compress, zstd_decompress
 
 SHAPES = [(1, 1, 1000), (1, 37, 64), (5, 17, 33), (16, 16, 16), (1, 2, 4097), (9, 1, 130)]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..stages import zstd_compress, zstd_decompress
+from ..zstd import zstd_compress, zstd_decompress
 from .kernels import layout as bl
 
 #: the entropy modes a ``block`` codec takes (config key ``"entropy"``)

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..stages import zstd_compress
+from ..zstd import zstd_compress
 from . import fitted as sz_fitted
 from . import match as sz_match
 from . import pivot_fit as sz_pivot_fit

@@ -81,9 +81,8 @@ from ..bounds import ErrorBound
 from ..byteio import ByteReader, ByteWriter
 from ..codec import Codec, deliver
 from ..kernels.rounding import PREC_FLOAT64, prec_of
-from ..lossless import byte_shuffle, byte_unshuffle
 from ..registry import register_codec
-from ..stages import check_level, zstd_compress, zstd_decompress
+from ..zstd import byte_shuffle, byte_unshuffle, check_level, zstd_compress, zstd_decompress
 from . import pivot as sz_pivot
 from .choice import PREDICTOR_IDS, choose
 from .huffman import HuffmanDecoder, huffman_encode

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..kernels.rounding import PREC_FLOAT64
-from ..stages import zstd_compress
+from ..zstd import zstd_compress
 from . import fitted as sz_fitted
 from . import match as sz_match
 from . import pivot as sz_pivot
