@@ -357,7 +357,9 @@ def _register() -> None:
     holder = _holder(FILTER_ID) if h5py.h5z.filter_avail(FILTER_ID) else None
     if holder == NAME.decode():  # this module imported under a second name: it works
         return
-    if holder is not None:  # filter_avail also loads a plugin from HDF5_PLUGIN_PATH
+    # the compiled plugin (formats/hdf5_plugin, found in HDF5_PLUGIN_PATH) decodes the same
+    # bytes and encodes none: this filter, which also writes, replaces it in this process
+    if holder is not None and not holder.startswith(COMPILED_PLUGIN_NAME):
         unavailable = (
             f"HDF5 filter id {FILTER_ID} is already registered, by {holder or 'a filter'!r}; "
             "tensorpress leaves it in place: this process cannot write tensorpress-filter "
@@ -384,6 +386,8 @@ def _register() -> None:
 
 #: the filter's name, which HDF5 tools print where it is missing
 NAME = b"tensorpress: error-bounded lossy (needs: import tensorpress)"
+#: how the compiled plugin's name begins (formats/hdf5_plugin/plugin.c)
+COMPILED_PLUGIN_NAME = "tensorpress: error-bounded lossy (compiled plugin"
 # the callbacks and the class live as long as the process: HDF5 keeps their addresses
 _FILTER = hdf5_lib.FILTER_FUNC(_filter)
 _SET_LOCAL = hdf5_lib.SET_LOCAL_FUNC(_set_local)

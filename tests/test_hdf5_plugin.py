@@ -204,3 +204,24 @@ def test_a_build_without_a_compiler_says_so(monkeypatch, tmp_path):
     with pytest.raises(build.BuildError, match="no C compiler"):
         build.build_library(tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_importing_tensorpress_replaces_the_plugin_with_the_filter_that_writes(plugin_dir):
+    """With the plugin in HDF5_PLUGIN_PATH (HDF5 loads it when tensorpress asks whether
+    the id is taken), the in-process filter, which also writes and decodes sz, takes the
+    id in that process."""
+    script = (
+        "import h5py, numpy as np, tensorpress as tp, warnings\n"
+        "assert tp.hdf5.unavailable is None, tp.hdf5.unavailable\n"
+        "x = np.random.default_rng(0).standard_normal((64, 64)).astype('f4')\n"
+        "with h5py.File(__import__('sys').argv[1], 'w') as f:\n"
+        "    f.create_dataset('s', data=x, chunks=(32, 32), **tp.hdf5.filter(abs=1e-3))\n"
+        "    assert np.abs(f['s'][...] - x).max() <= 1e-3\n"
+        "    assert f['s'].id.get_create_plist().get_filter(0)[3] == tp.hdf5.NAME\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
+    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    path = plugin_dir.parent / "written_here.h5"
+    argv = [sys.executable, "-W", "error::RuntimeWarning", "-c", script, str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
