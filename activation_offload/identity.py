@@ -66,17 +66,20 @@ class ParameterStorages:
 
 
 class VersionWatch:
-    """Reads a tensor's version counter later without keeping its memory alive.
+    """Reads a tensor's version counter later without keeping its memory alive, and
+    notes its strides.
 
     Holds a detached alias that shares the version counter but points at an empty
     storage; reading it after backward tells whether the tensor was modified in
     place after it was saved (what autograd checks for the tensors it keeps).
     """
 
-    __slots__ = ("_alias", "version")
+    __slots__ = ("_alias", "version", "stride")
 
     def __init__(self, t: torch.Tensor):
         self.version = t._version
+        #: the tensor's strides where it is not contiguous (what it is restored as), or None
+        self.stride = None if t.is_contiguous() else tuple(t.stride())
         alias = t.detach()
         with torch.no_grad():
             alias.set_()  # bumps the shared counter: put it back

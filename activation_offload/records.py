@@ -53,7 +53,11 @@ class Held:
 
     def unpacked(self, y: torch.Tensor) -> torch.Tensor:
         """Note that autograd took ``y``: a record saved by several ops keeps ``y``
-        until the last of them has taken it, instead of restoring it again."""
+        until the last of them has taken it, instead of restoring it again; ``y`` laid
+        out as the saved tensor was (:func:`laid_out`)."""
+        watch = getattr(self, "watch", None)  # the records made from a tensor watch it
+        if watch is not None:
+            y = laid_out(y, watch.stride)
         self.packs -= 1
         self._keep = y if self.packs > 0 else None
         return y
@@ -68,6 +72,31 @@ class Held:
         stats = getattr(self, "_stats", None)  # None too when __init__ failed part-way
         if stats is not None:
             stats.release(self.nbytes, self.offloaded)
+
+
+def laid_out(y: torch.Tensor, stride: tuple[int, ...] | None) -> torch.Tensor:
+    """``y`` with the strides ``stride`` of the tensor it was saved as (None: as it is).
+
+    Codes restore tensors contiguous, and eager backward takes any layout; a compiled
+    backward does not: inductor asserts the strides of each saved tensor it reads (a
+    convolution's channels-last output, say). A layout with internal overlap (an expanded
+    tensor) cannot be written to, and eager autograd never needs it: ``y`` is given."""
+    if stride is None or y.stride() == stride or _overlaps(y.shape, stride):
+        return y
+    out = torch.empty_strided(y.shape, stride, dtype=y.dtype, device=y.device)
+    return out.copy_(y)
+
+
+def _overlaps(shape, stride) -> bool:
+    """Whether a layout of ``shape`` and ``stride`` maps two elements to one address."""
+    span = 1  # elements the dimensions with smaller strides reach
+    for n, s in sorted(
+        ((n, s) for n, s in zip(shape, stride, strict=True) if n > 1), key=lambda d: d[1]
+    ):
+        if s < span:
+            return True
+        span = s * (n - 1) + span
+    return False
 
 
 class Watched:

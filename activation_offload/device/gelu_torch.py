@@ -104,9 +104,9 @@ def residual_slot(bound: float, absolute: bool) -> tuple[int, int]:
     return steps(rbound), blocks.slot_bits(torch.float32, code_bits(rbound))
 
 
-@functools.cache
 def record_bytes(n: int, bound: float, absolute: bool) -> int:
-    """Bytes of the residual's slot for ``n`` elements."""
+    """Bytes of the residual's slot for ``n`` elements (not cached: under dynamic shapes
+    the fake implementation passes a symbolic ``n``, which cannot be hashed)."""
     return blocks.worst_bytes(n, BLOCK, residual_slot(bound, absolute)[1])
 
 
