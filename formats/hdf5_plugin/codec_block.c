@@ -26,14 +26,13 @@ typedef struct chunk {
 } chunk;
 
 /* nbits (<= 64) bits at bit offset bit of p[0:size], LSB first; bytes past size read 0 */
-static uint64_t bits_at(const uint8_t *p, size_t size, uint64_t bit, unsigned nbits)
+static inline uint64_t bits_at(const uint8_t *p, size_t size, uint64_t bit, unsigned nbits)
 {
     size_t at = (size_t)(bit >> 3);
     unsigned sh = (unsigned)(bit & 7);
     uint64_t v = 0;
     if (at + 8 <= size) {
-        for (int k = 7; k >= 0; k--)
-            v = v << 8 | p[at + k];
+        memcpy(&v, p + at, 8); /* one unaligned load: hosts are little-endian (tp_decode.h) */
     } else {
         for (int k = 7; k >= 0; k--)
             v = v << 8 | (at + k < size ? p[at + k] : 0);
@@ -44,21 +43,28 @@ static uint64_t bits_at(const uint8_t *p, size_t size, uint64_t bit, unsigned nb
     return nbits < 64 ? v & (((uint64_t)1 << nbits) - 1) : v;
 }
 
-static void store(chunk *c, uint64_t i, double v)
+/* out[s:s+m] = q * bstep rounded to the dtype, one loop per dtype */
+static void store(chunk *c, uint64_t s, const int32_t *q, uint64_t m, double bstep)
 {
     if (c->itemsize == 8) {
-        memcpy(c->out + 8 * i, &v, 8);
-        return;
+        for (uint64_t j = 0; j < m; j++) {
+            double v = (double)q[j] * bstep;
+            memcpy(c->out + 8 * (s + j), &v, 8);
+        }
+    } else if (c->itemsize == 4) {
+        for (uint64_t j = 0; j < m; j++) {
+            float f = (float)((double)q[j] * bstep);
+            memcpy(c->out + 4 * (s + j), &f, 4);
+        }
+    } else { /* float16: through float32, two roundings (SPEC.md) */
+        for (uint64_t j = 0; j < m; j++) {
+            float f = (float)((double)q[j] * bstep);
+            uint32_t bits;
+            memcpy(&bits, &f, 4);
+            uint16_t h = tp_half_from_float_bits(bits);
+            memcpy(c->out + 2 * (s + j), &h, 2);
+        }
     }
-    float f = (float)v; /* 16-bit dtypes: through float32, two roundings (SPEC.md) */
-    if (c->itemsize == 4) {
-        memcpy(c->out + 4 * i, &f, 4);
-        return;
-    }
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    uint16_t h = tp_half_from_float_bits(bits);
-    memcpy(c->out + 2 * i, &h, 2);
 }
 
 static int raw_block(chunk *c, uint8_t head, uint64_t s, uint64_t m)
@@ -134,8 +140,7 @@ static int packed_block(chunk *c, uint64_t b, uint8_t head, uint64_t s, uint64_t
             q[j] = (int32_t)(v += (uint32_t)q[j]);
     }
     c->prev = q[m - 1];
-    for (uint64_t j = 0; j < m; j++)
-        store(c, s + j, (double)q[j] * bstep);
+    store(c, s, q, m, bstep);
     c->pos += (size_t)((nbits + 7) / 8);
     return 0;
 }
