@@ -1,6 +1,6 @@
 """Activation compression and tiered offload (saved-tensor hooks)."""
 
-from ..compress.optional_torch import torch as _torch  # noqa: F401  (install advice)
+from .._util.optional_torch import torch as _torch  # noqa: F401  (install advice)
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
 from .rules import RULES, Rules
 from .settings import Adaptive, Offload

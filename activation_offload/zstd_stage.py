@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from .._util.threads import map_ordered
 from ..compress.tensor import CompressedTensor
-from ..compress.threads import map_ordered
 from ..compress.zstd import zstd_compress, zstd_decompress
 
 PIECE_BYTES = 1 << 18  # payload bytes per zstd frame (about 1.5 MiB of float32 input)

@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from ..compress.kernels.numba_cache import announce_compilation
+from .._util.numba_cache import announce_compilation
 from .bench import run_bench
 from .demo import run_demo
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError

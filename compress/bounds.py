@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .threads import map_ordered
+from .._util.threads import map_ordered
 
 MODES = ("abs", "rel", "pw_rel")
 

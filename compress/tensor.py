@@ -15,9 +15,9 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
+from .._util.optional_torch import check_device, import_torch
 from .bounds import ErrorBound, tensor_ends, tensor_finite_range
 from .codec import Codec, chunk_rows_for
-from .optional_torch import check_device, import_torch
 from .registry import get_codec
 
 torch = import_torch("tensorpress.compress.tensor (compress_tensor, decompress_tensor)")

@@ -9,7 +9,7 @@ each imports torch.distributed. ``.wire`` is the group-quantized wire format the
 first two share; ``.a2a_exchange`` the all-to-all's header and payload exchange.
 """
 
-from ..compress.optional_torch import torch as _torch  # noqa: F401  (install advice)
+from .._util.optional_torch import torch as _torch  # noqa: F401  (install advice)
 
 __all__ = [
     "a2a_exchange",

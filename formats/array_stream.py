@@ -196,7 +196,7 @@ def _bfloat16_tensor(x):
         if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
             return x.detach().cpu(), "C"
     if isinstance(x, np.ndarray) and is_bfloat16(x.dtype):
-        from ..compress.optional_torch import import_torch
+        from .._util.optional_torch import import_torch
 
         torch = import_torch("compressing bfloat16 values")
         bits = np.asarray(x, order="C").view(np.int16)  # 0-d stays 0-d

@@ -12,9 +12,9 @@ import os
 
 import numpy as np
 
+from .._util.threads import map_ordered, ordered
 from ..compress.codec import Codec
 from ..compress.registry import available_codecs, get_codec
-from ..compress.threads import map_ordered, ordered
 from .errors import ChecksumError, FormatError, TruncatedError, UnknownCodecError
 from .stream_header import (
     Header,
@@ -329,7 +329,7 @@ def _decode_bfloat16(codec: Codec, payload, shape: tuple, bound, out) -> np.ndar
     ``compress_tensor`` wrote), as a numpy bfloat16 array (into ``out`` if given)."""
     if not codec.has_tensor_path or codec.stages:
         raise FormatError(f"codec {codec.name!r} (with its stages) cannot hold bfloat16 values")
-    from ..compress.optional_torch import import_torch
+    from .._util.optional_torch import import_torch
 
     torch = import_torch("decoding bfloat16 values")
     from ..compress.tensor import bytes_tensor

@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 
+from .._util.scratch import KEEP_BYTES, scratch
+from .._util.threads import map_ordered, ordered
 from ..compress.bounds import ErrorBound
 from ..compress.codec import Codec, chunk_rows_for
-from ..compress.scratch import KEEP_BYTES, scratch
-from ..compress.threads import map_ordered, ordered
 from .stream_header import (
     chunk_crc,
     encode_index,

@@ -8,7 +8,7 @@ any device by :func:`~tensorpress.compress.decompress_tensor`.
 
 from __future__ import annotations
 
-from ..compress.optional_torch import import_torch
+from .._util.optional_torch import import_torch
 from ..compress.registry import get_codec
 from ..compress.tensor import CompressedTensor, bytes_tensor
 from .stream_header import stream_dtype

@@ -1,7 +1,7 @@
 """HDF5-aware shuffled-index data loading: torch's roles (a dataset, a sampler, a loader)
 with an order known in advance. See docs/loaders.md."""
 
-from ..compress.optional_torch import torch as _torch  # noqa: F401  (install advice)
+from .._util.optional_torch import torch as _torch  # noqa: F401  (install advice)
 from .buffer import BeladyBuffer, simulate
 from .chunked import ChunkedDataset
 from .dataloader import DataLoader

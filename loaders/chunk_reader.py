@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..compress.threads import map_ordered
+from .._util.threads import map_ordered
 from .batches import BatchToken, ItemBatches
 from .buffer import BeladyBuffer, coalesce
 from .chunked import ChunkedDataset

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..compress.kernels.hashing import hash32
+from .._util.hashing import hash32
 
 ROUNDS = 4  # _mix spells the four rounds out
 SMALL = 1 << 20  # elements: up to here, a Fisher-Yates shuffle

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorpress as tp
 import torch
+from tensorpress._util.numba_cache import COMPILING, kernel_cache_dir
 from tensorpress.activation_offload import ActivationCompression
 from tensorpress.compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
-from tensorpress.compress.kernels.numba_cache import COMPILING, kernel_cache_dir
 from tensorpress.formats import tensor_from_stream, tensor_to_stream
 
 # -- what tp.compress takes -------------------------------------------------------------

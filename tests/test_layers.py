@@ -2,10 +2,11 @@
 
     cli ──► the package root (tensorpress/__init__.py)
     files ──► formats                        (the whole-file jobs the command line runs)
-    activation_offload, loaders, distributed ──► formats ──► compress
+    activation_offload, loaders, distributed ──► formats ──► compress ──► _util
 
-The integrations in the middle never import each other; ``_version`` is a leaf
-anyone may import. Every ``import`` statement counts, function-level ones too.
+The integrations in the middle never import each other; ``_version`` is a leaf and
+``_util`` the ground floor (thread pools, scratch buffers, the numba cache, hashing,
+optional torch) that anyone may import. Every ``import`` statement counts, function-level ones too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ PACKAGE = "tensorpress"
 #: a part of the package -> its layer: an import may only go to a lower layer
 LAYERS = {
     "_version": 0,
+    "_util": 0,  # the ground floor: imports nothing of ours but itself
     "compress": 1,
     "formats": 2,
     "files": 3,  # the whole-file jobs: above the bytes, beside the integrations
@@ -150,9 +152,10 @@ def test_leaves_import_nothing_of_ours(name):
     assert GRAPH[name] == set()
 
 
-#: what activation_offload/device may import of compress/: its public contract only (the
-#: package's face, the error bound, the registry, the codec ABC), never a codec's insides
-DEVICE_MAY_IMPORT = {
+#: compress/'s public contract (the package's face, the error bound, the registry, the
+#: codec ABC): what activation_offload/device and loaders/ may import of it, never a codec's
+#: insides
+CONTRACT = DEVICE_MAY_IMPORT = {
     "tensorpress.compress",
     "tensorpress.compress.bounds",
     "tensorpress.compress.registry",
@@ -240,3 +243,43 @@ def test_codec_folders_do_not_import_each_other():
         if _codec_folder(dst) not in (None, _codec_folder(src))
     ]
     assert not wrong, "a codec's folder uses the contract, not another codec:\n" + "\n".join(wrong)
+
+
+#: the infrastructure the ground floor holds, and where it lived before (in compress/)
+GROUND = ("threads", "scratch", "numba_cache", "hashing", "optional_torch")
+
+
+def test_the_ground_floor_holds_the_infrastructure_and_imports_only_itself():
+    util = [m for m in MODULES if _in(m, "tensorpress._util")]
+    assert {f"tensorpress._util.{name}" for name in GROUND} <= set(util), sorted(util)
+    stray = sorted(
+        str(p.relative_to(ROOT)) for name in GROUND for p in (ROOT / "compress").rglob(f"{name}.py")
+    )
+    assert not stray, f"infrastructure left in compress/: {stray}"
+    wrong = [f"{m} imports {d}" for m in util for d in GRAPH[m] if not _in(d, "tensorpress._util")]
+    assert not wrong, "the ground floor imports nothing above it:\n" + "\n".join(wrong)
+
+
+def test_loaders_take_their_hash_from_the_ground_floor_not_a_codec_package():
+    """loaders/ may use compress/'s contract (a bound, a codec by name), never its insides:
+    the shuffle's hash is infrastructure, from the ground floor."""
+    assert "tensorpress._util.hashing" in GRAPH["tensorpress.loaders.permutation"]
+    wrong = [
+        f"{src} imports {dst}"
+        for src, dsts in sorted(GRAPH.items())
+        if _in(src, "tensorpress.loaders")
+        for dst in sorted(dsts)
+        if _in(dst, "tensorpress.compress") and dst not in CONTRACT
+    ]
+    assert not wrong, f"use _util/ or only {sorted(CONTRACT)}:\n" + "\n".join(wrong)
+
+
+def test_every_kernel_package_places_the_numba_cache_from_the_ground_floor():
+    """numba picks a cached kernel's directory when the kernel is defined: each package of
+    kernels calls configure_cache first, from _util (not through another kernel package)."""
+    packages = sorted((ROOT / "compress").rglob("kernels/__init__.py"))
+    assert len(packages) >= 4, packages
+    for init in packages:
+        name = _module_name(init)
+        assert GRAPH[name] == {"tensorpress._util.numba_cache"}, (name, GRAPH[name])
+        assert "\nconfigure_cache()" in init.read_text(), f"{name} does not call configure_cache"

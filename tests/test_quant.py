@@ -17,7 +17,7 @@ import tensorpress as tp
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tensorpress.compress.kernels.hashing import hash32, hash32_torch
+from tensorpress._util.hashing import hash32, hash32_torch
 from tensorpress.compress.kernels.rounding import PREC_FLOAT16
 from tensorpress.compress.kernels.rounding import round_via_float32 as to_storage
 from tensorpress.compress.quant import codec as quant_module

@@ -1,4 +1,4 @@
-"""The shared worker pools (compress/threads.py) and scratch buffers (compress/scratch.py)."""
+"""The shared worker pools (_util/threads.py) and scratch buffers (_util/scratch.py)."""
 
 import multiprocessing
 import threading
@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 import pytest
-from tensorpress.compress import scratch as scratch_mod
-from tensorpress.compress.scratch import scratch
-from tensorpress.compress.threads import map_grouped, map_ordered, ordered
+from tensorpress._util import scratch as scratch_mod
+from tensorpress._util.scratch import scratch
+from tensorpress._util.threads import map_grouped, map_ordered, ordered
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])

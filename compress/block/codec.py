@@ -25,12 +25,12 @@ import math
 
 import numpy as np
 
+from ..._util.scratch import scratch
+from ..._util.threads import map_grouped
 from ..bounds import ErrorBound
 from ..codec import Codec, deliver
 from ..kernels.rounding import PREC_BFLOAT16, PREC_FLOAT16, PREC_FLOAT32, PREC_FLOAT64
 from ..registry import register_codec
-from ..scratch import scratch
-from ..threads import map_grouped
 from .entropy import (
     check_entropy,
     squeeze,

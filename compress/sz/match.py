@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scratch import scratch
+from ..._util.scratch import scratch
 from .kernels.match import match_decode, match_encode, pack_refs, unpack_refs
 from .kernels.match_search import match_search
 

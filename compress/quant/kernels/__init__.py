@@ -1,3 +1,5 @@
 """Kernels of the ``quant`` codec: numba on the CPU, torch ops on any device."""
 
-from ...kernels import configure_cache  # noqa: F401  (numba's cache placed before any kernel)
+from ...._util.numba_cache import configure_cache
+
+configure_cache()  # before any cached kernel is defined: numba places each one then

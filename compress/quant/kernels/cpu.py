@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import float32, njit
 
-from ...kernels.hashing import hash32
+from ...._util.hashing import hash32
 from ...kernels.rounding import PREC_FLOAT64
 from ...kernels.rounding import round_via_float32 as to_storage
 

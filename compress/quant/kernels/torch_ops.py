@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ...kernels.hashing import hash32_torch
+from ...._util.hashing import hash32_torch
 
 
 def param_dtype(dtype):

@@ -1,3 +1,5 @@
 """numba kernels of the ``sz`` codec: predictors, the quantizer, Huffman."""
 
-from ...kernels import configure_cache  # noqa: F401  (numba's cache placed before any kernel)
+from ...._util.numba_cache import configure_cache
+
+configure_cache()  # before any cached kernel is defined: numba places each one then

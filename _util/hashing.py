@@ -17,6 +17,10 @@ the same low 32 bits in every product.
 
 from numba import njit
 
+from .numba_cache import configure_cache
+
+configure_cache()  # before the cached kernel below is defined: numba places it then
+
 M32 = 0xFFFFFFFF
 _K_KEY = 0x9E3779B1 - (1 << 32)  # same low 32 bits as 0x9E3779B1, |key * _K_KEY| < 2**63
 _K_HIGH = 0x632BE5AB

@@ -26,7 +26,8 @@ from pathlib import Path
 import numba
 from numba.core import event
 
-KERNELS_DIR = Path(__file__).resolve().parent
+#: the installed package: numba caches a kernel beside its source, somewhere under here
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 COMPILING = "tensorpress: compiling kernels (first run only; cached for later runs)..."
 
 
@@ -67,10 +68,18 @@ def kernel_cache_dir(package_dir, environ) -> str | None:
     return None  # nothing writable: numba's own fallbacks are all that is left
 
 
+_configured = False
+
+
 def configure_cache() -> None:
     """Point numba's cache at :func:`kernel_cache_dir` when it names a directory; run
-    before the first cached kernel is defined (numba picks the place per kernel then)."""
-    path = kernel_cache_dir(KERNELS_DIR, os.environ)
+    before the first cached kernel is defined (numba picks the place per kernel then).
+    Each package of kernels calls it; only the first call of the process looks."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    path = kernel_cache_dir(PACKAGE_DIR, os.environ)
     if path is not None:
         numba.config.CACHE_DIR = path
 

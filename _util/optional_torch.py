@@ -45,7 +45,7 @@ def check_device(device) -> None:
 
 
 def __getattr__(name):
-    """``from tensorpress.compress.optional_torch import torch``: torch, or the advice
+    """``from tensorpress._util.optional_torch import torch``: torch, or the advice
     (the first import of the parts of tensorpress that are built on torch)."""
     if name == "torch":
         return import_torch(
