@@ -2,10 +2,11 @@
 
 A plain shared library (not a Python extension) that HDF5 loads from
 ``HDF5_PLUGIN_PATH``: C11, no C++ runtime, not linked against libhdf5 or libzstd
-(zstd is loaded at run time, see ``zstd_dl.c``). ``setup.py`` calls
+(zstd is loaded at run time, see ``zstd_dl.c``). pyproject.toml names
+:class:`BuildPyWithPlugin` as setuptools' ``build_py`` command, which calls
 :func:`build_library` at install; the tests call :func:`build_driver` for the
 sanitizer build of the command-line decoder. This file imports nothing from
-tensorpress, so setup.py can load it before tensorpress is installed.
+tensorpress: setuptools loads it by its path before tensorpress is installed.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 #: the library's file name: hdf5plugin's ``libh5<name>`` convention
@@ -90,6 +94,30 @@ def build_driver(out: str | os.PathLike, sanitize: bool = True) -> Path:
     sources = [str(HERE / s) for s in (*SOURCES, "driver.c")]
     _run([*compiler(), *flags, "-o", str(out), *sources, *LIBS])
     return Path(out)
+
+
+class BuildPyWithPlugin(build_py):
+    """setuptools' build_py, then the plugin's library beside the package's modules (for
+    an editable install, into the source tree). pyproject.toml names it as the
+    ``build_py`` command. Without a compiler it says so and the install goes on."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            out = HERE
+        else:
+            out = Path(self.build_lib, "tensorpress", "formats", "hdf5_plugin")
+        try:
+            path = build_library(out)
+        except BuildError as exc:
+            print(
+                f"tensorpress: the HDF5 plugin was not built ({exc}); tensorpress works "
+                "without it, but only Python processes that import tensorpress read its "
+                "filter datasets",
+                file=sys.stderr,
+            )
+            return
+        print(f"tensorpress: built the HDF5 plugin {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # python formats/hdf5_plugin/build.py: build it in place
