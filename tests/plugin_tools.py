@@ -1,5 +1,5 @@
-"""Helpers of the compiled HDF5 plugin's tests: its build script (loaded by path, as
-setup.py loads it), running the sanitizer-built decoder, and the Python decoder's verdict
+"""Helpers of the compiled HDF5 plugin's tests: its build script (loaded by its path, as
+setuptools loads it), running the sanitizer-built decoder, and the Python decoder's verdict
 on the same bytes."""
 
 from __future__ import annotations
