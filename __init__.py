@@ -13,12 +13,16 @@ The public face only: the names below are re-exported from the modules that hold
 
 import sys
 
-from . import compress
-from ._version import __version__
-from .compress import ErrorBound, available_codecs, get_codec
-from .formats import hdf5_filter as hdf5  # tp.hdf5.filter(abs=...): hdf5plugin's style
-from .formats import open_compressed as open  # noqa: A004  (tp.open, as h5py.File reads)
-from .formats.array_stream import CallablePackage, decompress, info
+from ._util.startup import guard_start
+
+guard_start(__name__)  # the command: Ctrl-C while this imports is one line, not a traceback
+
+from . import compress  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
+from .formats import hdf5_filter as hdf5  # noqa: E402  tp.hdf5.filter(abs=...): hdf5plugin's style
+from .formats import open_compressed as open  # noqa: A004, E402  (tp.open, as h5py.File reads)
+from .formats.array_stream import CallablePackage, decompress, info  # noqa: E402
 
 # `tp.compress(x, rel=1e-3)` is the documented call and `tensorpress.compress` the codecs
 # package (`import tensorpress.compress.sz`). A name holds one object, and a function

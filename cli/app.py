@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 
 from .._util.numba_cache import announce_compilation
+from ..formats.hdf5_filter import interrupts_deferred, raise_interrupt
 from .bench import run_bench
 from .demo import run_demo
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError
@@ -42,6 +43,21 @@ def run_plugin_path() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    with signals_handled():
+        try:
+            return _run(argv)
+        except KeyboardInterrupt:
+            print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
+        except Terminated as exc:
+            name = signal.Signals(exc.signum).name
+            print(f"tensorpress: {name} received; no output was written", file=sys.stderr)
+            sys.stderr.flush()
+            return 128 + exc.signum
+
+
+def _run(argv: list[str] | None) -> int:
+    """Parse and run one command; every error but an interrupt becomes its status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -49,19 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     announce_compilation()  # a first run compiles kernels for seconds: say so
     try:
-        with terminate_as_interrupt():
-            return COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
-    except Terminated as exc:
-        name = signal.Signals(exc.signum).name
-        print(f"tensorpress: {name} received; no output was written", file=sys.stderr, flush=True)
-        return 128 + exc.signum
+        return COMMANDS[args.command](args)
     except BrokenPipeError:  # the reader went away (`tensorpress demo | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return EXIT_ERROR
     except Exception as exc:  # every error that is not a found violation: one line, exit 2
+        raise_interrupt()  # HDF5 failed a read because a filter callback was interrupted
         if os.environ.get("TENSORPRESS_TRACEBACK"):
             raise
         msg = error_message(exc)
@@ -78,21 +87,30 @@ TERMINATION_SIGNALS = tuple(
 )
 
 
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
 @contextlib.contextmanager
-def terminate_as_interrupt():
-    """Raise :class:`Terminated` on SIGTERM and SIGHUP while the block runs, so that they
-    unwind like Ctrl-C (temporary outputs removed); the old handlers come back after.
-    Signals are only handled in the main thread: elsewhere this does nothing."""
+def signals_handled():
+    """While the block runs, Ctrl-C raises KeyboardInterrupt and SIGTERM and SIGHUP
+    raise :class:`Terminated`, so that all unwind alike (temporary outputs removed),
+    also inside HDF5 filter callbacks, where the exception waits until h5py returns
+    (``interrupts_deferred``). A signal ignored when the command started (``nohup``)
+    stays ignored; the old handlers come back after. Only the main thread handles
+    signals: elsewhere this sets none."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum, frame):
-        raise Terminated(signum)
-
-    previous = {sig: signal.signal(sig, stop) for sig in TERMINATION_SIGNALS}
+    wanted = {signal.SIGINT: signal.default_int_handler}
+    wanted.update(dict.fromkeys(TERMINATION_SIGNALS, _terminate))
+    previous = {}
+    for sig, handler in wanted.items():
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, handler)
     try:
-        yield
+        with interrupts_deferred(tuple(previous)):
+            yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -13,9 +13,12 @@ filter"), and a chunk is decoded only when its stream holds exactly that chunk::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
+import signal
 import struct
+import threading
 import warnings
 
 import h5py
@@ -264,7 +267,10 @@ def _report(what: str, exc: BaseException) -> None:
 
 def _filter(flags, cd_nelmts, cd_values, nbytes, buf_size, buf):
     """H5Z_func_t: replace ``*buf`` by the encoded (or decoded) chunk, allocated with
-    HDF5's allocator; returns its size, or 0 so HDF5 reports the failure."""
+    HDF5's allocator; returns its size, or 0 so HDF5 reports the failure. After an
+    interrupt (:func:`raise_interrupt`) every chunk fails at once, so the read stops."""
+    if _interrupt is not None:
+        return 0
     try:
         cd = [cd_values[i] for i in range(cd_nelmts)]
         data = (ctypes.c_char * nbytes).from_address(buf[0])
@@ -272,16 +278,21 @@ def _filter(flags, cd_nelmts, cd_values, nbytes, buf_size, buf):
             out = decode_chunk(memoryview(data), cd)
         else:
             out = encode_chunk(memoryview(data), cd)
-        new = _lib.H5allocate_memory(max(out.nbytes, 1), False)
+        n, size = out.nbytes, max(out.nbytes, 1)
+        new = _lib.H5allocate_memory(size, False)
         if not new:
-            raise MemoryError(f"HDF5 could not allocate {out.nbytes} bytes")
-        ctypes.memmove(new, out.ctypes.data, out.nbytes)
+            raise MemoryError(f"HDF5 could not allocate {n} bytes")
+        ctypes.memmove(new, out.ctypes.data, n)
         _lib.H5free_memory(buf[0])
         buf[0] = new
-        buf_size[0] = max(out.nbytes, 1)
-        return out.nbytes
-    except BaseException as exc:  # nothing may unwind through HDF5's C frames
+        buf_size[0] = size
+        # no call after this test, so a signal handled later is handled outside this frame
+        return 0 if _interrupt is not None else n
+    except Exception as exc:  # nothing may unwind through HDF5's C frames
         _report("reading a chunk" if flags & hdf5_lib.FLAG_REVERSE else "writing a chunk", exc)
+        return 0
+    except BaseException as exc:  # Ctrl-C, SIGTERM: raised once h5py has returned
+        _remember(exc)
         return 0
 
 
@@ -316,9 +327,83 @@ def _set_local(dcpl_id, type_id, space_id):
         if _lib.H5Pmodify_filter(dcpl_id, FILTER_ID, flags.value, len(values), arr) < 0:
             raise RuntimeError("H5Pmodify_filter failed")
         return 1
-    except BaseException as exc:
+    except Exception as exc:
         _report("creating a dataset", exc)
         return -1
+    except BaseException as exc:  # Ctrl-C, SIGTERM: raised once h5py has returned
+        _remember(exc)
+        return -1
+
+
+#: the KeyboardInterrupt (or SIGTERM's exception) that arrived while a callback ran:
+#: nothing may unwind through HDF5's C frames, so the callback fails its chunk, HDF5
+#: fails the call, and :func:`raise_interrupt` raises this once h5py has returned
+_interrupt: BaseException | None = None
+
+
+def _remember(exc: BaseException) -> None:
+    global _interrupt
+    if _interrupt is None:
+        _interrupt = exc
+
+
+def raise_interrupt() -> None:
+    """Raise (once) the interrupt a filter callback kept; nothing when there is none.
+    Call it where h5py returns or raises after reading or writing filtered chunks."""
+    global _interrupt
+    exc, _interrupt = _interrupt, None
+    if exc is not None:
+        raise exc.with_traceback(None)
+
+
+def deferring(handler):
+    """Python signal handler ``handler`` (one that raises, as Ctrl-C's does), made safe
+    for the callbacks: while one runs on the main thread's stack (a signal is handled
+    where Python code runs, its first line included, outside any ``try``), what
+    ``handler`` raises is kept for :func:`raise_interrupt` instead of escaping into C."""
+
+    def handle(signum, frame):
+        try:
+            handler(signum, frame)
+        except BaseException as exc:
+            if not _in_callback(frame):
+                raise
+            _remember(exc)
+
+    handle.deferred = handler
+    return handle
+
+
+def _in_callback(frame) -> bool:
+    """Whether ``frame`` or a frame below it is one of the filter's callbacks."""
+    while frame is not None:
+        if frame.f_code in _CALLBACK_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def interrupts_deferred(signals=(signal.SIGINT,)):
+    """Run the block with the handlers of ``signals`` wrapped by :func:`deferring`, and
+    raise an interrupt a callback kept when the block ends (instead of the "filter
+    returned failure" error h5py raised for it). Handlers are only set on the main
+    thread; elsewhere a kept interrupt is still raised."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in signals:
+            handler = signal.getsignal(sig)
+            if callable(handler) and not hasattr(handler, "deferred"):
+                previous[sig] = signal.signal(sig, deferring(handler))
+    try:
+        yield
+    except BaseException:
+        raise_interrupt()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    raise_interrupt()
 
 
 def is_tensorpress_filter(fid: int, cd) -> bool:
@@ -391,5 +476,6 @@ COMPILED_PLUGIN_NAME = "tensorpress: error-bounded lossy (compiled plugin"
 # the callbacks and the class live as long as the process: HDF5 keeps their addresses
 _FILTER = hdf5_lib.FILTER_FUNC(_filter)
 _SET_LOCAL = hdf5_lib.SET_LOCAL_FUNC(_set_local)
+_CALLBACK_CODES = (_filter.__code__, _set_local.__code__)
 _class = None
 _register()

@@ -18,6 +18,7 @@ import numpy as np
 from .errors import FormatError
 from .filter_layout import ChunkRows, decoded_here, mark_filtered
 from .hdf5 import DIM_ATTRS, MARKER, DatasetSource, read_marker, user_attrs, walk
+from .hdf5_filter import interrupts_deferred
 from .sources import check_input, check_no_layout, file_kind, open_npy, open_npz, open_raw
 from .stream_reader import ContainerReader, FileSource
 
@@ -118,6 +119,12 @@ class PlainDataset(Dataset):
         self.values = source
 
     def __getitem__(self, key) -> np.ndarray:
+        if not getattr(self, "compressed", False):
+            return self._read(key)
+        with interrupts_deferred():  # Ctrl-C in the filter's callbacks: raised after h5py
+            return self._read(key)
+
+    def _read(self, key) -> np.ndarray:
         if self.source.shape is None:  # HDF5 null dataspace
             return np.asarray(self.source[()])
         if not self.shape:

@@ -1,0 +1,44 @@
+"""The ``tensorpress`` command's first second: Ctrl-C or SIGTERM while the package imports.
+
+The console script and ``python -m tensorpress`` import the whole package (numba, h5py,
+the codecs: about a second) before ``cli.main`` sets its own handlers; a signal then
+would print an import traceback. This module imports nothing of tensorpress.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+#: what the command is called on the command line (pip's console script)
+COMMAND_NAMES = ("tensorpress", "tensorpress.exe")
+
+
+def started_as_command(package: str) -> bool:
+    """Whether this process is the ``tensorpress`` command importing ``package``: the
+    console script, or ``python -m`` of the package or of its ``cli``."""
+    first = sys.argv[0] if sys.argv else ""
+    if os.path.basename(first) in COMMAND_NAMES:
+        return True
+    argv = getattr(sys, "orig_argv", [])
+    if first != "-m" or "-m" not in argv:  # -m: argv[0] is "-m" while the package imports
+        return False
+    return argv[argv.index("-m") + 1 :][:1] in ([package], [f"{package}.cli"])
+
+
+def quit_while_starting(signum, frame) -> None:
+    """Signal handler: one line, exit 128 + the signal (nothing is written yet)."""
+    name = "interrupted" if signum == signal.SIGINT else f"{signal.Signals(signum).name} received"
+    os.write(2, f"tensorpress: {name}; no output was written\n".encode())
+    os._exit(128 + signum)  # no import traceback; no file is open yet
+
+
+def guard_start(package: str) -> None:
+    """In the command only, end on Ctrl-C and SIGTERM with one line until ``cli.main``
+    sets its handlers; a library import keeps Python's, and an ignored signal stays so."""
+    if not started_as_command(package):
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, quit_while_starting)
