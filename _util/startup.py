@@ -13,6 +13,9 @@ import sys
 
 #: what the command is called on the command line (pip's console script)
 COMMAND_NAMES = ("tensorpress", "tensorpress.exe")
+#: whether this process is the command, as :func:`guard_start` found while the package
+#: imported (``sys.argv[0]`` changes after ``python -m`` has found the module)
+is_command = False
 
 
 def started_as_command(package: str) -> bool:
@@ -37,7 +40,9 @@ def quit_while_starting(signum, frame) -> None:
 def guard_start(package: str) -> None:
     """In the command only, end on Ctrl-C and SIGTERM with one line until ``cli.main``
     sets its handlers; a library import keeps Python's, and an ignored signal stays so."""
-    if not started_as_command(package):
+    global is_command
+    is_command = started_as_command(package)
+    if not is_command:
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) != signal.SIG_IGN:

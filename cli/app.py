@@ -9,7 +9,9 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .._util import startup
 from .._util.numba_cache import announce_compilation
+from ..files.output import is_full_disk
 from ..formats.hdf5_filter import interrupts_deferred, raise_interrupt
 from .bench import run_bench
 from .demo import run_demo
@@ -78,6 +80,12 @@ def _run(argv: list[str] | None) -> int:
         if isinstance(exc, OSError) and "open file" in msg and source and source not in msg:
             msg = f"{source}: {msg}"  # h5py does not name the file it could not open
         print(f"tensorpress: error: {msg}", file=sys.stderr, flush=True)
+        if is_full_disk(exc) and startup.is_command:
+            # h5py 3.16 / HDF5 2.0: once a write or a close failed for a full disk, freeing
+            # any h5py object of that file crashes (SIGSEGV) in the finalizers at exit; the
+            # error is said and the temporary file removed, so end without them
+            sys.stdout.flush()
+            os._exit(EXIT_ERROR)
         return EXIT_ERROR
 
 
@@ -109,11 +117,33 @@ def signals_handled():
         if signal.getsignal(sig) != signal.SIG_IGN:
             previous[sig] = signal.signal(sig, handler)
     try:
-        with interrupts_deferred(tuple(previous)):
+        with interrupts_deferred(tuple(previous)), _full_disk_finalizers_quiet():
             yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _full_disk_finalizers_quiet():
+    """Drop what h5py's finalizers report for a full disk while the block runs (each
+    object of the failed file says it again): the command says it once, naming the
+    output. Every other unraisable error goes to the hook that was set."""
+    unraisable_hook, except_hook = sys.unraisablehook, sys.excepthook
+
+    def unraisable(args) -> None:
+        if not is_full_disk(args.exc_value):
+            unraisable_hook(args)
+
+    def printed(kind, value, tb) -> None:  # Cython prints a finalizer's traceback so
+        if not is_full_disk(value):
+            except_hook(kind, value, tb)
+
+    sys.unraisablehook, sys.excepthook = unraisable, printed
+    try:
+        yield
+    finally:
+        sys.unraisablehook, sys.excepthook = unraisable_hook, except_hook
 
 
 def error_message(exc: BaseException) -> str:

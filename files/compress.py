@@ -44,6 +44,7 @@ from .output import (
     atomic_output,
     attach_plain,
     copy_plain,
+    hdf5_output,
     is_hdf5_path,
     plain_report,
     record_storage,
@@ -264,7 +265,7 @@ def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, pro
     t0 = time.perf_counter()
     with atomic_output(src, dst, overwrite) as tmp:
         if is_hdf5_path(dst) and plan.layout == "filter":
-            with h5py.File(tmp, "w") as fout:
+            with hdf5_output(tmp) as fout:
                 write = (plan, chunk_bytes, workers, progress)
                 report = _compress_filtered(array, fout, "data", write, t0)
                 if report is None:
@@ -272,7 +273,7 @@ def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, pro
                     report = plain_report("data", array, t0, STORED_RAW)
             return report
         if is_hdf5_path(dst):
-            with h5py.File(tmp, "w") as fout:
+            with hdf5_output(tmp) as fout:
                 sink = DatasetSink(fout, "data")
                 bound, nbytes, target = compress_stream(
                     array, sink, "data", plan.codec, bound, chunk_bytes, workers, progress
@@ -303,7 +304,7 @@ def _compress_npz(arrays: dict, src, dst, write: tuple, overwrite: bool) -> list
     plan, progress = write[0], write[3]
     plan.check_names(list(arrays))
     reports = []
-    with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+    with atomic_output(src, dst, overwrite) as tmp, hdf5_output(tmp) as fout:
         for name, array in arrays.items():
             t0 = time.perf_counter()
             why = "" if plan.compresses(array) else f"copied: {array.dtype} data is not compressed"
@@ -343,7 +344,7 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
     plan.check_names([p for p, kind, _ in items if kind == "dataset"])
     regions = region_targets(fin, items)  # kept as they are, so that the regions still hold
     reports = []
-    with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+    with atomic_output(src, dst, overwrite) as tmp, hdf5_output(tmp) as fout:
         copy_attrs(fin, fout, skip=DIM_ATTRS)
         plain = []
         for path, obj, t0 in datasets_copying_the_rest(items, fout):

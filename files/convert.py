@@ -47,7 +47,14 @@ from ..formats.sources import check_input, file_kind
 from ..formats.stream_header import is_bfloat16
 from ..formats.stream_reader import ContainerReader
 from ..formats.stream_writer import FileSink, StreamWriter, encode_array
-from .output import DatasetReport, atomic_output, attach_plain, copy_plain, report_progress
+from .output import (
+    DatasetReport,
+    atomic_output,
+    attach_plain,
+    copy_plain,
+    hdf5_output,
+    report_progress,
+)
 
 
 def convert_file(src, dst, *, overwrite: bool = False, progress=None) -> list[DatasetReport]:
@@ -67,7 +74,7 @@ def convert_file(src, dst, *, overwrite: bool = False, progress=None) -> list[Da
                 f"{src} holds no dataset in the stream layout and none with the tensorpress "
                 f"filter's former id {LEGACY_FILTER_ID}: there is nothing to convert"
             )
-        with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+        with atomic_output(src, dst, overwrite) as tmp, hdf5_output(tmp) as fout:
             copy_attrs(fin, fout, skip=DIM_ATTRS)
             plain, converted = [], []
             for path, obj, t0 in datasets_copying_the_rest(items, fout):

@@ -39,6 +39,7 @@ from .output import (
     atomic_output,
     attach_plain,
     copy_plain,
+    hdf5_output,
     is_hdf5_path,
     ratio,
     report_progress,
@@ -99,7 +100,7 @@ def _kind_of(dst) -> str:
 def _write_container(reader, tmp, kind: str, workers, progress) -> None:
     """Decode ``reader`` into the file ``tmp`` as ``kind``: "hdf5", "npy" or "raw"."""
     if kind == "hdf5":
-        with h5py.File(tmp, "w") as fout:
+        with hdf5_output(tmp) as fout:
             out = fout.create_dataset("data", shape=reader.shape, dtype=reader.dtype)
             _decode_into(reader, "data", out, workers, progress)
     elif kind == "npy" and reader.header.order == "F" and len(reader.shape) > 1:
@@ -215,7 +216,7 @@ def _decompress_hdf5(fin, src, dst, workers, overwrite, progress):
     items = list(walk(fin))
     refuse_compressed_regions(fin, items)
     reports = []
-    with atomic_output(src, dst, overwrite) as tmp, h5py.File(tmp, "w") as fout:
+    with atomic_output(src, dst, overwrite) as tmp, hdf5_output(tmp) as fout:
         copy_attrs(fin, fout, skip=DIM_ATTRS)
         plain, restored = [], []
         for path, obj, t0 in datasets_copying_the_rest(items, fout):

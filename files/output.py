@@ -12,6 +12,7 @@ import math
 import os
 import secrets
 import stat
+import sys
 import time
 from dataclasses import dataclass
 
@@ -99,8 +100,47 @@ def atomic_output(src: str, dst, overwrite: bool):
         raise named from exc
 
 
+@contextlib.contextmanager
+def hdf5_output(tmp: str):
+    """``h5py.File(tmp, "w")`` that raises a full disk instead of closing short of data.
+
+    h5py 3.16 / HDF5 2.0 report a write that fails when a dataset is freed (HDF5 writes
+    its cached chunks then) only as an "Exception ignored" message, and go on, so the
+    file would be renamed into place without them: that report is caught here and raised
+    as OSError(ENOSPC) when the block ends, before the file is flushed and closed."""
+    failed: list = []
+    previous = sys.unraisablehook
+
+    def hook(args) -> None:
+        if is_full_disk(args.exc_value):
+            failed.append(args.exc_value)
+        else:
+            previous(args)
+
+    sys.unraisablehook = hook
+    try:
+        with h5py.File(tmp, "w") as fout:
+            yield fout
+            if failed:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
+            fout.flush()
+    finally:
+        sys.unraisablehook = previous
+
+
 #: errors that say the output's file system is full (the disk, or the user's quota)
 FULL_ERRNOS = tuple(getattr(errno, name) for name in ("ENOSPC", "EDQUOT") if hasattr(errno, name))
+
+
+def is_full_disk(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file system is full: its errno, or HDF5's text where
+    h5py sets none (a flush or a close, raised as OSError or RuntimeError: "... errno =
+    28, error message = ...")."""
+    if not isinstance(exc, (OSError, RuntimeError)):
+        return False
+    if getattr(exc, "errno", None) in FULL_ERRNOS:
+        return True
+    return any(f"errno = {code}," in str(exc) for code in FULL_ERRNOS)
 
 
 def output_error(exc: BaseException, dst: str, tmp: str | None) -> BaseException:
@@ -109,10 +149,11 @@ def output_error(exc: BaseException, dst: str, tmp: str | None) -> BaseException
     buffers and offsets, Python's names no file); an OSError naming ``tmp`` (a folder the
     user cannot write to) as the same error naming ``dst``, the file the user asked for;
     any other error as it is."""
+    if is_full_disk(exc):
+        code = exc.errno if getattr(exc, "errno", None) in FULL_ERRNOS else errno.ENOSPC
+        return OSError(code, os.strerror(code), dst)
     if not isinstance(exc, OSError):
         return exc
-    if exc.errno in FULL_ERRNOS:
-        return OSError(exc.errno, os.strerror(exc.errno), dst)
     if tmp is not None and exc.filename == tmp and exc.errno is not None:
         return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), dst)
     return exc
