@@ -1,7 +1,7 @@
 """The compiled HDF5 plugin (formats/hdf5_plugin/) read by programs that never import
 tensorpress: h5py in a subprocess with only HDF5_PLUGIN_PATH set gets the in-process
 filter's values bit for bit, h5dump prints them, and a codec the plugin does not decode
-yet is a read error, not a crash."""
+yet is a read error, not a crash (its `block` encoder: test_hdf5_plugin_encoder.py)."""
 
 from __future__ import annotations
 
@@ -62,14 +62,14 @@ def read_with_plugin(path, names, plugin_dir, tmp_path) -> dict:
     }
 
 
-def test_the_library_exports_a_decode_only_filter_32100(plugin_dir):
+def test_the_library_exports_filter_32100_with_an_encoder_and_a_decoder(plugin_dir):
     lib = ctypes.CDLL(str(plugin_dir / hdf5_plugin_path.LIBRARY))
     lib.H5PLget_plugin_info.restype = ctypes.c_void_p
     assert lib.H5PLget_plugin_type() == 0  # H5PL_TYPE_FILTER
     info = lib.H5PLget_plugin_info()
     version, fid, encoder, decoder = (ctypes.c_int * 4).from_address(info)
     name = ctypes.c_char_p.from_address(info + 16).value.decode()
-    assert (version, fid, encoder, decoder) == (1, tp.hdf5.FILTER_ID, 0, 1)
+    assert (version, fid, encoder, decoder) == (1, tp.hdf5.FILTER_ID, 1, 1)
     assert name.startswith("tensorpress") and "compiled plugin" in name
 
 

@@ -3,13 +3,14 @@
  *
  *   tp_decode IN.tp OUT.raw              every chunk, C order, little-endian
  *   tp_decode IN.tp OUT.raw CD0,CD1,...  as the filter with these cd_values
+ *   tp_decode -e IN.raw OUT.tp CD0,...   encode one chunk as the filter writes it
  *
  * Exit status 0 with OUT written; 1 and one line on stderr when the stream is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tp_decode.h"
+#include "tp_encode.h"
 
 static uint8_t *slurp(const char *path, size_t *n)
 {
@@ -49,7 +50,7 @@ static int whole(const uint8_t *buf, size_t n, uint8_t **out, size_t *len, tp_er
 }
 
 static int as_filter(const char *list, const uint8_t *buf, size_t n, uint8_t **out,
-                     size_t *len, tp_err *err)
+                     size_t *len, int encode, tp_err *err)
 {
     unsigned cd[64];
     size_t ncd = 0;
@@ -58,13 +59,17 @@ static int as_filter(const char *list, const uint8_t *buf, size_t n, uint8_t **o
         cd[ncd] = (unsigned)strtoul(s, &end, 10);
         s = *end == ',' ? end + 1 : end;
     }
+    if (encode)
+        return tp_filter_encode(cd, ncd, buf, n, malloc, free, out, len, err);
     return tp_filter_decode(cd, ncd, buf, n, malloc, free, out, len, err);
 }
 
 int main(int argc, char **argv)
 {
+    int encode = argc == 5 && strcmp(argv[1], "-e") == 0;
+    argv += encode, argc -= encode;
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: %s IN.tp OUT.raw [CD_VALUES]\n", argv[0]);
+        fprintf(stderr, "usage: %s [-e] IN OUT [CD_VALUES]\n", argv[0]);
         return 2;
     }
     size_t n = 0, len = 0;
@@ -74,7 +79,7 @@ int main(int argc, char **argv)
         return 2;
     }
     tp_err err = {0, ""};
-    int rc = argc == 4 ? as_filter(argv[3], buf, n, &out, &len, &err)
+    int rc = argc == 4 ? as_filter(argv[3], buf, n, &out, &len, encode, &err)
                        : whole(buf, n, &out, &len, &err);
     free(buf);
     if (rc) {
