@@ -297,8 +297,10 @@ def run_convert(args) -> int:
 
     require_input(args.input)
     require_output(args.output, args.force)
-    if _extension(args.output) not in (".h5", ".hdf5"):
-        raise UserError(f"{args.output}: convert writes HDF5: name it .h5 or .hdf5")
+    from ..formats.sources import HDF5_EXTENSIONS
+
+    if _extension(args.output) not in HDF5_EXTENSIONS:
+        raise UserError(f"{args.output}: convert writes HDF5: name it .h5, .hdf5, .nc or .nc4")
     t0 = time.perf_counter()
     with Progress(args.quiet) as progress:
         reports = convert_file(args.input, args.output, overwrite=args.force, progress=progress)

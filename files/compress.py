@@ -160,7 +160,7 @@ def _check_hdf5_input(src, dst, dtype, shape) -> None:
     if not is_hdf5_path(dst):
         raise ValueError(
             f"{src} is HDF5: its compressed form is HDF5 too; give a destination "
-            "ending in .h5 or .hdf5"
+            "ending in .h5, .hdf5, .nc or .nc4"
         )
 
 
@@ -223,7 +223,7 @@ def compress_file(
         if not is_hdf5_path(dst):
             raise ValueError(
                 f"{src} is .npz: its compressed form is an HDF5 file with one dataset per "
-                "array; give a destination ending in .h5 or .hdf5"
+                "array; give a destination ending in .h5, .hdf5, .nc or .nc4"
             )
         write = (plan, chunk_bytes, workers, progress)
         return _compress_npz(open_npz(src), src, dst, write, overwrite)
@@ -249,7 +249,7 @@ def _set_layout(plan, layout: str | None, codec_options, dst, kind: str) -> None
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if layout == "filter" and not is_hdf5_path(dst):
-        raise ValueError(f"{dst}: the filter layout writes HDF5: name it .h5 or .hdf5")
+        raise ValueError(f"{dst}: the filter layout writes HDF5: name it .h5, .hdf5, .nc or .nc4")
     if layout == "filter":
         try:
             check_codec(plan.codec, codec_options)

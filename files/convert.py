@@ -193,7 +193,7 @@ def _convert(reader: ContainerReader, marker: dict, fout, path: str, progress):
     out = fout.create_dataset(
         path,
         shape=h.shape,
-        dtype=np.dtype(marker["dtype"]).newbyteorder("<"),
+        dtype=np.dtype(marker["dtype"]),  # either byte order: cd_values record it
         chunks=chunks,
         maxshape=maxshape,
         **({} if fill is None else {"fillvalue": fill}),
