@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..formats.hdf5_refs import ref_kind, ref_targets
+from ..formats.missing import spec_of
 from .errors import EXIT_ERROR, EXIT_OK, EXIT_VIOLATION, UserError, require_input
 from .output import Progress, bound_text, emit_json, finite_or_none, fmt, json_safe, print_table
 
@@ -68,8 +69,9 @@ class ErrorCheck:
 
     ``bound``: the stored bound dict (mode, value, tolerance) or None (the data
     must match exactly). abs/rel: |x - y| <= tolerance; pw_rel: |x - y| <=
-    tolerance * |x| and the same sign. NaN and +/-Inf must come back as they were.
-    Errors are computed in float64.
+    tolerance * |x| and the same sign. NaN and +/-Inf must come back as they were, and
+    missing cells (``update``'s ``missing``) bit for bit; the error statistics and the
+    value range cover the other cells. Errors are computed in float64.
     """
 
     def __init__(self, bound: dict | None):
@@ -81,11 +83,16 @@ class ErrorCheck:
         self.sse = 0.0
         self.finite = 0
         self.lo, self.hi = math.inf, -math.inf
+        self.missing_changed = 0
 
-    def update(self, x: np.ndarray, y: np.ndarray) -> None:
+    def update(self, x: np.ndarray, y: np.ndarray, missing=None) -> None:
+        """Compare slab ``x`` (original) with ``y``; ``missing``: the original's
+        ``MissingSpec`` (formats/missing.py), whose cells must be identical bit for bit."""
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape:
             raise UserError(f"shapes differ: {x.shape} in the original, {y.shape} compressed")
+        if missing is not None and x.dtype.kind == y.dtype.kind == "f" and x.itemsize == y.itemsize:
+            x, y = self._missing_cells(x, y, missing.mask(x))
         if _nested(x) or _nested(y):
             self._update_nested(x, y)
             return
@@ -120,6 +127,19 @@ class ErrorCheck:
         else:
             bad = d > self.bound["tolerance"]
         self.violations += int(np.count_nonzero(bad))
+
+    def _missing_cells(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> tuple:
+        """Count the missing cells of ``x`` (``mask``) that ``y`` changed by a bit as
+        violations; return the valid cells of both, flat."""
+        if mask.any():
+            bits = f"u{x.dtype.itemsize}"
+            native = x.dtype.newbyteorder("=")  # either side may be big-endian
+            xm, ym = x[mask].astype(native), y[mask].astype(native)
+            changed = int(np.count_nonzero(xm.view(bits) != ym.view(bits)))
+            self.missing_changed += changed
+            self.violations += changed
+            self.count += xm.size
+        return x[~mask], y[~mask]
 
     def _update_nested(self, x: np.ndarray, y: np.ndarray) -> None:
         """Compare elements that hold arrays (HDF5's variable-length sequences, alone or
@@ -171,6 +191,7 @@ class ErrorCheck:
             "psnr_db": psnr,
             "value_range": span,
             "nonfinite_changed": self.nonfinite_changed,
+            "missing_changed": self.missing_changed,
             "violations": self.violations,
         }
 
@@ -285,6 +306,7 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
     if tuple(dst.shape) != shape:
         return {**out, "status": f"shape {tuple(dst.shape)} != original {shape}"}
     check = ErrorCheck(bound)
+    missing = spec_of(getattr(src, "source", src))  # the original's missing cells
     total = math.prod(shape) * dtype.itemsize
     align = _chunk_rows(dst)
     progress(name, 0, total)
@@ -293,7 +315,7 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
         x, y = np.asarray(src[index]), _read(dst, index)
         if ref_kind(dtype) is not None:  # addresses differ between files: compare targets
             x, y = ref_targets(_h5_file(src), x), ref_targets(_h5_file(dst), y)
-        check.update(x, y)
+        check.update(x, y, missing)
         done += x.nbytes
         progress(name, done, total)
     res = check.result()

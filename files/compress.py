@@ -28,6 +28,7 @@ from ..formats.hdf5 import (
     walk,
 )
 from ..formats.hdf5_refs import carry_references, region_targets
+from ..formats.missing import masked_source
 from ..formats.sources import RowFile, check_input, file_kind, npy_rows, open_npz, raw_layout
 from ..formats.stream_header import nchunks_for
 from ..formats.stream_reader import ContainerReader
@@ -72,6 +73,7 @@ def compress_stream(
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
+    source, missing = masked_source(source, rows, name)  # range and PSNR: valid cells
     bound, target = resolve_bound(source, codec, bound, rows, workers)
     writer = StreamWriter(
         sink,
@@ -82,6 +84,7 @@ def compress_stream(
         bound,
         rows,
         target,
+        missing,
     )
     total = math.prod(shape) * dtype.itemsize
     row_bytes = math.prod(shape[1:]) * dtype.itemsize
@@ -402,10 +405,10 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
     if not shape or not original:
         return None
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
-    bound, target = resolve_bound(source, plan.codec, plan.bound_for(path), rows, workers)
-    out = write_filtered(
-        source, group, path, plan.codec, bound, chunk_bytes, progress, workers=workers
-    )
+    masked, missing = masked_source(source, rows, path)  # range and PSNR: valid cells
+    bound, target = resolve_bound(masked, plan.codec, plan.bound_for(path), rows, workers)
+    write = (plan.codec, bound, chunk_bytes, progress)
+    out = write_filtered(masked, group, path, *write, workers=workers, missing=missing)
     nbytes = out.id.get_storage_size()
     if plan.raw_when_larger and nbytes + CHUNK_INDEX_BYTES >= original:
         del group[path]

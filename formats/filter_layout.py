@@ -248,11 +248,14 @@ def read_chunk(source, offset: tuple, chunks: tuple, dtype, fillvalue) -> np.nda
     return full
 
 
-def write_chunks(source, out: h5py.Dataset, path: str, progress, workers: int = 1) -> None:
+def write_chunks(
+    source, out: h5py.Dataset, path: str, progress, workers: int = 1, missing=None
+) -> None:
     """Encode every chunk of ``source`` for filtered dataset ``out`` (same shape) and
     store it with ``write_direct_chunk``: ``workers`` threads encode (the codecs release
     the GIL), this thread reads one chunk at a time and writes in chunk order, so the
-    file is the same for any ``workers`` and at most ``2 * workers`` chunks are held."""
+    file is the same for any ``workers`` and at most ``2 * workers`` chunks are held.
+    ``missing``: the ``MissingMap`` whose markers ``source`` gives (missing.py)."""
     cd = filter_values(out)
     shape, chunks = tuple(int(d) for d in out.shape), tuple(int(c) for c in out.chunks)
     dtype, fill = out.dtype, out.fillvalue
@@ -266,10 +269,16 @@ def write_chunks(source, out: h5py.Dataset, path: str, progress, workers: int = 
         done += inside * dtype.itemsize
         report_progress(progress, path, min(done, total), total)
 
+    def read(offset):
+        x = read_chunk(source, offset, chunks, dtype, fill)
+        if missing:  # the padding of edge chunks holds the fill value: marked too
+            x = missing.substitute(x.astype(dtype.newbyteorder("="))).astype(dtype)
+        return x
+
     offsets = chunk_offsets(shape, chunks)
     if workers <= 1:
         for offset in offsets:
-            store(offset, encode_chunk(read_chunk(source, offset, chunks, dtype, fill), cd))
+            store(offset, encode_chunk(read(offset), cd, missing))
         return
     pending: deque = deque()
     with ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-h5chunk") as pool:
@@ -277,28 +286,30 @@ def write_chunks(source, out: h5py.Dataset, path: str, progress, workers: int = 
             if len(pending) >= 2 * workers:
                 first, job = pending.popleft()
                 store(first, job.result())
-            x = read_chunk(source, offset, chunks, dtype, fill)
-            pending.append((offset, pool.submit(encode_chunk, x, cd)))
+            pending.append((offset, pool.submit(encode_chunk, read(offset), cd, missing)))
         while pending:
             first, job = pending.popleft()
             store(first, job.result())
 
 
-def write_filtered(source, group, path: str, codec, bound, chunk_bytes: int, progress, workers=1):
+def write_filtered(
+    source, group, path: str, codec, bound, chunk_bytes: int, progress, workers=1, missing=None
+):
     """Write ``source`` (array-like with shape and dtype, at least 1-d) as the filtered
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
-    lossless codec), its chunks encoded by ``workers`` threads. Returns the dataset; its
-    stored bytes are ``ds.id.get_storage_size()``."""
+    lossless codec), its chunks encoded by ``workers`` threads; ``missing``: the
+    ``MissingMap`` whose markers ``source`` gives. Returns the dataset; its stored bytes
+    are ``ds.id.get_storage_size()``."""
     dtype = np.dtype(source.dtype)  # either byte order: cd_values record it, chunks byteswap
     out = group.create_dataset(
         path,
         shape=source.shape,
         dtype=dtype,
         chunks=filter_chunks(source, chunk_bytes),
-        **creation_options(source),
+        **creation_options(getattr(source, "source", source)),  # under missing.MissingRows
         **filter_keywords(codec, bound),
     )
-    write_chunks(source, out, path, progress, workers)
+    write_chunks(source, out, path, progress, workers, missing)
     return out
 
 

@@ -226,9 +226,10 @@ def _within(has, bound: dict) -> bool:
     return kind == mode and has.tolerance <= value
 
 
-def encode_chunk(data, cd: list[int]) -> np.ndarray:
+def encode_chunk(data, cd: list[int], missing=None) -> np.ndarray:
     """One HDF5 chunk (bytes-like, floats in the byte order cd_values give) as a
-    container stream (little-endian, as every stream)."""
+    container stream (little-endian, as every stream); ``missing``: the ``MissingMap``
+    whose markers the chunk holds (missing.py)."""
     p = chunk_values(cd)
     dtype = np.dtype(f"{p['byteorder']}f{p['itemsize']}")
     x = np.frombuffer(data, dtype=dtype)
@@ -237,7 +238,12 @@ def encode_chunk(data, cd: list[int]) -> np.ndarray:
     x = x.reshape(p["chunks"]).astype(dtype.newbyteorder("<"), copy=False)
     codec = get_codec(p["codec"], **p["bound"])
     stream = encode_array(
-        x, codec, codec.resolve_bound(x), workers=1, chunk_bytes=codec.default_chunk_bytes
+        x,
+        codec,
+        codec.resolve_bound(x),
+        workers=1,
+        chunk_bytes=codec.default_chunk_bytes,
+        missing=missing,
     )
     return np.frombuffer(stream, dtype=np.uint8)
 

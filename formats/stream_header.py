@@ -118,6 +118,8 @@ class Header:
     writer: str
     #: the quality target the bound was chosen for (``{"psnr": dB, "psnr_reached": dB}``)
     target: dict | None = None
+    #: marker -> original bits of the stream's missing values (``missing.MissingMap``)
+    missing: object = None
 
     @property
     def nchunks(self) -> int:
@@ -154,10 +156,18 @@ class Header:
 
 
 def encode_preamble(
-    dtype: str, shape, order, codec_config, bound, chunk_rows, target: dict | None = None
+    dtype: str,
+    shape,
+    order,
+    codec_config,
+    bound,
+    chunk_rows,
+    target: dict | None = None,
+    missing=None,
 ) -> bytes:
     """Preamble, JSON header and the header's CRC: the bytes before the chunk index;
-    ``target``: the quality target the bound was chosen for, if any."""
+    ``target``: the quality target the bound was chosen for, if any; ``missing``: the
+    ``MissingMap`` of the values' missing cells, written only when it maps any."""
     header = {
         "dtype": dtype,
         "shape": [int(d) for d in shape],
@@ -169,6 +179,8 @@ def encode_preamble(
     }
     if target is not None:
         header["target"] = target
+    if missing:
+        header["missing"] = missing.to_header()
     head = json.dumps(header, separators=(",", ":")).encode()
     pre = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
     return pre + CRC.pack(crc32(pre))
@@ -245,7 +257,8 @@ def _check_preamble(source) -> tuple[int, int, int]:
 
 
 def _header_fields(text) -> tuple:
-    """(dtype, shape, order, codec, bound, chunk rows, writer, target) from the JSON header,
+    """(dtype, shape, order, codec, bound, chunk rows, writer, target, missing) from the
+    JSON header,
     each checked: FormatError names the first field that is not what SPEC.md allows (the
     optional ``target`` is informative: one that is not an object is left out)."""
     try:
@@ -272,7 +285,21 @@ def _header_fields(text) -> tuple:
         raise FormatError("invalid stream header: the codec config has no string 'id'")
     writer = h.get("writer", "")
     target = h.get("target") if isinstance(h.get("target"), dict) else None
-    return dtype, tuple(shape), h["order"], codec, _bound(h["bound"]), rows, str(writer), target
+    missing = _missing(h["missing"], dtype) if "missing" in h else None
+    bound = _bound(h["bound"])
+    return dtype, tuple(shape), h["order"], codec, bound, rows, str(writer), target, missing
+
+
+def _missing(field, dtype):
+    """The header's ``missing`` map, checked (FormatError): float16/32/64 streams only."""
+    from .missing import MissingMap
+
+    if dtype.kind != "f" or is_bfloat16(dtype):
+        raise FormatError(f"invalid stream header: 'missing' in a {dtype} stream")
+    try:
+        return MissingMap.from_header(field, dtype.itemsize)
+    except ValueError as exc:
+        raise FormatError(f"invalid stream header: {exc}") from None
 
 
 def _is_count(v) -> bool:

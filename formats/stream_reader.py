@@ -213,6 +213,8 @@ class ContainerReader:
             raise FormatError(f"chunk {i} cannot be decoded: {exc}") from None
         if chunk.shape != h.chunk_shape(i) or chunk.dtype != h.dtype:
             raise FormatError(f"chunk {i} decoded to the wrong shape or dtype")
+        if h.missing is not None:  # missing cells: their original bits, not the markers
+            h.missing.restore(chunk)
         return chunk
 
     def iter_chunks(self, workers: int | None = None):

@@ -39,11 +39,13 @@ def encode_array(
     workers: int | None = None,
     order: str = "C",
     target: dict | None = None,
+    missing=None,
 ) -> bytes:
     """Compress ``x`` (any layout) into a stream; ``bound`` must be resolved (or None).
 
     ``chunk_bytes`` is the target input size of a chunk; ``order`` records the
-    caller's memory layout; ``target`` the quality target the bound was chosen for.
+    caller's memory layout; ``target`` the quality target the bound was chosen for;
+    ``missing``: the ``MissingMap`` whose markers ``x`` holds in its missing cells.
     """
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
@@ -51,14 +53,13 @@ def encode_array(
     shape = tuple(int(d) for d in x.shape)
     rows = chunk_rows_for(shape, x.dtype.itemsize, chunk_bytes)
     head = (stream_dtype(x.dtype), shape, order, codec.stream_config(), bound, rows)
+    extra = {"target": target, "missing": missing}
     slots = _slots(x, codec, rows) if codec.writes_into and not codec.stages else None
     if slots and 1 < len(slots) and slots[-1] <= KEEP_BYTES:
-        return _encode_in_place(
-            x, codec, bound, rows, resolve_workers(workers), slots, head, target
-        )
+        return _encode_in_place(x, codec, bound, rows, resolve_workers(workers), slots, head, extra)
     chunks = list(checked_chunks(x, codec, bound, rows, workers=workers))
     payloads = [payload for payload, _ in chunks]
-    return write_stream(*head, payloads, crcs=[crc for _, crc in chunks], target=target)
+    return write_stream(*head, payloads, crcs=[crc for _, crc in chunks], **extra)
 
 
 def _slots(x: np.ndarray, codec: Codec, rows: int) -> list[int]:
@@ -71,7 +72,7 @@ def _slots(x: np.ndarray, codec: Codec, rows: int) -> list[int]:
     return list(itertools.accumulate(caps, initial=0))
 
 
-def _encode_in_place(x, codec, bound, rows: int, workers: int, starts, head, target) -> bytes:
+def _encode_in_place(x, codec, bound, rows: int, workers: int, starts, head, extra) -> bytes:
     """:func:`encode_array` for a ``writes_into`` codec: each chunk's payload is written
     into its slot (``starts``: :func:`_slots`) of one scratch buffer, in threads, and
     copied once, into the stream (a bytes object per payload first cost a copy each).
@@ -86,7 +87,7 @@ def _encode_in_place(x, codec, bound, rows: int, workers: int, starts, head, tar
             return view, chunk_crc(view, i)
 
         done = map_ordered(encode, range(n), workers)
-        return write_stream(*head, [v for v, _ in done], crcs=[c for _, c in done], target=target)
+        return write_stream(*head, [v for v, _ in done], crcs=[c for _, c in done], **extra)
 
 
 def write_stream(
@@ -99,11 +100,12 @@ def write_stream(
     payloads: list,
     crcs: list | None = None,
     target: dict | None = None,
+    missing=None,
 ) -> bytes:
     """Assemble a stream from encoded chunk payloads (bytes-like, in chunk order) and
     their checksums (:func:`~tensorpress.formats.stream_header.chunk_crc`, computed here
-    when not given)."""
-    pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows, target)
+    when not given); ``target`` and ``missing`` as :func:`encode_array` takes them."""
+    pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows, target, missing)
     if crcs is None:
         crcs = [chunk_crc(p, i) for i, p in enumerate(payloads)]
     index = encode_index([len(p) for p in payloads], crcs)
@@ -133,8 +135,8 @@ class StreamWriter:
     them, and :meth:`finish` writes the real index over the placeholder. The
     bytes equal :func:`write_stream`'s for the same payloads. ``sink`` has
     ``write_at(offset, data)`` (offsets in bytes from the start of the stream),
-    e.g. a :class:`FileSink`. ``target``: the quality target the bound was chosen
-    for, as :func:`encode_array` takes it.
+    e.g. a :class:`FileSink`. ``target`` and ``missing``: as :func:`encode_array`
+    takes them.
     """
 
     def __init__(
@@ -147,10 +149,11 @@ class StreamWriter:
         bound: ErrorBound | None,
         chunk_rows: int,
         target: dict | None = None,
+        missing=None,
     ):
         self.sink = sink
         self.nchunks = nchunks_for(shape, chunk_rows)
-        pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows, target)
+        pre = encode_preamble(dtype, shape, order, codec_config, bound, chunk_rows, target, missing)
         self._index_at = len(pre)
         self._lengths: list[int] = []
         self._crcs: list[int] = []

@@ -1,0 +1,224 @@
+"""Missing cells of a variable (netCDF/CF and HDF5 conventions): found, left out of the
+value range, and kept bit for bit through any codec.
+
+A cell is missing when it equals ``_FillValue``, an entry of ``missing_value`` or an HDF5
+fill value the dataset defines (a default fill of 0 marks nothing), or lies outside
+``valid_min``/``valid_max``/``valid_range`` (CF). Before encoding, each distinct missing
+value is replaced by a marker: a quiet NaN whose payload the data does not hold. Every
+codec keeps NaN bits as they are and every range skips NaN, so the bound is resolved over
+valid cells only; the stream's header maps markers back to the original bits (SPEC.md,
+``missing``), which the reader restores after decoding. NaN missing values need no marker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: the most distinct missing values one variable may hold; beyond that (a valid range with
+#: many out-of-range values) compression is refused: markers are kept in every chunk header
+MAX_MARKERS = 256
+
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+#: the first marker of each float size: a quiet NaN with a payload far from those that
+#: arithmetic produces (0) and from the usual "NA" payloads
+_FIRST_MARKER = {2: 0x7E80, 4: 0x7FD5_A000, 8: 0x7FFD_5A00_0000_0000}
+_MARKER_SPAN = {2: 0x180, 4: 0x2A_5FFF, 8: 0x2_A5FF_FFFF_FFFF}
+
+
+@dataclass(frozen=True)
+class MissingSpec:
+    """What marks a cell of a float variable missing: ``values`` (in its dtype; NaN
+    matches any NaN) and the valid interval [``lo``, ``hi``] (None: unbounded)."""
+
+    dtype: np.dtype
+    values: tuple = ()
+    lo: float | None = None
+    hi: float | None = None
+
+    def mask(self, block: np.ndarray) -> np.ndarray:
+        """Boolean array: which cells of ``block`` are missing."""
+        out = np.zeros(block.shape, dtype=bool)
+        for v in self.values:
+            out |= np.isnan(block) if math.isnan(v) else block == v
+        with np.errstate(invalid="ignore"):
+            if self.lo is not None:
+                out |= block < self.lo
+            if self.hi is not None:
+                out |= block > self.hi
+        return out
+
+
+def spec_of(ds) -> MissingSpec | None:
+    """The :class:`MissingSpec` of h5py dataset ``ds`` from its CF attributes and HDF5
+    fill value; None for a non-float dataset or one that marks nothing missing."""
+    import h5py
+
+    if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "f" or ds.dtype.itemsize not in _UINT:
+        return None
+    dtype = ds.dtype.newbyteorder("=")
+    attrs = ds.attrs
+    values = [*_attr(attrs, "_FillValue", dtype), *_attr(attrs, "missing_value", dtype)]
+    plist = ds.id.get_create_plist()
+    if plist.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED:
+        values.append(dtype.type(ds.fillvalue))
+    lo, hi = _valid(attrs, dtype)
+    if not values and lo is None and hi is None:
+        return None
+    unique = {np.asarray(v, dtype).tobytes(): v for v in values}  # one of each
+    return MissingSpec(dtype, tuple(unique.values()), lo, hi)
+
+
+def _attr(attrs, name: str, dtype) -> list:
+    """Attribute ``name`` as a list of ``dtype`` scalars ([] when absent or not numbers)."""
+    if name not in attrs:
+        return []
+    try:
+        arr = np.asarray(attrs[name]).astype(dtype).ravel()
+    except (TypeError, ValueError):
+        return []
+    return list(arr)
+
+
+def _valid(attrs, dtype) -> tuple:
+    """(lo, hi) of the CF valid interval; ``valid_range`` is [min, max]."""
+    rng = _attr(attrs, "valid_range", dtype)
+    lo = rng[0] if len(rng) == 2 else (_attr(attrs, "valid_min", dtype) or [None])[0]
+    hi = rng[1] if len(rng) == 2 else (_attr(attrs, "valid_max", dtype) or [None])[0]
+    lo = None if lo is None or math.isnan(lo) else float(lo)
+    hi = None if hi is None or math.isnan(hi) else float(hi)
+    return lo, hi
+
+
+class MissingMap:
+    """Marker bits -> original bits of one variable's missing values (unsigned ints of the
+    float's size), applied before encoding and undone after decoding."""
+
+    def __init__(self, itemsize: int, pairs):
+        self.itemsize = itemsize
+        self.uint = np.dtype(_UINT[itemsize])
+        pairs = sorted((int(m), int(o)) for m, o in pairs)
+        self.markers = np.array([m for m, _ in pairs], dtype=self.uint)
+        self.originals = np.array([o for _, o in pairs], dtype=self.uint)
+
+    def __bool__(self) -> bool:
+        return bool(self.markers.size)
+
+    def to_header(self) -> list:
+        """The stream header's ``missing`` field: [marker, original] pairs of hex strings."""
+        return [[f"{m:x}", f"{o:x}"] for m, o in zip(self.markers, self.originals, strict=True)]
+
+    @classmethod
+    def from_header(cls, field, itemsize: int) -> MissingMap:
+        """Parse a header's ``missing`` field for a stream of ``itemsize``-byte floats;
+        ValueError when it is malformed or a marker is not a NaN."""
+        if itemsize not in _UINT or not isinstance(field, list) or len(field) > MAX_MARKERS:
+            raise ValueError("'missing' is not a list of [marker, original] pairs")
+        try:
+            pairs = [(int(m, 16), int(o, 16)) for m, o in field]
+        except (TypeError, ValueError):
+            raise ValueError("'missing' holds a pair that is not two hex strings") from None
+        top = 1 << (8 * itemsize)
+        if any(not (0 <= m < top and 0 <= o < top) for m, o in pairs):
+            raise ValueError("'missing' holds bits wider than the stream's dtype")
+        out = cls(itemsize, pairs)
+        if not np.isnan(out.markers.view(f"f{itemsize}")).all():
+            raise ValueError("'missing' holds a marker that is not a NaN")
+        return out
+
+    def substitute(self, block: np.ndarray) -> np.ndarray:
+        """``block`` (native floats) with each original missing value replaced by its
+        marker; a copy when anything changes."""
+        if not self:
+            return block
+        bits = block.view(self.uint)
+        hit = np.isin(bits, self.originals)
+        if not hit.any():
+            return block
+        out = block.copy()
+        view = out.view(self.uint)
+        order = np.argsort(self.originals)
+        at = np.searchsorted(self.originals[order], view[hit])
+        view[hit] = self.markers[order][at]
+        return out
+
+    def restore(self, block: np.ndarray) -> None:
+        """Put the original bits back in place of the markers in ``block`` (native
+        floats, written in place)."""
+        nan = np.isnan(block)
+        if not self or not nan.any():
+            return
+        view = block.view(self.uint)
+        where = np.flatnonzero(nan.reshape(-1))
+        flat = view.reshape(-1)
+        bits = flat[where]
+        at = np.minimum(np.searchsorted(self.markers, bits), self.markers.size - 1)
+        hit = self.markers[at] == bits
+        flat[where[hit]] = self.originals[at[hit]]
+
+
+def scan(source, rows: int, spec: MissingSpec, name: str = "") -> MissingMap:
+    """Read ``source`` (rows by slicing) ``rows`` rows at a time and build the
+    :class:`MissingMap` of its missing values; ValueError beyond :data:`MAX_MARKERS`."""
+    size = spec.dtype.itemsize
+    uint = _UINT[size]
+    missing, nans = set(), set()
+    shape = tuple(source.shape)
+    starts = range(0, shape[0], max(1, rows)) if shape else [None]
+    for start in starts:
+        block = np.asarray(source[()] if start is None else source[start : start + rows])
+        block = np.ascontiguousarray(block, dtype=spec.dtype)
+        nan = np.isnan(block)
+        bits = block.view(uint)
+        missing.update(np.unique(bits[spec.mask(block) & ~nan]).tolist())
+        nans.update(np.unique(bits[nan]).tolist())
+        if len(missing) > MAX_MARKERS:
+            raise ValueError(
+                f"{name or 'the array'}: more than {MAX_MARKERS} distinct values lie outside "
+                f"its valid range [{spec.lo}, {spec.hi}], too many to keep exactly: compress "
+                "it with a lossless codec (--codec zstd) or correct valid_min/valid_max/"
+                "valid_range"
+            )
+    markers = _markers(size, len(missing), nans)
+    return MissingMap(size, zip(markers, sorted(missing), strict=True))
+
+
+def _markers(itemsize: int, n: int, taken: set) -> list[int]:
+    """``n`` quiet-NaN bit patterns of ``itemsize`` bytes, none of them in ``taken``."""
+    out, m = [], _FIRST_MARKER[itemsize]
+    end = m + _MARKER_SPAN[itemsize]
+    while len(out) < n and m < end:
+        if m not in taken:
+            out.append(m)
+        m += 1
+    if len(out) < n:
+        raise ValueError("the data holds too many NaN payloads to mark its missing values")
+    return out
+
+
+class MissingRows:
+    """``source`` (an array-like read by slicing) seen with its missing values replaced
+    by the markers of ``missing``: its rel range and PSNR then cover valid cells only."""
+
+    def __init__(self, source, missing: MissingMap):
+        self.source, self.missing = source, missing
+        self.shape, self.dtype = source.shape, source.dtype
+        self.chunks = getattr(source, "chunks", None)
+
+    def __getitem__(self, key) -> np.ndarray:
+        block = np.asarray(self.source[key])
+        if not block.dtype.isnative:
+            block = block.astype(block.dtype.newbyteorder("="))
+        return self.missing.substitute(np.ascontiguousarray(block))
+
+
+def masked_source(source, rows: int, name: str = ""):
+    """(``source`` with its missing values marked, their map), or (``source``, None)
+    when it marks none."""
+    spec = spec_of(source)
+    if spec is None:
+        return source, None
+    missing = scan(source, rows, spec, name)
+    return (MissingRows(source, missing), missing) if missing else (source, None)
