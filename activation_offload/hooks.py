@@ -23,14 +23,11 @@ import fnmatch
 import weakref
 
 import torch
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 
 from ..compress.bounds import ErrorBound
 from ..compress.tensor import ValueRange
 from ..compress.zstd import check_level
+from . import module_hooks
 from .adaptive import AdaptiveBounds, layer_kind
 from .codec import ActivationCodec
 from .derived import Derived, input_tolerance
@@ -224,11 +221,8 @@ class ActivationCompression:
         or, with no model, on every module (found on the fly); ``eager_root``: the root's
         pair runs eagerly (not with graph hooks: they would break a compiled graph)."""
         model = None if self._model is None else self._model()
-        if model is None:
-            return [
-                register_module_forward_pre_hook(self._enter_module),
-                register_module_forward_hook(self._leave_module),
-            ]
+        if model is None:  # one global pair for all steps: torch.compile guards on it
+            return [module_hooks.activate(self)]
         # the root's pair runs eagerly around a compiled model, so what its graph saves
         # is counted under its row; no global hooks, so torch.compile(model) does not warn
         handles = []
