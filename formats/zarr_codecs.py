@@ -68,6 +68,7 @@ except ImportError:  # numcodecs without zarr: only the numcodecs codecs exist
 
 from ..compress.bounds import ErrorBound
 from ..compress.registry import get_codec
+from .missing import MissingSpec, scan
 from .stream_reader import ContainerReader
 from .stream_writer import encode_array
 
@@ -138,7 +139,9 @@ class _TensorpressNumcodec(_Numcodec):
         return self.encode_chunk(buf)
 
     def encode_chunk(self, buf, fill_value=None) -> bytes:
-        """:meth:`encode`; a finite ``fill_value`` is left out of the ``rel`` value range."""
+        """:meth:`encode`; a finite ``fill_value`` is left out of the ``rel`` value range,
+        and a nonzero one comes back bit for bit (formats/missing.py; zarr's default fill
+        of 0 cannot be told from a chosen one, so zeros stay within the bound only)."""
         arr = np.asarray(ensure_ndarray_like(buf))
         self.check_dtype(arr.dtype)
         if not arr.dtype.isnative:  # decode returns native order: refuse rather than relabel
@@ -151,13 +154,19 @@ class _TensorpressNumcodec(_Numcodec):
         order = (
             "F" if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
         )
+        bound = self._resolve(arr, fill_value)
+        missing = None
+        if fill_value is not None and np.isfinite(fill_value) and fill_value != 0:
+            missing = _fill_markers(arr, fill_value)
+            arr = missing.substitute(np.ascontiguousarray(arr)) if missing else arr
         return encode_array(
             arr,
             self._codec,
-            self._resolve(arr, fill_value),
+            bound,
             chunk_bytes=self._codec.default_chunk_bytes,
             workers=1,
             order=order,
+            missing=missing,
         )
 
     def _resolve(self, arr: np.ndarray, fill_value) -> ErrorBound | None:
@@ -217,6 +226,15 @@ class _TensorpressNumcodec(_Numcodec):
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
         return f"{type(self).__name__}({params})"
+
+
+def _fill_markers(arr: np.ndarray, fill_value):
+    """The ``MissingMap`` of the cells of chunk ``arr`` equal to ``fill_value`` (empty when
+    there are none), or None for an array that is not float16/32/64."""
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in (2, 4, 8):
+        return None
+    spec = MissingSpec(arr.dtype, (arr.dtype.type(fill_value),))
+    return scan(np.ascontiguousarray(arr).reshape(-1), arr.size, spec)
 
 
 class SZ(_TensorpressNumcodec):

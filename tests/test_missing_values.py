@@ -186,3 +186,25 @@ def test_too_many_out_of_range_values_refused(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "compress", src, out, "--rel", "1e-3")
     assert rc == 2 and "valid range" in err and "--codec zstd" in err
     assert not out.exists()
+
+
+def test_zarr_fill_value_exact_and_left_out_of_rel(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    from tensorpress.formats.zarr_codecs import SZSerializer
+
+    x = (np.random.default_rng(3).random((30, 50)) * 4).astype(np.float32)
+    x[:, :10] = -1.2345  # missing cells, inside the range a codec would round
+    a = zarr.create_array(
+        zarr.storage.LocalStore(tmp_path / "a.zarr"),
+        shape=x.shape,
+        chunks=(16, 32),  # edge chunks padded with the fill value
+        dtype=x.dtype,
+        fill_value=np.float32(-1.2345),
+        serializer=SZSerializer(rel=1e-3),
+        compressors=None,
+    )
+    a[...] = x
+    y = zarr.open_array(zarr.storage.LocalStore(tmp_path / "a.zarr"), mode="r")[...]
+    miss = x == np.float32(-1.2345)
+    assert np.array_equal(y[miss].view("u4"), x[miss].view("u4"))
+    assert np.abs(y[~miss] - x[~miss]).max() <= 1e-3 * 4
