@@ -104,6 +104,63 @@ static int sparse_index(chunk *c, unsigned w, uint64_t m, uint64_t *mask, unsign
     return tp_decode_index(v, code, (unsigned)m, mask) ? 0 : -1;
 }
 
+/* u[0:cnt] = the w-bit codes packed LSB first at p, which has 8 readable bytes past
+ * them; u has room for cnt rounded up to 8. No branch inside the loops, so they
+ * vectorize: up to 8 bits, each 8 codes fill w bytes and come from one 8-byte load; up
+ * to 14, 4 codes a load; wider, each code from its own (a <= 7-bit offset and w <= 30) */
+static void unpack(const uint8_t *p, unsigned cnt, unsigned w, uint32_t *u)
+{
+    uint64_t mask = ((uint64_t)1 << w) - 1;
+    if (w <= 8) {
+        for (unsigned i = 0; i < (cnt + 7) / 8; i++) {
+            uint64_t v;
+            memcpy(&v, p + (size_t)i * w, 8); /* hosts are little-endian (tp_decode.h) */
+            for (unsigned k = 0; k < 8; k++)
+                u[8 * i + k] = (uint32_t)(v >> (k * w) & mask);
+        }
+        return;
+    }
+    if (w <= 14) { /* 4 codes and a <= 7-bit offset fit one load */
+        for (unsigned i = 0; i < (cnt + 3) / 4; i++) {
+            uint64_t v, off = (uint64_t)4 * i * w;
+            memcpy(&v, p + (off >> 3), 8);
+            v >>= off & 7;
+            for (unsigned k = 0; k < 4; k++)
+                u[4 * i + k] = (uint32_t)(v >> (k * w) & mask);
+        }
+        return;
+    }
+    for (unsigned j = 0; j < cnt; j++) {
+        uint64_t v, off = (uint64_t)j * w;
+        memcpy(&v, p + (off >> 3), 8);
+        u[j] = (uint32_t)(v >> (off & 7) & mask);
+    }
+}
+
+/* the block's codes q[0:m] from its packed data at c->pos (nbytes of it); q has room
+ * for BLOCK + 8 codes */
+static void codes(const chunk *c, uint8_t head, unsigned w, uint64_t m, unsigned cnt,
+                  uint64_t mask, size_t nbytes, int32_t *q)
+{
+    uint8_t pad[BLOCK * 4 + 16];
+    const uint8_t *at = c->p + c->pos;
+    if (c->size - c->pos < nbytes + 8) { /* the payload's end: 8 readable bytes past it */
+        memset(pad, 0, sizeof pad);
+        memcpy(pad, at, nbytes);
+        at = pad;
+    }
+    uint32_t sparse[BLOCK + 8], *u = head & SPARSE ? sparse : (uint32_t *)q;
+    unpack(at, cnt, w, u);
+    if (head & SIGNED)
+        for (unsigned j = 0; j < cnt; j++)
+            u[j] = (u[j] >> 1) ^ (0u - (u[j] & 1));
+    if (head & SPARSE) { /* the non-zero codes, spread back to their places */
+        memset(q, 0, m * sizeof *q);
+        for (unsigned j = 0; j < cnt; j++, mask &= mask - 1)
+            q[__builtin_ctzll(mask)] = (int32_t)u[j];
+    }
+}
+
 static int packed_block(chunk *c, uint64_t b, uint8_t head, uint64_t s, uint64_t m)
 {
     unsigned w = head & 0x1F;
@@ -115,25 +172,15 @@ static int packed_block(chunk *c, uint64_t b, uint8_t head, uint64_t s, uint64_t
             return -1;
         bstep = ldexp(1.0, k);
     }
-    int32_t q[BLOCK] = {0};
+    int32_t q[BLOCK + 8];
     uint64_t mask = 0, nbits = m * w;
     unsigned cnt = (unsigned)m;
     if ((head & SPARSE) && sparse_index(c, w, m, &mask, &cnt, &nbits))
         return -1;
-    if (c->pos + (nbits + 7) / 8 > c->size)
+    size_t nbytes = (size_t)((nbits + 7) / 8);
+    if (nbytes > c->size - c->pos)
         return -1;
-    for (unsigned j = 0, at = 0; j < cnt; j++) {
-        int32_t v = (int32_t)bits_at(c->p, c->size, (uint64_t)c->pos * 8 + (uint64_t)j * w, w);
-        if (head & SIGNED)
-            v = (v >> 1) ^ -(v & 1);
-        if (head & SPARSE) { /* the non-zero codes, spread back to their places */
-            at = (unsigned)__builtin_ctzll(mask);
-            mask &= mask - 1;
-        } else {
-            at = j;
-        }
-        q[at] = v;
-    }
+    codes(c, head, w, m, cnt, mask, nbytes, q);
     if (head & DELTA) { /* running sums from the previous block's last code, mod 2^32 */
         uint32_t v = (uint32_t)c->prev;
         for (uint64_t j = 0; j < m; j++)
@@ -141,7 +188,7 @@ static int packed_block(chunk *c, uint64_t b, uint8_t head, uint64_t s, uint64_t
     }
     c->prev = q[m - 1];
     store(c, s, q, m, bstep);
-    c->pos += (size_t)((nbits + 7) / 8);
+    c->pos += nbytes;
     return 0;
 }
 
