@@ -65,29 +65,72 @@ def _is_scale(ds) -> bool:
     return isinstance(source, h5py.Dataset) and is_scale(source)
 
 
-def bench_one(codec, x: np.ndarray, rel: float, span: float, repeat: int) -> dict:
-    """Compress and decompress ``x`` ``repeat`` times; errors against rel * span (float64)."""
+class Missing:
+    """The missing cells of a benchmarked array (formats/missing.py): ``spec`` finds them,
+    ``marks`` maps them to the NaN markers tensorpress's codecs keep exact, as
+    ``compress`` does."""
+
+    def __init__(self, x: np.ndarray, spec, name: str):
+        from ..formats.missing import scan
+
+        self.spec = spec
+        self.marks = scan(x, max(1, len(x)), spec, name) if x.ndim else None
+
+
+def _missing_of(ds, x: np.ndarray, name: str) -> Missing | None:
+    """The :class:`Missing` cells of ``x`` (leading rows of dataset ``ds``), None when its
+    attributes mark none."""
+    from ..formats.missing import spec_of
+
+    spec = spec_of(getattr(ds, "source", ds))
+    return None if spec is None else Missing(x, spec, name)
+
+
+def valid_span(x: np.ndarray, missing: Missing | None) -> float:
+    """max - min of the finite valid cells of ``x`` (float64); 0 when there are none."""
+    if missing is not None:
+        x = x[~missing.spec.mask(x)]
+    finite = x[np.isfinite(x)]
+    return float(finite.astype(np.float64).max() - finite.min()) if finite.size else 0.0
+
+
+def _timed(codec, x: np.ndarray, eb: float, repeat: int) -> tuple:
+    """(blob, decoded, compress seconds, decompress seconds), medians of ``repeat`` runs."""
+    warm = x[: max(1, min(len(x), 8))] if x.ndim else x
+    codec.decompress(codec.compress(warm, eb), warm)  # jit, lazy imports: untimed
+    t_c, t_d = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        blob = codec.compress(x, eb)
+        t1 = time.perf_counter()
+        y = codec.decompress(blob, x)
+        t2 = time.perf_counter()
+        t_c.append(t1 - t0)
+        t_d.append(t2 - t1)
+    return blob, y, statistics.median(t_c), statistics.median(t_d)
+
+
+def bench_one(codec, x: np.ndarray, rel: float, span: float, repeat: int, missing=None) -> dict:
+    """Compress and decompress ``x`` ``repeat`` times; errors against rel * span (float64).
+
+    ``missing`` (:class:`Missing`): the PSNR and the max error cover valid cells only and
+    missing cells must come back bit for bit; tensorpress's codecs get them marked, as
+    ``compress`` gives them, peers as they are."""
     eb = rel * span
     row = {"codec": codec.name, "rel": rel, "abs_bound": eb}
+    marks = missing.marks if missing is not None and isinstance(codec, _TpCodec) else None
+    data = marks.substitute(x) if marks else x
     try:
-        warm = x[: max(1, min(len(x), 8))] if x.ndim else x
-        codec.decompress(codec.compress(warm, eb), warm)  # jit, lazy imports: untimed
-        t_c, t_d = [], []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            blob = codec.compress(x, eb)
-            t1 = time.perf_counter()
-            y = codec.decompress(blob, x)
-            t2 = time.perf_counter()
-            t_c.append(t1 - t0)
-            t_d.append(t2 - t1)
+        blob, y, tc, td = _timed(codec, data, eb, repeat)
     except (ValueError, TypeError, RuntimeError) as exc:
         return {**row, "error": " ".join(str(exc).split())}
+    if marks:
+        y = np.array(y)  # writable
+        marks.restore(y)
     check = ErrorCheck({"mode": "abs", "value": eb, "tolerance": eb} if codec.lossy else None)
-    check.update(x, y)
+    check.update(x, y, None if missing is None else missing.spec)
     res = check.result()
     nbytes = len(blob)
-    tc, td = statistics.median(t_c), statistics.median(t_d)
     return {
         **row,
         "ratio": x.nbytes / nbytes,
@@ -145,8 +188,10 @@ def run_bench(args) -> int:
         with bar:
             for name in names:
                 x = _leading(source[name], args.max_bytes)
-                finite = x[np.isfinite(x)]
-                span = float(finite.astype(np.float64).max() - finite.min()) if finite.size else 0
+                missing = _missing_of(source[name], x, name)
+                if missing is not None:  # markers are bits of native floats
+                    x = x.astype(x.dtype.newbyteorder("="), copy=False)
+                span = valid_span(x, missing)
                 datasets.append(
                     {"name": name, "shape": list(x.shape), "dtype": str(x.dtype), "bytes": x.nbytes}
                 )
@@ -154,7 +199,10 @@ def run_bench(args) -> int:
                     for codec in codecs:
                         bar.set_postfix_str(f"{name} {codec.name} rel {rel:g}")
                         rows.append(
-                            {"dataset": name, **bench_one(codec, x, rel, span, args.repeat)}
+                            {
+                                "dataset": name,
+                                **bench_one(codec, x, rel, span, args.repeat, missing),
+                            }
                         )
                         bar.update()
     bad = [r for r in rows if r["codec"].startswith("tp ") and r.get("violations")]

@@ -105,8 +105,11 @@ def test_write_filtered_takes_big_endian_and_chunked_sources(tmp_path):
         out = write_filtered(
             src, f, "out", codec, codec.bound, 1 << 20, lambda *a: seen.append(a), workers=2
         )
-        assert out.chunks == (7, 30) and out.dtype == np.dtype("<f4") and out.fillvalue == 1.5
-        _within(x.astype("<f4"), out[...], 1e-3)
+        # the source's byte order is kept (formats/SPEC.md, the filter layout)
+        assert out.chunks == (7, 30) and out.dtype == np.dtype(">f4") and out.fillvalue == 1.5
+        back = out[...]
+        assert back.dtype == np.dtype(">f4")
+        _within(x, back, 1e-3)
     assert seen[-1] == ("out", x.nbytes, x.nbytes)
 
 

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from cli_runs import run_cli
+from cli_runs import run_cli, run_json
 from tensorpress.compress.registry import get_codec
 from tensorpress.formats.hdf5 import MARKER
 from tensorpress.formats.missing import MissingSpec, spec_of
@@ -208,3 +208,22 @@ def test_zarr_fill_value_exact_and_left_out_of_rel(tmp_path):
     miss = x == np.float32(-1.2345)
     assert np.array_equal(y[miss].view("u4"), x[miss].view("u4"))
     assert np.abs(y[~miss] - x[~miss]).max() <= 1e-3 * 4
+
+
+def test_bench_errors_cover_valid_cells(cf_file, capsys):
+    """bench's bound, PSNR and max error come from the valid cells: the 1e20 fill value
+    neither widens the rel bound nor counts in the error; missing cells come back exact."""
+    doc = run_json(capsys, "bench", cf_file, "--rel", "1e-3", "--repeat", "1")
+    assert doc["ok"]
+    with h5py.File(cf_file) as f:
+        spans = {k: float(np.ptp(f[k][()][~_missing(k, f[k][()])])) for k in VALID}
+    rows = [r for r in doc["rows"] if r["codec"].startswith("tp ") and r["dataset"] in VALID]
+    assert {r["dataset"] for r in rows} == set(VALID)
+    for r in rows:
+        span = spans[r["dataset"]]
+        assert r["abs_bound"] == pytest.approx(1e-3 * span, rel=1e-6), r
+        assert 0 < r["max_error"] <= r["abs_bound"], r
+        assert r["violations"] == 0, r
+        assert 40 < r["psnr_db"] < 120, r  # ~ 20 log10(span / bound) dB, not ~300
+    empty = [r for r in doc["rows"] if r["dataset"] == "empty" and r["codec"].startswith("tp ")]
+    assert empty and all(r["abs_bound"] == 0 and r["violations"] == 0 for r in empty)
