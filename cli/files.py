@@ -21,14 +21,13 @@ from .output import (
 )
 
 
-def _check_bound(bound: dict) -> dict:
-    """Validate a bound dict with tensorpress's own rules (ValueError says what to do);
-    a ``{"psnr": dB}`` target is checked by the parser and the codec check."""
-    from ..compress import ErrorBound
+def _build_bound(given: dict | None, name: str = "bound"):
+    """The ``ErrorBound`` (or the plan's ``PsnrTarget``: PSNR is a target, not an
+    ErrorBound mode) of a bound option's dict, built once here and handed to
+    ``compress_file`` as it is; ValueError, as ``compress_file`` words it, when it is bad."""
+    from ..files.plan import bound_of
 
-    if "psnr" not in bound:
-        ErrorBound.from_kwargs(**bound)
-    return bound
+    return bound_of(given, name)
 
 
 def _check_psnr(codec, given: dict, overrides: list) -> None:
@@ -39,8 +38,8 @@ def _check_psnr(codec, given: dict, overrides: list) -> None:
 
 
 def _check_codec(args) -> tuple[str, dict, dict | None]:
-    """(codec name, its options, the bound) from ``--codec``, ``--bits`` and the bound
-    options; UserError when they do not go together."""
+    """(codec name, its options, the bound options given as a dict) from ``--codec``,
+    ``--bits`` and the bound options; UserError when they do not go together."""
     from .. import available_codecs, get_codec
 
     name = args.codec
@@ -61,7 +60,7 @@ def _check_codec(args) -> tuple[str, dict, dict | None]:
         if "bits" not in codec.parameters():
             raise UserError(f"--bits is an option of the quant codec, not of {name}")
         options["bits"] = args.bits
-    return name, options, _check_bound(given) if given else None
+    return name, options, given or None
 
 
 def _check_raw_options(args) -> None:
@@ -228,10 +227,12 @@ def run_compress(args) -> int:
     """``tensorpress compress``: write OUTPUT, print the summary; return the exit status."""
     from ..files import compress_file
 
-    codec, codec_options, bound = _check_codec(args)
-    overrides = {}
-    for key, value in args.set:
-        overrides[key] = _check_bound(value)
+    codec, codec_options, given = _check_codec(args)
+    bound = _build_bound(given)
+    overrides, given_overrides = {}, {}
+    for key, value in args.set:  # a later --set of the same name wins
+        overrides[key] = _build_bound(value, f"override {key!r}")
+        given_overrides[key] = value
     _check_raw_options(args)
     require_input(args.input)
     require_output(args.output, args.force)
@@ -257,8 +258,8 @@ def run_compress(args) -> int:
         )
     _warn_copied_overrides(overrides, reports)
     doc = _summary("compress", args, reports, time.perf_counter() - t0)
-    doc["bound"] = bound
-    doc["overrides"] = overrides
+    doc["bound"] = given
+    doc["overrides"] = given_overrides
     if args.json:
         emit_json(doc)
     elif not args.quiet:

@@ -187,9 +187,9 @@ def compress_file(
     """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
 
     ``bound``: a dict with one of "abs", "rel", "pw_rel", or "psnr" (a target in dB,
-    :func:`psnr_bound`; None for a codec that takes no bound); ``overrides``: dataset
-    name (full path or last
-    component) -> such a dict. ``dst`` ending in .h5/.hdf5 is HDF5 (a
+    :func:`psnr_bound`), or the ``ErrorBound``/``PsnrTarget`` it converts to (once, here,
+    by the :class:`Plan`; None for a codec that takes no bound); ``overrides``: dataset
+    name (full path or last component) -> such a bound. ``dst`` ending in .h5/.hdf5 is HDF5 (a
     single-array input becomes the dataset "data"), anything else a container.
     ``chunk_bytes``: input bytes per chunk (None: the codec's default);
     ``workers``: threads (None: all cores); ``dtype``/``shape`` describe raw

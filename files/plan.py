@@ -25,13 +25,17 @@ class PsnrTarget:
     psnr: float
 
 
-def _bound_of(spec, name: str) -> ErrorBound | PsnrTarget | None:
-    if spec is None:
-        return None
+def bound_of(spec, name: str) -> ErrorBound | PsnrTarget | None:
+    """``spec`` as the plan holds it: an :class:`ErrorBound` or a :class:`PsnrTarget` as
+    it is, a dict with one of "abs", "rel", "pw_rel", "psnr" converted (ValueError, named
+    ``name``, says what is wrong), None as None. PSNR is a target the plan searches an
+    abs bound for, not an ErrorBound mode."""
+    if spec is None or isinstance(spec, (ErrorBound, PsnrTarget)):
+        return spec
     if not isinstance(spec, dict):
         raise ValueError(
             f"{name} must be a dict with one of 'abs', 'rel', 'pw_rel', 'psnr', "
-            f"e.g. {{'rel': 1e-3}}; got {spec!r}"
+            f"e.g. {{'rel': 1e-3}}, or an ErrorBound; got {spec!r}"
         )
     unknown = set(spec) - {"abs", "rel", "pw_rel", "psnr"}
     if unknown:
@@ -63,10 +67,10 @@ class Plan:
 
     def __init__(self, codec, codec_options, bound, overrides):
         self.codec = get_codec(codec, **(codec_options or {}))
-        self.default = _bound_of(bound, "bound")
+        self.default = bound_of(bound, "bound")
         overrides = dict(overrides or {})
         self.overrides = {
-            str(k).strip("/"): _bound_of(v, f"override {k!r}") for k, v in overrides.items()
+            str(k).strip("/"): bound_of(v, f"override {k!r}") for k, v in overrides.items()
         }
         for b in [self.default, *self.overrides.values()]:
             if self.codec.bounded and b is None:

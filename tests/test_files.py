@@ -226,3 +226,44 @@ def test_streaming_memory(tmp_path):
     )
     growth = int(out.stdout.strip().splitlines()[-1])
     assert growth < 4 * n / 10, f"peak RSS grew by {growth} bytes for a {4 * n}-byte file"
+
+
+def test_cli_hands_compress_file_the_bound_it_built(tmp_path, capsys, monkeypatch):
+    """The command builds the ErrorBound (or the PSNR target) once and compress_file
+    takes it as it is; a bad bound is one line, worded as compress_file words it."""
+    import tensorpress.files as files_api
+    from cli_runs import run_cli
+    from tensorpress.compress.bounds import ErrorBound
+    from tensorpress.files.plan import PsnrTarget
+
+    src = tmp_path / "in.npy"
+    np.save(src, smooth((40, 30), np.float32, seed=3))
+    with pytest.raises(ValueError) as exc:
+        compress_file(src, tmp_path / "api.tp", {"pw_rel": 1e-3}, codec="int8")
+    rc, out, err = run_cli(
+        capsys, "compress", src, tmp_path / "cli.tp", "--codec", "int8", "--pw-rel", "1e-3"
+    )
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [f"tensorpress: error: {exc.value}"]
+    assert not (tmp_path / "cli.tp").exists()
+
+    seen = []
+    real = files_api.compress_file
+    monkeypatch.setattr(
+        files_api,
+        "compress_file",
+        lambda s, d, b, **kw: seen.append((b, kw)) or real(s, d, b, **kw),
+    )
+    for option, value, want in [
+        ("--rel", "1e-3", ErrorBound("rel", 1e-3)),
+        ("--psnr", "60", PsnrTarget(60.0)),
+    ]:
+        rc, _, err = run_cli(capsys, "compress", src, tmp_path / f"{option}.tp", option, value)
+        assert rc == 0, err
+        assert seen[-1][0] == want
+    rc, _, err = run_cli(
+        capsys, "compress", src, tmp_path / "set.tp", "--abs", "1", "--set", "data:rel=1e-2"
+    )
+    assert rc == 0, err
+    assert seen[-1][0] == ErrorBound("abs", 1.0)
+    assert seen[-1][1]["overrides"] == {"data": ErrorBound("rel", 1e-2)}
