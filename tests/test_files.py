@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from fields import smooth
+from peak_memory import CODE as PEAK_CODE
 from tensorpress.files import compress_file, decompress_file, describe_file
 from tensorpress.formats import ChecksumError, TruncatedError
 from tensorpress.formats import open_compressed as tp_open
@@ -190,7 +191,7 @@ def test_scalar_and_empty_npy(tmp_path):
 
 STREAM_SCRIPT = textwrap.dedent(
     """
-    import resource, sys
+    import sys
     import numpy as np
     from tensorpress.files import compress_file
     src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -198,10 +199,11 @@ STREAM_SCRIPT = textwrap.dedent(
     np.fromfile(src, "<f4", count=2 << 20).tofile(dst + ".head.f32")
     compress_file(dst + ".head.f32", dst + ".head.tp", {"rel": 1e-3}, dtype="float32",
                   shape=(512, 4096), chunk_bytes=1 << 20, workers=2)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    reset_peak()
+    before = peak_bytes()
     compress_file(src, dst, {"rel": 1e-3}, dtype="float32", shape=(n // 4096, 4096),
                   chunk_bytes=1 << 20, workers=2)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = peak_bytes()
     print(after - before)
     """
 )
@@ -219,7 +221,14 @@ def test_streaming_memory(tmp_path):
     mm[-1] = 3.0
     del mm
     out = subprocess.run(
-        [sys.executable, "-c", STREAM_SCRIPT, str(src), str(tmp_path / "big.tp"), str(n)],
+        [
+            sys.executable,
+            "-c",
+            PEAK_CODE + STREAM_SCRIPT,
+            str(src),
+            str(tmp_path / "big.tp"),
+            str(n),
+        ],
         capture_output=True,
         text=True,
         check=True,

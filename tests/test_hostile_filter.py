@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
+from peak_memory import CODE as PEAK_CODE
 from tensorpress.compress.bounds import ErrorBound
 from tensorpress.compress.registry import get_codec
 from tensorpress.formats import hdf5_filter, read_header
@@ -47,9 +48,9 @@ for spec in json.loads(open(sys.argv[1]).read()):
 
 #: reads "t" of each file of the JSON list argv[1] ([path, readers]) the ways listed;
 #: one JSON line each: the outcome and the growth of peak RSS (MiB) over the baseline
-#: taken after the imports (ru_maxrss only grows: a file read later cannot hide a peak)
+#: taken just before each read (see peak_memory.py)
 READ = """
-import json, os, resource, sys
+import json, os, sys
 import h5py, numpy as np
 import tensorpress as tp
 from tensorpress.cli import main
@@ -68,16 +69,17 @@ def read(how, path):
     rc = main(["decompress", path, out])
     return None if rc and not os.path.exists(out) else f"exit {rc}, wrote {out}"
 
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for path, readers in json.loads(sys.argv[1]):
     for how in readers:
         print(f"reading {path} with {how}", file=sys.stderr, flush=True)
+        reset_peak()
+        base = peak_bytes()
         try:
             y = read(how, path)
             outcome = "error" if y is None else f"values {str(y)[:200]}"
         except Exception as exc:
             outcome = f"error {type(exc).__name__}: {str(exc)[:300]}"
-        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+        grown = (peak_bytes() - base) / (1 << 20)
         line = {"path": path, "how": how, "outcome": outcome, "grown_mib": grown}
         print(json.dumps(line), flush=True)
 """
@@ -196,7 +198,10 @@ def read_crafted(tmp_path_factory, streams) -> dict:
     )
     assert done.returncode == 0, done.stderr
     done = subprocess.run(
-        [sys.executable, "-c", READ, json.dumps(plan)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", PEAK_CODE + READ, json.dumps(plan)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     last = [line for line in done.stderr.splitlines() if line.startswith("reading ")][-1:]
     assert done.returncode == 0, f"the reader ended with {done.returncode} while {last}"
@@ -303,7 +308,7 @@ def test_big_endian_filter_layout_keeps_its_dtype(tmp_path):
 #: reads the zarr array argv[1] whole, then decodes the bomb argv[2] into a 4-value
 #: ``out`` with the numcodecs codec: one JSON line each, as READ
 READ_ZARR = """
-import json, resource, sys
+import json, sys
 import numpy as np, zarr
 from tensorpress.formats.zarr_codecs import SZ
 
@@ -313,13 +318,14 @@ def zarr_read():
 def numcodecs_read():
     return SZ(abs=1e-3).decode(open(sys.argv[2], "rb").read(), out=np.empty(4))
 
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for how, read in (("zarr", zarr_read), ("numcodecs", numcodecs_read)):
+    reset_peak()
+    base = peak_bytes()
     try:
         outcome = f"values {str(read())[:200]}"
     except Exception as exc:
         outcome = f"error {type(exc).__name__}: {str(exc)[:300]}"
-    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    grown = (peak_bytes() - base) / (1 << 20)
     print(json.dumps({"how": how, "outcome": outcome, "grown_mib": grown}), flush=True)
 """
 
@@ -341,7 +347,7 @@ def test_crafted_zarr_chunk_is_refused_before_decoding(tmp_path, streams):
     chunk = next(p for p in store.rglob("*") if p.is_file() and p.parent.name == "c")
     chunk.write_bytes(streams["bomb_f8"].read_bytes())  # a 2-value chunk declaring 2**28
     done = subprocess.run(
-        [sys.executable, "-c", READ_ZARR, str(store), str(streams["bomb_f8"])],
+        [sys.executable, "-c", PEAK_CODE + READ_ZARR, str(store), str(streams["bomb_f8"])],
         capture_output=True,
         text=True,
         timeout=300,

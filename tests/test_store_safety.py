@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from peak_memory import CODE as PEAK_CODE
 from tensorpress.activation_offload.store import spill
 from tensorpress.activation_offload.store import tiered as store_mod
 from tensorpress.activation_offload.store.spill import SpillDir
@@ -303,7 +304,7 @@ def test_a_failed_prefetch_keeps_no_read_buffer(monkeypatch, tmp_path):
 # what the scenario below may hold above its budget: the tensor being put (16 MiB), the
 # tensors pending under max_pending_bytes, and 16 MiB for the interpreter's own growth
 _RSS_SCENARIO = """
-import gc, os, resource, sys, warnings, torch
+import gc, os, sys, warnings, torch
 from tensorpress.activation_offload.store.tiered import HostMemoryFull, TieredStore
 MIB = 1 << 20
 def rss():
@@ -316,6 +317,7 @@ t = torch.ones(4 * MIB)  # warm-up: every path the puts take, and a tensor's pag
 h = store.put(t); store.wait(h); store.get(h); store.delete(h); del t, h
 gc.collect()
 base = rss()
+reset_peak()
 handles, failed = [], 0
 for i in range(64):
     t = torch.ones(4 * MIB)  # 16 MiB, its pages touched
@@ -332,7 +334,7 @@ for h in handles if pending else ():
     except HostMemoryFull:
         failed += 1
 gc.collect()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_bytes()
 s = store.stats
 tiers = sorted(store.tier(h) for h in handles)
 print(failed, (peak - base) // MIB, (rss() - base) // MIB, s.cpu_bytes // MIB,
@@ -348,7 +350,7 @@ def test_failed_puts_keep_rss_within_the_budget(pending_mib):
     to the system instead of its heap, as they would anyway with no store)."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
     done = subprocess.run(
-        [sys.executable, "-c", _RSS_SCENARIO, str(pending_mib)],
+        [sys.executable, "-c", PEAK_CODE + _RSS_SCENARIO, str(pending_mib)],
         capture_output=True,
         text=True,
         timeout=300,
