@@ -35,6 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..compress.bounds import ErrorBound
 from ..compress.tensor import ValueRange
 from . import kernels
 from .identity import VersionWatch
@@ -69,18 +70,18 @@ def needed_bound(tol: float, slack: float, gain: float) -> float | None:
 
 
 def input_tolerance(
-    t: torch.Tensor, tol: float, rel: float | None, span: ValueRange
+    t: torch.Tensor, tol: float, bound: ErrorBound, span: ValueRange
 ) -> tuple[float, float]:
     """(tolerance, magnitude) for GELU's input ``t`` (its own tolerance: ``tol``; its
-    values' range: ``span``): the tolerance lets its output be derived, whose bound is
-    ``tol`` under ``abs`` and at least ``rel`` times |GELU(max) - GELU(min)| under
-    ``rel`` (both ends are outputs it holds); the magnitude bounds the output's finite
-    values."""
+    values' range: ``span``; the bound, unresolved: ``bound``): the tolerance lets its
+    output be derived, whose bound is ``tol`` under ``abs`` and at least ``bound``
+    resolved over [GELU(min), GELU(max)] under ``rel`` (both ends are outputs it holds);
+    the magnitude bounds the output's finite values."""
     if t.dtype not in _EXACT:
         return tol, math.inf
     lo, hi = span.finite
     ends = F.gelu(torch.tensor([lo, hi], dtype=t.dtype)).tolist()
-    floor = tol if rel is None else rel * abs(ends[1] - ends[0])
+    floor = tol if bound.mode != "rel" else bound.resolve_range(min(ends), max(ends)).tolerance
     magnitude = max(abs(ends[0]), abs(ends[1]), 0.17)  # GELU's minimum is -0.17
     room = floor * (1 - 2**-10) - rounding_slack(t.dtype, magnitude)  # ulps of the ends
     return (min(tol, room / GELU_LIPSCHITZ) if room > 0 else tol), magnitude

@@ -207,9 +207,9 @@ class ActivationCompression:
         self._order.clear()
         self._params.refresh()
         pair = (_eager(self._pack), _eager(self._unpack))
-        if graph_hooks_apply(self.config, self.store is not None, self._model):
+        if graph_hooks_apply(self.config, self.bound, self.store is not None, self._model):
             # the same objects each step: compiled graphs are guarded on the hooks' identity
-            self._graph_hooks = self._graph_hooks or graph_hooks(*pair, self.config)
+            self._graph_hooks = self._graph_hooks or graph_hooks(*pair, self.config, self.bound)
             pair = self._graph_hooks
         hooks = torch.autograd.graph.saved_tensors_hooks(*pair)
         hooks.__enter__()
@@ -334,7 +334,7 @@ class ActivationCompression:
         norm_inputs = next((n for n in self._norm_inputs if n.takes(module)), None)
         if norm_inputs is not None and norm_inputs.statistics(t, module):
             return Kept(t, nbytes, self.stats)  # a derived output needs them exactly
-        on_device = device_codes_apply(self.config, t)
+        on_device = device_codes_apply(self.config, self.bound, t)
         keep = (  # a loss's log-probabilities get an absolute bound: rel-only codes keep them
             self._codec is None
             or t.dtype not in _FLOATS
@@ -363,7 +363,7 @@ class ActivationCompression:
             span = ValueRange(t)  # one pass over t for all that needs its range
             mode, tol = "abs", self._tolerance(t, module, name, span)
             if self._gelu_inputs is not None and isinstance(module, torch.nn.GELU):
-                tol, gelu_input = input_tolerance(t, tol, self.config["rel"], span)
+                tol, gelu_input = input_tolerance(t, tol, self.bound, span)
             elif norm_inputs is not None:
                 tol = norm_inputs.tolerance(name, tol)
             rec = self._derived(t, tol, name)

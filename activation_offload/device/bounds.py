@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from ...compress.bounds import ErrorBound
 from ..adaptive import layer_kind
 from ..regions import LOG_SOFTMAX_NODE
 
@@ -30,13 +31,22 @@ def log_probs(t: torch.Tensor) -> bool:
     return type(t.grad_fn).__name__ == LOG_SOFTMAX_NODE
 
 
+def rel_abs(bound: ErrorBound | None) -> tuple[float | None, float | None]:
+    """``(rel, abs)`` of ``bound`` (an ``ActivationCompression``'s, unresolved): the value
+    under its own mode, None under the other; both None with no bound or ``pw_rel``
+    (which no device encoding holds)."""
+    mode, value = (None, None) if bound is None else (bound.mode, bound.value)
+    return (value if mode == "rel" else None), (value if mode == "abs" else None)
+
+
 def device_bound(ac, t: torch.Tensor, module, name: str) -> dict:
     """The keywords of ``compress_blocks`` for ``t``, saved by ``module`` (named ``name``)
     under the settings of ``ActivationCompression`` ``ac``."""
     config, bounds = ac.config, ac.bounds
-    if config["rel"] is not None and log_probs(t):
-        return {"abs": config["rel"] if bounds is None else config["ceiling"]}
-    bound = {"rel": config["rel"]} if config["abs"] is None else {"abs": config["abs"]}
+    rel, abs_ = rel_abs(ac.bound)
+    if rel is not None and log_probs(t):
+        return {"abs": rel if bounds is None else config["ceiling"]}
+    bound = {"rel": rel} if abs_ is None else {"abs": abs_}
     learned = None if bounds is None else bounds.learned(name, layer_kind(module), t.device)
     if learned is not None:
         bound.update(learned=learned, ceiling=config["ceiling"])

@@ -31,9 +31,11 @@ from dataclasses import replace
 
 import torch
 
+from ...compress.bounds import ErrorBound
 from ..identity import VersionWatch
 from ..records import Held, Watched, _forget, check_restored
 from ..stats import ActivationStats
+from .bounds import rel_abs
 from .code_records import device_codes_apply
 from .codes import compress_codes, restore_codes
 
@@ -110,20 +112,21 @@ class _GraphHook(torch.fx.GraphModule):
         return self._traced_hook(x) if self._is_traced(x) else self._eager_hook(x)
 
 
-def graph_hooks(pack, unpack, config: dict) -> tuple:
+def graph_hooks(pack, unpack, config: dict, bound: ErrorBound) -> tuple:
     """The (pack, unpack) pair for ``saved_tensors_hooks``: ``pack``/``unpack`` (the
-    eager hooks) outside compiled graphs, device codes under ``config`` inside them."""
+    eager hooks) outside compiled graphs, device codes under ``config`` and the ``rel``
+    bound ``bound`` inside them."""
     from torch._subclasses.fake_tensor import is_fake
 
     metas = []  # what the graphs traced so far hold, less the tensors
 
     def traced_pack(t: torch.Tensor):
-        if too_small(t) or not device_codes_apply(config, t) or _graph_log_probs():
+        if too_small(t) or not device_codes_apply(config, bound, t) or _graph_log_probs():
             return t
         nbytes = t.numel() * t.element_size()
         if nbytes < config["min_bytes"]:
             return t
-        codes = compress_codes(t, config["rel"])
+        codes = compress_codes(t, bound.value)
         metas.append(replace(codes, payload=None, scalars=None))
         return codes.payload, codes.scalars, len(metas) - 1  # an int: a graph constant
 
@@ -139,13 +142,14 @@ def graph_hooks(pack, unpack, config: dict) -> tuple:
     )
 
 
-def graph_hooks_apply(config: dict, has_store: bool, model_ref) -> bool:
-    """Whether a step under ``config`` uses :func:`graph_hooks`: the device path with no
-    store, asked for (``device_path=True``), or by default where the model
-    (``model_ref``, a weak reference, or None) has its parameters off the CPU; with the
-    default and no model, the eager hooks (which also hold device codes)."""
+def graph_hooks_apply(config: dict, bound, has_store: bool, model_ref) -> bool:
+    """Whether a step under ``config`` and ``bound`` (unresolved, or None) uses
+    :func:`graph_hooks`: the device path under a ``rel`` bound with no store, asked for
+    (``device_path=True``), or by default where the model (``model_ref``, a weak
+    reference, or None) has its parameters off the CPU; with the default and no model,
+    the eager hooks (which also hold device codes)."""
     choice = config.get("device_path")
-    if has_store or choice is False or config["adaptive"] or config["rel"] is None:
+    if has_store or choice is False or config["adaptive"] or rel_abs(bound)[0] is None:
         return False
     if choice is True:
         return True

@@ -28,26 +28,30 @@ from __future__ import annotations
 
 import torch
 
+from ...compress.bounds import ErrorBound
 from ..identity import VersionWatch
 from ..records import Held, Watched, check_restored
 from ..stats import ActivationStats
+from .bounds import rel_abs
 from .codes import DTYPES, DeviceCodes, compress_codes, restore_codes, supports
 
 
-def device_codes_apply(config: dict, t: torch.Tensor) -> bool:
-    """Whether ``t`` is held on the device path under the settings ``config``; with the
-    fixed layout only under a plain ``rel`` bound (those records hold nothing else):
-    ``abs`` and adaptive bounds go to block codes."""
+def device_codes_apply(config: dict, bound: ErrorBound | None, t: torch.Tensor) -> bool:
+    """Whether ``t`` is held on the device path under the settings ``config`` and the
+    bound ``bound`` (unresolved, or None); with the fixed layout only under a plain
+    ``rel`` bound (those records hold nothing else): ``abs`` and adaptive bounds go to
+    block codes."""
     choice = config.get("device_path")
     if choice is False or (choice is None and t.device.type == "cpu"):
         return False
-    if config["rel"] is not None and not config["adaptive"]:
-        return supports(t.dtype, config["rel"])
+    rel, abs_ = rel_abs(bound)
+    if rel is not None and not config["adaptive"]:
+        return supports(t.dtype, rel)
     if config.get("device_layout", "blocks") != "blocks":
         return False
-    if config["abs"] is not None:
+    if abs_ is not None:
         return t.dtype in DTYPES
-    return supports(t.dtype, config["rel"])
+    return supports(t.dtype, rel)
 
 
 def keeps_log_probs(config: dict) -> bool:

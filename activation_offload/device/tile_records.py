@@ -26,7 +26,7 @@ from ..identity import VersionWatch
 from ..records import Held, Kept, Watched, check_restored
 from ..stats import ActivationStats
 from . import gelu
-from .bounds import device_bound
+from .bounds import device_bound, rel_abs
 from .code_offload import OffloadedCodes, too_small
 from .code_records import DeviceCompressed
 from .tile_offload import Compactor, Parked
@@ -216,7 +216,7 @@ def device_record(ac, t, name: str, store, module=None):
     ``store`` where given: kept where too small, else block or fixed codes by
     ``ac.config["device_layout"]``, block codes under the bound of ``device_bound``."""
     config, stats, debug, compactor = ac.config, ac.stats, ac.debug, ac._compactor
-    rel = config["rel"]
+    rel = rel_abs(ac.bound)[0]
     if too_small(t):  # kept on the device: a store's put costs more than it saves
         return Kept(t, t.numel() * t.element_size(), stats)
     if config.get("device_layout", "blocks") == "fixed":
