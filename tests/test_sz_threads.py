@@ -14,6 +14,7 @@ import pytest
 import tensorpress as tp
 from tensorpress.compress import sz
 from tensorpress.compress.bounds import ErrorBound
+from tensorpress.compress.sz import interpolation as sz_interpolation
 from tensorpress.compress.sz import steps as sz_steps
 from tensorpress.compress.sz.huffman import HuffmanDecoder, huffman_decode, huffman_encode
 from tensorpress.compress.sz.kernels.interpolation import (
@@ -39,7 +40,7 @@ def _field(shape, dtype=np.float64, seed=0):
 def many_parts(monkeypatch):
     """Thread pools for every chunk, passes split from 64 points, pieces of 1/8."""
     monkeypatch.setattr(sz_steps, "PARALLEL_MIN_ELEMENTS", 1)
-    monkeypatch.setattr(sz_steps, "SPLIT_MIN_POINTS", 64)
+    monkeypatch.setattr(sz_interpolation, "SPLIT_MIN_POINTS", 64)
 
 
 def test_pass_sizes_add_up_to_the_array():

@@ -1,8 +1,8 @@
 """``sz``'s predictor choice: the candidates a config allows, sampled on blocks of the
 chunk, the one whose codes cost fewest bits (as Huffman and zstd code them) kept.
 
-The codec itself (config, payload layout, encode and decode) is in ``sz.py``; the
-steps it shares with this module (prediction dispatch, sampling, costs) in
+The codec itself (config, payload layout, encode and decode) is in ``sz/codec.py``;
+the steps it shares with this module (prediction dispatch, sampling, costs) in
 ``sz/steps.py``.
 """
 
@@ -16,7 +16,7 @@ from ..zstd import zstd_compress
 from . import fitted as sz_fitted
 from . import match as sz_match
 from . import pivot_fit as sz_pivot_fit
-from .steps import (
+from .ids import (
     CONSTANT,
     CUBIC,
     CUBIC_REV,
@@ -31,11 +31,8 @@ from .steps import (
     MD_LINEAR,
     PIVOT,
     REGRESSION,
-    code_bits,
-    encode_with,
-    fold_shape,
-    sample_blocks,
 )
+from .steps import code_bits, encode_with, fold_shape, sample_blocks
 
 #: predictor config name -> the predictor ids it samples
 PREDICTOR_IDS = {

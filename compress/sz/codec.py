@@ -86,18 +86,7 @@ from ..zstd import byte_shuffle, byte_unshuffle, check_level, zstd_compress, zst
 from . import pivot as sz_pivot
 from .choice import PREDICTOR_IDS, choose
 from .huffman import HuffmanDecoder, huffman_encode
-from .kernels.lorenzo import code_summary
-from .lattice import find_lattice, on_lattice
-from .special_values import (
-    from_log_domain,
-    log_bound,
-    pw_rel_violations,
-    read_patches,
-    split_nonfinite,
-    to_log_domain,
-    write_patches,
-)
-from .steps import (
+from .ids import (
     CONSTANT,
     CUBIC,
     FITTED,
@@ -112,9 +101,22 @@ from .steps import (
     RAW,
     REGRESSION,
     WITH_SIDE,
+)
+from .interpolation import decode_overlapped
+from .kernels.lorenzo import code_summary
+from .lattice import find_lattice, on_lattice
+from .special_values import (
+    from_log_domain,
+    log_bound,
+    pw_rel_violations,
+    read_patches,
+    split_nonfinite,
+    to_log_domain,
+    write_patches,
+)
+from .steps import (
     SizedPool,
     chunk_pool,
-    decode_overlapped,
     decode_with,
     encode_with,
     fold_shape,
@@ -374,9 +376,9 @@ class SZCodec(Codec):
         choice = (pred, alpha, beta)
         if pred in LINE_INTERP and worth_threads(threads, size):
             with SizedPool(1) as pool:
-                zeros, top = decode_overlapped(
-                    pool, choice, decoder, outliers, shape1, eb, prec, radius, dest
-                )
+                out3 = dest.reshape(fold_shape(shape1, 3))
+                args = (choice, decoder, outliers, out3, eb, prec, radius)
+                zeros, top = decode_overlapped(pool, *args)
         else:
             codes = decoder.finish()
             if head.size:

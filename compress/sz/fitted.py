@@ -32,6 +32,8 @@ import numpy as np
 
 from .kernels.fitted import fitted_decode, fitted_encode, reach
 
+#: dimensions a chunk is folded to
+NDIM = 3
 #: how far the pool of neighbours reaches per dimension, by the number of dimensions
 #: of the data (3-d: the causal half of a 5^3 cube, 62; 2-d: of a 7^2 square, 24)
 POOL_REACH = {3: 2, 2: 3, 1: 8}
@@ -213,3 +215,14 @@ def encode(model: bytes, values3, eb, radius, prec, codes, outliers) -> int:
 def decode(model: bytes, codes, outliers, eb, radius, prec, out3) -> None:
     """Invert :func:`encode` into the 3-d ``out3``."""
     fitted_decode(codes, outliers, *unpack(model), eb, radius, prec, out3)
+
+
+def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
+    """``(outliers, side information)``: the dispatch's call; the choice carries the
+    side information as its fourth item."""
+    return encode(choice[3], data, eb, radius, prec, codes, outliers), choice[3]
+
+
+def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
+    """The dispatch's call of :func:`decode`."""
+    decode(side, codes, outliers, eb, radius, prec, out)

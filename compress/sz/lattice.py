@@ -20,6 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.rounding import PREC_FLOAT64
+from .kernels.lorenzo import lorenzo_decode, lorenzo_encode
+
+#: dimensions a chunk is folded to
+NDIM = 4
+#: the outliers are float64 indices, whatever the data dtype
+OUTLIER_DTYPE = np.dtype(np.float64)
 #: the bound the Lorenzo kernels get on the indices: bins of width 1, so an index
 #: predicted as an integer comes back exactly
 INDEX_BOUND = 0.5
@@ -87,3 +94,28 @@ def lattice_values(indices: np.ndarray, offset: float, step: float) -> np.ndarra
         indices *= step
     indices += offset
     return indices
+
+
+def encode(values4, offset, step, radius, codes, outliers) -> int:
+    """Code the lattice indices of the 4-d ``values4`` losslessly (outliers: float64
+    indices); the number of outliers."""
+    indices = lattice_indices(values4, offset, step)
+    return lorenzo_encode(indices, INDEX_BOUND, radius, PREC_FLOAT64, codes, outliers)
+
+
+def decode(codes, outliers, offset, step, radius, out4) -> None:
+    """Invert :func:`encode` into the 4-d float64 ``out4``: ``offset + k * step``, which
+    the caller casts to the data dtype."""
+    lorenzo_decode(codes, outliers, INDEX_BOUND, radius, PREC_FLOAT64, out4)
+    lattice_values(out4, offset, step)
+
+
+def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
+    """``(outliers, None)``: the dispatch's call; alpha and beta of ``choice`` are the
+    offset and the step (the bound and precision are the indices' own)."""
+    return encode(data, choice[1], choice[2], radius, codes, outliers), None
+
+
+def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
+    """The dispatch's call of :func:`decode`."""
+    decode(codes, outliers, choice[1], choice[2], radius, out)

@@ -28,6 +28,8 @@ from ..._util.scratch import scratch
 from .kernels.match import match_decode, match_encode, pack_refs, unpack_refs
 from .kernels.match_search import match_search
 
+#: dimensions a chunk is folded to
+NDIM = 2
 #: columns of a row the search looks at (at most)
 SKETCH_COLUMNS = 64
 #: most bits the references may cost, as a share of the constant's (on the sketch)
@@ -91,3 +93,14 @@ def encode(blob: bytes, rows2, c, eb, radius, prec, codes, outliers) -> int:
 def decode(blob: bytes, codes, outliers, c, eb, radius, prec, out2) -> None:
     """Invert :func:`encode` into the 2-d ``out2``."""
     match_decode(codes, outliers, unpack(blob, out2.shape[0]), c, eb, radius, prec, out2)
+
+
+def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
+    """``(outliers, side information)``: the dispatch's call; the choice carries the
+    side information as its fourth item."""
+    return encode(choice[3], data, choice[1], eb, radius, prec, codes, outliers), choice[3]
+
+
+def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
+    """The dispatch's call of :func:`decode`."""
+    decode(side, codes, outliers, choice[1], eb, radius, prec, out)

@@ -47,6 +47,8 @@ from .huffman import huffman_decode, huffman_encode
 from .kernels.match import pack_refs, unpack_refs
 from .kernels.pivot import level_bins, predicted_decode, predicted_encode
 
+#: dimensions a chunk is folded to
+NDIM = 2
 #: most levels a model may have
 MAX_LEVELS = 3
 #: largest bin: sums of ``z * W`` stay exact in float64 for any row below 2**21 columns
@@ -219,3 +221,14 @@ def _layout(r: ByteReader, columns: int) -> tuple[list[int], list[int]]:
     if not all(2 <= bits <= 16 for bits in widths):
         raise ValueError("sz payload: the pivot model's weights have no valid width")
     return starts, widths
+
+
+def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
+    """``(outliers, side information)``: the dispatch's call; the choice carries the
+    side information as its fourth item."""
+    return encode(choice[3], data, eb, radius, prec, codes, outliers), choice[3]
+
+
+def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
+    """The dispatch's call of :func:`decode`."""
+    decode(side, codes, outliers, eb, radius, prec, out)
