@@ -12,7 +12,7 @@ from collections.abc import Callable
 from .._util import startup
 from .._util.numba_cache import announce_compilation
 from ..files.output import is_full_disk
-from ..formats.hdf5_filter import interrupts_deferred, raise_interrupt
+from ..formats.hdf5_filter import forget_interrupt, interrupts_deferred, raise_interrupt
 from .bench import run_bench
 from .demo import run_demo
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError
@@ -49,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _run(argv)
         except KeyboardInterrupt:
+            forget_interrupt()  # this one was kept too, in case a finalizer dropped it
             print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
             return EXIT_INTERRUPTED
         except Terminated as exc:
+            forget_interrupt()
             name = signal.Signals(exc.signum).name
             print(f"tensorpress: {name} received; no output was written", file=sys.stderr)
             sys.stderr.flush()

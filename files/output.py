@@ -20,6 +20,7 @@ import h5py
 
 from ..formats.filter_layout import report_progress
 from ..formats.hdf5 import DIM_ATTRS, attach_scales, dimension_scales
+from ..formats.hdf5_filter import raise_interrupt
 from ..formats.sources import HDF5_EXTENSIONS, has_extension
 
 
@@ -89,6 +90,7 @@ def atomic_output(src: str, dst, overwrite: bool):
             except FileExistsError:
                 tmp = None  # another file's name: not ours to remove
         yield tmp
+        raise_interrupt()  # a signal whose exception a finalizer swallowed: not committed
         os.replace(tmp, dst)
     except BaseException as exc:
         if tmp is not None:

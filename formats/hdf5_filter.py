@@ -362,6 +362,12 @@ def raise_interrupt() -> None:
         raise exc.with_traceback(None)
 
 
+def forget_interrupt() -> None:
+    """Drop the kept interrupt: its exception was raised and handled after all."""
+    global _interrupt
+    _interrupt = None
+
+
 def deferring(handler):
     """Python signal handler ``handler`` (one that raises, as Ctrl-C's does), made safe
     for the callbacks: while one runs on the main thread's stack (a signal is handled
@@ -372,9 +378,12 @@ def deferring(handler):
         try:
             handler(signum, frame)
         except BaseException as exc:
+            # kept either way: raised from a finalizer or a weakref callback (an import
+            # lock's, say), the exception is printed and dropped, and only the kept one
+            # stops the job (``raise_interrupt`` before an output is committed)
+            _remember(exc)
             if not _in_callback(frame):
                 raise
-            _remember(exc)
 
     handle.deferred = handler
     return handle

@@ -142,3 +142,31 @@ def test_h5py_read_fails_and_the_interrupt_waits(tmp_path, monkeypatch):
         hdf5_filter.raise_interrupt()
     with h5py.File(path, "r") as f:
         assert np.abs(f["x"][:] - x).max() <= 1e-3
+
+
+class _SignalsInFinalizer:
+    """Raises ``sig`` while it is finalized: its handler's exception is then printed as
+    "Exception ignored" and dropped, as it is inside an import lock's weakref callback."""
+
+    def __init__(self, sig):
+        self.sig = sig
+
+    def __del__(self):
+        signal.raise_signal(self.sig)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_signal_swallowed_by_a_finalizer_still_stops_the_commit(tmp_path):
+    from tensorpress.cli.app import signals_handled
+    from tensorpress.cli.errors import Terminated
+    from tensorpress.files.output import atomic_output
+
+    src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
+    src.write_bytes(b"x")
+    with pytest.raises(Terminated), signals_handled():
+        with atomic_output(str(src), dst, overwrite=False) as tmp:
+            obj = _SignalsInFinalizer(signal.SIGHUP)
+            del obj  # the handler runs in __del__; its exception goes nowhere
+            with open(tmp, "wb") as f:
+                f.write(b"all of it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bin"]
