@@ -221,6 +221,6 @@ def test_means_spread_scaled_for_large_bounds():
     for eb in 2.0 ** rng.uniform(500.01, 503, 200):
         means = eb * (rng.standard_normal(50) + rng.uniform(-3, 3))
         expect = means.var() / (2 * eb) ** 2
-        assert sz_pivot_fit._spread(means, eb) == pytest.approx(expect, rel=1e-15)
+        assert sz_pivot_fit.means_spread(means, eb) == pytest.approx(expect, rel=1e-15)
     means = np.array([0.0, 4e300])
-    assert sz_pivot_fit._spread(means, 1e300) == pytest.approx(1.0, rel=1e-15)
+    assert sz_pivot_fit.means_spread(means, 1e300) == pytest.approx(1.0, rel=1e-15)

@@ -77,7 +77,7 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     cost = sum(f.cost - f.pivot_bits for f in found) + found[-1].pivot_bits
     if rate is None:  # the column means' spread joins the bins' when one constant predicts
         with np.errstate(over="ignore"):
-            rate = _h(bins.var(axis=0).mean() + _spread(means, eb))
+            rate = _h(bins.var(axis=0).mean() + means_spread(means, eb))
     share = cost / (rows * n * rate)
     if not share < GAIN:
         return None
@@ -89,7 +89,7 @@ def fit(rows2: np.ndarray, eb: float, rate: float | None = None) -> tuple[bytes,
     return pack(means[: found[0].k], levels[::-1]), float(share)
 
 
-def _spread(means: np.ndarray, eb: float) -> float:
+def means_spread(means: np.ndarray, eb: float) -> float:
     """The variance of the column ``means`` in bins (of ``2 eb``). A bound above
     ``2**500`` is scaled by a power of two first, means and bin alike, since the bin's
     square would overflow: the scaling is exact, the bin's square rounds within an ulp
