@@ -167,7 +167,9 @@ class QuantizedAllReduceState:
 
     Counters: :attr:`bytes_sent` (bytes this rank sent to other ranks),
     :attr:`calls` (buckets reduced), :attr:`steps` (backward passes, counted at
-    the last bucket); :meth:`reset_counters` zeroes them.
+    the last bucket), :attr:`size_checks` (cross-rank size checks, 8 bytes to
+    each other rank apiece); :meth:`reset_counters` zeroes them.
+    :attr:`residual_keys` names the buckets that hold error-feedback residuals.
     """
 
     def __init__(
@@ -240,10 +242,17 @@ class QuantizedAllReduceState:
         return intra_groups[self.node], inter_groups[self.local_rank]
 
     def reset_counters(self) -> None:
-        """Zero :attr:`bytes_sent`, :attr:`calls` and :attr:`steps`."""
+        """Zero :attr:`bytes_sent`, :attr:`calls`, :attr:`steps` and :attr:`size_checks`."""
         self.bytes_sent = 0
         self.calls = 0
         self.steps = 0
+        self.size_checks = 0
+
+    @property
+    def residual_keys(self) -> tuple:
+        """The ``key`` of every bucket holding an error-feedback residual, first use first
+        (empty without ``error_feedback`` and after :meth:`clear_residuals`)."""
+        return tuple(self._residuals)
 
     def clear_residuals(self) -> None:
         """Forget the error-feedback residuals (e.g. after loading a checkpoint)."""
@@ -470,6 +479,7 @@ def quantized_allreduce(
     st.bytes_sent += sent
     st.calls += 1
     st.steps += bool(last)
+    st.size_checks += check_sizes and W > 1  # one rank: nothing to check against
     return out[:n].view(tensor.shape).to(tensor.dtype)
 
 

@@ -18,7 +18,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from dist_workers import end_worker, free_port
-from tensorpress.distributed import comm_hooks
 from tensorpress.distributed.comm_hooks import (
     QuantizedAllReduceState,
     hook_wire_nbytes,
@@ -97,9 +96,6 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
         buckets.append((bucket.index(), bucket.buffer().numel()))
         return quantized_allreduce_hook(state, bucket)
 
-    checks = []  # sizes checked across ranks: once per bucket layout, not every step
-    start = comm_hooks._start_size_check
-    comm_hooks._start_size_check = lambda *a: checks.append(1) or start(*a)
     ddp.register_comm_hook(st, recording_hook)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(64, widths[0], generator=g)
@@ -112,7 +108,6 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    comm_hooks._start_size_check = start
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     same = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(same, flat)
@@ -125,9 +120,17 @@ def _ddp_run(ranks_per_node, world, rank, widths, steps, bucket_cap_mb=25.0):
         "bytes": st.bytes_sent,
         "steps": st.steps,
         "calls": st.calls,
-        "residual_keys": sorted(st._residuals),
-        "size_checks": len(checks),
+        "residual_keys": sorted(st.residual_keys),
+        "size_checks": st.size_checks,  # once per bucket layout, not every step
+        "cleared": _cleared(st),
     }
+
+
+def _cleared(st: QuantizedAllReduceState) -> tuple:
+    """(size_checks, residual_keys) after reset_counters and clear_residuals."""
+    st.reset_counters()
+    st.clear_residuals()
+    return st.size_checks, st.residual_keys
 
 
 def _nonfinite_grads(world: int, step: int) -> torch.Tensor:
@@ -360,6 +363,7 @@ def test_ddp_with_several_buckets(run):
         assert m["bytes"] == sum(hook_wire_nbytes(n, world, rpn) for n in sizes) + checked
         # one error-feedback residual per bucket index
         assert m["residual_keys"] == sorted({i for i, _ in m["buckets"]})
+        assert m["cleared"] == (0, ())
 
 
 def test_nonfinite_values_come_back_where_plain_allreduce_has_them(run):
