@@ -214,7 +214,10 @@ class BlockCodec(Codec):
         return _run_kernels("decode", payload.is_cuda, (payload, *args)).reshape(shape)
 
 
-_CUDA_KERNELS: list = []  # [module] once loaded, [None] once found unusable
+#: the kernels ``encode_tensor``/``decode_tensor`` use for CUDA tensors: empty until the
+#: first use, then ``[kernels.cuda]``, or ``[None]`` once they failed to load or run (the
+#: torch ops from then on); put a module in it to choose the kernels, ``[None]`` to skip them
+CUDA_KERNELS: list = []
 
 
 def _run_kernels(name: str, on_cuda: bool, args):
@@ -227,14 +230,14 @@ def _run_kernels(name: str, on_cuda: bool, args):
 
     if not on_cuda:
         return getattr(HOST_KERNELS[0], name)(*args)
-    if not _CUDA_KERNELS:
+    if not CUDA_KERNELS:
         try:
             from .kernels import cuda as block_cuda
 
-            _CUDA_KERNELS.append(block_cuda)
+            CUDA_KERNELS.append(block_cuda)
         except Exception as exc:  # noqa: BLE001 - any import failure means: use torch
             _give_up_cuda(exc)
-    module = _CUDA_KERNELS[0]
+    module = CUDA_KERNELS[0]
     if module is not None:
         try:
             return getattr(module, name)(*args)
@@ -334,7 +337,7 @@ HOST_KERNELS: list = [_HostKernels]
 def _give_up_cuda(exc: Exception) -> None:
     import warnings
 
-    _CUDA_KERNELS[:] = [None]
+    CUDA_KERNELS[:] = [None]
     warnings.warn(
         f"block codec: the CUDA kernels cannot run here ({type(exc).__name__}: {exc}); "
         "using torch tensor ops instead (same bytes, slower)",
