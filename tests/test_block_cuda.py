@@ -220,10 +220,10 @@ for n_vals, blob, reject in crafted:
             res.append(None)
     want = None
     if not reject:  # what the numba kernels make of it
-        want = torch.from_numpy(np.empty(n_vals, np.float32))
+        from tensorpress.compress import ErrorBound
         from tensorpress.compress.block.codec import BlockCodec
-        BlockCodec._decode_into(np.array(blob, np.uint8), n_vals, np.float32, False, step,
-                                want.numpy())
+        bound = ErrorBound("abs", 0.25).resolve(None)  # step = steps_for(0.25)[0]
+        want = torch.from_numpy(BlockCodec().decode(bytes(blob), (n_vals,), np.float32, bound))
     if (res[0] is None) != reject or (res[1] is None) != reject or (
         not reject and not (torch.equal(res[0].view(torch.uint8), want.view(torch.uint8))
                             and torch.equal(res[1].view(torch.uint8), want.view(torch.uint8)))
