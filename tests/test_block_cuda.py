@@ -18,7 +18,8 @@ import math, sys
 import numpy as np
 import torch
 from tensorpress.compress import compress_tensor
-from tensorpress.compress.block.codec import _chunk_elems, encode_values, steps_for, _PREC
+from tensorpress.compress.block.codec import PREC_BY_DTYPE, elements_per_chunk
+from tensorpress.compress.block.codec import encode_values, steps_for
 from tensorpress.compress.block.kernels import cuda as block_cuda, torch_codec as block_torch
 from tensorpress.compress.block.kernels.cuda_device import round_bf16, round_f16
 from tensorpress.compress.block.kernels.layout import MODE_BLOCKS
@@ -68,7 +69,7 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
             b = ct.bound
             step, inv = steps_for(b.tolerance)
             pw = b.resolved_mode == "pw_rel"
-            ce = _chunk_elems(tuple(t.shape), ct.chunk_rows)
+            ce = elements_per_chunk(tuple(t.shape), ct.chunk_rows)
             out, lengths = block_cuda.encode(t.to(DEV), ce, pw, b.tolerance, step, inv)
             got = bytes(out.cpu().numpy())
             want = bytes(ct.payload.numpy())
@@ -88,7 +89,7 @@ for dname, n, rows in [("float32", 1393, 17), ("float64", 1393, 23), ("float16",
                 else:
                     xv = chunk.numpy()
                     rawb = xv.view(np.uint8)
-                    prec = _PREC[np.dtype(dname)]
+                    prec = PREC_BY_DTYPE[np.dtype(dname)]
                     xv = xv if itemsize >= 4 else xv.astype(np.float32)
                 if got[pos : pos + length] != encode_values(xv, rawb, prec, b):
                     fails += 1

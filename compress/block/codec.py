@@ -45,7 +45,7 @@ from .kernels.layout import STEP_MARGIN, steps_for
 
 #: precision code by numpy dtype, native and little-endian (keyed by the dtype: numpy
 #: computes ``dtype.name`` in Python, a few microseconds a chunk)
-_PREC = {
+PREC_BY_DTYPE = {
     dt: prec
     for t, prec in (
         (np.float64, PREC_FLOAT64),
@@ -130,7 +130,7 @@ class BlockCodec(Codec):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
         finish = bytes if self.entropy == "none" else squeeze
-        return encode_values(xv, flat.view(np.uint8), _PREC[flat.dtype], bound, finish)
+        return encode_values(xv, flat.view(np.uint8), PREC_BY_DTYPE[flat.dtype], bound, finish)
 
     def payload_capacity(self, size: int, itemsize: int) -> int:
         return payload_capacity(size, itemsize)
@@ -138,7 +138,7 @@ class BlockCodec(Codec):
     def encode_into(self, chunk: np.ndarray, bound: ErrorBound, out: np.ndarray) -> int:
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
-        size = encode_values_into(xv, flat.view(np.uint8), _PREC[flat.dtype], bound, out)
+        size = encode_values_into(xv, flat.view(np.uint8), PREC_BY_DTYPE[flat.dtype], bound, out)
         return size if self.entropy == "none" else squeeze_into(out, size)
 
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
@@ -170,7 +170,7 @@ class BlockCodec(Codec):
             return
         if buf[0] != bl.MODE_BLOCKS:
             raise bl.mode_error(int(buf[0]))
-        prec = PREC_BFLOAT16 if bf16 else _PREC[dtype]
+        prec = PREC_BFLOAT16 if bf16 else PREC_BY_DTYPE[dtype]
         if itemsize >= 4:
             with scratch(buf.size + 8) as (pad,):
                 ok = kb.decode_chunk(buf, n, itemsize, prec, pw, step, res, res.view(np.uint8), pad)
@@ -198,7 +198,7 @@ class BlockCodec(Codec):
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
         step, inv = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
-        args = (t, _chunk_elems(t.shape, chunk_rows), pw, bound.tolerance, step, inv)
+        args = (t, elements_per_chunk(t.shape, chunk_rows), pw, bound.tolerance, step, inv)
         payload, lengths = _run_kernels("encode", t.is_cuda, args)
         return (payload, lengths) if self.entropy == "none" else squeeze_tensor(payload, lengths)
 
@@ -206,7 +206,7 @@ class BlockCodec(Codec):
         step, _ = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
         n = math.prod(shape)
-        elems = _chunk_elems(shape, chunk_rows)
+        elems = elements_per_chunk(shape, chunk_rows)
         if self.entropy != "none":  # mode-3 chunks are unpacked on the host
             itemsize = dtype.itemsize
             payload, lengths = unsqueeze_tensor(payload, list(lengths), n, elems, itemsize, pw)
@@ -267,7 +267,7 @@ class _HostKernels:
         else:
             arr = flat.numpy()
             xv = arr if arr.itemsize >= 4 else arr.astype(np.float32)
-            rawb, prec = arr.view(np.uint8), _PREC[arr.dtype]
+            rawb, prec = arr.view(np.uint8), PREC_BY_DTYPE[arr.dtype]
         itemsize = t.element_size()
         bound = ErrorBound("pw_rel" if pw else "abs", tol).resolve(None)
         parts = _map_chunks(
@@ -346,5 +346,6 @@ def _give_up_cuda(exc: Exception) -> None:
     )
 
 
-def _chunk_elems(shape, chunk_rows: int) -> int:
+def elements_per_chunk(shape, chunk_rows: int) -> int:
+    """Elements in a chunk of ``chunk_rows`` rows of an array of ``shape`` (at least 1)."""
     return max(1, chunk_rows * math.prod(shape[1:])) if len(shape) else 1
