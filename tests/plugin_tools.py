@@ -5,12 +5,9 @@ on the same bytes."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import pathlib
-import struct
 import subprocess
-import zlib
 
 import numpy as np
 import pytest
@@ -71,17 +68,6 @@ def py_decode(stream: bytes, cd=None) -> bytes | None:
         return np.ascontiguousarray(tp.decompress(stream)).tobytes()
     except (ValueError, TypeError, OverflowError, RecursionError):  # FormatError is one
         return None
-
-
-def rewrite_header(blob: bytes, edit=None, text: bytes | None = None) -> bytes:
-    """``blob`` with its JSON header edited (or replaced by ``text``), checksum valid."""
-    _, ver, flags, hlen = struct.unpack_from("<8sHHI", blob)
-    if text is None:
-        head = json.loads(blob[16 : 16 + hlen])
-        edit(head)
-        text = json.dumps(head).encode()
-    pre = blob[:8] + struct.pack("<HHI", ver, flags, len(text)) + text
-    return pre + struct.pack("<I", zlib.crc32(pre)) + blob[16 + hlen + 4 :]
 
 
 def with_payload(blob: bytes, i: int, payload: bytes) -> bytes:

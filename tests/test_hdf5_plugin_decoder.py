@@ -13,7 +13,10 @@ import random
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import DATA, built, c_decode, filter_cd, py_decode, rewrite_header, with_payload
+from plugin_tools import DATA, built, c_decode, filter_cd, py_decode, with_payload
+from stream_edits import rewrite_header
+from stream_edits import set_bound as _bound
+from stream_edits import set_field as _set
 from tensorpress.formats import hdf5_filter, read_header
 
 #: golden streams of codecs the plugin decodes (sz, quant and bfloat16 are refused)
@@ -64,20 +67,6 @@ def chunks():
         "int8": _chunk("int8", "<f8", (20, 8), abs=0.05),
         "zstd": _chunk("zstd", ">f4", (5, 6, 7)),
     }
-
-
-def _set(key, value):
-    def edit(h):
-        h[key] = value
-
-    return edit
-
-
-def _bound(key, value):
-    def edit(h):
-        h["bound"][key] = value
-
-    return edit
 
 
 #: header edits (checksums valid) with whether Python decodes the result

@@ -3,7 +3,6 @@ checked before anything is decoded, chunks cannot change places, and a stream ca
 make the reader allocate more than its chunks can hold (see SPEC.md, "What a decoder
 validates")."""
 
-import json
 import struct
 import subprocess
 import sys
@@ -13,34 +12,12 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from peak_memory import CODE as PEAK_CODE
+from stream_edits import rewrite_header as _rewrite_header
+from stream_edits import set_bound as _set_bound
+from stream_edits import set_field as _set
 from tensorpress.formats import ChecksumError, ContainerReader, FormatError, read_header
 from tensorpress.formats.stream_header import machine_memory
 from tensorpress.formats.stream_writer import write_stream
-
-
-def _rewrite_header(blob: bytes, edit=None, text: bytes | None = None) -> bytes:
-    """``blob`` with its JSON header edited (or replaced by ``text``), checksum valid."""
-    _, ver, flags, hlen = struct.unpack_from("<8sHHI", blob)
-    if text is None:
-        head = json.loads(blob[16 : 16 + hlen])
-        edit(head)
-        text = json.dumps(head).encode()
-    pre = blob[:8] + struct.pack("<HHI", ver, flags, len(text)) + text
-    return pre + struct.pack("<I", zlib.crc32(pre)) + blob[16 + hlen + 4 :]
-
-
-def _set(key, value):
-    def edit(h):
-        h[key] = value
-
-    return edit
-
-
-def _set_bound(key, value):
-    def edit(h):
-        h["bound"][key] = value
-
-    return edit
 
 
 @pytest.fixture(scope="module")
