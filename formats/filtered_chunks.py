@@ -1,11 +1,14 @@
 """Rows of an HDF5 dataset written with the tensorpress filter, decoded without HDF5's
 filter pipeline: each chunk's stored bytes are read with ``read_direct_chunk`` and
 decoded here, so a loader's threads decode in parallel while h5py only moves bytes.
+Given the file's path, the stored bytes are read with positioned reads at the addresses
+HDF5's chunk index gives, outside HDF5's lock, so reads run in parallel too.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 
 import h5py
@@ -34,29 +37,37 @@ class FilteredChunks:
     The filter's cd_values must describe the dataset's own chunks (FormatError), and
     each chunk's stream header must hold exactly one chunk of the dataset's dtype with
     the codec and bound of those cd_values before the chunk is decoded.
+
+    ``path``: the file ``ds`` is in; then chunks are read with ``os.pread`` (the file
+    opened for each read, so a file replaced or removed is noticed), not through h5py.
     """
 
-    def __init__(self, ds: h5py.Dataset):
+    def __init__(self, ds: h5py.Dataset, path: str | None = None):
         if not uses_only_our_filter(ds):
             raise ValueError(f"{ds.name} is not stored with the tensorpress filter alone")
-        self.ds = ds
+        self.ds, self.path = ds, path
         self.shape = tuple(int(d) for d in ds.shape)
         self.dtype = np.dtype(ds.dtype).newbyteorder("=")
         self.chunks = tuple(int(c) for c in ds.chunks)
         self.fillvalue = ds.fillvalue
         dcpl = ds.id.get_create_plist()
         self._values = check_dataset(list(dcpl.get_filter(0)[2]), ds.dtype, self.chunks)
-        self._stored: dict | None = None  # chunk offset -> filter mask, once listed
+        self._stored: dict | None = None  # chunk offset -> (mask, address, bytes), once listed
         self._lock = threading.Lock()
 
     def _masks(self) -> dict:
-        """Filter mask of every written chunk, by its offset (one pass over the index)."""
+        """(filter mask, file address, stored bytes) of every written chunk, by its
+        offset (one pass over the index)."""
         with self._lock:
             if self._stored is None:
                 stored = {}
 
                 def note(info) -> None:
-                    stored[tuple(info.chunk_offset)] = info.filter_mask
+                    stored[tuple(info.chunk_offset)] = (
+                        info.filter_mask,
+                        info.byte_offset,
+                        info.size,
+                    )
 
                 if hasattr(self.ds.id, "chunk_iter"):
                     self.ds.id.chunk_iter(note)
@@ -67,7 +78,32 @@ class FilteredChunks:
             return self._stored
 
     def will_read_rows(self, ranges) -> None:
-        """A hint the loader gives; HDF5 fetches chunks itself, so nothing to do."""
+        """A hint: rows of ``ranges`` (``(start, stop)`` pairs) will be read soon. With a
+        path, the kernel is asked to fetch their chunks' bytes now (``POSIX_FADV_WILLNEED``),
+        so the disk reads ahead of the decoding; else nothing."""
+        if self.path is None or not hasattr(os, "posix_fadvise"):
+            return
+        masks = self._masks()
+        spans = [
+            masks[key][1:]
+            for start, stop in ranges
+            for key in self._offsets(start, stop)
+            if key in masks
+        ]
+        if not spans:
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for address, size in spans:
+                os.posix_fadvise(fd, address, size, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+    def _offsets(self, start: int, stop: int):
+        """Offsets of the chunks that rows ``start .. stop-1`` touch."""
+        c0 = self.chunks[0]
+        grids = [range(0, s, c) for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
+        return itertools.product(range(start - start % c0, stop, c0), *grids)
 
     def read_rows(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``start .. stop-1`` (into ``out``, C-contiguous, if given)."""
@@ -80,40 +116,72 @@ class FilteredChunks:
         """Fill ``out`` with rows ``start .. stop-1``; returns the stored bytes read."""
         if stop <= start:
             return 0
-        c0 = self.chunks[0]
-        grids = [range(0, s, c) for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
-        firsts = range(start - start % c0, stop, c0)
-        masks = self._masks()
+        masks, c0 = self._masks(), self.chunks[0]
+        fd = os.open(self.path, os.O_RDONLY) if self.path is not None else None
         fetched = 0
-        for offset in itertools.product(firsts, *grids):
-            block = tuple(
-                slice(o, min(o + c, s))
-                for o, c, s in zip(offset, self.chunks, self.shape, strict=True)
-            )
-            rows = slice(max(start, offset[0]), min(stop, offset[0] + c0))
-            dst = (slice(rows.start - start, rows.stop - start), *block[1:])
-            if offset not in masks:
-                out[dst] = self.fillvalue
-                continue
-            mask, data = self.ds.id.read_direct_chunk(offset)
-            fetched += len(data)
-            chunk = self._decode(offset, mask, data)
-            src = (slice(rows.start - offset[0], rows.stop - offset[0]),)
-            src += tuple(slice(0, b.stop - b.start) for b in block[1:])
-            out[dst] = chunk[src]
+        try:
+            if fd is not None and hasattr(os, "posix_fadvise"):  # chunks come in no order
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            for offset in self._offsets(start, stop):
+                block = tuple(
+                    slice(o, min(o + c, s))
+                    for o, c, s in zip(offset, self.chunks, self.shape, strict=True)
+                )
+                rows = slice(max(start, offset[0]), min(stop, offset[0] + c0))
+                dst = (slice(rows.start - start, rows.stop - start), *block[1:])
+                if offset not in masks:
+                    out[dst] = self.fillvalue
+                    continue
+                mask, data = self._stored_bytes(fd, offset, masks[offset])
+                fetched += len(data)
+                span = [(rows.start, rows.stop)] + [(b.start, b.stop) for b in block[1:]]
+                full = [(o, o + c) for o, c in zip(offset, self.chunks, strict=True)]
+                if span == full and out[dst].flags.c_contiguous:  # decoded in place: no copy
+                    self._decode(offset, mask, data, out[dst])
+                    continue
+                chunk = self._decode(offset, mask, data)
+                src = (slice(rows.start - offset[0], rows.stop - offset[0]),)
+                src += tuple(slice(0, b.stop - b.start) for b in block[1:])
+                out[dst] = chunk[src]
+        finally:
+            if fd is not None:
+                os.close(fd)
         return fetched
 
-    def _decode(self, offset: tuple, mask: int, data: bytes) -> np.ndarray:
-        """One chunk's stored bytes as an array of the chunk shape."""
+    def _stored_bytes(self, fd: int | None, offset: tuple, where: tuple) -> tuple[int, bytes]:
+        """(filter mask, stored bytes) of the chunk at ``offset``: read at its address
+        ``where`` with ``fd``, or through h5py without one."""
+        if fd is None:
+            return self.ds.id.read_direct_chunk(offset)
+        mask, address, size = where
+        data = os.pread(fd, size, address)
+        if len(data) != size:
+            raise FormatError(
+                f"{self.ds.name}: chunk {offset}: {len(data)} of its {size} bytes in the file"
+            )
+        return mask, data
+
+    def _decode(self, offset: tuple, mask: int, data: bytes, out=None) -> np.ndarray:
+        """One chunk's stored bytes as an array of the chunk shape (decoded into ``out``,
+        C-contiguous of that shape, if given)."""
         if mask & 1:  # the filter was skipped for this chunk: stored as it is
             raw = np.frombuffer(data, self.ds.dtype)
             if raw.size != np.prod(self.chunks):
                 raise FormatError(f"{self.ds.name}: chunk {offset} holds {raw.size} values")
-            return raw.reshape(self.chunks)
+            if out is None:
+                return raw.reshape(self.chunks)
+            out[...] = raw.reshape(self.chunks)
+            return out
         p = self._values
         with ContainerReader(data, workers=1) as reader:
             try:  # from the header alone: nothing is allocated for a lying stream
                 check_stream(reader.header, self.dtype, self.chunks, p["codec"], p["bound"])
             except FormatError as exc:
                 raise FormatError(f"{self.ds.name}: chunk {offset}: {exc}") from None
-            return reader.read().reshape(self.chunks)
+            if out is None or out.dtype != reader.header.dtype:  # another byte order
+                chunk = reader.read().reshape(self.chunks)
+                if out is None:
+                    return chunk
+                out[...] = chunk
+                return out
+            return reader.read_rows(0, self.chunks[0], out)

@@ -76,13 +76,14 @@ def samples(
 ) -> tuple[Any, tuple[int, ...], np.dtype, tuple | None]:
     """(what to read rows from, shape, dtype, chunk shape or None) of the samples ``ds``
     holds: ``ds`` itself as stored, a :class:`FilteredChunks` reader of a dataset written
-    with the tensorpress HDF5 filter, or for a dataset compressed by tensorpress the lazy
+    with the tensorpress HDF5 filter (with ``path``: its chunks read with positioned
+    reads, outside HDF5's lock), or for a dataset compressed by tensorpress the lazy
     reader of its stream (decoding in the calling thread; with ``path``, the stream's
     bytes are read with positioned reads where they are unfiltered), its marker's shape
     and dtype and the stream's chunks."""
     marker = read_marker(ds)
     if marker is None and uses_only_our_filter(ds):  # decoded here, not by HDF5's filter
-        return FilteredChunks(ds), tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
+        return FilteredChunks(ds, path), tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
     if marker is None:
         return ds, tuple(ds.shape), np.dtype(ds.dtype), ds.chunks
     shape = tuple(marker["shape"])

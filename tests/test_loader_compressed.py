@@ -1,0 +1,96 @@
+"""The loader over data written with the tensorpress HDF5 filter: each stored chunk read
+with one positioned read (outside HDF5's lock) and decoded by tensorpress, at most once
+per epoch when a chunk holds one sample, every sample once per epoch, the values those
+HDF5's own filter pipeline decodes."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+from tensorpress.formats import hdf5_filter
+from tensorpress.formats.filtered_chunks import FilteredChunks
+from tensorpress.loaders import DataLoader, H5Dataset
+
+RNG = np.random.default_rng(48)
+N, FEATURES = 96, 512  # samples, floats per sample
+
+
+def _write(path, chunks, codec="block", n=N):
+    x = np.cumsum(RNG.standard_normal((n, FEATURES)), axis=1).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        opts = hdf5_filter.filter(abs=1e-2, codec=codec)
+        f.create_dataset("x", data=x, chunks=chunks, **opts)
+        f.create_dataset("y", data=np.arange(n, dtype=np.int64))
+    return x
+
+
+class PreadCounter:
+    """Counts the bytes ``os.pread`` returns (the stored chunks' reads)."""
+
+    def __init__(self, monkeypatch):
+        self.bytes = self.calls = 0
+        real = os.pread
+
+        def pread(fd, n, offset):
+            data = real(fd, n, offset)
+            self.bytes += len(data)
+            self.calls += 1
+            return data
+
+        monkeypatch.setattr(os, "pread", pread)
+
+
+def _stored(path) -> tuple[int, int]:
+    """(stored bytes of "x"'s chunks, number of chunks)."""
+    with h5py.File(path, "r") as f:
+        return f["x"].id.get_storage_size(), f["x"].id.get_num_chunks()
+
+
+@pytest.mark.parametrize("codec", ["block", "sz"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_one_read_per_chunk_per_epoch_and_the_filters_values(tmp_path, monkeypatch, codec, workers):
+    path = tmp_path / "c.h5"
+    x = _write(path, (1, FEATURES), codec)
+    with h5py.File(path, "r") as f:  # decoded by HDF5's filter pipeline: the reference
+        ref = f["x"][...]
+    assert np.abs(ref - x).max() <= 1e-2
+    stored, nchunks = _stored(path)
+    ds = H5Dataset(path, "x", label_key="y")
+    assert ds.compressed and ds.chunk_samples == 1
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=workers, seed=1)
+    count = PreadCounter(monkeypatch)
+    for _ in range(2):
+        before = (count.bytes, count.calls)
+        seen = []
+        for xb, yb in loader:
+            ids = yb.numpy()
+            assert np.array_equal(xb.numpy(), ref[ids])  # values equal, sample by sample
+            seen.extend(ids.tolist())
+        assert sorted(seen) == list(range(N))  # every sample once per epoch
+        assert count.bytes - before[0] <= stored  # at most the compressed data per epoch
+        assert count.calls - before[1] <= nchunks  # one read per chunk at most
+
+
+def test_positioned_reads_equal_h5pys_reads(tmp_path, monkeypatch):
+    """Edge chunks, chunks split along a trailing axis, unwritten chunks (the fill value),
+    runs that start and stop inside chunks."""
+    path = tmp_path / "e.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset(
+            "x", (23, 10), "f4", chunks=(4, 6), fillvalue=7.0, **hdf5_filter.filter(abs=1e-3)
+        )
+        d[0:16] = RNG.standard_normal((16, 10)).astype(np.float32)  # rows 16.. unwritten
+    count = PreadCounter(monkeypatch)
+    with h5py.File(path, "r") as f:
+        ds = f["x"]
+        direct, through_h5py = FilteredChunks(ds, str(path)), FilteredChunks(ds)
+        for a, b in [(0, 23), (3, 9), (4, 8), (15, 23), (22, 23)]:
+            want = ds[a:b]
+            assert np.array_equal(direct.read_rows(a, b), want)
+            assert np.array_equal(through_h5py.read_rows(a, b), want)
+        direct.will_read_rows([(0, 23)])  # a hint: changes nothing read
+        assert np.array_equal(direct.read_rows(0, 23), ds[...])
+    assert count.calls > 0  # the path was read with positioned reads
