@@ -1,5 +1,5 @@
-"""HDF5-aware shuffled-index data loading: torch's roles (a dataset, a sampler, a loader)
-with an order known in advance. See docs/loaders.md."""
+"""HDF5- and zarr-aware shuffled-index data loading: torch's roles (a dataset, a
+sampler, a loader) with an order known in advance. See docs/loaders.md."""
 
 from .._util.optional_torch import torch as _torch  # noqa: F401  (install advice)
 from .buffer import BeladyBuffer, simulate
@@ -8,6 +8,7 @@ from .dataloader import DataLoader
 from .file_identity import FileChangedError
 from .h5dataset import H5Dataset
 from .plan import ShufflePlan
+from .zarr_dataset import ZarrDataset
 
 __all__ = [
     "BeladyBuffer",
@@ -16,5 +17,6 @@ __all__ = [
     "FileChangedError",
     "H5Dataset",
     "ShufflePlan",
+    "ZarrDataset",
     "simulate",
 ]

@@ -1,0 +1,154 @@
+"""``ZarrDataset``: the loader's chunk-aligned plan over a zarr array, as over HDF5."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+
+from tensorpress.formats.zarr_codecs import BlockSerializer, SZSerializer  # noqa: E402
+from tensorpress.loaders import ChunkedDataset, DataLoader, ZarrDataset  # noqa: E402
+
+RNG = np.random.default_rng(3)
+N, FEATURES = 64, 300
+BOUND = 1e-2
+
+
+def _write(path, chunks, serializer="auto", shards=None, n=N):
+    x = np.cumsum(RNG.standard_normal((n, FEATURES)), axis=1).astype(np.float32)
+    g = zarr.open_group(path, mode="w")
+    compressors = None if serializer != "auto" else "auto"
+    a = g.create_array(
+        "x",
+        shape=x.shape,
+        dtype=x.dtype,
+        chunks=chunks,
+        shards=shards,
+        serializer=serializer,
+        compressors=compressors,
+    )
+    a[...] = x
+    g.create_array("y", data=np.arange(n, dtype=np.int64))
+    return x
+
+
+def _stored_bytes(path, name="x") -> int:
+    """Bytes of the array's chunk files (its metadata left out)."""
+    root = os.path.join(path, name)
+    return sum(
+        os.path.getsize(os.path.join(d, f))
+        for d, _, files in os.walk(root)
+        for f in files
+        if f != "zarr.json"
+    )
+
+
+def _epochs(loader, ref, epochs=2, bound=0.0):
+    """Each epoch's order; checks every sample once and values equal to ``ref``."""
+    orders = []
+    for _ in range(epochs):
+        seen = []
+        for xb, yb in loader:
+            ids = yb.numpy()
+            assert np.abs(xb.numpy() - ref[ids]).max() <= bound
+            seen.extend(ids.tolist())
+        assert sorted(seen) == list(range(len(ref)))
+        orders.append(seen)
+    return orders
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("serializer", [BlockSerializer, SZSerializer])
+def test_one_read_per_chunk_shuffled_and_the_codecs_values(tmp_path, workers, serializer):
+    path = str(tmp_path / "s.zarr")
+    x = _write(path, (1, FEATURES), serializer(abs=BOUND))
+    ref = zarr.open_array(path, path="x", mode="r")[...]  # decoded by zarr: the reference
+    assert np.abs(ref - x).max() <= BOUND * (1 + 1e-6)
+    ds = ZarrDataset(path, "x", label_key="y")
+    assert isinstance(ds, ChunkedDataset) and ds.compressed and ds.chunk_samples == 1
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=workers, seed=2)
+    before = ds.chunk_bytes_read  # metadata and labels, read at open
+    orders = _epochs(loader, ref)
+    assert orders[0] != orders[1] and orders[0] != sorted(orders[0])  # shuffled
+    # the workers are reading threads of this process: one counter, each chunk once
+    assert ds.chunk_bytes_read - before <= 2 * _stored_bytes(path)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"chunks": (4, FEATURES)},  # zarr's default zstd
+        {"chunks": (3, 100), "shards": (12, 300)},  # sharded, chunks split samples
+        {"chunks": (5, FEATURES), "serializer": BlockSerializer(abs=BOUND)},  # edge chunk
+    ],
+)
+def test_any_codec_and_layout_gives_zarrs_values(tmp_path, kwargs):
+    path = str(tmp_path / "a.zarr")
+    _write(path, **kwargs, n=62)
+    ref = zarr.open_array(path, path="x", mode="r")[...]
+    ds = ZarrDataset(path, "x", label_key="y")
+    assert ds.chunk_samples == kwargs["chunks"][0]
+    assert np.array_equal(ds.read_range(7, 31), ref[7:31])
+    assert np.array_equal(ds[61][0], ref[61]) and ds[-1][1] == 61
+    _epochs(DataLoader(ds, batch_size=5, shuffle=True, seed=0), ref)
+
+
+def test_buffer_budget_and_hits(tmp_path):
+    path = str(tmp_path / "b.zarr")
+    _write(path, (1, FEATURES), BlockSerializer(abs=BOUND))
+    ref = zarr.open_array(path, path="x", mode="r")[...]
+    ds = ZarrDataset(path, "x", label_key="y")
+    budget = (N // 4) * (FEATURES * 4 + 8)  # a quarter of the samples and labels
+    loader = DataLoader(ds, batch_size=8, shuffle=True, seed=0, buffer_bytes=budget)
+    _epochs(loader, ref, epochs=3)
+    stats = loader.stats
+    assert 0 < stats["buffer_bytes_held"] <= budget
+    assert stats["hits"] > 0 and stats["hits"] + stats["misses"] == 3 * N
+
+
+def test_worker_processes_reopen_the_store(tmp_path):
+    path = str(tmp_path / "w.zarr")
+    _write(path, (2, FEATURES), BlockSerializer(abs=BOUND))
+    ref = zarr.open_array(path, path="x", mode="r")[...]
+    ds = ZarrDataset(path, "x", label_key="y")
+    ds.read_range(0, 2)  # opened in this process before the workers fork
+    loader = DataLoader(
+        ds, batch_size=8, shuffle=True, num_workers=2, seed=0, worker_init_fn=lambda _: None
+    )
+    _epochs(loader, ref, epochs=1)
+    clone = pickle.loads(pickle.dumps(ds))
+    assert np.array_equal(clone.read_range(3, 9), ref[3:9])
+
+
+def test_uncompressed_and_transform(tmp_path):
+    path = str(tmp_path / "u.zarr")
+    x = _write(path, (4, FEATURES), serializer=zarr.codecs.BytesCodec())
+    ds = ZarrDataset(path, "x", transform=lambda s: s * 2)
+    assert not ds.compressed and ds.label_shape is None
+    assert np.array_equal(ds[5], x[5] * 2)
+    with pytest.raises(ValueError, match="without a label_key"):
+        ds.labels_range(0, 1)
+
+
+def test_bad_input_says_what_is_wrong(tmp_path):
+    path = str(tmp_path / "e.zarr")
+    _write(path, (4, FEATURES), n=8)
+    zarr.open_group(path, mode="a").create_array("short", data=np.arange(3))
+    zarr.open_group(path, mode="a").create_group("sub")
+    with pytest.raises(FileNotFoundError, match="zarr store not found"):
+        ZarrDataset(tmp_path / "nope.zarr", "x")
+    with pytest.raises(KeyError, match="no zarr array"):
+        ZarrDataset(path, "nope")
+    with pytest.raises(TypeError, match="is a group"):
+        ZarrDataset(path, "sub")
+    with pytest.raises(ValueError, match="must match"):
+        ZarrDataset(path, "x", label_key="short")
+    ds = ZarrDataset(path, "x")
+    with pytest.raises(IndexError):
+        ds[8]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ds.read_range(0, 2, out=np.empty((3, FEATURES), np.float32))
