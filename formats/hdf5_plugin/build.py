@@ -41,10 +41,18 @@ SOURCES = (
     "cd_values.c",
     "block_encode.c",
     "stream_encode.c",
+    "codec_sz.c",
+    "sz_huffman.c",
+    "sz_predictors.c",
+    "sz_lorenzo.c",
+    "sz_constant.c",
+    "sz_regression.c",
 )
-#: strict C11; no -ffast-math: the float roundings must be IEEE's, as numpy's. -O3 so the
-#: decoder's and encoder's inner loops vectorize
-CFLAGS = ("-std=c11", "-O3", "-Wall", "-Wextra", "-fPIC", "-fvisibility=hidden")
+#: strict C11; no -ffast-math: the float roundings must be IEEE's, as numpy's, and no
+#: contraction into FMAs (one rounding where numba rounds twice). -O3 so the decoder's and
+#: encoder's inner loops vectorize
+FP_FLAGS = ("-ffp-contract=off",)
+CFLAGS = ("-std=c11", "-O3", "-Wall", "-Wextra", "-fPIC", "-fvisibility=hidden", *FP_FLAGS)
 LIBS = ("-ldl", "-lpthread", "-lm")
 
 
@@ -102,7 +110,7 @@ def build_library(out_dir: str | os.PathLike, extra: tuple[str, ...] = ()) -> Pa
 def build_driver(out: str | os.PathLike, sanitize: bool = True) -> Path:
     """Compile the command-line decoder and encoder (driver.c) to ``out``, with AddressSanitizer and
     UndefinedBehaviorSanitizer (any report aborts) unless ``sanitize`` is False."""
-    flags = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra"]
+    flags = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", *FP_FLAGS]
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
     flags += ["-fno-omit-frame-pointer", version_define()]

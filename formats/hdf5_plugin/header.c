@@ -101,6 +101,50 @@ static int stages(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
     return 0;
 }
 
+static const char *const SZ_PARAMS[] = {"predictor", "alpha", "beta", "radius", "level"};
+static const char *const SZ_PREDICTORS[] = {
+    "lorenzo", "linear", "cubic", "linear-rev", "cubic-rev", "md-linear", "md-cubic", "constant",
+    "regression", "lattice", "fitted", "match", "pivot", "interp", "auto"};
+
+static int is_param(const tp_json *j, uint32_t key, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (tp_json_str_eq(j, key, names[i]))
+            return 1;
+    return 0;
+}
+
+/* sz's alpha or beta: absent or null (0), or a number in 1..2^20 (1; Python's bool is an
+ * int, so true is 1); -1 for anything else */
+static int sz_tuning(const tp_json *j, uint32_t v)
+{
+    if (!v || j->tok[v].type == TP_J_NULL)
+        return 0;
+    double x = j->tok[v].type == TP_J_TRUE ? 1.0 : j->tok[v].type == TP_J_NUMBER
+                                                      ? tp_json_number(j, v)
+                                                      : 0.0;
+    return x >= 1 && x <= 1048576.0 ? 1 : -1;
+}
+
+/* sz's parameters, checked as SZCodec's constructor checks them (absent: its defaults) */
+static int sz_params(const tp_json *j, uint32_t t, tp_err *err)
+{
+    uint32_t at[5];
+    for (int i = 0; i < 5; i++)
+        at[i] = tp_json_get(j, t, SZ_PARAMS[i]);
+    if (at[0] && (j->tok[at[0]].type != TP_J_STRING || !is_param(j, at[0], SZ_PREDICTORS, 15)))
+        return bad(err, "unknown sz predictor");
+    int alpha = sz_tuning(j, at[1]), beta = sz_tuning(j, at[2]);
+    if ((alpha == 0) != (beta == 0) || alpha < 0 || beta < 0)
+        return bad(err, "sz alpha and beta are not both null or both numbers in 1..2**20");
+    uint64_t radius = 32768;
+    if (at[3] && (!tp_json_count(j, at[3], &radius) || radius < 2 || radius > 32768))
+        return bad(err, "sz radius is not an integer in 2..32768");
+    if (at[4] && j->tok[at[4]].type != TP_J_NULL && !level_ok(j, at[4]))
+        return bad(err, "sz level is not null or an integer in -7..22");
+    return 0;
+}
+
 /* one parameter key=v of the codec config (not its id); *bounds counts bound keys */
 static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds, tp_err *err)
 {
@@ -125,6 +169,8 @@ static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds
         h->shuffle = tp_json_truthy(j, v);
         return 0;
     }
+    if (h->codec == TP_SZ && is_param(j, key, SZ_PARAMS, 5))
+        return 0; /* checked once the config is read (sz_params) */
     if (h->codec == TP_BLOCK && tp_json_str_eq(j, key, "entropy")) {
         if (tp_json_str_eq(j, v, "none") || tp_json_str_eq(j, v, "zstd"))
             return 0; /* a reader decodes mode 3 whatever the config says */
@@ -145,10 +191,11 @@ static int codec(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
         h->codec = TP_BLOCK;
     else if (tp_json_str_eq(j, id, "int8"))
         h->codec = TP_INT8;
-    else if (tp_json_str_eq(j, id, "sz") || tp_json_str_eq(j, id, "quant"))
+    else if (tp_json_str_eq(j, id, "sz"))
+        h->codec = TP_SZ;
+    else if (tp_json_str_eq(j, id, "quant"))
         return tp_fail(err, TP_E_UNSUPPORTED,
-                       "codec '%s' is decoded by tensorpress in Python, not yet by this plugin",
-                       tp_json_str_eq(j, id, "sz") ? "sz" : "quant");
+                       "codec 'quant' is decoded by tensorpress in Python, not yet by this plugin");
     else
         return tp_fail(err, TP_E_UNKNOWN, "the stream uses a codec tensorpress does not know");
     int bounds = 0, rc;
@@ -156,7 +203,9 @@ static int codec(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
     for (uint32_t i = 0; i < j->tok[t].count; i++, key = j->tok[key + 1].next)
         if (!tp_json_str_eq(j, key, "id") && (rc = codec_param(j, key, h, &bounds, err)) != 0)
             return rc;
-    return bounds > 1 ? bad(err, "the codec config gives more than one bound") : 0;
+    if (bounds > 1)
+        return bad(err, "the codec config gives more than one bound");
+    return h->codec == TP_SZ ? sz_params(j, t, err) : 0;
 }
 
 static int shape(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)

@@ -85,6 +85,7 @@ static int codec_holds(const tp_header *h, tp_err *err)
     int d = h->dtype, is_float = d == TP_F2 || d == TP_F4 || d == TP_F8;
     int holds = h->codec == TP_ZSTD    ? d != TP_BF16
                 : h->codec == TP_BLOCK ? is_float || (d == TP_BF16 && h->stages == 0)
+                : h->codec == TP_SZ    ? is_float
                                        : d == TP_F4 || d == TP_F8;
     if (!holds)
         return tp_fail(err, TP_E_FORMAT, "the stream's codec does not hold its dtype");
@@ -180,6 +181,18 @@ static int unstage(const tp_header *h, uint64_t n, const uint8_t **p, size_t *le
     return 0;
 }
 
+/* sz: the chunk's shape, its rows those of n elements (n > 0: a chunk holds some) */
+static int sz_chunk(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
+                    uint8_t *out, tp_err *err)
+{
+    uint64_t shape[TP_MAX_RANK];
+    for (int i = 0; i < h->rank; i++)
+        shape[i] = h->shape[i];
+    if (h->rank > 0)
+        shape[0] = n / row_elements(h);
+    return tp_sz_decode(h, p, len, n, shape, h->rank, out, err);
+}
+
 static int decode_chunk(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
                         uint8_t *out, tp_err *err)
 {
@@ -190,6 +203,8 @@ static int decode_chunk(const tp_header *h, const uint8_t *p, size_t len, uint64
             rc = tp_zstd_codec_decode(h, p, len, n, out, err);
         else if (h->codec == TP_BLOCK)
             rc = tp_block_decode(h, p, len, n, out, err);
+        else if (h->codec == TP_SZ)
+            rc = sz_chunk(h, p, len, n, out, err);
         else
             rc = tp_int8_decode(h, p, len, n, out, err);
     }

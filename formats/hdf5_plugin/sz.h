@@ -101,10 +101,6 @@ int tp_sz_pivot_side_codes(const uint8_t *side, size_t side_len, const uint64_t 
 int tp_sz_huffman_decode(const uint8_t *p, size_t len, uint16_t *codes, uint64_t count,
                          tp_err *err);
 
-/* the chunk's decode: SPEC.md "sz"; n values of the stream's dtype into out */
-int tp_sz_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
-                 const uint64_t *chunk_shape, int rank, uint8_t *out, tp_err *err);
-
 /* round_to_storage: v rounded to the storage precision, ties to even (float16 directly
  * from double, one rounding, as rounding._round_half_even) */
 static inline double tp_sz_round(double v, int prec)

@@ -81,6 +81,9 @@ int tp_block_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n
                     uint8_t *out, tp_err *err);
 int tp_int8_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
                    uint8_t *out, tp_err *err);
+/* sz also takes the chunk's shape (rank dims; codec_sz.c, sz.h) */
+int tp_sz_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
+                 const uint64_t *chunk_shape, int rank, uint8_t *out, tp_err *err);
 
 /* zstd through libzstd.so.1 loaded at run time (zstd_dl.c): one frame of src into a new
  * malloc'd buffer of at most max bytes, refused before allocating when its header
