@@ -22,6 +22,7 @@ from ._version import __version__  # noqa: E402
 from .compress import ErrorBound, available_codecs, get_codec  # noqa: E402
 from .formats import hdf5_filter as hdf5  # noqa: E402  tp.hdf5.filter(abs=...): hdf5plugin's style
 from .formats import open_compressed as open  # noqa: A004, E402  (tp.open, as h5py.File reads)
+from .formats import zarr_api as zarr  # noqa: E402  tp.zarr.SZ(...): loads zarr on first use
 from .formats.array_stream import CallablePackage, decompress, info  # noqa: E402
 
 # `tp.compress(x, rel=1e-3)` is the documented call and `tensorpress.compress` the codecs
@@ -34,6 +35,7 @@ compress.__class__ = CallablePackage
 # `import tensorpress.hdf5` and `from tensorpress.hdf5 import filter` work too (as os.path
 # does), without a module file at the package root
 sys.modules[__name__ + ".hdf5"] = hdf5
+sys.modules[__name__ + ".zarr"] = zarr
 
 __all__ = [
     "ErrorBound",
@@ -45,4 +47,5 @@ __all__ = [
     "hdf5",
     "info",
     "open",
+    "zarr",
 ]

@@ -5,9 +5,9 @@ numcodecs codecs (a zarr format 2 ``compressor``, or any numcodecs user):
 =====================  ==========  ===========================================
 codec id               class       config
 =====================  ==========  ===========================================
-``tensorpress.sz``     ``SZ``      one of abs/rel/pw_rel + predictor, alpha,
-                                   beta, radius, level
-``tensorpress.block``  ``Block``   one of abs/rel/pw_rel
+``tensorpress.sz``     ``SZ``      one of abs/rel/pw_rel/psnr (+ value_range)
+                                   + predictor, alpha, beta, radius, level
+``tensorpress.block``  ``Block``   one of abs/rel/pw_rel/psnr (+ value_range)
 ``tensorpress.quant``  ``Quant``   bits, group, stochastic, seed, hadamard
                                    (bits-bounded: no error bound)
 ``tensorpress.zstd``   ``Zstd``    level, shuffle (lossless, any numeric dtype)
@@ -25,14 +25,19 @@ codec config, resolved bound and per-chunk checksums inside): decoding needs
 nothing else, ``tensorpress.info`` reads a chunk file, and a corrupted chunk
 raises ``ChecksumError`` instead of returning wrong numbers.
 
-Bounds are per zarr chunk. zarr compresses chunk by chunk, so ``rel`` is
-relative to each chunk's own value range (max - min of its finite values), not
-the whole array's; ``abs`` is the bound that means the same for the whole
-array (for a whole-array relative bound give ``abs = rel * (max - min)``).
+Bounds: zarr compresses chunk by chunk, so a plain ``rel`` is relative to each
+chunk's own value range (max - min of its finite values). For one bound over the
+whole array, as ``tp.compress`` and the CLI mean it, give the array's range:
+``SZ(rel=1e-3, value_range=(lo, hi))``, or let ``SZ.for_array(x, rel=1e-3)`` read it
+(numpy, Dask: one distributed reduction, xarray); ``psnr=`` (dB) takes a range too.
+The config then records the bound as given, ``value_range`` and ``resolved_abs``,
+the absolute bound every chunk is held to (formats/zarr_bounds.py). ``abs`` means
+the same in every chunk by itself.
 zarr pads an edge chunk to full size with the array's fill value. The format 3
-serializers leave values equal to the fill value out of the range, so padding
+serializers leave values equal to the fill value out of a per-chunk range, so padding
 never loosens a ``rel`` bound; a numcodecs codec sees only the padded chunk,
-so with zarr format 2 use ``abs`` (or a NaN fill value) for edge chunks.
+so with zarr format 2 use ``abs`` or ``value_range`` (or a NaN fill value) for edge
+chunks.
 Writing part of a chunk decodes and re-encodes the whole chunk, so its errors
 can add up: write whole chunks (``dask.array.to_zarr`` with the array's
 chunks does).
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 from typing import ClassVar
 
 import numpy as np
@@ -66,11 +72,13 @@ try:
 except ImportError:  # numcodecs without zarr: only the numcodecs codecs exist
     _ArrayBytesCodec = None
 
-from ..compress.bounds import ErrorBound
+from ..compress.bounds import MODES, ErrorBound
 from ..compress.registry import get_codec
 from .missing import MissingSpec, scan
 from .stream_reader import ContainerReader
 from .stream_writer import encode_array
+from .zarr_bounds import RANGE_MODES, cf_missing, fixed_bound, one_bound
+from .zarr_bounds import value_range as value_range_of
 
 __all__ = ["SZ", "Block", "Quant", "Zstd", "NUMCODECS"]
 
@@ -87,12 +95,44 @@ class _TensorpressNumcodec(_Numcodec):
     #: name of the codec in tensorpress's registry
     codec_name: ClassVar[str] = ""
 
-    def __init__(self, *, abs=None, rel=None, pw_rel=None, **params):  # noqa: A002
+    #: whether ``decode(buf, out=)`` fills an ``out`` of another dtype with the chunk's
+    #: bytes, as numcodecs' compressors do (a lossless byte codec); the lossy codecs
+    #: refuse, rather than hand back floats relabelled as something else
+    reinterprets_out: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        abs=None,  # noqa: A002
+        rel=None,
+        pw_rel=None,
+        psnr=None,
+        value_range=None,
+        resolved_abs=None,
+        missing=None,
+        **params,
+    ):
         try:
-            self._codec = get_codec(self.codec_name, abs=abs, rel=rel, pw_rel=pw_rel, **params)
+            self._missing = _missing_values(missing)
+            kwargs, self._fixed, self._range_config = _bound_setup(
+                abs, rel, pw_rel, psnr, value_range, resolved_abs
+            )
+            self._codec = get_codec(self.codec_name, **kwargs, **params)
             self._bound = self._codec.require_bound() if self._codec.bounded else None
         except ValueError as exc:
             raise ValueError(f"invalid config for {self.codec_id!r}: {exc}") from None
+
+    @classmethod
+    def for_array(cls, data, *, rel=None, psnr=None, missing=None, **params):
+        """This codec with ``rel`` or ``psnr`` (dB) resolved against the whole of ``data``
+        (numpy, Dask or xarray: ``zarr_bounds.value_range``), so every chunk holds the
+        same absolute bound. ``missing`` (a number or a list) marks missing cells: left
+        out of the range and kept bit for bit; for an xarray DataArray it defaults to
+        its CF ``_FillValue`` and ``missing_value`` (``zarr_bounds.cf_missing``)."""
+        mode, value = one_bound(rel=rel, psnr=psnr)
+        values = _missing_values(cf_missing(data) if missing is None else missing)
+        lo_hi = value_range_of(data, values or None)
+        return cls(**{mode: value}, value_range=lo_hi, missing=list(values) or None, **params)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -100,12 +140,19 @@ class _TensorpressNumcodec(_Numcodec):
         return self._codec.dtypes
 
     def get_config(self) -> dict:
-        """JSON-serialisable config: ``id``, the bound (if any), the codec's parameters and
-        its ``stages`` (if any): the codec's whole config under this codec's id."""
+        """JSON-serialisable config: ``id``, the bound (if any; with ``value_range`` and
+        the ``resolved_abs`` it gave, for a whole-array bound), the codec's parameters
+        and its ``stages`` (if any): the codec's whole config under this codec's id."""
         config = {"id": self.codec_id}
-        if self._bound is not None:
+        if self._range_config is not None:  # the bound as given, the range, what it meant
+            config.update(self._range_config)
+        elif self._bound is not None:
             config[self._bound.mode] = self._bound.value
-        config.update((k, v) for k, v in self._codec.get_config().items() if k != "id")
+        if self._missing:
+            config["missing"] = list(self._missing)
+        config.update(
+            (k, v) for k, v in self._codec.get_config().items() if k != "id" and k not in MODES
+        )
         return config
 
     @classmethod
@@ -139,9 +186,11 @@ class _TensorpressNumcodec(_Numcodec):
         return self.encode_chunk(buf)
 
     def encode_chunk(self, buf, fill_value=None) -> bytes:
-        """:meth:`encode`; a finite ``fill_value`` is left out of the ``rel`` value range,
-        and a nonzero one comes back bit for bit (formats/missing.py; zarr's default fill
-        of 0 cannot be told from a chosen one, so zeros stay within the bound only)."""
+        """:meth:`encode` of a zarr chunk whose array has ``fill_value``. The values of the
+        config's ``missing`` and a finite nonzero ``fill_value`` come back bit for bit
+        and stay out of the value range (formats/missing.py); a fill of 0 is left out of
+        a per-chunk ``rel`` range but stays within the bound only (zarr's default fill
+        of 0 cannot be told from a chosen one)."""
         arr = np.asarray(ensure_ndarray_like(buf))
         self.check_dtype(arr.dtype)
         if not arr.dtype.isnative:  # decode returns native order: refuse rather than relabel
@@ -154,11 +203,13 @@ class _TensorpressNumcodec(_Numcodec):
         order = (
             "F" if arr.ndim > 1 and arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
         )
-        bound = self._resolve(arr, fill_value)
-        missing = None
+        markers = self._missing
         if fill_value is not None and np.isfinite(fill_value) and fill_value != 0:
-            missing = _fill_markers(arr, fill_value)
-            arr = missing.substitute(np.ascontiguousarray(arr)) if missing else arr
+            markers += (fill_value,)
+        missing = _fill_markers(arr, markers) if markers else None
+        if missing:  # markers are NaNs with payloads: ranges skip them, codecs keep them
+            arr = missing.substitute(np.ascontiguousarray(arr))
+        bound = self._resolve(arr, fill_value)
         return encode_array(
             arr,
             self._codec,
@@ -171,8 +222,8 @@ class _TensorpressNumcodec(_Numcodec):
 
     def _resolve(self, arr: np.ndarray, fill_value) -> ErrorBound | None:
         """The bound resolved for this chunk (None for codecs without one)."""
-        if self._bound is None:
-            return None
+        if self._bound is None or self._fixed is not None:
+            return self._fixed
         if self._bound.mode == "rel" and fill_value is not None and np.isfinite(fill_value):
             arr = arr[arr != fill_value]  # zarr's padding of edge chunks
         return self._bound.resolve(arr)
@@ -183,7 +234,9 @@ class _TensorpressNumcodec(_Numcodec):
 
         ``out`` is an array of the stream's dtype and shape, a 1-d one of its dtype and
         size, or untyped memory (``bytearray``, a byte ``memoryview``) of its size in
-        bytes; anything else raises ValueError rather than reinterpreting the values,
+        bytes (for :class:`Zstd`, any numeric array of its size in bytes, which gets
+        the chunk's bytes); anything else raises ValueError (TypeError for an object
+        array) rather than reinterpreting the values,
         from the stream's header, before anything is decoded (a stream declaring more
         values than ``out`` holds is never inflated). Without ``out`` the only limit on
         what a chunk declares is the machine's memory: callers that know the chunk's
@@ -195,8 +248,11 @@ class _TensorpressNumcodec(_Numcodec):
             return reader.read()
         h = reader.header
         dst = ensure_ndarray_like(out)
+        if dst.dtype.hasobject:  # numcodecs' compressors raise TypeError here too
+            raise TypeError(f"cannot decode into an {dst.dtype} array: give a numeric out")
         same = dst.shape == tuple(h.shape) and dst.dtype == h.dtype
         untyped = not isinstance(out, np.ndarray) and dst.dtype == np.uint8 and dst.ndim == 1
+        untyped = untyped or self.reinterprets_out
         flat = dst.dtype == h.dtype and dst.shape == (math.prod(h.shape),)
         if not (same or flat or (untyped and dst.nbytes == h.original_bytes)):
             raise ValueError(
@@ -228,13 +284,47 @@ class _TensorpressNumcodec(_Numcodec):
         return f"{type(self).__name__}({params})"
 
 
-def _fill_markers(arr: np.ndarray, fill_value):
-    """The ``MissingMap`` of the cells of chunk ``arr`` equal to ``fill_value`` (empty when
-    there are none), or None for an array that is not float16/32/64."""
+def _fill_markers(arr: np.ndarray, values: tuple):
+    """The ``MissingMap`` of the cells of chunk ``arr`` equal to one of ``values`` (empty
+    when there are none), or None for an array that is not float16/32/64."""
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (2, 4, 8):
         return None
-    spec = MissingSpec(arr.dtype, (arr.dtype.type(fill_value),))
+    spec = MissingSpec(arr.dtype, tuple(arr.dtype.type(v) for v in values))
     return scan(np.ascontiguousarray(arr).reshape(-1), arr.size, spec)
+
+
+def _missing_values(missing) -> tuple[float, ...]:
+    """The config's ``missing``: a number or a list of them, as a tuple of floats."""
+    if missing is None:
+        return ()
+    values = missing if isinstance(missing, (list, tuple)) else [missing]
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
+        raise ValueError(f"missing must be a number or a list of numbers, got {missing!r}")
+    return tuple(float(v) for v in values)
+
+
+def _bound_setup(abs, rel, pw_rel, psnr, value_range, resolved_abs):  # noqa: A002
+    """The codec's bound keywords, the bound fixed for every chunk (None: resolved per
+    chunk) and the config that records it, from a numcodecs codec's bound keywords."""
+    if value_range is None:
+        if psnr is not None or resolved_abs is not None:
+            raise ValueError(
+                f"{'psnr' if psnr is not None else 'resolved_abs'} goes with value_range=(lo, "
+                "hi), the whole array's range: for_array(data, psnr=...) finds it"
+            )
+        return {"abs": abs, "rel": rel, "pw_rel": pw_rel}, None, None
+    mode, value = one_bound(abs=abs, rel=rel, pw_rel=pw_rel, psnr=psnr)
+    if mode not in RANGE_MODES:
+        raise ValueError(f"value_range goes with rel or psnr, not {mode}: {mode} needs no range")
+    fixed = fixed_bound(mode, value, value_range)
+    if resolved_abs is not None and resolved_abs != fixed.tolerance:
+        raise ValueError(
+            f"resolved_abs {resolved_abs!r} is not what {mode}={value!r} means over "
+            f"value_range {list(value_range)!r} ({fixed.tolerance!r}): the config was edited"
+        )
+    record = {mode: float(value), "value_range": [float(v) for v in value_range]}
+    record["resolved_abs"] = fixed.tolerance
+    return ({"rel": value} if mode == "rel" else {"abs": fixed.tolerance}), fixed, record
 
 
 class SZ(_TensorpressNumcodec):
@@ -266,6 +356,7 @@ class Zstd(_TensorpressNumcodec):
 
     codec_id = "tensorpress.zstd"
     codec_name = "zstd"
+    reinterprets_out = True
 
 
 #: codec id -> numcodecs class
@@ -299,6 +390,13 @@ if _ArrayBytesCodec is not None:
             config = self._numcodec.get_config()
             del config["id"]
             return {"name": self.numcodec.codec_id, "configuration": config}
+
+        @classmethod
+        def for_array(cls, data, *, rel=None, psnr=None, missing=None, **params):
+            """This serializer with ``rel`` or ``psnr`` resolved against the whole of
+            ``data`` (see the numcodecs codec's ``for_array``)."""
+            codec = cls.numcodec.for_array(data, rel=rel, psnr=psnr, missing=missing, **params)
+            return cls(**{k: v for k, v in codec.get_config().items() if k != "id"})
 
         def validate(self, *, shape, dtype, chunk_grid) -> None:
             self._numcodec.check_dtype(dtype.to_native_dtype())
