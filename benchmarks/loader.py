@@ -27,19 +27,24 @@ Variants, each 3 epochs (2 with ``--quick``), batch 32, ``--workers`` workers (d
                         (64) chunks = 256 samples (64 MiB): chunks in a random order,
                         samples shuffled within each window of 64 chunks
   (b) 0 workers         (b) in this process, for ``loader.stats`` (hit rate)
-  (c) block, (c) sz     (b) over the same file compressed by tensorpress
-                        (``files.compress_file``, codec ``block`` or ``sz`` at ``rel``
-                        ``C_REL``, stream chunks of one sample, so that a miss decodes
-                        only its sample; cached beside the data file): the workers read
-                        compressed chunks and decompress them; its bytes are compressed
-                        bytes read from the disk
+  (c) block|sz, HDF5     (b) over a copy compressed by tensorpress (codec ``block`` or
+                        ``sz`` at ``rel`` ``C_REL`` of the whole data's range) through
+                        the HDF5 filter, one sample per chunk (``loader_copies.py``): a
+                        miss reads its chunk's stored bytes with one positioned read and
+                        decodes only its sample
+  (c) block|sz, zarr     the same as a zarr v3 store (tensorpress's serializers, one
+                        sample per chunk), read by ``ZarrDataset``
+  (c) block, HDF5 4/chunk  ``files.compress_file``'s default copy: the filter layout keeps
+                        the input's chunks of 4 samples, so a miss decodes 4 samples
 
 This process runs torch with 1 thread, as torch's workers do: on few cores, torch's
 OpenMP threads spinning beside numba's would slow ``torch.stack`` in ``default_collate``
 down in the ``num_workers=0`` run, for a reason that is not the loader's.
 
 Columns: samples/s (median over epochs) and its ratio to (a); MiB read from disk per
-epoch (median) and its ratio to (a). Bytes read, with worker processes: the deltas of
+epoch (median) and its ratio to (a); for (c), the compressed copy's size on disk and the
+bytes read per epoch over it (each stored chunk read at most once per epoch: <= 1).
+Bytes read, with worker processes: the deltas of
 ``resource.getrusage(RUSAGE_CHILDREN).ru_inblock`` (512-byte blocks read by finished,
 waited-for children: the epoch's workers; ``/proc/self/io`` ``read_bytes`` already
 includes reaped children, so adding it would count them twice); without worker
@@ -64,7 +69,8 @@ for a few other window sizes, so the bytes and speed gained sit next to the rand
 given up.
 
 Targets (MET / NOT MET): (b) >= 5x (a)'s samples/s; (b) reads <= 1/3 of (a)'s bytes;
-(b)'s hit rate >= 0.95 x the buffer's fraction of the dataset. Also: the time to plan
+(b)'s hit rate >= 0.95 x the buffer's fraction of the dataset; every (c) row: samples/s
+>= (b)'s and bytes read per epoch <= the compressed copy's size. Also: the time to plan
 ``ShufflePlan(10_000_000, epochs=100, seed=0)``, all 100 epochs (target < 10 s), and
 the Belady hit rate after the first of 3 epochs with a buffer as large as the dataset
 split over 2 ranks (each rank's buffer = its half; target >= 99%).
@@ -81,6 +87,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import gc
 import os
 import platform
@@ -100,15 +107,17 @@ from torch.utils.data import DataLoader as TorchDataLoader
 from torch.utils.data import Dataset
 
 try:
+    import loader_copies as copies
     from compressors import Table
     from compressors import fmt_cell as _fmt
     from compressors import ratio_or_none as _ratio
 except ImportError:  # imported as benchmarks.loader
+    from benchmarks import loader_copies as copies
     from benchmarks.compressors import Table
     from benchmarks.compressors import fmt_cell as _fmt
     from benchmarks.compressors import ratio_or_none as _ratio
 
-from tensorpress.loaders import DataLoader, H5Dataset, ShufflePlan, simulate
+from tensorpress.loaders import DataLoader, H5Dataset, ShufflePlan, ZarrDataset, simulate
 
 MIB = 2**20
 SEED = 0
@@ -196,7 +205,13 @@ def release_memory() -> None:
 
 
 def drop_cache(path: Path) -> None:
-    """Drop ``path``'s pages from the page cache (clean pages only: fsync first)."""
+    """Drop ``path``'s pages from the page cache (clean pages only: fsync first); for a
+    directory (a zarr store), every file under it."""
+    if path.is_dir():
+        for d, _, files in os.walk(path):
+            for name in files:
+                drop_cache(Path(d) / name)
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -335,6 +350,7 @@ class Result:
     source: str = ""
     stats: list[dict] = field(default_factory=list)  # loader.stats after each epoch
     note: str = ""
+    stored: int | None = None  # bytes of the compressed copy read, (c) rows
 
 
 def run_epochs(
@@ -393,21 +409,19 @@ def run_torch(path: Path, epochs: int, workers: int) -> Result:
     return run_epochs("(a) torch + h5py", loader, path, epochs, workers)
 
 
-def compressed_copy(path: Path, codec: str) -> tuple[Path, str]:
-    """The data file compressed by tensorpress with ``codec`` (made once, cached beside
-    it) and a note on how it was made."""
-    from tensorpress.files import compress_file, describe_file
-
-    cpath = path.with_name(f"{path.stem}-{codec}-rel{C_REL:g}-1.h5")
-    made = ""
-    if not cpath.exists():
-        t0 = time.perf_counter()
-        compress_file(
-            path, cpath, {"rel": C_REL}, codec=codec, chunk_bytes=SAMPLE_BYTES, workers=None
-        )
-        made = f", written in {time.perf_counter() - t0:.1f} s"
-    x = next(d for d in describe_file(cpath) if d["name"] == "x")
-    return cpath, f"x compressed {x['ratio']:.2f}x ({codec}, rel {C_REL:g}){made}"
+def c_variants():
+    """(row name, maker of the compressed copy: path -> (copy's path, note)) of the (c)
+    rows: both codecs in the HDF5 filter layout and in zarr, one sample per chunk; and
+    ``block`` as ``compress_file`` writes it by default (the input's chunks)."""
+    out = []
+    for codec in C_CODECS:
+        out.append((f"{codec}, HDF5", functools.partial(copies.h5_copy, codec=codec, rel=C_REL)))
+    for codec in C_CODECS:
+        out.append((f"{codec}, zarr", functools.partial(copies.zarr_copy, codec=codec, rel=C_REL)))
+    chunks = f"{CHUNK_SAMPLES}/chunk"
+    cli = functools.partial(copies.cli_copy, codec="block", rel=C_REL, chunk_bytes=SAMPLE_BYTES)
+    out.append((f"block, HDF5 {chunks}", cli))
+    return out
 
 
 def _no_init(worker_id: int) -> None:
@@ -422,7 +436,7 @@ def make_tp(
     window: int = 0,
     processes: bool = False,
 ) -> DataLoader:
-    ds = H5Dataset(path, "x", label_key="y")
+    ds = (ZarrDataset if path.is_dir() else H5Dataset)(path, "x", label_key="y")
     loader = DataLoader(
         ds,
         batch_size=BATCH,
@@ -588,16 +602,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         0,
     )
     res_c = {}
-    for codec in C_CODECS:
-        cpath, c_note = compressed_copy(path, codec)
+    for name, make in c_variants():
+        cpath, c_note = make(path)
         print(f"(c) data: {cpath.name}: {c_note}", flush=True)
-        res_c[codec] = run_epochs(
-            f"(c) tensorpress, {codec}",
+        res_c[name] = run_epochs(
+            f"(c) {name}",
             make_tp(cpath, args.workers, buffer_bytes),
             cpath,
             args.epochs,
             args.workers,
         )
+        res_c[name].stored = copies.stored_bytes(cpath)
     a_rate, a_bytes = _median(res_a.rates), _median(res_a.bytes)
 
     table = Table(
@@ -610,6 +625,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("MiB read/epoch", 14, ">"),
             ("x (a) bytes", 11, ">"),
             ("disk MiB/epoch", 14, ">"),
+            ("stored MiB", 10, ">"),
+            ("read / stored", 13, ">"),
             ("spread", 6, ">"),
             ("note", 4, "<"),
         ],
@@ -637,6 +654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fmt(None if nbytes is None else nbytes / MIB, ".0f", na="n/a"),
             _fmt(_ratio(nbytes, a_bytes), ".2f", "x", na="n/a"),
             _fmt(None if disk is None else disk / MIB, ".0f", na="n/a"),
+            "-" if res.stored is None else f"{res.stored / MIB:.0f}",
+            "-" if res.stored is None else _fmt(_ratio(nbytes, res.stored), ".2f", "x"),
             "-" if res is res_a else f"{spread[window if res is res_bw else 0]:.3f}",
             res.source,
         )
@@ -776,11 +795,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  (b) hit rate >= {TARGET_HIT_X:g} x {args.buffer_fraction:g} = {hit_goal:.3f}: "
         f"{_fmt(measured, '.3f')} -> {_met(measured is not None and measured >= hit_goal)}"
     )
-    for codec, res in res_c.items():
+    for name, res in res_c.items():
         c_x = _ratio(_median(res.rates), b_rate)
+        read_x = _ratio(_median(res.bytes), res.stored)
         print(
-            f"  (c) {codec}: samples/s >= (b): {_fmt(c_x, '.2f', 'x')} -> "
-            f"{_met(c_x is not None and c_x >= 1)}"
+            f"  (c) {name}: samples/s >= (b): {_fmt(c_x, '.2f', 'x')} -> "
+            f"{_met(c_x is not None and c_x >= 1)}; bytes read per epoch <= stored: "
+            f"{_fmt(read_x, '.2f', 'x')} -> {_met(read_x is not None and read_x <= 1)}"
         )
     print(
         f"  plan {PLAN_SAMPLES:_} x {PLAN_EPOCHS} epochs < {TARGET_PLAN_S:g} s: {t_plan:.2f} s -> "
