@@ -2,7 +2,9 @@
 
 from .._util.optional_torch import torch as _torch  # noqa: F401  (install advice)
 from .hooks import ActivationCompression, CompressedActivations, offload_activations, wrap
+from .per_block import BlockCompression, apply_activation_compression
 from .rules import RULES, Rules
+from .selective import selective_checkpoint_contexts
 from .settings import Adaptive, Offload
 from .stats import ActivationStats
 from .store.optimizer import OptimizerOffload, offload_optimizer_state
@@ -13,6 +15,7 @@ __all__ = [
     "ActivationCompression",
     "ActivationStats",
     "Adaptive",
+    "BlockCompression",
     "CompressedActivations",
     "Handle",
     "HostMemoryFull",
@@ -21,7 +24,9 @@ __all__ = [
     "Rules",
     "StoreStats",
     "TieredStore",
+    "apply_activation_compression",
     "offload_activations",
     "offload_optimizer_state",
+    "selective_checkpoint_contexts",
     "wrap",
 ]
