@@ -152,3 +152,20 @@ def test_bad_input_says_what_is_wrong(tmp_path):
         ds[8]
     with pytest.raises(ValueError, match="C-contiguous"):
         ds.read_range(0, 2, out=np.empty((3, FEATURES), np.float32))
+
+
+def test_read_ahead_hint_names_the_chunk_files_of_the_runs(tmp_path, monkeypatch):
+    path = str(tmp_path / "h.zarr")
+    _write(path, (2, 100), BlockSerializer(abs=BOUND), n=20)
+    ds = ZarrDataset(path, "x")
+    hinted = []
+
+    def fadvise(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_WILLNEED:
+            hinted.append(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), path))
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    ds.will_read([(3, 5), (9, 10)])  # rows 3..4: chunks 1 and 2; row 9: chunk 4
+    want = {os.path.join("x", "c", str(i), str(j)) for i in (1, 2, 4) for j in range(3)}
+    assert sorted(hinted) == sorted(want)
+    assert np.array_equal(ds.read_range(3, 5), zarr.open_array(path, path="x")[3:5])
