@@ -27,7 +27,15 @@ from ..compress.bounds import ErrorBound, finite_range
 from ..compress.quality import safe_bound
 from .missing import MissingSpec
 
-__all__ = ["cf_missing", "fixed_bound", "one_bound", "resolve_bound", "value_range"]
+__all__ = [
+    "bound_setup",
+    "cf_missing",
+    "fixed_bound",
+    "missing_values",
+    "one_bound",
+    "resolve_bound",
+    "value_range",
+]
 
 #: the bounds this module resolves against a value range
 RANGE_MODES = ("rel", "psnr")
@@ -104,6 +112,51 @@ def one_bound(**given) -> tuple[str, float]:
             f"(got {', '.join(named) or 'none'})"
         )
     return next(iter(named.items()))
+
+
+def missing_values(missing) -> tuple[float, ...]:
+    """The config's ``missing``: a number or a list of them, as a tuple of floats."""
+    if missing is None:
+        return ()
+    values = missing if isinstance(missing, (list, tuple)) else [missing]
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
+        raise ValueError(f"missing must be a number or a list of numbers, got {missing!r}")
+    return tuple(float(v) for v in values)
+
+
+def bound_setup(abs, rel, pw_rel, psnr, value_range, resolved_abs):  # noqa: A002
+    """The codec's bound keywords, the bound fixed for every chunk (None: resolved per
+    chunk) and the config that records it, from a numcodecs codec's bound keywords."""
+    if value_range is None:
+        if psnr is not None or resolved_abs is not None:
+            raise ValueError(
+                f"{'psnr' if psnr is not None else 'resolved_abs'} goes with value_range=(lo, "
+                "hi), the whole array's range: for_array(data, psnr=...) finds it"
+            )
+        return {"abs": abs, "rel": rel, "pw_rel": pw_rel}, None, None
+    mode, value = one_bound(abs=abs, rel=rel, pw_rel=pw_rel, psnr=psnr)
+    if mode not in RANGE_MODES:
+        raise ValueError(f"value_range goes with rel or psnr, not {mode}: {mode} needs no range")
+    fixed = fixed_bound(mode, value, value_range)
+    if resolved_abs is not None:
+        fixed = _agreed(fixed, resolved_abs, f"{mode}={value!r} over {list(value_range)!r}")
+    record = {mode: float(value), "value_range": [float(v) for v in value_range]}
+    record["resolved_abs"] = fixed.tolerance
+    return ({"rel": value} if mode == "rel" else {"abs": fixed.tolerance}), fixed, record
+
+
+def _agreed(fixed: ErrorBound, resolved_abs, meaning: str) -> ErrorBound:
+    """``fixed`` held to a config's ``resolved_abs``: another writer may round the same
+    product differently (1e-9 relative is allowed, and the smaller bound kept, so both
+    hold); anything further off is an edited config."""
+    ok = isinstance(resolved_abs, numbers.Real) and not isinstance(resolved_abs, bool)
+    if not (ok and math.isclose(resolved_abs, fixed.tolerance, rel_tol=1e-9)):
+        raise ValueError(
+            f"resolved_abs {resolved_abs!r} is not what {meaning} means "
+            f"({fixed.tolerance!r}): the config was edited"
+        )
+    tol = min(float(resolved_abs), fixed.tolerance)
+    return ErrorBound(fixed.mode, fixed.value if fixed.mode == "rel" else tol, tol)
 
 
 def _checked_pair(pair) -> tuple[float, float]:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import numbers
 from typing import ClassVar
 
 import numpy as np
@@ -77,7 +76,7 @@ from ..compress.registry import get_codec
 from .missing import MissingSpec, scan
 from .stream_reader import ContainerReader
 from .stream_writer import encode_array
-from .zarr_bounds import RANGE_MODES, cf_missing, fixed_bound, one_bound
+from .zarr_bounds import bound_setup, cf_missing, missing_values, one_bound
 from .zarr_bounds import value_range as value_range_of
 
 __all__ = ["SZ", "Block", "Quant", "Zstd", "NUMCODECS"]
@@ -113,8 +112,8 @@ class _TensorpressNumcodec(_Numcodec):
         **params,
     ):
         try:
-            self._missing = _missing_values(missing)
-            kwargs, self._fixed, self._range_config = _bound_setup(
+            self._missing = missing_values(missing)
+            kwargs, self._fixed, self._range_config = bound_setup(
                 abs, rel, pw_rel, psnr, value_range, resolved_abs
             )
             self._codec = get_codec(self.codec_name, **kwargs, **params)
@@ -130,7 +129,7 @@ class _TensorpressNumcodec(_Numcodec):
         out of the range and kept bit for bit; for an xarray DataArray it defaults to
         its CF ``_FillValue`` and ``missing_value`` (``zarr_bounds.cf_missing``)."""
         mode, value = one_bound(rel=rel, psnr=psnr)
-        values = _missing_values(cf_missing(data) if missing is None else missing)
+        values = missing_values(cf_missing(data) if missing is None else missing)
         lo_hi = value_range_of(data, values or None)
         return cls(**{mode: value}, value_range=lo_hi, missing=list(values) or None, **params)
 
@@ -291,40 +290,6 @@ def _fill_markers(arr: np.ndarray, values: tuple):
         return None
     spec = MissingSpec(arr.dtype, tuple(arr.dtype.type(v) for v in values))
     return scan(np.ascontiguousarray(arr).reshape(-1), arr.size, spec)
-
-
-def _missing_values(missing) -> tuple[float, ...]:
-    """The config's ``missing``: a number or a list of them, as a tuple of floats."""
-    if missing is None:
-        return ()
-    values = missing if isinstance(missing, (list, tuple)) else [missing]
-    if not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
-        raise ValueError(f"missing must be a number or a list of numbers, got {missing!r}")
-    return tuple(float(v) for v in values)
-
-
-def _bound_setup(abs, rel, pw_rel, psnr, value_range, resolved_abs):  # noqa: A002
-    """The codec's bound keywords, the bound fixed for every chunk (None: resolved per
-    chunk) and the config that records it, from a numcodecs codec's bound keywords."""
-    if value_range is None:
-        if psnr is not None or resolved_abs is not None:
-            raise ValueError(
-                f"{'psnr' if psnr is not None else 'resolved_abs'} goes with value_range=(lo, "
-                "hi), the whole array's range: for_array(data, psnr=...) finds it"
-            )
-        return {"abs": abs, "rel": rel, "pw_rel": pw_rel}, None, None
-    mode, value = one_bound(abs=abs, rel=rel, pw_rel=pw_rel, psnr=psnr)
-    if mode not in RANGE_MODES:
-        raise ValueError(f"value_range goes with rel or psnr, not {mode}: {mode} needs no range")
-    fixed = fixed_bound(mode, value, value_range)
-    if resolved_abs is not None and resolved_abs != fixed.tolerance:
-        raise ValueError(
-            f"resolved_abs {resolved_abs!r} is not what {mode}={value!r} means over "
-            f"value_range {list(value_range)!r} ({fixed.tolerance!r}): the config was edited"
-        )
-    record = {mode: float(value), "value_range": [float(v) for v in value_range]}
-    record["resolved_abs"] = fixed.tolerance
-    return ({"rel": value} if mode == "rel" else {"abs": fixed.tolerance}), fixed, record
 
 
 class SZ(_TensorpressNumcodec):
