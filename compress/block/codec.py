@@ -42,6 +42,7 @@ from .entropy import (
 from .kernels import cpu as kb
 from .kernels import layout as bl
 from .kernels.layout import STEP_MARGIN, steps_for
+from .stochastic import levels, stochastic_steps
 
 #: precision code by numpy dtype, native and little-endian (keyed by the dtype: numpy
 #: computes ``dtype.name`` in Python, a few microseconds a chunk)
@@ -84,19 +85,27 @@ def encode_values(
 
 
 def encode_values_into(
-    xv: np.ndarray, rawb: np.ndarray, prec: int, bound: ErrorBound, out: np.ndarray
+    xv: np.ndarray,
+    rawb: np.ndarray,
+    prec: int,
+    bound: ErrorBound,
+    out: np.ndarray,
+    steps: tuple | None = None,
 ) -> int:
     """:func:`encode_values` written to the uint8 array ``out`` (``payload_capacity``
-    bytes at least); returns the payload's length in bytes."""
+    bytes at least); returns the payload's length in bytes. ``steps``: the kernels'
+    (tolerance, step, inverse) where they are not the bound's (``stochastic.py``)."""
     n = xv.size
     if n == 0:
         out[0] = bl.MODE_BLOCKS
         return 1
     itemsize = rawb.size // n
-    step, inv = steps_for(bound.tolerance)
+    tol, (step, inv) = bound.tolerance, steps_for(bound.tolerance)
+    if steps is not None:
+        tol, step, inv = steps
     pw = bound.resolved_mode == "pw_rel"
     with scratch(n * itemsize + 8) as (data,):
-        size = kb.encode_chunk(xv, rawb, itemsize, prec, pw, bound.tolerance, step, inv, data, out)
+        size = kb.encode_chunk(xv, rawb, itemsize, prec, pw, tol, step, inv, data, out)
     if size >= 1 + n * itemsize:
         out[0] = bl.MODE_RAW
         out[1 : 1 + n * itemsize] = rawb
@@ -111,6 +120,9 @@ class BlockCodec(Codec):
 
     ``entropy``: ``"none"`` (the default: the kernels' bytes, on every device) or
     ``"zstd"`` (zstd over a chunk's packed blocks where that is smaller, on the host).
+    ``stochastic``: unbiased stochastic rounding on a step just under the bound, its
+    noise keyed on ``seed`` (in [0, 2**31)) and each element's index (``stochastic.py``;
+    abs and rel bounds; encoded on the host).
     """
 
     name = "block"
@@ -119,18 +131,51 @@ class BlockCodec(Codec):
     keeps_zeros = True
     writes_into = True
 
-    def __init__(self, *, entropy: str = "none", **bound):
+    def __init__(self, *, entropy: str = "none", stochastic: bool = False, seed: int = 0, **bound):
         super().__init__(**bound)
         self.entropy = check_entropy(entropy)
+        if not isinstance(stochastic, (bool, np.bool_)):
+            raise TypeError(f"block stochastic must be True or False, got {stochastic!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"block seed must be an integer, got {seed!r}")
+        if not 0 <= seed < 2**31:
+            raise ValueError(f"block seed must be in [0, 2**31), got {seed!r}")
+        self.stochastic, self.seed = bool(stochastic), int(seed)
+        if self.stochastic:
+            _no_pw_rel(self.bound)
+            self.writes_into = False  # its noise needs the chunk's offset, which encode takes
 
     def parameters(self) -> dict:
-        return {} if self.entropy == "none" else {"entropy": self.entropy}
+        params = {} if self.entropy == "none" else {"entropy": self.entropy}
+        if self.stochastic:
+            params.update(stochastic=True, seed=self.seed)
+        return params
+
+    def step(self, tol: float) -> float:
+        """The quantization step the codes of an abs tolerance ``tol`` count in."""
+        return stochastic_steps(tol)[0] if self.stochastic else steps_for(tol)[0]
 
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
         finish = bytes if self.entropy == "none" else squeeze
-        return encode_values(xv, flat.view(np.uint8), PREC_BY_DTYPE[flat.dtype], bound, finish)
+        prec, rawb = PREC_BY_DTYPE[flat.dtype], flat.view(np.uint8)
+        if self.stochastic:
+            return finish(self._stochastic_payload(xv, rawb, prec, bound, offset))
+        return encode_values(xv, rawb, prec, bound, finish)
+
+    def _stochastic_payload(self, xv, rawb, prec: int, bound: ErrorBound, offset: int) -> bytes:
+        """One chunk's payload with stochastic codes (``offset``: its first element's
+        index in the whole array)."""
+        _no_pw_rel(bound)
+        tol = bound.tolerance
+        if not 0.0 < tol < math.inf:  # no level to choose: the nearest codes are exact
+            return encode_values(xv, rawb, prec, bound)
+        ys = levels(xv, prec, tol, self.seed, offset)
+        step, inv, kernel_tol = stochastic_steps(tol)
+        steps = (kernel_tol, step, inv)
+        with scratch(payload_capacity(xv.size, rawb.size // max(xv.size, 1))) as (out,):
+            return bytes(out[: encode_values_into(ys, rawb, prec, bound, out, steps)])
 
     def payload_capacity(self, size: int, itemsize: int) -> int:
         return payload_capacity(size, itemsize)
@@ -144,7 +189,7 @@ class BlockCodec(Codec):
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)
         n = math.prod(shape)
-        step, _ = steps_for(bound.tolerance)
+        step = self.step(bound.tolerance)
         direct = out is not None and out.flags.c_contiguous and out.dtype == dtype
         res = out.reshape(-1) if direct else np.empty(n, dtype)
         pw = bound.resolved_mode == "pw_rel"
@@ -198,12 +243,42 @@ class BlockCodec(Codec):
     def encode_tensor(self, t, bound: ErrorBound, chunk_rows: int):
         step, inv = steps_for(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
-        args = (t, elements_per_chunk(t.shape, chunk_rows), pw, bound.tolerance, step, inv)
-        payload, lengths = _run_kernels("encode", t.is_cuda, args)
+        elems = elements_per_chunk(t.shape, chunk_rows)
+        if self.stochastic:
+            payload, lengths = self._stochastic_tensor(t, bound, elems)
+        else:
+            args = (t, elems, pw, bound.tolerance, step, inv)
+            payload, lengths = _run_kernels("encode", t.is_cuda, args)
         return (payload, lengths) if self.entropy == "none" else squeeze_tensor(payload, lengths)
 
+    def _stochastic_tensor(self, t, bound: ErrorBound, elems: int):
+        """(payload, lengths) of ``t`` in stochastic codes, chunk by chunk on the host (the
+        bytes :meth:`encode` writes for each chunk), the payload on ``t``'s device."""
+        import torch
+
+        flat = t.detach().reshape(-1).cpu()
+        n = flat.numel()
+        if n == 0:
+            return torch.zeros(0, dtype=torch.uint8, device=t.device), []
+        if flat.dtype == torch.bfloat16:
+            xv, prec = flat.float().numpy(), PREC_BFLOAT16
+            rawb = flat.view(torch.int16).numpy().view(np.uint8)
+        else:
+            arr = flat.numpy()
+            xv = arr if arr.itemsize >= 4 else arr.astype(np.float32)
+            rawb, prec = arr.view(np.uint8), PREC_BY_DTYPE[arr.dtype]
+        size = flat.element_size()
+        parts = _map_chunks(
+            lambda a: self._stochastic_payload(
+                xv[a : a + elems], rawb[a * size : (a + elems) * size], prec, bound, a
+            ),
+            range(0, n, elems),
+        )
+        payload = np.concatenate([np.frombuffer(p, np.uint8) for p in parts])
+        return torch.from_numpy(payload).to(t.device), [len(p) for p in parts]
+
     def decode_tensor(self, payload, lengths, shape, dtype, bound, chunk_rows):
-        step, _ = steps_for(bound.tolerance)
+        step = self.step(bound.tolerance)
         pw = bound.resolved_mode == "pw_rel"
         n = math.prod(shape)
         elems = elements_per_chunk(shape, chunk_rows)
@@ -344,6 +419,14 @@ def _give_up_cuda(exc: Exception) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def _no_pw_rel(bound) -> None:
+    if bound is not None and bound.resolved_mode == "pw_rel":
+        raise ValueError(
+            "block stochastic rounding takes abs or rel bounds, not pw_rel (its levels "
+            "are one step apart, the same for every value); use abs= or rel="
+        )
 
 
 def elements_per_chunk(shape, chunk_rows: int) -> int:

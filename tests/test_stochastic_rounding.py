@@ -1,0 +1,146 @@
+"""Stochastic rounding (``stochastic=True``): the bound on every element, the same bytes
+for the same seed, and errors that average out where nearest rounding's do not.
+
+The statistics: for a value a fraction ``p`` of a step ``s`` above a level, a
+stochastic code errs by ``(1 - p) s`` with probability ``p`` and by ``-p s`` otherwise:
+mean 0, variance ``p (1 - p) s**2 <= s**2 / 4``. The mean of ``M`` independent draws
+is then within ``4 s / (2 sqrt(M))`` of 0 but for one time in 15,000; nearest rounding
+errs by the same ``b`` every time, so its mean is ``b``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorpress as tp
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tensorpress.compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
+from tensorpress.compress.block.stochastic import stochastic_steps
+
+FAST = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def roundtrip(x: torch.Tensor, seed: int = 0, **bound) -> torch.Tensor:
+    """``x`` through the block codec with stochastic rounding: numpy streams for the
+    numpy dtypes, the tensor path for bfloat16."""
+    if x.dtype == torch.bfloat16:
+        ct = compress_tensor(x, "block", stochastic=True, seed=seed, **bound)
+        return decompress_tensor(ct)
+    blob = tp.compress(x.numpy(), codec="block", stochastic=True, seed=seed, **bound)
+    return torch.from_numpy(tp.decompress(blob))
+
+
+@st.composite
+def arrays(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = tuple(draw(st.lists(st.integers(1, 40), min_size=1, max_size=3)))
+    seed = draw(st.integers(0, 2**31 - 1))
+    scale = draw(st.sampled_from([1e-3, 1.0, 300.0]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**20)))
+    x = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+    flat = x.view(-1)
+    for special in draw(st.lists(st.sampled_from([math.nan, math.inf, -math.inf, 0.0]))):
+        flat[draw(st.integers(0, flat.numel() - 1))] = special
+    bound = draw(st.sampled_from([{"abs": 1e-3}, {"abs": 0.05}, {"rel": 1e-2}, {"rel": 1e-4}]))
+    return x.to(getattr(torch, dtype)), bound, seed
+
+
+@FAST
+@given(case=arrays())
+def test_every_element_within_the_bound(case):
+    x, bound, seed = case
+    y = roundtrip(x, seed, **bound)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    xd, yd = x.double(), y.double()
+    finite = xd.isfinite()
+    if "abs" in bound:
+        tol = bound["abs"]
+    else:
+        vals = xd[finite]
+        tol = bound["rel"] * float(vals.max() - vals.min()) if vals.numel() else 0.0
+    assert bool(((yd - xd).abs()[finite] <= tol).all())
+    assert torch.equal(xd.isnan(), yd.isnan())
+    assert torch.equal(xd[xd.isinf()], yd[xd.isinf()])
+
+
+def test_same_seed_same_bytes_and_the_noise_follows_the_element():
+    x = np.random.default_rng(1).standard_normal((400, 300)).astype(np.float32)
+    one = tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=7)
+    assert one == tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=7)
+    assert one != tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=8)
+    assert tp.info(one)["config"] == {"id": "block", "stochastic": True, "seed": 7}
+    # keyed on each element's index in the whole array: any chunking, the same values
+    small = tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=7, chunk_bytes=4096)
+    assert tp.info(small)["chunks"] > tp.info(one)["chunks"]
+    assert np.array_equal(tp.decompress(small), tp.decompress(one))
+
+
+def test_tensor_path_writes_the_chunks_the_numpy_path_writes():
+    codec = get_codec("block", stochastic=True, seed=3)
+    bound = ErrorBound("abs", 2e-2).resolve(None)
+    x = torch.randn(100, 70, generator=torch.Generator().manual_seed(0))
+    payload, lengths = codec.encode_tensor(x, bound, chunk_rows=30)
+    starts = np.cumsum([0, *lengths])
+    flat = x.numpy().reshape(-1)
+    for i, (a, b) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+        chunk = flat[i * 30 * 70 : (i + 1) * 30 * 70]
+        assert codec.encode(chunk, bound, offset=i * 30 * 70) == payload[a:b].numpy().tobytes()
+    y = codec.decode_tensor(payload, lengths, x.shape, x.dtype, bound, chunk_rows=30)
+    assert float((y - x).abs().max()) <= 2e-2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_mean_error_over_seeds_is_zero_where_nearest_has_a_bias(dtype):
+    """A constant between two levels: nearest rounding's mean error is its bias b; the
+    stochastic mean over 64 seeds x 4096 elements is within 4 sigma of 0 and below |b|."""
+    eb = 1e-2
+    step = stochastic_steps(eb)[0]
+    c = dtype(0.37 * step)  # 0.37 of a step above the level 0
+    x = np.full(4096, c, dtype)
+    nearest = tp.decompress(tp.compress(x, codec="block", abs=eb)).astype(np.float64)
+    b = float((nearest - float(c)).mean())
+    assert abs(b) > 0.1 * eb
+    errs = [
+        tp.decompress(tp.compress(x, codec="block", abs=eb, stochastic=True, seed=s)) - float(c)
+        for s in range(64)
+    ]
+    errs = np.stack(errs).astype(np.float64)
+    assert np.abs(errs).max() <= eb
+    sigma = step / 2 / math.sqrt(errs.size)  # p (1 - p) <= 1/4
+    assert abs(errs.mean()) < 4 * sigma < abs(b)
+
+
+def test_each_element_averages_out_over_seeds():
+    """Per element, the mean over N seeds is unbiased: its mean square is about
+    p (1 - p) s**2 / N; noise not renewed with the seed would leave p (1 - p) s**2."""
+    eb, n_seeds = 1e-2, 48
+    step = stochastic_steps(eb)[0]
+    x = np.random.default_rng(2).uniform(-1, 1, 20000).astype(np.float64)
+    total = np.zeros_like(x)
+    for s in range(n_seeds):
+        total += tp.decompress(tp.compress(x, codec="block", abs=eb, stochastic=True, seed=s)) - x
+    p = (x / step) % 1.0
+    expected = float((p * (1 - p)).mean()) * step**2 / n_seeds
+    assert float(((total / n_seeds) ** 2).mean()) < 1.5 * expected
+
+
+def test_bad_settings_say_what_to_pass():
+    with pytest.raises(ValueError, match="not pw_rel"):
+        get_codec("block", stochastic=True, pw_rel=1e-2)
+    with pytest.raises(ValueError, match="not pw_rel"):
+        tp.compress(np.ones(10, np.float32), codec="block", pw_rel=1e-2, stochastic=True)
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*31\)"):
+        get_codec("block", stochastic=True, seed=-1)
+    with pytest.raises(ValueError, match="stochastic must be True or False"):
+        get_codec("block", stochastic="yes")
