@@ -42,8 +42,8 @@ LEGACY_FILTER_ID = 307
 #: only, no byte-order value) still reads
 CD_VERSION = 2
 CD_VERSIONS = (1, 2)
-#: codec numbers in cd_values[1]: the error-bounded codecs and the lossless one
-CODECS = {1: "sz", 2: "block", 3: "int8", 4: "zstd"}
+#: codec numbers in cd_values[1]: the error-bounded codecs, the lossless one, quant (bits)
+CODECS = {1: "sz", 2: "block", 3: "int8", 4: "zstd", 5: "quant"}
 CODEC_NUMBERS = {name: n for n, name in CODECS.items()}
 #: bound modes in cd_values[2] (a rel bound is resolved to abs before it gets here)
 MODES = {0: None, 1: "abs", 2: "pw_rel"}
@@ -91,7 +91,8 @@ def filter(  # noqa: A001  (named as hdf5plugin's helpers are used: **filter(...
     Give one bound: ``abs`` (absolute), ``pw_rel`` (times |x| per element) or ``rel``
     with ``value_range=(lo, hi)``, the dataset's value range (a chunk cannot know it),
     resolved to the absolute bound ``rel * (hi - lo)``. ``codec`` is one of
-    :data:`CODECS`' names, with its default parameters; ``"zstd"`` takes no bound.
+    :data:`CODECS`' names, with its default parameters; ``"zstd"`` and ``"quant"`` (4 bits a
+    value) take no bound.
     """
     if unavailable is not None:
         raise RuntimeError(f"the tensorpress HDF5 filter is not registered: {unavailable}")

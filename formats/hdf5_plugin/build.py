@@ -47,6 +47,8 @@ SOURCES = (
     "sz_lorenzo.c",
     "sz_constant.c",
     "sz_regression.c",
+    "codec_quant.c",
+    "quant_encode.c",
 )
 #: strict C11; no -ffast-math: the float roundings must be IEEE's, as numpy's, and no
 #: contraction into FMAs (one rounding where numba rounds twice). -O3 so the decoder's and

@@ -5,7 +5,7 @@
 
 #include "tp_decode.h"
 
-static const int CODECS[] = {-1, TP_SZ, TP_BLOCK, TP_INT8, TP_ZSTD}; /* by cd_values[1] */
+static const int CODECS[] = {-1, TP_SZ, TP_BLOCK, TP_INT8, TP_ZSTD, TP_QUANT}; /* cd[1] */
 
 /* the element size, byte order and chunk shape set_local appends */
 static int chunk_layout(const unsigned *cd, size_t n, tp_cd *out, tp_err *err)
@@ -41,7 +41,7 @@ int tp_parse_cd_values(const unsigned *cd, size_t n, tp_cd *out, tp_err *err)
     if (n < 5 || (cd[0] != 1 && cd[0] != 2))
         return tp_fail(err, TP_E_VERSION, "cd_values are not a tensorpress filter layout this "
                        "plugin reads (1, 2): upgrade tensorpress, or the file is damaged");
-    if (cd[1] < 1 || cd[1] > 4 || cd[2] > 2)
+    if (cd[1] < 1 || cd[1] > 5 || cd[2] > 2)
         return tp_fail(err, TP_E_FORMAT, "unknown codec %u or bound mode %u in cd_values",
                        cd[1], cd[2]);
     out->codec = CODECS[cd[1]];

@@ -4,12 +4,15 @@
  *   tp_decode IN.tp OUT.raw              every chunk, C order, little-endian
  *   tp_decode IN.tp OUT.raw CD0,CD1,...  as the filter with these cd_values
  *   tp_decode -e IN.raw OUT.tp CD0,...   encode one chunk as the filter writes it
+ *   tp_decode -q IN.raw OUT.bin BITS,GROUP,STOCHASTIC,SEED,HADAMARD,ITEMSIZE,OFFSET
+ *                                        one quant payload of these little-endian values
  *
  * Exit status 0 with OUT written; 1 and one line on stderr when the stream is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant.h"
 #include "tp_encode.h"
 
 static uint8_t *slurp(const char *path, size_t *n)
@@ -64,8 +67,60 @@ static int as_filter(const char *list, const uint8_t *buf, size_t n, uint8_t **o
     return tp_filter_decode(cd, ncd, buf, n, malloc, free, out, len, err);
 }
 
+/* quant's encoder under any parameters (the filter writes its defaults only) */
+static int quant_payload(const char *list, const uint8_t *buf, size_t n, uint8_t **out,
+                         size_t *len, tp_err *err)
+{
+    unsigned long long v[7] = {0};
+    tp_header h = {0};
+    if (sscanf(list, "%llu,%llu,%llu,%llu,%llu,%llu,%llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+               &v[5], &v[6]) != 7 || (v[0] != 2 && v[0] != 4 && v[0] != 8) || v[1] < 16 ||
+        v[1] > 4096 || (v[1] & (v[1] - 1)) || (v[5] != 2 && v[5] != 4 && v[5] != 8) ||
+        n % v[5])
+        return tp_fail(err, TP_E_FORMAT, "bad quant parameters or input length");
+    h.q_bits = (int)v[0], h.q_group = (int)v[1], h.q_stochastic = v[2] != 0;
+    h.q_seed = (uint32_t)v[3], h.q_hadamard = v[4] != 0, h.itemsize = (size_t)v[5];
+    size_t count = n / h.itemsize, cap = n + 32;
+    double *x = malloc((count ? count : 1) * sizeof *x), *scratch = malloc(32 * 4096);
+    *out = malloc(cap + tp_quant_payload_size(count, h.q_bits, h.q_group, 1, 8));
+    if (!x || !scratch || !*out) {
+        free(x), free(scratch);
+        return tp_fail(err, TP_E_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *r = buf + i * h.itemsize;
+        float f;
+        if (h.itemsize == 8)
+            memcpy(&x[i], r, 8);
+        else if (h.itemsize == 4)
+            memcpy(&f, r, 4), x[i] = f;
+        else
+            x[i] = tp_half_to_double((uint16_t)(r[0] | r[1] << 8));
+    }
+    *len = tp_quant_encode(&h, x, buf, count, v[6], *out, scratch);
+    free(x), free(scratch);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && strcmp(argv[1], "-q") == 0) {
+        size_t n = 0, len = 0;
+        uint8_t *buf = slurp(argv[2], &n), *out = NULL;
+        tp_err err = {0, ""};
+        if (!buf) {
+            fprintf(stderr, "cannot read %s\n", argv[2]);
+            return 2;
+        }
+        int rc = quant_payload(argv[4], buf, n, &out, &len, &err);
+        FILE *f = rc ? NULL : fopen(argv[3], "wb");
+        int ok = f && fwrite(out, 1, len, f) == len;
+        ok = f && fclose(f) == 0 && ok;
+        if (rc)
+            fprintf(stderr, "refused (%d): %s\n", err.code, err.msg);
+        free(buf), free(out);
+        return ok ? 0 : rc ? 1 : 2;
+    }
     int encode = argc == 5 && strcmp(argv[1], "-e") == 0;
     argv += encode, argc -= encode;
     if (argc != 3 && argc != 4) {

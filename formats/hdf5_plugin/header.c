@@ -101,6 +101,48 @@ static int stages(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
     return 0;
 }
 
+static const char *const QUANT_PARAMS[] = {"bits", "group", "stochastic", "seed", "hadamard"};
+
+static int is_quant_param(const tp_json *j, uint32_t key)
+{
+    for (int i = 0; i < 5; i++)
+        if (tp_json_str_eq(j, key, QUANT_PARAMS[i]))
+            return 1;
+    return 0;
+}
+
+/* a boolean parameter of quant: JSON true or false (QuantCodec refuses 0 and 1) */
+static int quant_flag(const tp_json *j, uint32_t v, int *out)
+{
+    if (j->tok[v].type != TP_J_TRUE && j->tok[v].type != TP_J_FALSE)
+        return 0;
+    *out = j->tok[v].type == TP_J_TRUE;
+    return 1;
+}
+
+/* quant's parameters (each key's last value, as Python's dict keeps it), checked as
+ * QuantCodec's constructor checks them; absent ones take its defaults */
+static int quant_params(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    uint32_t at[5];
+    uint64_t bits = 4, group = 128, seed = 0;
+    h->q_stochastic = h->q_hadamard = 0;
+    for (int i = 0; i < 5; i++)
+        at[i] = tp_json_get(j, t, QUANT_PARAMS[i]);
+    if (at[0] && (!tp_json_count(j, at[0], &bits) || (bits != 2 && bits != 4 && bits != 8)))
+        return bad(err, "quant bits is not 2, 4 or 8");
+    if (at[1] && (!tp_json_count(j, at[1], &group) || group < 16 || group > 4096 ||
+                  (group & (group - 1))))
+        return bad(err, "quant group is not a power of two from 16 to 4096");
+    if ((at[2] && !quant_flag(j, at[2], &h->q_stochastic)) ||
+        (at[4] && !quant_flag(j, at[4], &h->q_hadamard)))
+        return bad(err, "quant stochastic or hadamard is not true or false");
+    if (at[3] && (!tp_json_count(j, at[3], &seed) || seed >= (1u << 31)))
+        return bad(err, "quant seed is not an integer in [0, 2**31)");
+    h->q_bits = (int)bits, h->q_group = (int)group, h->q_seed = (uint32_t)seed;
+    return 0;
+}
+
 static const char *const SZ_PARAMS[] = {"predictor", "alpha", "beta", "radius", "level"};
 static const char *const SZ_PREDICTORS[] = {
     "lorenzo", "linear", "cubic", "linear-rev", "cubic-rev", "md-linear", "md-cubic", "constant",
@@ -156,7 +198,7 @@ static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds
         double x;
         if (j->tok[v].type == TP_J_NULL)
             return 0; /* as not given */
-        if (h->codec == TP_ZSTD || !finite_count(j, v, &x))
+        if (h->codec == TP_ZSTD || h->codec == TP_QUANT || !finite_count(j, v, &x))
             return bad(err, "the codec config's bound is not one the codec takes");
         if (h->codec == TP_INT8 && tp_json_str_eq(j, key, "pw_rel"))
             return bad(err, "codec 'int8' takes no pw_rel bound");
@@ -169,6 +211,8 @@ static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds
         h->shuffle = tp_json_truthy(j, v);
         return 0;
     }
+    if (h->codec == TP_QUANT && is_quant_param(j, key))
+        return 0; /* checked once the config is read (quant_params) */
     if (h->codec == TP_SZ && is_param(j, key, SZ_PARAMS, 5))
         return 0; /* checked once the config is read (sz_params) */
     if (h->codec == TP_BLOCK && tp_json_str_eq(j, key, "entropy")) {
@@ -191,11 +235,10 @@ static int codec(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
         h->codec = TP_BLOCK;
     else if (tp_json_str_eq(j, id, "int8"))
         h->codec = TP_INT8;
+    else if (tp_json_str_eq(j, id, "quant"))
+        h->codec = TP_QUANT;
     else if (tp_json_str_eq(j, id, "sz"))
         h->codec = TP_SZ;
-    else if (tp_json_str_eq(j, id, "quant"))
-        return tp_fail(err, TP_E_UNSUPPORTED,
-                       "codec 'quant' is decoded by tensorpress in Python, not yet by this plugin");
     else
         return tp_fail(err, TP_E_UNKNOWN, "the stream uses a codec tensorpress does not know");
     int bounds = 0, rc;
@@ -205,7 +248,9 @@ static int codec(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
             return rc;
     if (bounds > 1)
         return bad(err, "the codec config gives more than one bound");
-    return h->codec == TP_SZ ? sz_params(j, t, err) : 0;
+    if (h->codec == TP_SZ)
+        return sz_params(j, t, err);
+    return h->codec == TP_QUANT ? quant_params(j, t, h, err) : 0;
 }
 
 static int shape(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)

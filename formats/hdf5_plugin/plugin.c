@@ -1,7 +1,7 @@
 /* The HDF5 filter plugin: H5PLget_plugin_type and H5PLget_plugin_info for filter 32100:
- * reads zstd, block and int8 chunks, writes block ones (can_apply refuses the codecs it
- * does not write, set_local appends the chunk layout to cd_values). Not linked against libhdf5, so one build serves every HDF5
- * 1.10 to 2.x a program brings: the few HDF5 types are declared here, and HDF5's
+ * reads zstd, block, int8 and quant chunks, writes block and quant ones (can_apply refuses
+ * the codecs it does not write, set_local appends the chunk layout to cd_values). Not
+ * linked against libhdf5, so one build serves every HDF5 1.10 to 2.x a program brings: the few HDF5 types are declared here, and HDF5's
  * allocator and the calls set_local makes are found at run time in the program's global
  * symbols (h5dump, C and Fortran codes) or in the libhdf5 it loaded privately (h5py),
  * else malloc and free (what HDF5's own release builds call), as h5py's LZF plugin and
@@ -170,11 +170,14 @@ static int can_apply(hid_t dcpl, hid_t type, hid_t space)
     if (n < USER_VALUES || (cd[0] != 1 && cd[0] != 2))
         tp_fail(&err, TP_E_FORMAT, "cd_values must begin 2,CODEC,MODE,LO,HI (SPEC.md, "
                 "\"The HDF5 filter\"): e.g. 2,2,1,LO,HI for block with an abs bound");
-    else if (cd[1] != 2)
+    else if (cd[1] != 2 && cd[1] != 5)
         tp_fail(&err, TP_E_UNSUPPORTED, "the compiled plugin writes only the block codec "
-                "(cd_values[1] = 2), not codec %u: write it from Python with tensorpress "
-                "imported (tp.hdf5.filter, tensorpress compress --layout filter)", cd[1]);
-    else if ((cd[2] != 1 && cd[2] != 2) || !(isfinite(bound) && bound >= 0))
+                "(cd_values[1] = 2) and quant (5), not codec %u: write it from Python with "
+                "tensorpress imported (tp.hdf5.filter, tensorpress compress --layout filter)",
+                cd[1]);
+    else if (cd[1] == 5 && cd[2] != 0)
+        tp_fail(&err, TP_E_FORMAT, "quant takes no error bound: cd_values[2] = 0");
+    else if (cd[1] == 2 && ((cd[2] != 1 && cd[2] != 2) || !(isfinite(bound) && bound >= 0)))
         tp_fail(&err, TP_E_FORMAT, "block needs an abs (cd_values[2] = 1) or pw_rel (2) "
                 "bound, a finite double >= 0 in cd_values[3:5] (low word first)");
     else if (h5.type_class(type) != T_FLOAT || (size != 2 && size != 4 && size != 8))
@@ -213,7 +216,8 @@ static int set_local(hid_t dcpl, hid_t type, hid_t space)
 
 static const H5Z_class2_t FILTER_CLASS = {
     1, FILTER_ID, 1, 1,
-    "tensorpress: error-bounded lossy (compiled plugin: reads zstd, block, int8; writes block)",
+    "tensorpress: error-bounded lossy (compiled plugin: reads zstd, block, int8, quant; "
+    "writes block, quant)",
     can_apply, set_local, filter,
 };
 

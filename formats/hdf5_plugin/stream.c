@@ -84,12 +84,14 @@ static int codec_holds(const tp_header *h, tp_err *err)
 {
     int d = h->dtype, is_float = d == TP_F2 || d == TP_F4 || d == TP_F8;
     int holds = h->codec == TP_ZSTD    ? d != TP_BF16
-                : h->codec == TP_BLOCK ? is_float || (d == TP_BF16 && h->stages == 0)
-                : h->codec == TP_SZ    ? is_float
-                                       : d == TP_F4 || d == TP_F8;
+                : h->codec == TP_BLOCK || h->codec == TP_QUANT
+                    ? is_float || (d == TP_BF16 && h->stages == 0)
+                : h->codec == TP_SZ ? is_float
+                                    : d == TP_F4 || d == TP_F8;
     if (!holds)
         return tp_fail(err, TP_E_FORMAT, "the stream's codec does not hold its dtype");
-    if ((h->codec != TP_ZSTD) != (h->bound_mode != TP_BOUND_NONE))
+    int bounded = h->codec != TP_ZSTD && h->codec != TP_QUANT; /* quant: bits-bounded */
+    if (bounded != (h->bound_mode != TP_BOUND_NONE))
         return tp_fail(err, TP_E_FORMAT, "the stream's bound does not fit its codec");
     if (h->codec == TP_INT8 && h->bound_mode == TP_BOUND_PW_REL)
         return tp_fail(err, TP_E_FORMAT, "codec 'int8' takes no pw_rel bound");
@@ -203,6 +205,8 @@ static int decode_chunk(const tp_header *h, const uint8_t *p, size_t len, uint64
             rc = tp_zstd_codec_decode(h, p, len, n, out, err);
         else if (h->codec == TP_BLOCK)
             rc = tp_block_decode(h, p, len, n, out, err);
+        else if (h->codec == TP_QUANT)
+            rc = tp_quant_decode(h, p, len, n, out, err);
         else if (h->codec == TP_SZ)
             rc = sz_chunk(h, p, len, n, out, err);
         else

@@ -1,4 +1,4 @@
-/* The container around `block` payloads (SPEC.md "Layout", format version 2), as
+/* The container around `block` and `quant` payloads (SPEC.md "Layout", version 2), as
  * formats/stream_writer.py writes it for one HDF5 chunk: the JSON header as json.dumps
  * spells it, chunks of whole rows of about 1 MiB (the codec's default_chunk_bytes), each
  * chunk's CRC-32 with its position. */
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant.h"
 #include "tp_encode.h"
 
 #ifndef TP_VERSION
@@ -71,30 +72,46 @@ static void put_u64(uint8_t *p, uint64_t v)
     put_u32(p, (uint32_t)v), put_u32(p + 4, (uint32_t)(v >> 32));
 }
 
-/* the JSON header of a chunk of cd's layout cut every rows rows; returns its length */
-static int header_json(const tp_cd *cd, uint64_t rows, char *text, size_t cap)
+/* the codec config and bound of the header, as json.dumps writes them */
+static int codec_json(const tp_cd *cd, const tp_header *q, char *text, size_t cap)
 {
+    if (cd->codec == TP_QUANT)
+        return snprintf(text, cap, "\"codec\":{\"id\":\"quant\",\"bits\":%d,\"group\":%d,"
+                        "\"stochastic\":%s,\"seed\":%u,\"hadamard\":%s},\"bound\":null",
+                        q->q_bits, q->q_group, q->q_stochastic ? "true" : "false", q->q_seed,
+                        q->q_hadamard ? "true" : "false");
     char value[40];
     tp_repr_double(cd->bound, value);
+    const char *mode = cd->bound_mode == TP_BOUND_PW_REL ? "pw_rel" : "abs";
+    return snprintf(text, cap, "\"codec\":{\"id\":\"block\"},\"bound\":{\"mode\":\"%s\","
+                    "\"value\":%s,\"tolerance\":%s}", mode, value, value);
+}
+
+/* the JSON header of a chunk of cd's layout cut every rows rows; returns its length */
+static int header_json(const tp_cd *cd, const tp_header *q, uint64_t rows, char *text,
+                       size_t cap)
+{
     int n = snprintf(text, cap, "{\"dtype\":\"<f%zu\",\"shape\":[", cd->itemsize);
     for (int i = 0; i < cd->rank; i++)
         n += snprintf(text + n, cap - (size_t)n, "%s%llu", i ? "," : "",
                       (unsigned long long)cd->chunks[i]);
-    const char *mode = cd->bound_mode == TP_BOUND_PW_REL ? "pw_rel" : "abs";
-    n += snprintf(text + n, cap - (size_t)n,
-                  "],\"order\":\"C\",\"codec\":{\"id\":\"block\"},\"bound\":{\"mode\":\"%s\","
-                  "\"value\":%s,\"tolerance\":%s},\"chunk_rows\":%llu,\"writer\":"
-                  "\"tensorpress %s\"}",
-                  mode, value, value, (unsigned long long)rows, TP_VERSION);
+    n += snprintf(text + n, cap - (size_t)n, "],\"order\":\"C\",");
+    n += codec_json(cd, q, text + n, cap - (size_t)n);
+    n += snprintf(text + n, cap - (size_t)n, ",\"chunk_rows\":%llu,\"writer\":"
+                  "\"tensorpress %s\"}", (unsigned long long)rows, TP_VERSION);
     return n;
 }
 
 static int refuse_cd(const tp_cd *cd, tp_err *err)
 {
+    if (cd->codec == TP_QUANT)
+        return cd->bound_mode == TP_BOUND_NONE ? 0 : tp_fail(err, TP_E_FORMAT, "quant takes "
+                                                             "no error bound: cd_values[2] = 0");
     if (cd->codec != TP_BLOCK)
         return tp_fail(err, TP_E_UNSUPPORTED, "the compiled plugin writes only the block "
-                       "codec: write sz, int8 and zstd datasets from Python with tensorpress "
-                       "imported (tp.hdf5.filter, tensorpress compress --layout filter)");
+                       "codec and quant: write sz, int8 and zstd datasets from Python with "
+                       "tensorpress imported (tp.hdf5.filter, tensorpress compress --layout "
+                       "filter)");
     if (cd->bound_mode == TP_BOUND_NONE || !(isfinite(cd->bound) && cd->bound >= 0))
         return tp_fail(err, TP_E_FORMAT, "block needs an abs or pw_rel bound, a finite "
                        "number >= 0, in cd_values[2:5]");
@@ -116,25 +133,26 @@ static void values(const tp_cd *cd, const uint8_t *buf, uint64_t n, uint8_t *raw
             memcpy(&f, r, 4);
             x[i] = f;
         } else {
-            uint16_t h = (uint16_t)(r[0] | r[1] << 8);
-            int e = h >> 10 & 0x1F, s = h & 0x3FF;
-            double v = e == 0 ? ldexp(s, -24) : e == 31 ? (s ? NAN : INFINITY)
-                                                         : ldexp(s | 0x400, e - 25);
-            x[i] = h & 0x8000 ? -v : v;
+            x[i] = tp_half_to_double((uint16_t)(r[0] | r[1] << 8));
         }
     }
 }
 
-/* every chunk's payload, one after the other in pay; len[i] their lengths */
-static size_t payloads(const tp_cd *cd, const uint8_t *raw, const double *x, uint64_t n,
-                       uint64_t row, uint64_t rows, uint64_t nchunks, uint8_t *pay,
-                       uint8_t *data, uint64_t *len)
+/* every chunk's payload, one after the other in pay; len[i] their lengths. q: quant's
+ * parameters (QuantCodec's defaults), data: the codec's scratch */
+static size_t payloads(const tp_cd *cd, const tp_header *q, const uint8_t *raw,
+                       const double *x, uint64_t n, uint64_t row, uint64_t rows,
+                       uint64_t nchunks, uint8_t *pay, uint8_t *data, uint64_t *len)
 {
     size_t at = 0, isz = cd->itemsize;
     for (uint64_t i = 0; i < nchunks; i++) {
         uint64_t a = i * rows * row, m = rows * row < n - a ? rows * row : n - a;
-        len[i] = tp_block_encode(x + a, raw + a * isz, m, isz,
-                                 cd->bound_mode == TP_BOUND_PW_REL, cd->bound, pay + at, data);
+        if (cd->codec == TP_QUANT) /* the noise's key: the chunk's first element */
+            len[i] = tp_quant_encode(q, x + a, raw + a * isz, m, a, pay + at, (double *)data);
+        else
+            len[i] = tp_block_encode(x + a, raw + a * isz, m, isz,
+                                     cd->bound_mode == TP_BOUND_PW_REL, cd->bound, pay + at,
+                                     data);
         at += len[i];
     }
     return at;
@@ -185,9 +203,14 @@ int tp_filter_encode(const unsigned *cdv, size_t ncd, const uint8_t *buf, size_t
     uint64_t rows = CHUNK_BYTES / (row * cd.itemsize); /* codec.chunk_rows_for */
     rows = rows < 1 ? 1 : rows > cd.chunks[0] ? cd.chunks[0] : rows;
     uint64_t nchunks = (cd.chunks[0] + rows - 1) / rows;
-    size_t cap = tp_block_capacity(n, cd.itemsize) + 13 * (size_t)nchunks; /* cut */
+    tp_header q = {.itemsize = cd.itemsize, .q_bits = 4, .q_group = 128};
+    /* a quant chunk of m values takes at most m * itemsize + 26 bytes while it is written
+     * (the raw form, or 9 + 2 * ceil(m / 16) * 8 + ceil(m / 2) with 16-bit values) */
+    size_t cap = cd.codec == TP_QUANT ? (size_t)n * cd.itemsize + 32 * (size_t)nchunks
+                                      : tp_block_capacity(n, cd.itemsize) + 13 * (size_t)nchunks;
+    size_t scratch = (size_t)(rows * row) * cd.itemsize + 8, qs = 4 * sizeof(double) * 128;
     uint8_t *raw = malloc((size_t)n * cd.itemsize), *pay = malloc(cap);
-    uint8_t *data = malloc((size_t)(rows * row) * cd.itemsize + 8);
+    uint8_t *data = malloc(scratch > qs ? scratch : qs);
     double *x = malloc((size_t)n * sizeof *x);
     uint64_t *len = malloc((size_t)nchunks * sizeof *len);
     char json[2048];
@@ -195,8 +218,8 @@ int tp_filter_encode(const unsigned *cdv, size_t ncd, const uint8_t *buf, size_t
         rc = tp_fail(err, TP_E_MEMORY, "out of memory for a chunk of %zu bytes", size);
     } else {
         values(&cd, buf, n, raw, x);
-        size_t paid = payloads(&cd, raw, x, n, row, rows, nchunks, pay, data, len);
-        int hlen = header_json(&cd, rows, json, sizeof json);
+        size_t paid = payloads(&cd, &q, raw, x, n, row, rows, nchunks, pay, data, len);
+        int hlen = header_json(&cd, &q, rows, json, sizeof json);
         *out = assemble(json, hlen, pay, len, nchunks, paid, alloc, out_len);
         if (!*out)
             rc = tp_fail(err, TP_E_MEMORY, "out of memory for a stream of %zu bytes", *out_len);

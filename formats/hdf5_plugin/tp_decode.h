@@ -54,6 +54,9 @@ typedef struct tp_header {
     int shuffle;           /* zstd codec: bytes grouped by significance */
     int stages;            /* zstd stages after the codec */
     int bound_mode;        /* enum tp_bound_mode */
+    int q_bits, q_group;   /* quant: bits a code (2, 4, 8), values a group (16..4096) */
+    int q_stochastic, q_hadamard;
+    uint32_t q_seed;       /* quant: the noise's and the signs' seed, below 2**31 */
     double bound_value, tolerance;
     uint64_t nchunks;
     const uint8_t *index;  /* the chunk index entries: u64 length, u32 CRC each */
@@ -84,6 +87,8 @@ int tp_int8_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
 /* sz also takes the chunk's shape (rank dims; codec_sz.c, sz.h) */
 int tp_sz_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
                  const uint64_t *chunk_shape, int rank, uint8_t *out, tp_err *err);
+int tp_quant_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
+                    uint8_t *out, tp_err *err);
 
 /* zstd through libzstd.so.1 loaded at run time (zstd_dl.c): one frame of src into a new
  * malloc'd buffer of at most max bytes, refused before allocating when its header
