@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -395,3 +396,62 @@ def test_a_process_that_never_imports_tensorpress_reads_the_dataset(tmp_path):
 
 def test_codec_class_of_the_numcodecs_face_is_unchanged():
     assert SZ.numcodec is SZCodec and SZCodec.codec_id == "tensorpress.sz"
+
+
+# -- a cluster of worker processes -----------------------------------------------------------
+
+
+def _import_distributed():
+    """dask's ``distributed``, not tensorpress's package of that name: run from a checkout,
+    the repository root (the package's folder) is on ``sys.path`` (as ``''``, the current
+    directory) and shadows it; it is dropped, and worker processes inherit the path."""
+    root = pathlib.Path(tp.__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if pathlib.Path(p or ".").resolve() != root]
+    shadow = sys.modules.get("distributed")
+    if shadow is not None and pathlib.Path(shadow.__file__ or "").resolve().is_relative_to(root):
+        del sys.modules["distributed"]
+    return pytest.importorskip("distributed")
+
+
+def _chunk_files(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("c/**/*") if p.is_file()}
+
+
+@pytest.mark.slow  # about 35 s: each worker process imports tensorpress and its kernels
+@pytest.mark.filterwarnings("ignore:Port .* is already in use")  # another cluster's dashboard
+def test_a_cluster_of_two_worker_processes_writes_the_chunks_one_process_writes(tmp_path):
+    """The range reduction and the chunks run in 2 worker processes (the serializer is
+    pickled to them); every chunk file equals the one a single process writes, and an
+    xarray dataset written through the cluster reads back within the whole-array bound."""
+    distributed = _import_distributed()
+    x = _field((48, 40, 24), seed=6, offset=10.0)
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard": False},
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        dx = da.from_array(x, chunks=(16, 20, 24))
+        ser = SZ.for_array(dx, rel=1e-3)  # the reduction runs on the workers
+        dx.to_zarr(str(tmp_path / "cluster.zarr"), serializer=ser, compressors=None)
+        pids = set(client.run(lambda: __import__("os").getpid()).values())
+        ds = xr.Dataset({"u": (("z", "y", "x"), dx)}, attrs={"title": "cluster"})
+        enc = {"u": {"serializer": SZ.for_array(ds["u"], rel=1e-3), "compressors": None}}
+        ds.to_zarr(tmp_path / "cluster_xr.zarr", zarr_format=3, encoding=enc, consolidated=False)
+    assert len(pids) == 2
+    assert ser == SZ.for_array(x, rel=1e-3)  # the same range as numpy finds
+    with dask.config.set(scheduler="sync"):
+        da.from_array(x, chunks=(16, 20, 24)).to_zarr(
+            str(tmp_path / "one.zarr"), serializer=ser, compressors=None
+        )
+    cluster_chunks = _chunk_files(tmp_path / "cluster.zarr")
+    assert len(cluster_chunks) == 3 * 2 * 1
+    assert cluster_chunks == _chunk_files(tmp_path / "one.zarr")
+    tol = 1e-3 * (float(x.max()) - float(x.min()))
+    back = xr.open_zarr(tmp_path / "cluster_xr.zarr", consolidated=False)
+    assert back.attrs == {"title": "cluster"}
+    _assert_within(x, back["u"].values, tol)
