@@ -18,7 +18,9 @@ They are registered through the ``numcodecs.codecs`` entry point, so
 importing tensorpress first. zarr format 3 array-to-bytes codecs (the
 ``serializer=`` of ``zarr.create_array``) with the same names and configs are
 ``SZSerializer``, ``BlockSerializer``, ``QuantSerializer`` and
-``ZstdSerializer``, registered through the ``zarr.codecs`` entry point.
+``ZstdSerializer``, registered through the ``zarr.codecs`` entry point; users
+reach them as ``tensorpress.zarr.SZ`` etc. (formats/zarr_api.py). Their specs:
+docs/zarr/<name>/.
 
 Every encoded chunk is a whole tensorpress container stream (dtype, shape,
 codec config, resolved bound and per-chunk checksums inside): decoding needs
