@@ -147,6 +147,7 @@ def test_compress_is_also_the_codecs_subpackage():
 
 def test_public_api_is_small():
     names = "ErrorBound __version__ available_codecs compress decompress get_codec hdf5 info open"
+    names += " zarr"
     assert set(tp.__all__) == set(names.split())
     assert all(hasattr(tp, name) for name in tp.__all__)
 
