@@ -1,7 +1,9 @@
 /* The canonical Huffman streams of the `sz` codes (compress/sz/huffman.py; SPEC.md
- * "sz", "Huffman stream"): the header and table checked as HuffmanDecoder checks them,
- * then the codes decoded through a lookup table of the next LUT_BITS stream bits, codes
- * longer than that length by length from the canonical first code per length. */
+ * "Huffman stream"): the header and table checked as HuffmanDecoder checks them, then
+ * the codes decoded through a lookup table of the next LUT_BITS stream bits that holds up
+ * to three short codes an entry (one dependent load per three codes where codes are
+ * short, as they are at the bounds users pick); codes longer than the index are found
+ * length by length from the canonical first code per length. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,8 @@ typedef struct table {
     int64_t first[MAX_LEN + 1], cnt[MAX_LEN + 1], offset[MAX_LEN + 1];
     uint16_t *sorted; /* symbols by (length, value) */
     uint32_t *lut;    /* next tb bits -> symbol << 8 | length, 0 for a longer code */
+    uint64_t *multi;  /* next tb bits -> up to three codes: bits 0-4 their total length
+                       * (0: a longer code first), 5-6 their count, 8-55 the symbols */
     int tb, lmax;
 } table;
 
@@ -26,18 +30,35 @@ static uint64_t rd64(const uint8_t *p)
     return v;
 }
 
-/* the stream bits from pos on (at least 56 of them; zeros past the end) */
-static inline uint64_t peek(const uint8_t *bits, size_t nbytes, uint64_t pos)
+/* the stream bits from pos on (at least 56 of them) in a copy padded by 8 zero bytes,
+ * pos at most the stream's bits */
+static inline uint64_t peek(const uint8_t *padded, uint64_t pos)
 {
-    size_t b = (size_t)(pos >> 3);
-    uint64_t w = 0;
-    if (b + 8 <= nbytes) {
-        memcpy(&w, bits + b, 8); /* little-endian hosts only (tp_decode.h) */
-    } else {
-        for (size_t i = 0; b + i < nbytes; i++)
-            w |= (uint64_t)bits[b + i] << (8 * i);
-    }
+    uint64_t w;
+    memcpy(&w, padded + (pos >> 3), 8); /* little-endian hosts only (tp_decode.h) */
     return w >> (pos & 7);
+}
+
+/* the multi-code entries from the one-code table: a code, then the next while it fits in
+ * the index's bits that are left */
+static void build_multi(table *t)
+{
+    uint32_t size = 1u << t->tb;
+    for (uint32_t idx = 0; idx < size; idx++) {
+        uint64_t e = 0, total = 0, count = 0;
+        uint32_t rest = idx;
+        while (count < 3) {
+            uint32_t one = t->lut[rest];
+            uint32_t l = one & 0xff;
+            if (one == 0 || total + l > (uint64_t)t->tb)
+                break;
+            e |= (uint64_t)(one >> 8) << (8 + 16 * count);
+            total += l;
+            count++;
+            rest >>= l;
+        }
+        t->multi[idx] = count ? e | count << 5 | total : 0;
+    }
 }
 
 /* the canonical tables of the validated lengths (1..lmax) of the ascending symbols */
@@ -56,7 +77,8 @@ static int build(table *t, const uint32_t *syms, const uint8_t *len, uint32_t n,
     t->tb = t->lmax < LUT_BITS ? t->lmax : LUT_BITS;
     t->sorted = malloc((size_t)n * sizeof *t->sorted);
     t->lut = calloc((size_t)1 << t->tb, sizeof *t->lut);
-    if (!t->sorted || !t->lut)
+    t->multi = malloc(((size_t)1 << t->tb) * sizeof *t->multi);
+    if (!t->sorted || !t->lut || !t->multi)
         return tp_fail(err, TP_E_MEMORY, "out of memory for a Huffman table");
     int64_t slot[MAX_LEN + 1];
     memcpy(slot, t->offset, sizeof slot);
@@ -72,34 +94,71 @@ static int build(table *t, const uint32_t *syms, const uint8_t *len, uint32_t n,
         for (uint32_t hi = 0; hi < (1u << (t->tb - l)); hi++)
             t->lut[rev | hi << l] = (uint32_t)syms[i] << 8 | (uint32_t)l;
     }
+    build_multi(t);
     return 0;
 }
 
-/* the code at the bits w (LSB first) longer than the table's index: length by length */
+/* the code at the bits w (LSB first) longer than the table's index: length by length,
+ * from the next 24 stream bits as an integer whose first bit is its highest */
 static uint32_t slow(const table *t, uint64_t w)
 {
-    int64_t code = 0;
-    for (int l = 1; l <= t->lmax; l++) {
-        code = code << 1 | (int64_t)((w >> (l - 1)) & 1);
-        int64_t k = code - t->first[l];
+    uint32_t msb = 0;
+    for (int b = 0; b < 3; b++) {
+        uint32_t x = (uint32_t)(w >> (8 * b)) & 0xff, r = 0;
+        for (int k = 0; k < 8; k++)
+            r |= ((x >> k) & 1) << (7 - k);
+        msb = msb << 8 | r;
+    }
+    for (int l = t->tb + 1; l <= t->lmax; l++) {
+        int64_t k = (int64_t)(msb >> (MAX_LEN - l)) - t->first[l];
         if (k >= 0 && k < t->cnt[l])
             return (uint32_t)t->sorted[t->offset[l] + k] << 8 | (uint32_t)l;
     }
     return 0; /* not reached for a complete code */
 }
 
-static int run(const table *t, const uint8_t *bits, size_t nbytes, uint64_t nbits,
-               uint16_t *codes, uint64_t count, tp_err *err)
+static int overrun(tp_err *err)
 {
-    uint64_t pos = 0, mask = ((uint64_t)1 << t->tb) - 1;
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t w = peek(bits, nbytes, pos);
+    return tp_fail(err, TP_E_FORMAT, "huffman: bitstream ends in the middle of a code");
+}
+
+static int run(const table *t, const uint8_t *padded, uint64_t nbits, uint16_t *codes,
+               uint64_t count, tp_err *err)
+{
+    uint64_t pos = 0, i = 0, mask = ((uint64_t)1 << t->tb) - 1;
+    while (i + 3 <= count) { /* room for three codes: an entry's are all written */
+        uint64_t w = peek(padded, pos), e = t->multi[w & mask];
+        /* four entries of at most 12 bits from one load of 56: the lookups chain through
+         * shifts of w, not through loads at pos */
+        for (int k = 0; k < 4 && e && i + 3 <= count; k++) {
+            codes[i] = (uint16_t)(e >> 8);
+            codes[i + 1] = (uint16_t)(e >> 24);
+            codes[i + 2] = (uint16_t)(e >> 40);
+            i += (e >> 5) & 3;
+            pos += e & 31;
+            w >>= e & 31;
+            e = t->multi[w & mask];
+        }
+        if (pos > nbits)
+            return overrun(err);
+        if (e || i + 3 > count)
+            continue;
+        uint32_t one = slow(t, peek(padded, pos)); /* a code longer than the index */
+        if (one == 0)
+            return overrun(err);
+        codes[i++] = (uint16_t)(one >> 8);
+        pos += one & 0xff;
+        if (pos > nbits)
+            return overrun(err);
+    }
+    for (; i < count; i++) {
+        uint64_t w = peek(padded, pos);
         uint32_t e = t->lut[w & mask];
         if (e == 0)
             e = slow(t, w);
         uint32_t l = e & 0xff;
         if (l == 0 || pos + l > nbits)
-            return tp_fail(err, TP_E_FORMAT, "huffman: bitstream ends in the middle of a code");
+            return overrun(err);
         codes[i] = (uint16_t)(e >> 8);
         pos += l;
     }
@@ -140,16 +199,23 @@ static int decode_many(const uint8_t *p, size_t len, uint32_t n, uint64_t nbits,
 {
     const uint8_t *lens = p + 12 + 2 * (size_t)n, *bits = lens + n;
     size_t nbytes = len - 12 - 3 * (size_t)n;
-    table t = {.sorted = NULL, .lut = NULL};
+    table t = {.sorted = NULL, .lut = NULL, .multi = NULL};
+    uint8_t *padded = NULL;
     int rc = check_table(lens, n, count, nbits, &t.lmax, err);
     if (rc == 0 && nbits % 8 && bits[nbytes - 1] >> (nbits % 8))
         rc = tp_fail(err, TP_E_FORMAT, "huffman: nonzero padding bits after the bitstream");
     if (rc == 0)
         rc = build(&t, syms, lens, n, err);
-    if (rc == 0)
-        rc = run(&t, bits, nbytes, nbits, codes, count, err);
+    if (rc == 0 && !(padded = calloc(nbytes + 8, 1)))
+        rc = tp_fail(err, TP_E_MEMORY, "out of memory for a Huffman stream");
+    if (rc == 0) {
+        memcpy(padded, bits, nbytes);
+        rc = run(&t, padded, nbits, codes, count, err);
+    }
+    free(padded);
     free(t.sorted);
     free(t.lut);
+    free(t.multi);
     return rc;
 }
 
