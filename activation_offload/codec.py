@@ -16,6 +16,7 @@ import torch
 
 from ..compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
 from ..compress.block import BlockCodec, int8_decode, int8_encode, steps_for
+from ..compress.block.stochastic import derive_seed
 from ..formats import decode_array, encode_array
 from .zstd_stage import ZstdStage, unsqueeze
 
@@ -45,8 +46,24 @@ class ActivationCodec:
         self.bounded = codec.bounded
         self.keeps_zeros = codec.keeps_zeros
         # the int8 codec restores what BlockCodec restores (same step, same rounding)
-        self.int8_codes = isinstance(codec, BlockCodec)
+        self.int8_codes = isinstance(codec, BlockCodec) and not codec.stochastic
         self.zstd = None if zstd is None else ZstdStage(zstd)
+        # stochastic rounding: each tensor draws its own noise, seeded by (seed, step,
+        # its index in the step), so the same seed repeats a step's bytes
+        self.seeded = bool(self.params.get("stochastic", False))
+        self.step, self._index = 0, 0
+
+    def start_step(self, step: int) -> None:
+        """Key the next tensors' noise on ``step`` (their index counts from 0 again)."""
+        self.step, self._index = int(step), 0
+
+    def _params(self) -> dict:
+        """The codec's parameters for the next tensor (its own seed where seeded)."""
+        if not self.seeded:
+            return self.params
+        self._index += 1
+        seed = derive_seed(self.params.get("seed", 0), self.step, self._index)
+        return dict(self.params, seed=seed)
 
     @property
     def on_device(self) -> bool:
@@ -83,7 +100,7 @@ class ActivationCodec:
         if not self.on_device:
             blob = self._host_stream(t, bound)
             return blob, len(blob)
-        ct = compress_tensor(t, self.name, **bound, **self.params)
+        ct = compress_tensor(t, self.name, **bound, **self._params())
         if self.zstd is not None and not skipped:
             ct = self.zstd.squeeze(ct, kind)
         return ct, ct.nbytes

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from ..compress.block.stochastic import derive_seed
 from .hooks import OUTSIDE, TOP, ActivationCompression
 from .stats import ActivationStats
 
@@ -115,8 +116,11 @@ class BlockCompression:
     def __init__(self, chosen: list, settings: dict):
         self.blocks: dict[str, ActivationCompression] = {}
         self._handles = []
-        for name, block in chosen:
-            ac = ActivationCompression(**settings)
+        for i, (name, block) in enumerate(chosen):
+            own = settings
+            if settings.get("stochastic"):  # each block its own noise
+                own = dict(settings, seed=derive_seed(settings.get("seed", 0), i))
+            ac = ActivationCompression(**own)
             self.blocks[name] = ac
             self._handles.append(block.register_forward_pre_hook(_Enter(ac)))
             self._handles.append(block.register_forward_hook(_Leave(ac), always_call=True))
@@ -180,6 +184,8 @@ class _Enter:
         if torch.compiler.is_compiling() or not _saving_here():
             return
         self.ac.__enter__()
+        if self.ac._codec is not None:  # stochastic noise keyed on (seed, step, index)
+            self.ac._codec.start_step(self.ac.step)
         # torch's global module hooks (which name modules) ran before this hook: the
         # block itself goes on the stack here, so rows get names inside the block
         self.ac._enter_module(module, args)

@@ -332,3 +332,11 @@ def test_fsdp2_parameters_are_not_compressed_nor_held(fsdp):
     assert comp["saved"][0] == bc.stats.saved_bytes
     assert comp["encodes"] == [encodes(bc)] * STEPS == [len(bc.blocks) * 5] * STEPS
     assert comp["live"] == [0] * STEPS
+
+
+def test_stochastic_blocks_draw_their_own_noise():
+    bc = apply_activation_compression(Net(), rel=REL, stochastic=True, seed=3)
+    seeds = [ac.config["codec_params"]["seed"] for ac in bc.blocks.values()]
+    assert len(set(seeds)) == len(seeds)
+    again = apply_activation_compression(Net(), rel=REL, stochastic=True, seed=3)
+    assert seeds == [ac.config["codec_params"]["seed"] for ac in again.blocks.values()]

@@ -79,3 +79,15 @@ def levels(xv: np.ndarray, prec: int, tol: float, seed: int, offset: int) -> np.
     out = np.empty(xv.size, np.float64)
     choose_levels(xv, prec, float(tol), step, inv, noise_key(seed), int(offset), out)
     return out
+
+
+def derive_seed(seed: int, *counters: int) -> int:
+    """A seed in [0, 2**31) for the stream ``counters`` (a step, a tensor's index) of
+    ``seed``: splitmix64 over them, so neighbouring counters draw unrelated noise."""
+    z = seed & (2**64 - 1)
+    for c in counters:
+        z = (z + 0x9E3779B97F4A7C15 + (c & (2**64 - 1))) & (2**64 - 1)
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+        z ^= z >> 31
+    return z & (2**31 - 1)
