@@ -5,11 +5,13 @@ names every member the schema allows."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import pathlib
 
 import pytest
 import zarr
+from tensorpress.compress import get_codec
 from tensorpress.formats.zarr_codecs import SERIALIZERS
 from tensorpress.zarr import SZ, Block, Quant, Zstd
 
@@ -27,6 +29,7 @@ WRITTEN = [
     SZ(psnr=70, value_range=(0, 1), alpha=1.5, beta=4, stages=STAGE),
     SZ(pw_rel=1e-2),
     Block(abs=0.5, entropy="zstd"),
+    Block(rel=1e-2, stochastic=True, seed=12),
     Block(psnr=40.0, value_range=(2, 3), missing=-1),
     Quant(),
     Quant(bits=2, group=4096, stochastic=True, seed=7, hadamard=True, stages=STAGE),
@@ -47,6 +50,7 @@ REFUSED = [
     ("tensorpress.sz", {"abs": 1e-3, "colour": "red"}),
     ("tensorpress.sz", {"rel": 1e-3, "value_range": [0]}),
     ("tensorpress.block", {"abs": 1e-3, "entropy": "huffman"}),
+    ("tensorpress.block", {"abs": 1e-3, "seed": -1}),
     ("tensorpress.quant", {"bits": 3}),
     ("tensorpress.quant", {"group": 100}),
     ("tensorpress.quant", {"abs": 1e-3}),
@@ -80,6 +84,19 @@ def test_the_readme_names_every_member_the_schema_allows(name):
     members = obj["properties"]["configuration"]["properties"]
     missing = [m for m in members if f"`{m}`" not in readme]
     assert not missing, f"{name}: README does not describe {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(SERIALIZERS))
+def test_the_schema_allows_every_parameter_of_the_codec(name):
+    """A parameter added to a codec needs its place in the spec: the keywords of the
+    codec class's constructor are members of the schema's configuration."""
+    cls = type(get_codec(name.split(".")[1]))
+    params = inspect.signature(cls.__init__).parameters.values()
+    keywords = {
+        p.name for p in params if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD
+    }
+    members = _schema(name)["anyOf"][0]["properties"]["configuration"]["properties"]
+    assert keywords - {"self"} <= set(members)
 
 
 @pytest.mark.parametrize("codec", WRITTEN, ids=repr)
