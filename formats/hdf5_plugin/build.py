@@ -47,6 +47,10 @@ SOURCES = (
     "sz_lorenzo.c",
     "sz_constant.c",
     "sz_regression.c",
+    "sz_interp.c",
+    "sz_fitted.c",
+    "sz_match.c",
+    "sz_pivot.c",
     "codec_quant.c",
     "quant_encode.c",
 )
