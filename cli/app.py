@@ -18,14 +18,14 @@ from .demo import run_demo
 from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, Terminated, UserError
 from .files import run_compress, run_convert, run_decompress, run_info
 from .parser import build_parser
-from .verify import run_verify
+from .verify_zarr import run_verify_any
 
 COMMANDS: dict[str, Callable] = {
     "compress": run_compress,
     "decompress": run_decompress,
     "convert": run_convert,
     "info": run_info,
-    "verify": run_verify,
+    "verify": run_verify_any,  # a zarr store, or any other compressed output
     "bench": run_bench,
     "demo": run_demo,
     "plugin-path": lambda args: run_plugin_path(),

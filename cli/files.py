@@ -19,6 +19,7 @@ from .output import (
     rate_text,
     size_text,
 )
+from .zarr_cmd import is_zarr_path, resumed_line, run_compress_zarr
 
 
 def _build_bound(given: dict | None, name: str = "bound"):
@@ -234,6 +235,19 @@ def run_compress(args) -> int:
         overrides[key] = _build_bound(value, f"override {key!r}")
         given_overrides[key] = value
     _check_raw_options(args)
+    if is_zarr_path(args.output):  # a zarr v3 store, written by a Dask job
+        doc = run_compress_zarr(args, codec, codec_options, bound, overrides)
+        reports = doc.pop("reports")
+        doc.update(bound=given, overrides=given_overrides)
+        doc["datasets"] = [report_dict(r) for r in reports]
+        _warn_copied_overrides(overrides, reports)
+        if args.json:
+            emit_json(doc)
+        elif not args.quiet:
+            _print_summary(doc)
+            if resumed_line(doc):
+                print(resumed_line(doc))
+        return EXIT_OK
     require_input(args.input)
     require_output(args.output, args.force)
     _check_compressed_name(args)

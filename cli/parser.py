@@ -164,7 +164,8 @@ def _common(p, *, writes: bool = False, workers: bool = False) -> None:
             type=parse_workers,
             default=None,
             metavar="N",
-            help="worker threads (default: all cores); the output does not depend on it",
+            help="worker threads (default: all cores); for a .zarr OUTPUT, Dask worker "
+            "processes (default: one per core, up to 8); the output does not depend on it",
         )
 
 
@@ -213,7 +214,10 @@ def _add_compress(sub) -> None:
     )
     p.add_argument("input", metavar="INPUT")
     p.add_argument(
-        "output", metavar="OUTPUT", help="ends in .h5, .hdf5, .nc, .nc4 (netCDF-4) or .tp"
+        "output",
+        metavar="OUTPUT",
+        help="ends in .h5, .hdf5, .nc, .nc4 (netCDF-4), .tp or .zarr (a zarr v3 store, "
+        "written by a Dask job; INPUT HDF5, netCDF-4 or zarr)",
     )
     bound = p.add_mutually_exclusive_group()
     bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
@@ -269,6 +273,22 @@ def _add_compress(sub) -> None:
         "--container",
         action="store_true",
         help="write a .tp container whatever OUTPUT's extension says",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a .zarr OUTPUT: run on this Dask scheduler (tcp://host:port or a scheduler "
+        "file, .json) instead of a local cluster of --workers processes",
+    )
+    p.add_argument(
+        "--shards",
+        type=parse_bytes,
+        nargs="?",
+        const=parse_bytes("64M"),
+        default=None,
+        metavar="BYTES",
+        help="a .zarr OUTPUT: group chunks into shards of about BYTES input bytes "
+        "(default 64M), one file each",
     )
     _raw_options(p)
     _common(p, writes=True, workers=True)

@@ -237,7 +237,7 @@ def _report_verify(args, results: list) -> int:
     if args.json:
         emit_json(json_safe(doc))
     elif not args.quiet:
-        _print_verify(doc)
+        print_verify(doc)
     elif failed and not damaged:
         print(f"tensorpress: bound violated in {', '.join(failed)}", file=sys.stderr)
     if damaged:
@@ -300,7 +300,7 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
     if _is_null(src):
         check = ErrorCheck(bound)
         check.update_null(src, dst)
-        return {**out, **check.result(), "status": _status(check.result(), bound)}
+        return {**out, **check.result(), "status": status_of(check.result(), bound)}
     shape, dtype = tuple(src.shape), np.dtype(src.dtype)
     out["shape"] = list(shape)
     if tuple(dst.shape) != shape:
@@ -319,7 +319,7 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
         done += x.nbytes
         progress(name, done, total)
     res = check.result()
-    return {**out, **res, "status": _status(res, bound)}
+    return {**out, **res, "status": status_of(res, bound)}
 
 
 def _read(ds, index: tuple) -> np.ndarray:
@@ -335,7 +335,7 @@ def _read(ds, index: tuple) -> np.ndarray:
         raise filter_failure(source, index[0].start, index[0].stop, exc) from exc
 
 
-def _status(res: dict, bound: dict | None) -> str:
+def status_of(res: dict, bound: dict | None) -> str:
     if not res["violations"]:
         return "ok"
     what = "bound" if bound else "exact copy"
@@ -351,7 +351,7 @@ def _chunk_rows(ds) -> int:
     return int(rows) if rows else 1
 
 
-def _print_verify(doc: dict) -> None:
+def print_verify(doc: dict) -> None:
     rows = []
     for r in doc["datasets"]:
         rows.append(

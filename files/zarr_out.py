@@ -1,0 +1,295 @@
+"""Compressing an HDF5 (netCDF-4) file or a zarr store into a zarr v3 store, on Dask.
+
+The job, in order: describe the input (groups, attributes, dimension names); plan each
+variable (chunks aligned to the input's, lossy or lossless); resolve ``rel`` bounds on
+the whole variable (one distributed min/max over valid cells) and PSNR targets (the
+search of ``tp.compress`` on a sample, in this process); create the arrays in
+``DST.partial``; then one task per output chunk or shard, which writes, reads back,
+checks every element and marks it; commit when every chunk is marked (zarr_commit.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..compress.bounds import ErrorBound
+from ..formats.stream_writer import DEFAULT_CHUNK_BYTES
+from .dask_engine import task_runner
+from .output import DatasetReport
+from .plan import Plan, PsnrTarget
+from .zarr_commit import commit, hide_root, marked, record_plan, start
+from .zarr_plan import VarPlan, plan_variable
+from .zarr_source import describe, name_dimensions, source_kind
+from .zarr_task import combine_ranges, range_task, write_task
+
+#: attribute of a compressed variable: its bound as given and as resolved (JSON text)
+BOUND_ATTR = "tensorpress_bound"
+
+
+@dataclass
+class ZarrJob:
+    """What a compress job to zarr did: one report per variable; chunk tasks in all,
+    written by this run and skipped (verified by an earlier run); workers (processes)."""
+
+    reports: list = field(default_factory=list)
+    chunks: int = 0
+    written: int = 0
+    skipped: int = 0
+    workers: int = 1
+    seconds: float = 0.0
+
+
+class JobIncomplete(RuntimeError):
+    """Some chunks failed: DST.partial keeps the verified ones for a rerun."""
+
+
+def compress_to_zarr(
+    src,
+    dst,
+    bound,
+    *,
+    overrides=None,
+    codec="sz",
+    codec_options=None,
+    chunk_bytes=DEFAULT_CHUNK_BYTES,
+    shard_bytes=None,
+    workers=None,
+    scheduler=None,
+    overwrite=False,
+    progress=None,
+) -> ZarrJob:
+    """Compress input ``src`` (HDF5, netCDF-4 or zarr) into the zarr v3 store ``dst``.
+
+    ``bound``/``overrides``/``codec``/``codec_options`` as :func:`compress_file` takes
+    them; ``chunk_bytes``: input bytes per output chunk, about (whole input chunks);
+    ``shard_bytes``: bytes per shard (None: unsharded); ``workers``: processes of a
+    local Dask cluster; ``scheduler``: an existing one (tcp address or scheduler file)
+    or "inline" (this process). ``progress(done_in, total_in, done_out)`` (bytes) after
+    each chunk. A rerun after a failure resumes from ``dst + ".partial"``.
+    """
+    t0 = time.perf_counter()
+    src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst)).rstrip("/")
+    plan = Plan(codec, codec_options, bound, overrides)
+    if plan.codec.lossy and not plan.codec.bounded:
+        raise ValueError(
+            f"codec {plan.codec.name} has no error bound to check each chunk against: "
+            "use sz, block or zstd for a zarr output"
+        )
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    kind = source_kind(src)
+    groups, variables = describe(src)
+    name_dimensions(variables)
+    plan.check_names([v.path for v in variables])
+    vplans = [plan_variable(v, plan, chunk_bytes, shard_bytes) for v in variables]
+    settings = _settings(src, plan, overrides, chunk_bytes, shard_bytes)
+    partial, recorded = start(dst, settings, overwrite)
+    with task_runner(workers, scheduler) as runner:
+        if recorded is None:
+            recorded = _setup(runner, src, kind, partial, groups, vplans, plan)
+        job = _run_chunks(runner, src, kind, partial, vplans, recorded, progress)
+    root = {"tensorpress": {"source": os.path.basename(src), "codec": plan.codec.name}}
+    commit(partial, dst, root, overwrite)
+    job.seconds = time.perf_counter() - t0
+    return job
+
+
+def _settings(src: str, plan: Plan, overrides, chunk_bytes: int, shard_bytes) -> dict:
+    """What a rerun must repeat to resume (JSON): the input as it was, codec, bounds."""
+    st = os.stat(src)
+
+    def text(b):
+        return None if b is None else repr(b)
+
+    return {
+        "source": src,
+        "source_mtime_ns": st.st_mtime_ns,
+        "codec": plan.codec.get_config(),
+        "bound": text(plan.default),
+        "overrides": {k: text(v) for k, v in sorted(plan.overrides.items())},
+        "chunk_bytes": chunk_bytes,
+        "shard_bytes": shard_bytes,
+    }
+
+
+def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict:
+    """Resolve the bounds, create the groups and arrays in ``partial``, record the plan."""
+    bounds = _resolve_bounds(runner, src, kind, vplans, plan)
+    import zarr
+
+    for path, attrs in groups.items():
+        zarr.create_group(store=partial, path=path, attributes=attrs)
+    recorded = {"job": secrets.token_hex(6), "variables": {}}
+    for vp in vplans:
+        bound = bounds.get(vp.var.path)
+        _create_array(partial, vp, plan, bound)
+        recorded["variables"][vp.var.path] = {
+            "chunks": list(vp.chunks),
+            "shards": None if vp.shards is None else list(vp.shards),
+            "bound": None if bound is None else bound.to_dict(),
+            "codec": plan.codec.get_config() if vp.lossy else None,
+        }
+    hide_root(partial)
+    record_plan(partial, recorded)
+    return recorded
+
+
+def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
+    """{path: resolved ErrorBound} of the lossy variables: rel on the whole variable's
+    valid cells (one task per region), PSNR by the search of ``tp.compress``."""
+    out, specs = {}, []
+    for vp in vplans:
+        if not vp.lossy or not plan.codec.bounded:
+            continue
+        if isinstance(vp.bound, PsnrTarget):
+            out[vp.var.path] = _psnr_bound(src, kind, vp, plan)
+        elif vp.bound.mode == "rel":
+            specs += [_spec(src, kind, vp, r) for r in vp.regions()]
+        else:
+            out[vp.var.path] = vp.bound.resolve_range(0.0, 0.0)
+    ranges: dict = {}
+    for spec, result in runner.run(range_task, specs, "tp-range"):
+        if isinstance(result, Exception):
+            raise JobIncomplete(
+                f"the value range of {spec['path']} could not be read ({type(result).__name__}: "
+                f"{result}); nothing was written: rerun the command"
+            ) from result
+        ranges.setdefault(spec["path"], []).append(result)
+    for vp in vplans:
+        if vp.var.path in ranges:
+            out[vp.var.path] = vp.bound.resolve_range(*combine_ranges(ranges[vp.var.path]))
+    return out
+
+
+def _psnr_bound(src: str, kind: str, vp: VarPlan, plan: Plan) -> ErrorBound:
+    """The abs bound reaching the variable's PSNR target, searched as ``tp.compress``
+    does (on evenly spaced chunks of a large variable), in this process."""
+    from ..compress.codec import chunk_rows_for
+    from ..formats.missing import masked_source
+    from .compress import psnr_bound
+    from .zarr_source import _open
+
+    node = _open(src, kind)[vp.var.path]
+    rows = chunk_rows_for(vp.var.shape, np.dtype(vp.var.dtype).itemsize, DEFAULT_CHUNK_BYTES)
+    masked, _ = masked_source(node, rows, vp.var.path)
+    bound, _ = psnr_bound(masked, plan.codec, vp.bound.psnr, rows, 1)
+    return bound.resolve_range(0.0, 0.0)
+
+
+def _spec(src: str, kind: str, vp: VarPlan, region: tuple) -> dict:
+    return {
+        "src": src,
+        "kind": kind,
+        "path": vp.var.path,
+        "region": region,
+        "index": vp.index_of(region),
+        "missing": vp.var.missing,
+    }
+
+
+def _create_array(partial: str, vp: VarPlan, plan: Plan, bound: ErrorBound | None) -> None:
+    """The zarr v3 array of ``vp`` in ``partial``: the plan's codec as serializer for a
+    lossy (or lossless tensorpress) variable, zarr's default codecs for the others."""
+    import zarr
+
+    from ..formats.zarr_codecs import SERIALIZERS
+
+    var = vp.var
+    attrs = dict(var.attrs)
+    kwargs = {}
+    spec = var.missing
+    fill = spec.values[0] if spec is not None and len(spec.values) == 1 else None
+    dtype = str if var.dtype == "str" else np.dtype(var.dtype)
+    if vp.lossy:
+        params = {k: v for k, v in plan.codec.get_config().items() if k != "id"}
+        if bound is not None:
+            params[bound.resolved_mode] = bound.tolerance
+            attrs[BOUND_ATTR] = json.dumps(bound.to_dict())
+        kwargs = {"serializer": SERIALIZERS[f"tensorpress.{plan.codec.name}"](**params)}
+        kwargs["compressors"] = None
+        fill = np.nan if fill is None else fill  # padding left out of every range
+    zarr.create_array(
+        store=partial,
+        name=var.path,
+        shape=var.shape,
+        chunks=vp.chunks or None,
+        shards=vp.shards,
+        dtype=dtype,
+        fill_value=None if fill is None else float(fill),
+        dimension_names=var.dims or None,
+        attributes=attrs,
+        overwrite=True,
+        **kwargs,
+    )
+
+
+def _run_chunks(runner, src, kind, partial, vplans: list, recorded: dict, progress) -> ZarrJob:
+    """Write every chunk (or shard) not yet marked; reports from the markers."""
+    job = ZarrJob(workers=runner.workers)
+    todo, total_in, done_in, done_out = [], 0, 0, 0
+    for vp in vplans:
+        entry = recorded["variables"][vp.var.path]
+        vp.chunks, vp.shards = tuple(entry["chunks"]), entry["shards"] and tuple(entry["shards"])
+        bound = entry["bound"]
+        for region in vp.regions():
+            spec = _spec(src, kind, vp, region)
+            job.chunks += 1
+            if marked(partial, vp.var.path, spec["index"]) is not None:
+                job.skipped += 1
+                continue
+            spec.update(partial=partial, job=recorded["job"])
+            spec.update(tolerance=bound and bound["tolerance"], mode=bound and bound["mode"])
+            if spec["mode"] == "rel":
+                spec["mode"] = "abs"
+            todo.append(spec)
+            total_in += _region_bytes(vp, region)
+    failed = []
+    for spec, result in runner.run(write_task, todo, "tp-write"):
+        if isinstance(result, Exception):
+            failed.append((spec, result))
+            continue
+        job.written += 1
+        done_in, done_out = done_in + result["in"], done_out + result["out"]
+        if progress is not None:
+            progress(done_in, total_in, done_out)
+    if failed:
+        spec, exc = failed[0]
+        raise JobIncomplete(
+            f"{len(failed)} of {len(todo)} chunk task(s) failed (first: {spec['path']} "
+            f"{'.'.join(map(str, spec['index']))}: {type(exc).__name__}: {exc}); "
+            f"{job.chunks - len(failed)} of {job.chunks} chunks are verified in {partial}: "
+            "rerun the same command to finish (verified chunks are kept)"
+        )
+    job.reports = [_report(partial, vp, recorded) for vp in vplans]
+    return job
+
+
+def _region_bytes(vp: VarPlan, region: tuple) -> int:
+    itemsize = 1 if vp.var.dtype == "str" else np.dtype(vp.var.dtype).itemsize
+    return math.prod(b - a for a, b in region) * itemsize
+
+
+def _report(partial: str, vp: VarPlan, recorded: dict) -> DatasetReport:
+    """A variable's report from its markers (bytes in and out, the largest error)."""
+    stats = [marked(partial, vp.var.path, vp.index_of(r)) or {} for r in vp.regions()]
+    bound = recorded["variables"][vp.var.path]["bound"]
+    var = vp.var
+    return DatasetReport(
+        var.path,
+        vp.lossy,
+        var.shape,
+        "str" if var.dtype == "str" else np.dtype(var.dtype).name,
+        recorded["variables"][vp.var.path].get("codec"),
+        bound,
+        var.nbytes if var.dtype != "str" else sum(s.get("in", 0) for s in stats),
+        sum(s.get("out", 0) for s in stats),
+        0.0,
+        vp.note,
+    )
