@@ -15,7 +15,6 @@ only the store's location.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import threading
@@ -26,6 +25,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from .h5dataset import LABEL_MEMORY_BYTES
+from .zarr_chunks import LocalChunks
 
 __all__ = ["ZarrDataset"]
 
@@ -90,9 +90,8 @@ class ZarrDataset(Dataset):
         self._shape, self._dtype = tuple(int(d) for d in x.shape), np.dtype(x.dtype)
         self._chunks = tuple(int(c) for c in x.chunks)
         self._compressed = self._is_compressed(x)
-        #: chunk files of a local directory, one per chunk: the read-ahead hint applies
-        local = isinstance(store, str) and "://" not in store
-        self._hints = local and x.shards is None and x.metadata.zarr_format == 3
+        #: the local directory of the store, where chunk files are read directly
+        self._root = store if isinstance(store, str) and "://" not in store else None
         if self._shape[0] == 0:
             raise ValueError(f"{self._where(key)} has no samples (shape {self._shape})")
         self._label_shape: tuple[int, ...] | None = None
@@ -107,7 +106,7 @@ class ZarrDataset(Dataset):
             self._label_shape, self._label_dtype = tuple(int(d) for d in y.shape), y.dtype
         self._pid: int | None = None
         self._lock = threading.Lock()
-        self._x = self._y = self._labels = None
+        self._x = self._y = self._labels = self._local = None
         self._bytes_read = 0
         self._fetched = [0]  # stored bytes the store returned, in this process
 
@@ -172,12 +171,14 @@ class ZarrDataset(Dataset):
                 if math.prod(y.shape) * y.dtype.itemsize <= LABEL_MEMORY_BYTES:
                     labels = np.asarray(y[...])
             self._x, self._y, self._labels, self._fetched = x, y, labels, fetched
+            self._local = LocalChunks.of(self._root, x)  # None: read through zarr
             self._bytes_read = 0 if labels is None else labels.nbytes
             self._pid = pid  # last: a thread that sees the pid sees the handles
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_x=None, _y=None, _labels=None, _pid=None, _bytes_read=0, _fetched=[0])
+        state.update(_x=None, _y=None, _labels=None, _local=None, _pid=None)
+        state.update(_bytes_read=0, _fetched=[0])
         del state["_lock"]
         return state
 
@@ -266,7 +267,7 @@ class ZarrDataset(Dataset):
         ``whole_chunks`` is accepted for the protocol (zarr reads whole chunks)."""
         self._check_range(start, stop)
         self._open()
-        return self._read(self._x, self._shape, self._dtype, int(start), int(stop), out)
+        return self._read(self._x, self._shape, self._dtype, int(start), int(stop), out, True)
 
     def labels_range(self, start: int, stop: int) -> np.ndarray:
         """Labels of samples ``start .. stop-1`` (ValueError without labels): a copy from
@@ -284,20 +285,17 @@ class ZarrDataset(Dataset):
         For an unsharded array in a local directory the kernel is asked to fetch their
         chunk files now (``POSIX_FADV_WILLNEED``), so the disk reads ahead of the
         decoding; else nothing. Failures are left to the reads themselves."""
-        if not self._hints or not hasattr(os, "posix_fadvise"):
+        if not hasattr(os, "posix_fadvise"):
             return
         self._open()
-        x, c0 = self._x, self._chunks[0]
-        rows = {i for a, b in ranges for i in range(a // c0, (b - 1) // c0 + 1) if b > a}
-        grid = itertools.product(*(range(n) for n in x.cdata_shape[1:]))
-        root = os.path.join(self.store, x.path)
-        for rest in list(grid):
-            for i in sorted(rows):
-                name = os.path.join(root, *x.metadata.encode_chunk_key((i, *rest)).split("/"))
+        if self._local is None:
+            return
+        for start, stop in ranges:
+            for name in self._local.paths(start, stop) if stop > start else ():
                 try:
                     fd = os.open(name, os.O_RDONLY)
                 except OSError:
-                    continue  # a chunk never written: zarr gives the fill value
+                    continue  # a chunk never written: it reads as the fill value
                 try:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
                 finally:
@@ -310,7 +308,7 @@ class ZarrDataset(Dataset):
         if stop < start:
             raise ValueError(f"range stop {stop} < start {start}")
 
-    def _read(self, arr, shape, dtype, start: int, stop: int, out: np.ndarray | None):
+    def _read(self, arr, shape, dtype, start: int, stop: int, out: np.ndarray | None, x=False):
         from zarr.core.buffer import cpu
 
         want = (stop - start, *shape[1:])
@@ -319,13 +317,20 @@ class ZarrDataset(Dataset):
         elif out.shape != want or out.dtype != dtype or not out.flags.c_contiguous:
             raise ValueError(f"out must be C-contiguous {dtype} of shape {want}, got {out.shape}")
         if stop > start:
-            try:  # decoded straight into out
-                arr.get_basic_selection(slice(start, stop), out=cpu.NDBuffer.from_numpy_array(out))
+            try:
+                fetched = 0  # counted here; zarr's reads are counted by the store
+                if x and self._local is not None:  # in this thread: no hops through zarr's loop
+                    fetched = self._local.read_into(start, stop, out)
+                else:  # decoded straight into out
+                    nd = cpu.NDBuffer.from_numpy_array(out)
+                    arr.get_basic_selection(slice(start, stop), out=nd)
             except OSError as exc:
                 raise OSError(
                     f"{self._where(self.key)}: cannot read {start}..{stop - 1}: {exc}"
                 ) from exc
-            self._bytes_read += out.nbytes
+            with self._lock:  # reading threads add up: no count lost
+                self._bytes_read += out.nbytes
+                self._fetched[0] += fetched
         return out
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ zarr = pytest.importorskip("zarr")
 
 from tensorpress.formats.zarr_codecs import BlockSerializer, SZSerializer  # noqa: E402
 from tensorpress.loaders import ChunkedDataset, DataLoader, ZarrDataset  # noqa: E402
+from tensorpress.loaders.zarr_chunks import LocalChunks  # noqa: E402
 
 RNG = np.random.default_rng(3)
 N, FEATURES = 64, 300
@@ -169,3 +170,29 @@ def test_read_ahead_hint_names_the_chunk_files_of_the_runs(tmp_path, monkeypatch
     want = {os.path.join("x", "c", str(i), str(j)) for i in (1, 2, 4) for j in range(3)}
     assert sorted(hinted) == sorted(want)
     assert np.array_equal(ds.read_range(3, 5), zarr.open_array(path, path="x")[3:5])
+
+
+def test_chunk_files_read_in_the_calling_thread_equal_zarrs_reads(tmp_path):
+    """A transpose filter, chunks that split the trailing axis, edge chunks, chunks never
+    written (the fill value), zarr's zstd: decoded as zarr's pipeline decodes them."""
+    path = str(tmp_path / "t.zarr")
+    a = zarr.create_array(
+        path,
+        shape=(11, 20),
+        dtype="f8",
+        chunks=(3, 7),
+        fill_value=5.0,
+        filters=[zarr.codecs.TransposeCodec(order=(1, 0))],
+    )
+    a[0:6] = RNG.standard_normal((6, 20))  # rows 6.. never written
+    arr = zarr.open_array(path, mode="r")
+    local = LocalChunks.of(path, arr)
+    assert local is not None
+    assert LocalChunks.of(None, arr) is None  # no local directory: zarr reads
+    for start, stop in [(0, 11), (2, 5), (4, 9), (10, 11)]:
+        out = np.empty((stop - start, 20))
+        fetched = local.read_into(start, stop, out)
+        assert np.array_equal(out, arr[start:stop])
+        assert fetched > 0 or start >= 6
+    ds = ZarrDataset(path)
+    assert np.array_equal(ds.read_range(0, 11), arr[...])
