@@ -113,8 +113,7 @@ def task_runner(workers: int | None, scheduler: str | None):
             n_workers=n,
             threads_per_worker=1,  # the codec runs one chunk per thread; processes scale
             processes=True,
-            dashboard_address=None,
-            scheduler_kwargs={"dashboard": False},  # no web server, no port to collide
+            dashboard_address=":0",  # its HTTP server on a free port: none to collide
             silence_logs=logging.ERROR,
         ) as cluster,
         distributed.Client(cluster) as client,

@@ -128,8 +128,8 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
         zarr.create_group(store=partial, path=path, attributes=attrs)
     recorded = {"job": secrets.token_hex(6), "variables": {}}
     for vp in vplans:
-        bound = bounds.get(vp.var.path)
-        _create_array(partial, vp, plan, bound)
+        bound, span = bounds.get(vp.var.path, (None, None))
+        bound = _create_array(partial, vp, plan, bound, span)
         recorded["variables"][vp.var.path] = {
             "chunks": list(vp.chunks),
             "shards": None if vp.shards is None else list(vp.shards),
@@ -142,18 +142,19 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
 
 
 def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
-    """{path: resolved ErrorBound} of the lossy variables: rel on the whole variable's
-    valid cells (one task per region), PSNR by the search of ``tp.compress``."""
+    """{path: (resolved ErrorBound, the (lo, hi) a rel bound was resolved on, or None)}
+    of the lossy variables: rel on the whole variable's valid cells (one task per input
+    region, reduced here), PSNR by the search of ``tp.compress``."""
     out, specs = {}, []
     for vp in vplans:
         if not vp.lossy or not plan.codec.bounded:
             continue
         if isinstance(vp.bound, PsnrTarget):
-            out[vp.var.path] = _psnr_bound(src, kind, vp, plan)
+            out[vp.var.path] = (_psnr_bound(src, kind, vp, plan), None)
         elif vp.bound.mode == "rel":
             specs += [_spec(src, kind, vp, r) for r in vp.regions()]
         else:
-            out[vp.var.path] = vp.bound.resolve_range(0.0, 0.0)
+            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None)
     ranges: dict = {}
     for spec, result in runner.run(range_task, specs, "tp-range"):
         if isinstance(result, Exception):
@@ -164,7 +165,8 @@ def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
         ranges.setdefault(spec["path"], []).append(result)
     for vp in vplans:
         if vp.var.path in ranges:
-            out[vp.var.path] = vp.bound.resolve_range(*combine_ranges(ranges[vp.var.path]))
+            span = combine_ranges(ranges[vp.var.path])
+            out[vp.var.path] = (vp.bound.resolve_range(*span), span)
     return out
 
 
@@ -194,26 +196,23 @@ def _spec(src: str, kind: str, vp: VarPlan, region: tuple) -> dict:
     }
 
 
-def _create_array(partial: str, vp: VarPlan, plan: Plan, bound: ErrorBound | None) -> None:
+def _create_array(partial: str, vp: VarPlan, plan: Plan, bound, span) -> ErrorBound | None:
     """The zarr v3 array of ``vp`` in ``partial``: the plan's codec as serializer for a
-    lossy (or lossless tensorpress) variable, zarr's default codecs for the others."""
+    lossy (or lossless tensorpress) variable, its metadata recording the bound as given,
+    the value range a rel bound was resolved on and the resolved abs; zarr's default
+    codecs for the others. Returns the bound the chunks are held to."""
     import zarr
-
-    from ..formats.zarr_codecs import SERIALIZERS
 
     var = vp.var
     attrs = dict(var.attrs)
     kwargs = {}
-    spec = var.missing
-    fill = spec.values[0] if spec is not None and len(spec.values) == 1 else None
-    dtype = str if var.dtype == "str" else np.dtype(var.dtype)
+    values = [] if var.missing is None else [float(v) for v in var.missing.values]
+    fill = values[0] if values else None
     if vp.lossy:
-        params = {k: v for k, v in plan.codec.get_config().items() if k != "id"}
+        serializer, bound = _serializer(plan, bound, span, values)
         if bound is not None:
-            params[bound.resolved_mode] = bound.tolerance
             attrs[BOUND_ATTR] = json.dumps(bound.to_dict())
-        kwargs = {"serializer": SERIALIZERS[f"tensorpress.{plan.codec.name}"](**params)}
-        kwargs["compressors"] = None
+        kwargs = {"serializer": serializer, "compressors": None}
         fill = np.nan if fill is None else fill  # padding left out of every range
     zarr.create_array(
         store=partial,
@@ -221,13 +220,34 @@ def _create_array(partial: str, vp: VarPlan, plan: Plan, bound: ErrorBound | Non
         shape=var.shape,
         chunks=vp.chunks or None,
         shards=vp.shards,
-        dtype=dtype,
-        fill_value=None if fill is None else float(fill),
+        dtype=str if var.dtype == "str" else np.dtype(var.dtype),
+        fill_value=fill,
         dimension_names=var.dims or None,
         attributes=attrs,
         overwrite=True,
         **kwargs,
     )
+    return bound
+
+
+def _serializer(plan: Plan, bound, span, missing: list) -> tuple:
+    """(the plan codec's zarr serializer for one variable, its bound with the tolerance
+    the serializer resolved): a rel bound with the whole variable's ``span`` (lo, hi),
+    other bounds as resolved; ``missing`` values kept bit for bit."""
+    from ..formats.zarr_codecs import SERIALIZERS
+
+    params = {k: v for k, v in plan.codec.get_config().items() if k != "id"}
+    if missing:
+        params["missing"] = missing
+    if bound is not None and span is not None:
+        params.update(rel=bound.value, value_range=list(span))
+    elif bound is not None:
+        params[bound.resolved_mode] = bound.tolerance
+    serializer = SERIALIZERS[f"tensorpress.{plan.codec.name}"](**params)
+    resolved = serializer.to_dict()["configuration"].get("resolved_abs")
+    if resolved is not None:  # the one the chunks are encoded with
+        bound = ErrorBound(bound.mode, bound.value, float(resolved))
+    return serializer, bound
 
 
 def _run_chunks(runner, src, kind, partial, vplans: list, recorded: dict, progress) -> ZarrJob:

@@ -89,10 +89,8 @@ def lossless_reason(var: Variable, plan, small_bytes: int = SMALL_BYTES) -> str:
     if var.nbytes < small_bytes:
         return "lossless: small variable"
     spec = var.missing
-    if spec is not None and (spec.lo is not None or spec.hi is not None or len(spec.values) > 1):
-        return "lossless: its missing cells (a valid range or several values) are kept exact"
-    if spec is not None and spec.values and spec.values[0] == 0:
-        return "lossless: a missing value of 0 is kept exact"
+    if spec is not None and (spec.lo is not None or spec.hi is not None):
+        return "lossless: the cells outside its valid range are kept exact"
     return ""
 
 

@@ -40,8 +40,7 @@ def scheduler():
             n_workers=2,
             processes=True,
             threads_per_worker=1,
-            dashboard_address=None,
-            scheduler_kwargs={"dashboard": False},
+            dashboard_address=":0",  # its HTTP server on a free port: none to collide
         ) as cluster,
     ):
         yield cluster.scheduler_address
@@ -118,7 +117,10 @@ def test_cluster_run_equals_a_single_process_run(nc, scheduler, tmp_path):
     report = next(r for r in job.reports if r.name == "temp")
     assert report.bound["tolerance"] == pytest.approx(tol, rel=1e-12)
     codec = arr.metadata.to_dict()["codecs"][0]
-    assert codec["name"] == "tensorpress.sz" and codec["configuration"]["abs"] == tol
+    config = codec["configuration"]  # the bound as given, the whole range, the abs it means
+    assert codec["name"] == "tensorpress.sz" and config["rel"] == REL
+    assert config["resolved_abs"] == report.bound["tolerance"]
+    assert config["value_range"][1] - config["value_range"][0] == pytest.approx(tol / REL)
 
 
 def test_groups_attributes_coordinates_and_dimension_names_kept(nc, scheduler, tmp_path):
