@@ -87,23 +87,39 @@ static void setup(run *r, const model *m)
 }
 
 /* the sums of row j's terms outside the row (earlier planes, then earlier rows, each in
- * the model's order) into part, columns lo .. hi */
+ * the model's order) into part, columns lo .. hi: eight columns at a time, their sums
+ * held in registers through all the terms (+0.0, then each term in order, as the
+ * kernel adds them) */
 static void outer_sums(run *r, int64_t i, int64_t rb, const double *cur)
 {
-    double *part = r->part + rb;
-    for (int64_t k = r->lo; k < r->hi; k++)
-        part[k] = 0.0;
+    const double *src[MAX_TERMS];
+    double w[MAX_TERMS];
+    int nt = 0;
     for (int kind = 0; kind < 2; kind++) {
         for (int t = 0; t < r->m->n; t++) {
             if (r->m->kind[t] != kind)
                 continue;
             const int *o = r->m->off[t];
-            int64_t shift = o[1] * r->width + o[2];
-            const double *src = kind == 0 ? r->buf + ((i + o[0]) % r->ring) * r->plane : cur;
-            const double w = r->m->w[t];
-            for (int64_t k = r->lo; k < r->hi; k++)
-                part[k] += w * src[rb + k + shift];
+            const double *plane = kind == 0 ? r->buf + ((i + o[0]) % r->ring) * r->plane : cur;
+            src[nt] = plane + rb + o[1] * r->width + o[2];
+            w[nt++] = r->m->w[t];
         }
+    }
+    double *part = r->part + rb;
+    int64_t k = r->lo;
+    for (; k + 8 <= r->hi; k += 8) {
+        double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        for (int t = 0; t < nt; t++)
+            for (int u = 0; u < 8; u++)
+                acc[u] += w[t] * src[t][k + u];
+        for (int u = 0; u < 8; u++)
+            part[k + u] = acc[u];
+    }
+    for (; k < r->hi; k++) {
+        double acc = 0.0;
+        for (int t = 0; t < nt; t++)
+            acc += w[t] * src[t][k];
+        part[k] = acc;
     }
 }
 

@@ -29,25 +29,33 @@ static int references(const tp_sz_chunk *c, uint64_t rows, uint64_t *refs, tp_er
     return TP_OK;
 }
 
+/* row t from its prediction (row t - refs[t], or alpha in the work dtype T), replaced
+ * in place by the reconstruction: float32 and float64 precision round by the cast to T
+ * (one loop without branches), float16's through tp_sz_dequant; then the outliers */
 #define RESTORE(T)                                                                          \
     do {                                                                                    \
         T *out = c->out, *row = out + t * n;                                                \
-        const T *outl = c->outliers;                                                        \
-        if (refs[t])                                                                        \
-            for (uint64_t i = 0; i < n; i++)                                                \
-                row[i] = out[(t - refs[t]) * n + i];                                        \
-        else                                                                                \
-            for (uint64_t i = 0; i < n; i++)                                                \
-                row[i] = (T)c->alpha;                                                       \
-        for (uint64_t i = 0; i < n; i++) {                                                  \
-            uint16_t code = cr[i];                                                          \
-            if (code) {                                                                     \
-                row[i] = (T)tp_sz_dequant(code, row[i], two_eb, c->radius, c->prec);       \
-            } else {                                                                        \
-                if (oi >= c->n_outliers)                                                    \
-                    return tp_fail(err, TP_E_FORMAT,                                        \
-                                   "sz payload: more outlier codes than outliers");         \
+        const T *outl = c->outliers, *ref = out + (t - refs[t]) * n;                        \
+        uint64_t zeros = 0;                                                                 \
+        for (uint64_t i = 0; i < n; i++)                                                    \
+            row[i] = refs[t] ? ref[i] : (T)c->alpha;                                        \
+        if (c->prec == TP_PREC_F16) {                                                       \
+            for (uint64_t i = 0; i < n; i++) {                                              \
+                row[i] = (T)tp_sz_dequant(cr[i], row[i], two_eb, c->radius, c->prec);      \
+                zeros += cr[i] == 0;                                                        \
+            }                                                                               \
+        } else {                                                                            \
+            for (uint64_t i = 0; i < n; i++) {                                              \
+                row[i] = (T)(row[i] + (double)((int32_t)cr[i] - radius) * two_eb);          \
+                zeros += cr[i] == 0;                                                        \
+            }                                                                               \
+        }                                                                                   \
+        if (zeros > c->n_outliers - oi)                                                     \
+            return tp_fail(err, TP_E_FORMAT, "sz payload: more outlier codes than outliers");  \
+        for (uint64_t i = 0; zeros && i < n; i++) {                                         \
+            if (cr[i] == 0) {                                                               \
                 row[i] = outl[oi++];                                                        \
+                zeros--;                                                                    \
             }                                                                               \
         }                                                                                   \
     } while (0)
@@ -56,6 +64,7 @@ static int restore(const tp_sz_chunk *c, const uint64_t *refs, tp_err *err)
 {
     const uint64_t rows = c->shape[0], n = c->shape[1];
     const double two_eb = 2.0 * c->eb;
+    const int32_t radius = (int32_t)c->radius;
     uint64_t oi = 0;
     for (uint64_t t = 0; t < rows; t++) {
         const uint16_t *cr = c->codes + t * n;

@@ -145,65 +145,70 @@ int tp_sz_pivot_side_codes(const uint8_t *side, size_t side_len, const uint64_t 
     return TP_OK;
 }
 
-/* the weights of level l, W + 2^(bits - 1) in bits-bit fields (row-major (start, m),
- * least significant bit first), as doubles */
-static void weights(const level *l, double *w)
+/* the weights of level l, W + 2^(bits - 1) in bits-bit fields (row-major (start, k),
+ * least significant bit first), as doubles and floats (exact: at most 16 bits) */
+static void weights(const level *l, double *w, float *wf)
 {
-    uint64_t total = l->start * (l->end - l->start), bit = 0;
+    uint64_t bit = 0;
     int64_t half = (int64_t)1 << (l->bits - 1);
-    for (uint64_t t = 0; t < total; t++) {
+    for (uint64_t t = 0; t < l->start * (l->end - l->start); t++) {
         uint64_t v = 0;
         for (uint64_t b = 0; b < l->bits; b++, bit++)
             v |= (uint64_t)(l->fields[bit >> 3] >> (bit & 7) & 1) << b;
         w[t] = (double)((int64_t)v - half);
+        wf[t] = (float)w[t];
     }
 }
 
-/* the codes cr of one row against the predictions already in row[0:m] (work dtype) */
-#define RESTORE(T)                                                                          \
-    do {                                                                                    \
-        T *row = (T *)c->out + t * n + lo;                                                  \
-        const T *outl = c->outliers;                                                        \
-        if (sums)                                                                           \
-            for (uint64_t j = 0; j < m; j++) {                                              \
-                double o, s;                                                                \
-                float sf;                                                                   \
-                memcpy(&o, l->offsets + 8 * j, 8);                                          \
-                memcpy(&sf, l->scales + 4 * j, 4);                                          \
-                s = sf;                                                                     \
-                row[j] = (T)(o + s * sums[j]);                                              \
-            }                                                                               \
-        for (uint64_t j = 0; j < m; j++) {                                                  \
-            if (cr[j]) {                                                                    \
-                row[j] = (T)tp_sz_dequant(cr[j], row[j], two_eb, c->radius, c->prec);      \
-            } else {                                                                        \
-                if (*oi >= c->n_outliers)                                                   \
-                    return tp_fail(err, TP_E_FORMAT,                                        \
-                                   "sz payload: more outlier codes than outliers");         \
-                row[j] = outl[(*oi)++];                                                     \
-            }                                                                               \
-        }                                                                                   \
-    } while (0)
-
-/* row t's columns lo .. lo + m: predictions from sums (level l) unless NULL, codes cr */
-static int restore(const tp_sz_chunk *c, uint64_t t, uint64_t lo, uint64_t m,
-                   const level *l, const double *sums, const uint16_t *cr, uint64_t *oi,
-                   tp_err *err)
+/* out[at .. at + m) (work dtype) from the predictions p (each a work-dtype value) and
+ * the codes cr, a loop per precision; outliers from *oi on */
+static int restore(const tp_sz_chunk *c, const double *p, const uint16_t *cr, uint64_t m,
+                   uint64_t at, uint64_t *oi, tp_err *err)
 {
-    const uint64_t n = c->shape[1];
+    const int32_t radius = (int32_t)c->radius;
     const double two_eb = 2.0 * c->eb;
-    if (c->f64)
-        RESTORE(double);
-    else
-        RESTORE(float);
+    uint64_t zeros = 0;
+    double *o64 = (double *)c->out + at;
+    float *o32 = (float *)c->out + at;
+    if (c->f64) { /* float64 work: float64 precision */
+        for (uint64_t j = 0; j < m; j++) {
+            o64[j] = p[j] + (double)((int32_t)cr[j] - radius) * two_eb;
+            zeros += cr[j] == 0;
+        }
+    } else if (c->prec == TP_PREC_F32) {
+        for (uint64_t j = 0; j < m; j++) {
+            o32[j] = (float)(p[j] + (double)((int32_t)cr[j] - radius) * two_eb);
+            zeros += cr[j] == 0;
+        }
+    } else {
+        for (uint64_t j = 0; j < m; j++) {
+            o32[j] = (float)tp_sz_dequant(cr[j], p[j], two_eb, c->radius, c->prec);
+            zeros += cr[j] == 0;
+        }
+    }
+    if (zeros > c->n_outliers - *oi)
+        return tp_fail(err, TP_E_FORMAT, "sz payload: more outlier codes than outliers");
+    for (uint64_t j = 0; zeros && j < m; j++) {
+        if (cr[j] == 0) {
+            tp_sz_put(c->out, c->f64, at + j, tp_sz_get(c->outliers, c->f64, (*oi)++));
+            zeros--;
+        }
+    }
     return TP_OK;
 }
 
-/* kernels/pivot.py level_bins and z @ W for row t: the sums of level l (m of them) */
-static void level_sums(const tp_sz_chunk *c, const model *md, const level *l,
-                       const double *w, uint64_t t, double *z, double *sums)
+/* a level's arrays: weights, offsets and scales, a row's bins, sums and predictions */
+typedef struct work {
+    double *w, *off, *sc, *z, *sums, *p;
+    float *wf, *sumsf;
+    double *zmax;
+} work;
+
+/* kernels/pivot.py level_bins: row t's bins of the columns before level l (NaN kept) */
+static void bins(const tp_sz_chunk *c, const model *md, const level *l, uint64_t t,
+                 double *z)
 {
-    const uint64_t n = c->shape[1], m = l->end - l->start;
+    const uint64_t n = c->shape[1];
     const double inv = 0.5 / c->eb;
     for (uint64_t i = 0; i < l->start; i++) {
         double centre;
@@ -212,42 +217,107 @@ static void level_sums(const tp_sz_chunk *c, const model *md, const level *l,
         v = v > -ZMAX || isnan(v) ? v : -ZMAX; /* numba's max and min keep a NaN */
         z[i] = v < ZMAX || isnan(v) ? v : ZMAX;
     }
-    for (uint64_t j = 0; j < m; j++)
-        sums[j] = 0.0;
-    for (uint64_t i = 0; i < l->start; i++) { /* exact integers: any order gives them */
-        const double zi = z[i], *wi = w + i * m;
-        for (uint64_t j = 0; j < m; j++)
-            sums[j] += zi * wi[j];
+}
+
+/* whether every partial sum of z @ W over all rows stays within 2^24 (and no bin is
+ * NaN): then float32 holds them exactly; the bound is pivot.py's _level_sums' own,
+ * max |z| per column @ |W| */
+static int float_exact(const tp_sz_chunk *c, const model *md, const level *l, work *wk)
+{
+    uint64_t k = l->end - l->start;
+    for (uint64_t i = 0; i < l->start; i++)
+        wk->zmax[i] = 0.0;
+    for (uint64_t t = 0; t < c->shape[0]; t++) {
+        bins(c, md, l, t, wk->z);
+        for (uint64_t i = 0; i < l->start; i++) {
+            if (isnan(wk->z[i]))
+                return 0;
+            wk->zmax[i] = fabs(wk->z[i]) > wk->zmax[i] ? fabs(wk->z[i]) : wk->zmax[i];
+        }
+    }
+    for (uint64_t j = 0; j < k; j++)
+        wk->sums[j] = 0.0;
+    for (uint64_t i = 0; i < l->start; i++)
+        for (uint64_t j = 0; j < k; j++)
+            wk->sums[j] += wk->zmax[i] * fabs(wk->w[i * k + j]);
+    for (uint64_t j = 0; j < k; j++)
+        if (!(wk->sums[j] <= 16777216.0))
+            return 0;
+    return 1;
+}
+
+/* row t's sums of level l (exact integers: any order of the sums gives them), in float
+ * where float_exact holds (four a vector) */
+static void sums_of(const level *l, work *wk, int in_float)
+{
+    uint64_t k = l->end - l->start;
+    if (in_float) {
+        for (uint64_t j = 0; j < k; j++)
+            wk->sumsf[j] = 0.0f;
+        for (uint64_t i = 0; i < l->start; i++) {
+            const float zi = (float)wk->z[i], *wi = wk->wf + i * k;
+            for (uint64_t j = 0; j < k; j++)
+                wk->sumsf[j] += zi * wi[j];
+        }
+        for (uint64_t j = 0; j < k; j++)
+            wk->sums[j] = wk->sumsf[j];
+        return;
+    }
+    for (uint64_t j = 0; j < k; j++)
+        wk->sums[j] = 0.0;
+    for (uint64_t i = 0; i < l->start; i++) {
+        const double zi = wk->z[i], *wi = wk->w + i * k;
+        for (uint64_t j = 0; j < k; j++)
+            wk->sums[j] += zi * wi[j];
     }
 }
 
-static int decode_levels(const tp_sz_chunk *c, const model *md, double *w, double *z,
-                         double *sums, tp_err *err)
+/* level l's columns of every row: offset + scale * sums rounded to the work dtype */
+static int decode_level(const tp_sz_chunk *c, const model *md, const level *l, work *wk,
+                        uint64_t pos, uint64_t *oi, tp_err *err)
 {
-    const uint64_t rows = c->shape[0], n = c->shape[1], first = md->lv[0].start;
-    uint64_t oi = 0, pos = 0;
-    double centre;
-    for (uint64_t t = 0; t < rows; t++) {
-        for (uint64_t j = 0; j < first; j++) {
-            memcpy(&centre, md->centres + 8 * j, 8);
-            tp_sz_put(c->out, c->f64, t * n + j, centre);
+    uint64_t k = l->end - l->start, n = c->shape[1];
+    weights(l, wk->w, wk->wf);
+    for (uint64_t j = 0; j < k; j++) {
+        float sf;
+        memcpy(&wk->off[j], l->offsets + 8 * j, 8);
+        memcpy(&sf, l->scales + 4 * j, 4);
+        wk->sc[j] = sf;
+    }
+    int in_float = float_exact(c, md, l, wk);
+    for (uint64_t t = 0; t < c->shape[0]; t++) {
+        bins(c, md, l, t, wk->z);
+        sums_of(l, wk, in_float);
+        for (uint64_t j = 0; j < k; j++) {
+            double v = wk->off[j] + wk->sc[j] * wk->sums[j];
+            wk->p[j] = c->f64 ? v : (double)(float)v;
         }
-        int rc = restore(c, t, 0, first, NULL, NULL, c->codes + t * first, &oi, err);
+        int rc = restore(c, wk->p, c->codes + pos + t * k, k, t * n + l->start, oi, err);
         if (rc)
             return rc;
     }
-    pos = rows * first;
+    return TP_OK;
+}
+
+static int decode_levels(const tp_sz_chunk *c, const model *md, work *wk, tp_err *err)
+{
+    const uint64_t rows = c->shape[0], n = c->shape[1], first = md->lv[0].start;
+    uint64_t oi = 0, pos = rows * first;
+    for (uint64_t j = 0; j < first; j++) { /* the pivots: their centres in the work dtype */
+        double centre;
+        memcpy(&centre, md->centres + 8 * j, 8);
+        wk->p[j] = c->f64 ? centre : (double)(float)centre;
+    }
+    for (uint64_t t = 0; t < rows; t++) {
+        int rc = restore(c, wk->p, c->codes + t * first, first, t * n, &oi, err);
+        if (rc)
+            return rc;
+    }
     for (int i = 0; i < md->count; i++) {
-        const level *l = &md->lv[i];
-        uint64_t m = l->end - l->start;
-        weights(l, w);
-        for (uint64_t t = 0; t < rows; t++) {
-            level_sums(c, md, l, w, t, z, sums);
-            int rc = restore(c, t, l->start, m, l, sums, c->codes + pos + t * m, &oi, err);
-            if (rc)
-                return rc;
-        }
-        pos += rows * m;
+        int rc = decode_level(c, md, &md->lv[i], wk, pos, &oi, err);
+        if (rc)
+            return rc;
+        pos += rows * (md->lv[i].end - md->lv[i].start);
     }
     return TP_OK;
 }
@@ -258,20 +328,22 @@ int tp_sz_pivot_decode(const tp_sz_chunk *c, tp_err *err)
     int rc = parse(c->side, c->side_len, c->shape[1], &m, err);
     if (rc || c->n == 0)
         return rc;
-    uint64_t most = 0; /* the largest level's weights */
+    uint64_t most = 1, cols = c->shape[1] + 1; /* the largest level's weights */
     for (int i = 0; i < m.count; i++) {
         uint64_t k = m.lv[i].start * (m.lv[i].end - m.lv[i].start);
         most = k > most ? k : most;
     }
-    double *w = malloc((most ? most : 1) * sizeof *w);
-    double *z = malloc((c->shape[1] + 1) * sizeof *z);
-    double *sums = malloc((c->shape[1] + 1) * sizeof *sums);
-    if (w && z && sums)
-        rc = decode_levels(c, &m, w, z, sums, err);
+    const size_t d = sizeof(double), f = sizeof(float);
+    work wk = {malloc(most * d), malloc(cols * d), malloc(cols * d), malloc(cols * d),
+               malloc(cols * d), malloc(cols * d), malloc(most * f), malloc(cols * f),
+               malloc(cols * d)};
+    if (wk.w && wk.off && wk.sc && wk.z && wk.sums && wk.p && wk.wf && wk.sumsf &&
+        wk.zmax)
+        rc = decode_levels(c, &m, &wk, err);
     else
         rc = tp_fail(err, TP_E_MEMORY, "out of memory for the pivot model");
-    free(w);
-    free(z);
-    free(sums);
+    void *all[] = {wk.w, wk.off, wk.sc, wk.z, wk.sums, wk.p, wk.wf, wk.sumsf, wk.zmax};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
     return rc;
 }
