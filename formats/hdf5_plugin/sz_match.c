@@ -29,24 +29,29 @@ static int references(const tp_sz_chunk *c, uint64_t rows, uint64_t *refs, tp_er
     return TP_OK;
 }
 
-/* row t from its prediction (row t - refs[t], or alpha in the work dtype T), replaced
- * in place by the reconstruction: float32 and float64 precision round by the cast to T
- * (one loop without branches), float16's through tp_sz_dequant; then the outliers */
+/* row t from its prediction (row t - refs[t], or alpha in the work dtype T), one pass:
+ * float32 and float64 precision round by the cast to T (a loop without branches),
+ * float16's through tp_sz_dequant; then the outliers */
 #define RESTORE(T)                                                                          \
     do {                                                                                    \
         T *out = c->out, *row = out + t * n;                                                \
         const T *outl = c->outliers, *ref = out + (t - refs[t]) * n;                        \
+        const T a = (T)c->alpha;                                                            \
         uint64_t zeros = 0;                                                                 \
-        for (uint64_t i = 0; i < n; i++)                                                    \
-            row[i] = refs[t] ? ref[i] : (T)c->alpha;                                        \
         if (c->prec == TP_PREC_F16) {                                                       \
             for (uint64_t i = 0; i < n; i++) {                                              \
-                row[i] = (T)tp_sz_dequant(cr[i], row[i], two_eb, c->radius, c->prec);      \
+                T p = refs[t] ? ref[i] : a;                                                 \
+                row[i] = (T)tp_sz_dequant(cr[i], p, two_eb, c->radius, c->prec);           \
+                zeros += cr[i] == 0;                                                        \
+            }                                                                               \
+        } else if (refs[t]) {                                                               \
+            for (uint64_t i = 0; i < n; i++) {                                              \
+                row[i] = (T)(ref[i] + (double)((int32_t)cr[i] - radius) * two_eb);          \
                 zeros += cr[i] == 0;                                                        \
             }                                                                               \
         } else {                                                                            \
             for (uint64_t i = 0; i < n; i++) {                                              \
-                row[i] = (T)(row[i] + (double)((int32_t)cr[i] - radius) * two_eb);          \
+                row[i] = (T)(a + (double)((int32_t)cr[i] - radius) * two_eb);               \
                 zeros += cr[i] == 0;                                                        \
             }                                                                               \
         }                                                                                   \
