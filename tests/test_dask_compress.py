@@ -237,3 +237,31 @@ def test_zarr_input(nc, tmp_path):
     check_bound(src, zarr.open_array(second, path="temp", mode="r")[()], 0.01)
     assert zarr.open_array(second, path="temp").metadata.dimension_names == ("time", "y", "x")
     assert next(r for r in job.reports if r.name == "temp").compressed
+
+
+@pytest.mark.parametrize(
+    "base, shape, target",
+    [((1, 40, 50), (24, 40, 50), 8000), ((3, 7), (100, 50), 4096), ((10, 40), (30, 40), 1 << 20)],
+)
+def test_output_chunks_read_whole_input_chunks(base, shape, target):
+    from tensorpress.files.zarr_plan import grow
+
+    out = grow(base, shape, 4, target)
+    for o, b, n in zip(out, base, shape, strict=True):
+        assert o == n or o % b == 0  # whole input chunks, or the whole axis
+        assert b <= o <= n
+    assert np.prod(out) * 4 >= min(target, np.prod(shape) * 4) // 2
+
+
+def test_progress_counts_every_input_byte(nc, tmp_path):
+    calls = []
+    compress_to_zarr(
+        nc, str(tmp_path / "out.zarr"), {"rel": REL}, chunk_bytes=CHUNK, scheduler="inline",
+        progress=lambda done, total, out: calls.append((done, total, out)),
+    )  # fmt: skip
+    done = [c[0] for c in calls]
+    assert done == sorted(done) and done[-1] == calls[-1][1]
+    with h5py.File(nc) as f:  # every variable's bytes, once
+        assert calls[-1][1] == sum(
+            f[k].nbytes for k in ("temp", "count", "time", "y", "x", "ocean/salt")
+        )
