@@ -75,8 +75,8 @@ def _verify_variable(args, var) -> dict:
     for region in grid_regions(var.shape, unit):
         x = read_region(args.original, kind, var.path, region)
         y = np.asarray(array[tuple(slice(a, b) for a, b in region)])
-        if x.dtype.kind == "O":
-            x, y = x.astype(str), y.astype(str)
+        if x.dtype.kind == "O":  # strings: compared as Python objects
+            x, y = x.astype(object), y.astype(object)
         check.update(x, y, var.missing)
     stored = _stored_bytes(args.compressed, var.path)
     out["ratio"] = finite_or_none(var.nbytes / stored if stored else None)

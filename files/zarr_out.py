@@ -218,7 +218,7 @@ def _create_array(partial: str, vp: VarPlan, plan: Plan, bound, span) -> ErrorBo
         store=partial,
         name=var.path,
         shape=var.shape,
-        chunks=vp.chunks or None,
+        chunks=vp.chunks or "auto",
         shards=vp.shards,
         dtype=str if var.dtype == "str" else np.dtype(var.dtype),
         fill_value=fill,

@@ -77,7 +77,9 @@ def grow(base: tuple, shape: tuple, itemsize: int, target: int) -> tuple:
 def lossless_reason(var: Variable, plan, small_bytes: int = SMALL_BYTES) -> str:
     """Why ``var`` goes through losslessly under the file ``plan`` (files/plan.py), or ""
     when it is compressed by the plan's codec."""
-    dtype = np.dtype(object) if var.dtype == "str" else np.dtype(var.dtype)
+    if var.dtype == "str":
+        return "lossless: string data"
+    dtype = np.dtype(var.dtype)
     if dtype.kind != "f":
         return f"lossless: {dtype.name} data takes no error bound"
     if plan.bound_for(var.path) is None and plan.codec.bounded:

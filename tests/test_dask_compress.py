@@ -265,3 +265,25 @@ def test_progress_counts_every_input_byte(nc, tmp_path):
         assert calls[-1][1] == sum(
             f[k].nbytes for k in ("temp", "count", "time", "y", "x", "ocean/salt")
         )
+
+
+def test_scalars_strings_empty_and_bool_go_through_exactly(tmp_path, capsys):
+    src, dst = str(tmp_path / "odd.h5"), str(tmp_path / "odd.zarr")
+    with h5py.File(src, "w") as f:
+        f["scalar"] = 3.5
+        f["names"] = np.array(["a", "bb", "ccc"], dtype=h5py.string_dtype())
+        f["empty"] = np.zeros((0, 4), "f4")
+        f["flags"] = np.array([True, False])
+        f["field"] = np.cumsum(np.random.default_rng(1).random((100, 200)), axis=1)
+    job = compress_to_zarr(src, dst, {"rel": 1e-2}, scheduler="inline")
+    assert {r.name for r in job.reports if r.compressed} == {"field"}
+    g = zarr.open_group(dst, mode="r")
+    assert g["scalar"][()] == 3.5 and list(g["names"][:]) == ["a", "bb", "ccc"]
+    assert g["empty"].shape == (0, 4) and g["flags"][:].tolist() == [True, False]
+    assert run_cli(capsys, "verify", src, dst)[0] == 0
+    bad = str(tmp_path / "compound.h5")
+    with h5py.File(bad, "w") as f:
+        f["c"] = np.zeros(3, dtype=[("a", "f4"), ("b", "i4")])
+    rc, _, err = run_cli(capsys, "compress", bad, str(tmp_path / "c.zarr"), "--rel", 1e-2)
+    assert rc == 2 and "zarr v3 has no type for" in err
+    assert not os.path.exists(str(tmp_path / "c.zarr.partial"))
