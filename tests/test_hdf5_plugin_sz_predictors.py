@@ -10,16 +10,21 @@ report."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import struct
+import subprocess
+import sys
 
+import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
 from plugin_tools import DATA, built, c_decode, py_decode
 from tensorpress.compress.sz import pivot as sz_pivot
-from tensorpress.formats import read_header
-from test_hdf5_plugin_sz import body, c_verdict, predictors, with_bodies
+from tensorpress.formats import hdf5_filter, read_header
+from test_hdf5_plugin_sz import READ, body, c_verdict, predictors, with_bodies
 
 #: the predictor ids decoded by these files
 MINE = {2, 3, 4, 5, 8, 9, 11, 12, 13}
@@ -358,3 +363,63 @@ def test_mutated_payloads_agree_with_python(driver, tmp_path, sources):
 @pytest.mark.parametrize("seed", range(3))
 def test_fuzz_mutated_payloads(driver, tmp_path, sources, seed):
     _fuzz(driver, tmp_path, sources, seed=200 + seed, per_source=250)
+
+
+# -- h5py through the compiled plugin ---------------------------------------------------
+
+
+def _wave(shape):
+    """A smooth field of waves: the interpolations' data."""
+    i, j, k = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+    return np.sin(i / 7.0) * np.cos(j / 5.0) + 0.5 * np.sin((k + i) / 9.0)
+
+
+def _filter(x, rel: float) -> dict:
+    finite = x[np.isfinite(x)].astype(np.float64)
+    return hdf5_filter.filter(codec="sz", abs=float(rel * (finite.max() - finite.min())))
+
+
+def _chunk_ids(dset) -> set[int]:
+    ids = set()
+    for i in range(dset.id.get_num_chunks()):
+        info = dset.id.get_chunk_info(i)
+        ids |= predictors(dset.id.read_direct_chunk(info.chunk_offset)[1])
+    return ids
+
+
+def test_h5py_without_tensorpress_reads_these_predictors(tmp_path):
+    """Datasets written through the in-process filter whose chunks ``auto`` codes with
+    the predictors here (the interpolations on waves, the fit on a large chunk of a
+    rippled field, row matches on token rows, pivots on low-rank rows) read the same
+    bytes through the compiled plugin in a process that never imports tensorpress."""
+    plugin_dir = tmp_path / "plugin"
+    built(lambda b: b.build_library(plugin_dir))
+    wave = _wave((40, 48, 56))
+    sets = {
+        "wave": (wave.astype("<f4"), (20, 48, 56), 1e-3),
+        "wave_be": (wave.astype(">f8"), (40, 24, 56), 1e-2),
+        "wave_half": (wave.astype("<f2"), (40, 48, 56), 1e-3),
+        "wave_2d": (wave[0].astype("<f4"), (48, 56), 1e-3),
+        "wave_rows": (wave.reshape(-1, 56)[:400].astype("<f4"), (400, 56), 1e-3),
+        "ripple": (ripple((8, 256, 256), "<f4", 2), (8, 256, 256), 1e-3),
+        "tokens": (tokens((256, 512), "<f4", 1), (128, 512), 1e-3),
+        "low_rank": (low_rank((256, 512), "<f4", 1, rank=30), (256, 512), 1e-4),
+    }
+    path = tmp_path / "sz.h5"
+    with h5py.File(path, "w") as f:
+        for name, (x, chunks, rel) in sets.items():
+            f.create_dataset(name, data=x, chunks=chunks, **_filter(x, rel))
+    names = sorted(sets)
+    with h5py.File(path) as f:
+        want = {n: f[n][...] for n in names}
+        ids = set().union(*(_chunk_ids(f[n]) for n in names))
+    assert {11, 12, 13} <= ids and len(ids & MINE) >= 6, ids  # 3, 5 and 9 so far
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
+    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(names, "ok")
+    for k, n in enumerate(names):
+        got = np.load(tmp_path / f"{k}.npy")
+        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
