@@ -2,7 +2,7 @@
  * linear (2) or cubic (3), each level's passes along dimensions 0, 1, 2 or reversed
  * (8, 9), and the multi-dimensional ones (4, 5), over the chunk folded to 3-d. Bit for
  * bit those of compress/sz/kernels/interpolation.py and interp_md.py: the loops for each
- * work dtype are in sz_interp_body.inc. */
+ * work dtype are in sz_interp_body.h. */
 #include <stdlib.h>
 
 #include "sz.h"
@@ -112,12 +112,12 @@ static void geometry(pass *g, const uint64_t *n, int d, uint64_t s, int order, i
 
 #define T float
 #define FN(name) name##_f32
-#include "sz_interp_body.inc"
+#include "sz_interp_body.h"
 #undef T
 #undef FN
 #define T double
 #define FN(name) name##_f64
-#include "sz_interp_body.inc"
+#include "sz_interp_body.h"
 #undef T
 #undef FN
 

@@ -1,4 +1,5 @@
-/* The interpolation decoders' loops for one work dtype, included by sz_interp.c twice:
+/* The interpolation decoders' loops for one work dtype, included by sz_interp.c twice
+ * (no include guard: once per dtype; a .h so the package data carries it):
  * T is float or double, FN(name) names this dtype's copy. Each mirrors its numba kernel
  * (compress/sz/kernels/interpolation.py, interp_md.py) operation for operation: the
  * predictions in double from the reconstructions (T promoted), the sums in the kernel's
