@@ -57,13 +57,14 @@ class ActivationCodec:
         """Key the next tensors' noise on ``step`` (their index counts from 0 again)."""
         self.step, self._index = int(step), 0
 
+    def next_seed(self) -> int:
+        """The seed of the next tensor's noise: from (seed, step, its index in the step)."""
+        self._index += 1
+        return derive_seed(self.params.get("seed", 0), self.step, self._index)
+
     def _params(self) -> dict:
         """The codec's parameters for the next tensor (its own seed where seeded)."""
-        if not self.seeded:
-            return self.params
-        self._index += 1
-        seed = derive_seed(self.params.get("seed", 0), self.step, self._index)
-        return dict(self.params, seed=seed)
+        return dict(self.params, seed=self.next_seed()) if self.seeded else self.params
 
     @property
     def on_device(self) -> bool:

@@ -12,12 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorpress.activation_offload.device import gelu_ops, ops  # noqa: E402
+from tensorpress.activation_offload.device import gelu_ops, ops, stochastic  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTED = {
     "device_codes",
+    "device_codes_stochastic",
     "device_restore",
     "device_blocks",
     "device_blocks_bounded",
@@ -54,6 +55,7 @@ def _calls(x: torch.Tensor) -> list:
     gelu_scalars, residual, _ = gelu_ops.gelu_residual(y, record, "none", 1e-2, False, None, 0.0)
     return [
         (ops.device_codes, (x, 1e-2)),
+        (stochastic.device_codes_stochastic, (x, 1e-2, torch.tensor(7))),
         (ops.device_restore, (payload, scalars, shape, dtype, 1e-2)),
         (ops.device_blocks, (x, 1e-2, 256)),
         (ops.device_blocks_bounded, (x, 1e-2, 256, False, learned, 5e-2)),

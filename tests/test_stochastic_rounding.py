@@ -187,3 +187,119 @@ def test_activation_gradients_are_unbiased_over_seeds():
 def test_activation_noise_repeats_with_the_seed():
     one, _ = linear_weight_grads([5, 5, 6], stochastic=True)
     assert torch.equal(one[0], one[1]) and not torch.equal(one[0], one[2])
+
+
+# -- the device codes (activation_offload/device/stochastic.py) ------------------------
+
+_TRITON_STOCHASTIC = """
+import math, torch
+from tensorpress.activation_offload.device.codes_layout import STEP_MARGIN, code_bits, steps
+from tensorpress.activation_offload.device import codes_triton as T, stochastic as S
+g = torch.Generator().manual_seed(5)
+bad = []
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for n in (1, 9, 1003, 4100):
+        x = (torch.randn(n, generator=g) * 7).to(dtype)
+        if n > 8:
+            x[1], x[2], x[3], x[4] = math.nan, 0.0, math.inf, -math.inf
+        for rel in (1e-3, 1e-2, 0.5):
+            key = torch.tensor(2**40 + 977 * n, dtype=torch.int64)
+            half = rel / 2
+            p1, s1 = T.compress(x, half, steps(half), code_bits(half), STEP_MARGIN, key)
+            p2, s2 = S.compress(x, rel, key)
+            if not (torch.equal(p1, p2) and torch.equal(s1, s2)):
+                bad.append((str(dtype), n, rel))
+print("mismatches:", bad)
+assert not bad
+"""
+
+
+def test_triton_stochastic_codes_match_the_torch_ops_under_the_interpreter():
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run(
+        [sys.executable, "-c", _TRITON_STOCHASTIC],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+def device_roundtrip(x: torch.Tensor, rel: float, key: int) -> torch.Tensor:
+    from tensorpress.activation_offload.device.codes import restore_codes
+    from tensorpress.activation_offload.device.stochastic import compress_stochastic
+
+    return restore_codes(compress_stochastic(x, rel, torch.tensor(key)))
+
+
+@FAST
+@given(case=arrays())
+def test_device_codes_keep_the_bound_on_every_element(case):
+    x, bound, seed = case
+    if x.dtype == torch.float64:
+        x = x.float()
+    rel = bound.get("rel", 1e-2)
+    y = device_roundtrip(x, rel, seed)
+    xd, yd = x.double(), y.double()
+    finite = xd.isfinite()
+    vals = xd[finite]
+    tol = rel * float(vals.max() - vals.min()) if vals.numel() else 0.0
+    assert bool(((yd - xd).abs()[finite] <= tol).all())
+    assert torch.equal(xd.isnan(), yd.isnan())
+    assert torch.equal(xd[xd.isinf()], yd[xd.isinf()])
+
+
+def test_device_codes_are_unbiased_and_repeat_with_the_key():
+    """0 and 1 set the range; the other values sit 0.37 of a nearest step above a level:
+    nearest codes err by the same b each, the stochastic mean over 32 keys is within 4
+    sigma of 0 (sigma from the step of rel / 2) and below |b|."""
+    from tensorpress.activation_offload.device.codes import compress_codes, restore_codes
+
+    rel = 1e-2
+    step = rel * 1.0 * (1 - 2**-7)  # codes_layout.STEP_MARGIN
+    x = torch.full((8192,), 0.37 * step, dtype=torch.float32)
+    x[0], x[1] = 0.0, 1.0
+    b = float((restore_codes(compress_codes(x, rel))[2:].double() - x[2:].double()).mean())
+    assert abs(b) > 0.1 * step
+    errs = torch.stack(
+        [device_roundtrip(x, rel, k)[2:].double() - x[2:].double() for k in range(32)]
+    )
+    assert bool((errs.abs() <= rel).all())
+    sigma = (step / 2) / 2 / math.sqrt(errs.numel())
+    assert abs(float(errs.mean())) < 4 * sigma < abs(b)
+    assert torch.equal(device_roundtrip(x, rel, 3), device_roundtrip(x, rel, 3))
+    assert not torch.equal(device_roundtrip(x, rel, 3), device_roundtrip(x, rel, 4))
+
+
+def test_device_codes_op_has_a_faithful_fake():
+    from tensorpress.activation_offload.device.stochastic import device_codes_stochastic
+
+    x = torch.randn(3000)
+    torch.library.opcheck(device_codes_stochastic, (x, 1e-2, torch.tensor(5)))
+
+
+def test_activations_on_the_device_path_take_stochastic_codes():
+    from tensorpress.activation_offload import ActivationCompression, TieredStore
+
+    x = torch.randn(256, 256, requires_grad=True)
+    records = []
+    for _ in range(2):
+        ac = ActivationCompression(
+            "block", rel=1e-2, device_path=True, stochastic=True, seed=9, debug=True
+        )
+        with ac:
+            y = (x * 3).sin()
+        y.sum().backward()
+        records.append(ac.stats.records)
+    assert records[0] == records[1] == {"StochasticCompressed": 1}
+    ac = ActivationCompression(
+        "block", rel=1e-2, device_path=True, stochastic=True, offload=TieredStore(1 << 24)
+    )
+    with pytest.raises(ValueError, match="pass device_path=False"), ac:
+        (x * 3).sin()

@@ -151,6 +151,8 @@ def graph_hooks_apply(config: dict, bound, has_store: bool, model_ref) -> bool:
     choice = config.get("device_path")
     if has_store or choice is False or config["adaptive"] or rel_abs(bound)[0] is None:
         return False
+    if config.get("codec_params", {}).get("stochastic"):  # the eager hooks hold those codes
+        return False
     if choice is True:
         return True
     model = None if model_ref is None else model_ref()

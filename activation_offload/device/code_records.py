@@ -34,6 +34,7 @@ from ..records import Held, Watched, check_restored
 from ..stats import ActivationStats
 from .bounds import rel_abs
 from .codes import DTYPES, DeviceCodes, compress_codes, restore_codes, supports
+from .stochastic import stochastic_device, stochastic_supports
 
 
 def device_codes_apply(config: dict, bound: ErrorBound | None, t: torch.Tensor) -> bool:
@@ -45,6 +46,8 @@ def device_codes_apply(config: dict, bound: ErrorBound | None, t: torch.Tensor) 
     if choice is False or (choice is None and t.device.type == "cpu"):
         return False
     rel, abs_ = rel_abs(bound)
+    if stochastic_device(config):  # stochastic codes: plain rel bounds only
+        return rel is not None and not config["adaptive"] and stochastic_supports(t.dtype, rel)
     if rel is not None and not config["adaptive"]:
         return supports(t.dtype, rel)
     if config.get("device_layout", "blocks") != "blocks":

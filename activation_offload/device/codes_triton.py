@@ -41,6 +41,20 @@ def _range_kernel(x_ptr, parts_ptr, n, KIND: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _uniform(key, i):
+    """hash32(key, i) >> 8 times 2**-24 (``_util/hashing.py``), in int64 as the torch ops."""
+    m = 0xFFFFFFFF
+    x = (i >> 32) * 0x632BE5AB + (i & m) + (((key & m) * -1640531535) & m)
+    x = x & m
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & m
+    x = x ^ (x >> 15)
+    x = (x * -2073254261) & m
+    x = x ^ (x >> 16)
+    return (x >> 8).to(tl.float64) * 5.9604644775390625e-08
+
+
+@triton.jit
 def _codes_kernel(
     x_ptr,
     parts_ptr,
@@ -51,11 +65,13 @@ def _codes_kernel(
     nbytes,
     rel_bits,
     margin_bits,
+    key_ptr,
     KIND: tl.constexpr,
     NSTEPS: tl.constexpr,
     W: tl.constexpr,
     GROUPS: tl.constexpr,
     PARTS: tl.constexpr,
+    STOCHASTIC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     p = tl.arange(0, PARTS)
@@ -84,7 +100,12 @@ def _codes_kernel(
     # step 0: a constant tensor (every finite x is lo) or none finite
     v = tl.where(fin, (x - lo) / tl.where(step > 0, step, 1.0), 0.0)
     v = tl.minimum(tl.maximum(v, 0.0), NSTEPS)
-    q = ((v + 4503599627370496.0) - 4503599627370496.0).to(tl.int32)  # rint: 2**52
+    if STOCHASTIC:  # floor(v + u), u from hash32 (stochastic.py)
+        v = v + _uniform(tl.load(key_ptr), idx.to(tl.int64))
+        f = (v + 4503599627370496.0) - 4503599627370496.0
+        q = tl.minimum(tl.where(f > v, f - 1.0, f), NSTEPS).to(tl.int32)
+    else:
+        q = ((v + 4503599627370496.0) - 4503599627370496.0).to(tl.int32)  # rint: 2**52
     q = tl.where(x != x, NSTEPS + 1, q)
     q = tl.where(x == float("inf"), NSTEPS + 2, q)
     q = tl.where(x == float("-inf"), NSTEPS + 3, q)
@@ -158,8 +179,9 @@ def _as_kernel_input(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
 
 
-def compress(x, rel: float, nsteps: int, bits: int, margin: float):
-    """(payload uint8, scalars float64[3]) of contiguous, non-empty ``x``: two launches."""
+def compress(x, rel: float, nsteps: int, bits: int, margin: float, key=None):
+    """(payload uint8, scalars float64[3]) of contiguous, non-empty ``x``: two launches;
+    ``key`` (int64 scalar tensor): stochastic rounding keyed on it (``stochastic.py``)."""
     n, kind = x.numel(), _KIND[x.dtype]
     flat = _as_kernel_input(x.reshape(-1))
     nparts = min(triton.cdiv(n, RANGE_BLOCK), PARTS)
@@ -171,7 +193,8 @@ def compress(x, rel: float, nsteps: int, bits: int, margin: float):
     grid = (triton.cdiv(triton.cdiv(n, 8), GROUPS),)
     _codes_kernel[grid](
         flat, parts, nparts, scalars, payload, n, nbytes, _bits(rel), _bits(margin),
-        KIND=kind, NSTEPS=nsteps, W=bits, GROUPS=GROUPS, PARTS=PARTS,
+        scalars if key is None else key,
+        KIND=kind, NSTEPS=nsteps, W=bits, GROUPS=GROUPS, PARTS=PARTS, STOCHASTIC=key is not None,
         enable_fp_fusion=False,  # each product rounded on its own, as the reference's
     )  # fmt: skip
     return payload, scalars

@@ -29,6 +29,7 @@ from . import gelu
 from .bounds import device_bound, rel_abs
 from .code_offload import OffloadedCodes, too_small
 from .code_records import DeviceCompressed
+from .stochastic import StochasticCompressed, stochastic_device
 from .tile_offload import Compactor, Parked
 from .tiles import (
     LaggedSize,
@@ -219,6 +220,13 @@ def device_record(ac, t, name: str, store, module=None):
     rel = rel_abs(ac.bound)[0]
     if too_small(t):  # kept on the device: a store's put costs more than it saves
         return Kept(t, t.numel() * t.element_size(), stats)
+    if stochastic_device(config):  # unbiased codes: plain rel (device_codes_apply)
+        if store is not None:
+            raise ValueError(
+                "stochastic device codes stay in device memory: with a store, pass "
+                "device_path=False (the codec then rounds stochastically on the host)"
+            )
+        return StochasticCompressed(t, rel, ac._codec.next_seed(), stats, name, debug)
     if config.get("device_layout", "blocks") == "fixed":
         if store is not None:  # put at once: their size follows from the element count
             return OffloadedCodes(t, rel, stats, name, debug, store)
