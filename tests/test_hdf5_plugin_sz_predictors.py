@@ -171,6 +171,26 @@ def test_golden_streams_decode_as_in_python(driver, tmp_path, name):
     assert code == 0 and got == py_decode(blob)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2))
+def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
+    """Shapes of 1 to 4 dimensions of sizes 1 to 64, every dtype, bound and predictor
+    here, radii down to 2 (mostly outliers), random level tunings and chunk sizes."""
+    rng = random.Random(seed)
+    names = sorted(INTERP) + sorted(MODELLED)
+    for case in range(150):
+        shape = tuple(rng.choice([1, 2, 3, 5, 8, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
+        predictor = rng.choice(names)
+        make = MODELLED[predictor][0] if predictor in MODELLED else smooth
+        x = make(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
+        bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
+        codec = {"id": "sz", "predictor": predictor, "radius": rng.choice([2, 16, 32768])}
+        if predictor in INTERP and rng.random() < 0.3:
+            codec.update(alpha=rng.uniform(1, 3), beta=rng.uniform(1, 100))
+        stream = tp.compress(x, codec={**codec, **bound}, chunk_bytes=rng.choice([64, 1000]))
+        _decodes_as_python(driver, tmp_path, stream)
+
+
 # -- crafted side information --------------------------------------------------------
 
 
