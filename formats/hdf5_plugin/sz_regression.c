@@ -1,6 +1,8 @@
 /* `sz` predictor 7: block-wise Lorenzo or linear regression (SZ2's predictor;
  * compress/sz/kernels/regression.py's decoder). The side information (SPEC.md) names
- * per block which one, and the regression blocks' quantized coefficients. */
+ * per block which one, and the regression blocks' quantized coefficients. Lorenzo reads
+ * its neighbours from the output (the work array holds each reconstruction exactly, as
+ * the kernel's zero-padded buffer does), so no buffer of the chunk's size is added. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,20 +60,29 @@ typedef struct blocks {
     uint64_t n[3], s[3];
     const uint8_t *kinds;
     const double *coefs;
-    double *rec; /* the reconstructions, shape + 1 along each dimension, zero-padded */
 } blocks;
+
+/* the reconstruction at (i - di, j - dj, k - dk), +0.0 outside the array */
+static inline double at(const blocks *B, uint64_t i, uint64_t j, uint64_t k, uint64_t di,
+                        uint64_t dj, uint64_t dk)
+{
+    if (i < di || j < dj || k < dk)
+        return 0.0;
+    uint64_t f = ((i - di) * B->n[1] + (j - dj)) * B->n[2] + (k - dk);
+    return tp_sz_get(B->c->out, B->c->f64, f);
+}
 
 /* block blk at (b0, b1, b2); its codes from *f on (the codes follow the blocks' order) */
 static void block(const blocks *B, uint64_t blk, uint64_t b0, uint64_t b1, uint64_t b2,
                   uint64_t *f, uint64_t *oi)
 {
     const tp_sz_chunk *c = B->c;
-    uint64_t n1 = B->n[1], n2 = B->n[2], R = n2 + 1, P = (n1 + 1) * R;
+    uint64_t n1 = B->n[1], n2 = B->n[2];
     uint64_t e0 = b0 + B->s[0] < B->n[0] ? b0 + B->s[0] : B->n[0];
     uint64_t e1 = b1 + B->s[1] < n1 ? b1 + B->s[1] : n1;
     uint64_t e2 = b2 + B->s[2] < n2 ? b2 + B->s[2] : n2;
     const double *k4 = B->coefs + 4 * blk;
-    double two_eb = 2.0 * c->eb, *rec = B->rec;
+    double two_eb = 2.0 * c->eb;
     for (uint64_t i = b0; i < e0; i++)
         for (uint64_t j = b1; j < e1; j++)
             for (uint64_t k = b2; k < e2; k++) {
@@ -79,21 +90,22 @@ static void block(const blocks *B, uint64_t blk, uint64_t b0, uint64_t b1, uint6
                 if (B->kinds[blk]) {
                     p = k4[0] * (double)(i - b0) + k4[1] * (double)(j - b1) +
                         k4[2] * (double)(k - b2) + k4[3];
-                } else {
-                    const double *r = rec + i * P + j * R + k; /* rec[i, j, k] */
-                    p = r[R + 1] + r[P + 1] + r[P + R] - r[1] - r[R] - r[P] + r[0];
+                } else { /* the kernel's order of the terms */
+                    p = at(B, i, j, k, 1, 0, 0) + at(B, i, j, k, 0, 1, 0) +
+                        at(B, i, j, k, 0, 0, 1) - at(B, i, j, k, 1, 1, 0) -
+                        at(B, i, j, k, 1, 0, 1) - at(B, i, j, k, 0, 1, 1) +
+                        at(B, i, j, k, 1, 1, 1);
                 }
                 uint16_t code = c->codes[(*f)++];
                 double v = code ? tp_sz_dequant(code, p, two_eb, c->radius, c->prec)
                                 : tp_sz_get(c->outliers, c->f64, (*oi)++);
                 tp_sz_put(c->out, c->f64, (i * n1 + j) * n2 + k, v);
-                rec[(i + 1) * P + (j + 1) * R + k + 1] = v;
             }
 }
 
 int tp_sz_regression_decode(const tp_sz_chunk *c, tp_err *err)
 {
-    blocks B = {c, {c->shape[0], c->shape[1], c->shape[2]}, {0}, NULL, NULL, NULL};
+    blocks B = {c, {c->shape[0], c->shape[1], c->shape[2]}, {0}, NULL, NULL};
     block_sides(c->shape, B.s);
     uint64_t nb[3], nblocks = 1;
     for (int d = 0; d < 3; d++) {
@@ -102,14 +114,12 @@ int tp_sz_regression_decode(const tp_sz_chunk *c, tp_err *err)
     }
     uint8_t *kinds = malloc(nblocks ? (size_t)nblocks : 1);
     double *coefs = malloc((nblocks ? (size_t)nblocks : 1) * 4 * sizeof *coefs);
-    double *rec = calloc((size_t)(B.n[0] + 1) * (B.n[1] + 1) * (B.n[2] + 1), sizeof *rec);
-    int rc = kinds && coefs && rec ? 0 : tp_fail(err, TP_E_MEMORY, "out of memory for the "
+    int rc = kinds && coefs ? 0 : tp_fail(err, TP_E_MEMORY, "out of memory for the "
                                                  "regression decoder");
     rc = rc ? rc : unpack(c, nblocks, B.s, kinds, coefs, err);
     if (rc == 0) {
         B.kinds = kinds;
         B.coefs = coefs;
-        B.rec = rec;
         uint64_t blk = 0, f = 0, oi = 0;
         for (uint64_t b0 = 0; b0 < B.n[0]; b0 += B.s[0])
             for (uint64_t b1 = 0; b1 < B.n[1]; b1 += B.s[1])
@@ -118,6 +128,5 @@ int tp_sz_regression_decode(const tp_sz_chunk *c, tp_err *err)
     }
     free(kinds);
     free(coefs);
-    free(rec);
     return rc;
 }
