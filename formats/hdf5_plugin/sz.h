@@ -80,8 +80,8 @@ typedef struct tp_sz_predictor {
 /* indexed by id; RAW's entry is unused (codec_sz.c decodes raw payloads itself) */
 extern const tp_sz_predictor tp_sz_predictors[TP_SZ_NPRED];
 
-/* the decoders (one file each: sz_lorenzo.c, sz_constant.c, sz_regression.c,
- * sz_lattice.c; the interpolations, fitted, match and pivot in theirs) */
+/* the decoders: sz_lorenzo.c (Lorenzo and the lattice), sz_constant.c, sz_regression.c,
+ * sz_interp.c (the interpolations), sz_fitted.c, sz_match.c, sz_pivot.c */
 int tp_sz_lorenzo_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_constant_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_regression_decode(const tp_sz_chunk *c, tp_err *err);
