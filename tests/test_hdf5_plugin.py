@@ -110,6 +110,8 @@ CASES = [
         ("block", {"abs": 1e-2}, ("<f2", "<f4", "<f8", ">f2", ">f8")),
         ("block", {"pw_rel": 1e-3}, ("<f4", ">f8")),
         ("int8", {"abs": 0.05}, ("<f4", "<f8", ">f4")),
+        ("sz", {"abs": 1e-2}, ("<f2", "<f4", "<f8", ">f4", ">f8")),
+        ("sz", {"pw_rel": 1e-3}, ("<f4", ">f8")),
     )
     for dtype in dtypes
     for shape, chunks in SHAPES
