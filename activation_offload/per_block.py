@@ -31,6 +31,7 @@ import torch
 
 from ..compress.block.stochastic import derive_seed
 from .hooks import OUTSIDE, TOP, ActivationCompression
+from .settings import Offload, as_offload
 from .stats import ActivationStats
 
 #: the block compressions whose forward runs now, innermost last (selective.py reads it)
@@ -116,6 +117,9 @@ class BlockCompression:
     def __init__(self, chosen: list, settings: dict):
         self.blocks: dict[str, ActivationCompression] = {}
         self._handles = []
+        offload = as_offload(settings.get("offload"))
+        if offload is not None:  # one store for all blocks, not one each
+            settings = dict(settings, offload=Offload(offload.resolve(), offload.prefetch))
         for i, (name, block) in enumerate(chosen):
             own = settings
             if settings.get("stochastic"):  # each block its own noise

@@ -340,3 +340,16 @@ def test_stochastic_blocks_draw_their_own_noise():
     assert len(set(seeds)) == len(seeds)
     again = apply_activation_compression(Net(), rel=REL, stochastic=True, seed=3)
     assert seeds == [ac.config["codec_params"]["seed"] for ac in again.blocks.values()]
+
+
+def test_blocks_share_one_store():
+    from tensorpress.activation_offload import Offload
+
+    torch.manual_seed(0)
+    model = Net()
+    want = grads(model)
+    bc = apply_activation_compression(model, rel=REL, offload=Offload())
+    stores = {id(ac.store) for ac in bc.blocks.values()}
+    assert len(stores) == 1 and None not in {ac.store for ac in bc.blocks.values()}
+    assert 0 < max_relative_error(grads(model), want) < 10 * REL
+    assert encodes(bc) > 0
