@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(
 #: (codec, bound): every codec the plugin decodes that the filter layout writes
 CODECS = [("block", {"abs": 1e-3}), ("block", {"pw_rel": 1e-3}), ("int8", {"abs": 1e-2})]
 CODECS += [("zstd", None), ("quant", None)]
+CODECS += [("sz", {"abs": 1e-3}), ("sz", {"pw_rel": 1e-3})]
 
 
 @pytest.fixture(scope="module")
