@@ -37,7 +37,7 @@ from .device.code_offload import graph_hooks, graph_hooks_apply
 from .device.code_records import check_device_path, device_codes_apply, keeps_log_probs
 from .device.tile_records import BlockCodes, Compactor, check_device_layout, device_record
 from .identity import ParameterStorages, SavedTable
-from .records import Compressed, Kept, Offloaded
+from .records import Compressed, Kept, Offloaded, memory_order
 from .rules import ALL_RULES, RULES, Rules
 from .settings import Adaptive, Offload, adaptive_ceiling, as_adaptive, as_offload
 from .stats import ActivationStats
@@ -360,7 +360,8 @@ class ActivationCompression:
         elif self.bound.mode == "pw_rel":
             mode, tol = "pw_rel", self.bound.value
         else:
-            span = ValueRange(t)  # one pass over t for all that needs its range
+            # one pass over t, in memory order, for all that needs its range
+            span = ValueRange(memory_order(t))
             mode, tol = "abs", self._tolerance(t, module, name, span)
             if self._gelu_inputs is not None and isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.bound, span)

@@ -7,8 +7,10 @@ or parked in a store) plus, for codecs that do not keep zeros exact (``quant``,
 ``sz``), a 1-bit mask of the exact zeros — ReLU's backward reads its saved
 output's zeros, so the sparsity pattern must survive; under an absolute bound, a
 CPU tensor whose ``block`` codes need 6 to 8 bits (5 to 8 where its bytes go to a
-store's files) is held as int8 codes instead (``codec.Int8Codes``). All release their
-bytes from the stats (and the store) when autograd drops them.
+store's files) is held as int8 codes instead (``codec.Int8Codes``). A dense tensor laid
+out other than in C order (a transposed residual stream, a channels-last output) is
+coded in its memory order and restored with its strides: no copy either way. All
+release their bytes from the stats (and the store) when autograd drops them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,27 @@ class Held:
         stats = getattr(self, "_stats", None)  # None too when __init__ failed part-way
         if stats is not None:
             stats.release(self.nbytes, self.offloaded)
+
+
+def memory_order(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself where it is contiguous or not dense; else its elements as one flat
+    tensor in memory order (a dense permutation of a contiguous layout, such as a
+    transposed residual stream). Coding that reads ``t`` once, with no copy into C
+    order, and restoring it with ``t``'s strides needs no copy back (the bound is one
+    per element, in any order)."""
+    if t.is_contiguous() or t.layout != torch.strided or not _dense(t.shape, t.stride()):
+        return t
+    return t.detach().as_strided((t.numel(),), (1,), t.storage_offset())
+
+
+def _dense(shape, stride) -> bool:
+    """Whether a layout covers its span of memory exactly once (dims in any order)."""
+    expected = 1
+    for s, n in sorted((s, n) for n, s in zip(shape, stride, strict=True) if n > 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
 
 
 def laid_out(y: torch.Tensor, stride: tuple[int, ...] | None) -> torch.Tensor:
@@ -173,7 +196,7 @@ class Compressed(Watched, Held):
     """A codec payload (plus a zero mask where the codec needs one)."""
 
     __slots__ = ("codec", "payload", "mask", "shape", "dtype", "device", "watch", "mode")
-    __slots__ += ("tolerance", "name", "original", "_restored", "store", "handle")
+    __slots__ += ("tolerance", "name", "original", "_restored", "store", "handle", "layout")
     tightens = True
 
     def __init__(
@@ -196,8 +219,11 @@ class Compressed(Watched, Held):
         self.mask = None if codec.keeps_zeros else zero_mask(t)
         self.store = store if codec.on_device else None  # host streams stay where they are
         self.handle = None
+        flat = memory_order(t)
+        #: the strides a dense, non-contiguous ``t`` is coded and restored in (its memory order)
+        self.layout = None if flat is t else tuple(t.stride())
         held = "memory" if self.store is None else "files" if self.store.spill else "pool"
-        self._park(*codec.compress(t, mode, tol, self._kind(), span, held))
+        self._park(*codec.compress(flat, mode, tol, self._kind(), span, held))
         self.tolerance = tol
         super().__init__(self.nbytes, stats, offloaded=self.handle is not None)
 
@@ -232,7 +258,7 @@ class Compressed(Watched, Held):
         """Re-compress from ``t`` (the same tensor, still alive) under a tighter bound;
         returns the change in bytes held."""
         before = self.nbytes
-        self._park(*self.codec.compress(t, self.mode, tol, self._kind()))
+        self._park(*self.codec.compress(memory_order(t), self.mode, tol, self._kind()))
         after, self.nbytes = self.nbytes, before
         self.tolerance = tol
         self._restored = None
@@ -249,7 +275,11 @@ class Compressed(Watched, Held):
             return self._keep
         y = self._restored() if self._restored is not None else None
         if y is None:
-            y = self.codec.decompress(self._compressed(), self.device).reshape(self.shape)
+            y = self.codec.decompress(self._compressed(), self.device)
+            if self.layout is None:
+                y = y.reshape(self.shape)
+            else:  # restored in memory order: the saved tensor's strides, no copy
+                y = y.reshape(-1).as_strided(self.shape, self.layout)
             if self._stats is not None:
                 self._stats.decoded += 1
             if self.mask is not None:

@@ -86,3 +86,28 @@ def test_a_corrupted_payload_raises():
             codec.decode(bad, (20,), np.float64, bound)
     with pytest.raises(ValueError, match="zero tolerance"):
         codec.decode(payload, (20,), np.float64, ErrorBound("abs", 0.0, 0.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tol", [1e-3, 0.37, 2.0**-99, 1e-35])
+def test_unchecked_codes_are_the_checked_ones(dtype, tol):
+    """Where every code fits the proof (``check_free_codes``), the kernel skips the
+    per-value check: its codes must be the checked rule's, and None where a code passes
+    ±127 or a value is not finite."""
+    from tensorpress.compress.block import int8_decode, int8_encode, steps_for
+
+    step, inv = steps_for(tol)
+    rng = np.random.default_rng(7)
+    x = (rng.uniform(-127.45, 127.45, 50_000) * step).astype(dtype)
+    x[:4] = np.array([126.5, -126.5, 127.45, -127.45]) * step  # ties and the edges
+    t = np.rint(x.astype(np.float64) * inv)
+    r = (t * step).astype(dtype).astype(np.float64)
+    assert ((np.abs(t) <= 127) & (np.abs(r - x) <= tol)).all()  # the checked rule holds
+    codes = int8_encode(x, tol)
+    assert codes is not None and np.array_equal(codes, t.astype(np.int8))
+    y = int8_decode(codes, tol, np.empty_like(x))
+    assert np.abs(y.astype(np.float64) - x.astype(np.float64)).max() <= tol
+    for bad in (np.nan, np.inf, 128.0 * step):
+        z = x.copy()
+        z[123] = bad
+        assert int8_encode(z, tol) is None
