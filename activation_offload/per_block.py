@@ -167,13 +167,19 @@ class BlockCompression:
             ac.load_state_dict(state[name])
 
 
+def _top_hooks():
+    """The saved-tensor hook pair in force now, or None (torch's own record of it)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False)
+
+
 def _saving_here() -> bool:
     """Whether what a forward saves now would reach a block's own hooks: grad mode on,
     no other saved-tensor hook pair in force (a checkpoint's, another compression's),
-    not inside backward (a checkpoint's recompute, used at once)."""
+    not inside backward (a checkpoint's recompute, used at once). Both read torch's
+    private state (tested with torch 2.13, as ``selective.TESTED_TORCH``)."""
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return False
-    if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+    if _top_hooks() is not None:
         return False
     return torch._C._current_graph_task_id() == -1
 
@@ -193,7 +199,7 @@ class _Enter:
         # torch's global module hooks (which name modules) ran before this hook: the
         # block itself goes on the stack here, so rows get names inside the block
         self.ac._enter_module(module, args)
-        RUNNING.append((self.ac, torch._C._autograd._top_saved_tensors_default_hooks(False)))
+        RUNNING.append((self.ac, _top_hooks()))
 
 
 class _Leave:
