@@ -1,4 +1,4 @@
-/* The `sz` fitted predictor (11; SPEC.md "sz", "Fitted prediction"): a causal linear
+/* The `sz` fitted predictor (11; SPEC.md "sz", "Fitted"): a causal linear
  * prediction from the model's neighbours and weights, first-order Lorenzo with zero
  * padding where a neighbour leaves the chunk. Bit for bit compress/sz/kernels/fitted.py:
  * the same ring of padded planes and the same order of the sums. */
@@ -125,7 +125,7 @@ static void outer_sums(run *r, int64_t i, int64_t rb, const double *cur)
 
 /* row j of plane i (cur, the plane before it prv) */
 static int row(run *r, int64_t i, int64_t j, double *cur, const double *prv, int fitted,
-               tp_err *err)
+               int f64, int prec, tp_err *err)
 {
     const tp_sz_chunk *c = r->c;
     int64_t rb = (j + 1) * r->width + 1, W = r->width;
@@ -149,13 +149,13 @@ static int row(run *r, int64_t i, int64_t j, double *cur, const double *prv, int
         uint16_t code = c->codes[r->f];
         double v;
         if (code) {
-            v = tp_sz_dequant(code, p, r->two_eb, c->radius, c->prec);
+            v = tp_sz_dequant(code, p, r->two_eb, c->radius, prec);
         } else {
             if (r->oi >= c->n_outliers)
                 return tp_fail(err, TP_E_FORMAT, "sz payload: more outlier codes than outliers");
-            v = tp_sz_get(c->outliers, c->f64, r->oi++);
+            v = tp_sz_get(c->outliers, f64, r->oi++);
         }
-        tp_sz_put(c->out, c->f64, r->f++, v);
+        tp_sz_put(c->out, f64, r->f++, v);
         cur[q] = v;
         prev2 = prev1;
         prev1 = v;
@@ -186,7 +186,13 @@ int tp_sz_fitted_decode(const tp_sz_chunk *c, tp_err *err)
         int fitted_plane = r.planes && i >= r.depth;
         for (int64_t j = 0; j < r.n1 && rc == TP_OK; j++) {
             int fitted = fitted_plane && r.up <= j && j < r.n1 - r.down;
-            rc = row(&r, i, j, cur, prv, fitted, err);
+            /* the dtype and precision as constants: the compiler clones row per pair */
+            if (c->f64)
+                rc = row(&r, i, j, cur, prv, fitted, 1, TP_PREC_F64, err);
+            else if (c->prec == TP_PREC_F32)
+                rc = row(&r, i, j, cur, prv, fitted, 0, TP_PREC_F32, err);
+            else
+                rc = row(&r, i, j, cur, prv, fitted, 0, TP_PREC_F16, err);
         }
     }
     free(r.buf);
