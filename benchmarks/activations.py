@@ -21,15 +21,21 @@ moves by tens of percent from minute to minute, moves all of them alike:
                      tolerances passed to the device's kernels as device scalars
   tp quant 2-bit     ``ActivationCompression(codec="quant", bits=2)``
 
-Models: a CNN (4 conv3x3+BatchNorm+ReLU layers, 32/32/64/64 channels, two of stride 2,
-global average pool, linear) on scikit-learn's digits upsampled to 32x32 (last 360
-images held out; SGD, momentum 0.9, lr 0.05, batch 64), scored by test accuracy in %;
-and a byte-level transformer LM (3 pre-LN blocks, d_model 128, 4 heads, context 128,
-causal ``scaled_dot_product_attention``, GELU MLP; AdamW lr 3e-3, batch 32) on the first
-2 MB (2e6 bytes) of the Python standard library's ``*.py`` files (sorted by name; 90/10
-train/val split), scored by the mean cross-entropy (nats/byte) over 20 fixed val batches.
-Both learning rates decay linearly to 0 over the run, so the score is that of a
-finished run rather than of wherever the last noisy steps left it.
+Models (``activation_models.py``): a CNN (4 conv3x3+BatchNorm+ReLU layers, 32/32/64/64
+channels, two of stride 2, global average pool, linear) on scikit-learn's digits upsampled
+to 32x32 (last 360 images held out; SGD, momentum 0.9, lr 0.05, batch 64), scored by test
+accuracy in %; a byte-level transformer LM (3 pre-LN blocks, d_model 128, 4 heads,
+context 128, causal ``scaled_dot_product_attention``, GELU MLP; AdamW lr 3e-3, batch 32)
+on the first 2 MB (2e6 bytes) of the Python standard library's ``*.py`` files (sorted by
+name; 90/10 train/val split), scored by the mean cross-entropy (nats/byte) over 20 fixed
+val batches; and two ViT-style image transformers on the same digits (pre-LN blocks,
+softmax attention written out, GELU MLP, patch embedding flattened and transposed as
+timm does; AdamW lr 1e-3, weight decay 0.05), scored by test accuracy: ``vit`` (32x32
+images, 4x4 patches: 64 tokens, width 128, 4 blocks, 4 heads, batch 64), the one the CPU
+path was profiled and tuned on, and ``vit-b`` (24x24 images, 2x2 patches: 144 tokens,
+width 192, 3 blocks, 6 heads, batch 32), held out. The ViTs run the baselines and the
+two ``tp block`` rows only. All learning rates decay linearly to 0 over the run, so the
+score is that of a finished run rather than of wherever the last noisy steps left it.
 
 Columns, per variant (MiB = 2**20 bytes): activation bytes autograd saves in one step,
 bytes held for them, reduction (saved / held), peak held during the step, the final
@@ -49,11 +55,14 @@ Each model ends with a target line for ``tp block adaptive``: reduction >= 10x, 
 no more than 0.5 points below / val loss no more than 2% above uncompressed, step time
 <= 1.5x uncompressed; and one for ``tp device adaptive``: reduction >= 8x, accuracy no
 more than 0.5 points below / val loss no more than 1% above (its step time is the GPU's
-to show). Without ``tensorpress.activation_offload`` the tp rows are skipped.
+to show). Each ViT ends with a line of the baselines' step times and one per tp row
+(issue 49): step time <= 1.3x uncompressed and reduction >= 8x. Without
+``tensorpress.activation_offload`` the tp rows are skipped.
 
     python benchmarks/activations.py                  # full run, about 15 min on 2 cores
     python benchmarks/activations.py --quick          # smoke run, under a minute
     python benchmarks/activations.py --only lm --steps-lm 1000 --ceiling 0.03
+    python benchmarks/activations.py --only vit vit-b  # the transformers' CPU targets
     python benchmarks/activations.py --markdown       # tables for RESULTS.md
 """
 
@@ -65,29 +74,68 @@ import gc
 import platform
 import statistics
 import sys
-import sysconfig
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
+# ByteLM, lm_task, stdlib_bytes, Task, Result and CHECKPOINT are imported from here by
+# other benchmarks (gpt2_memory.py, gradients.py, unbiased.py)
 try:
-    from compressors import Table
-    from compressors import fmt_cell as _fmt
-    from compressors import ratio_or_none as _ratio
+    from activation_models import (
+        LM_BATCH,
+        LM_VAL_BATCHES,
+        SEED,
+        VIT_SHAPES,
+        ByteLM,  # noqa: F401 - re-exported
+        Task,
+        cnn_task,
+        lm_task,
+        load_digits,
+        stdlib_bytes,  # noqa: F401 - re-exported
+        vit_task,
+    )
+    from activation_report import (
+        CHECKPOINT,
+        SAVE_ON_CPU,
+        TP_ADAPTIVE,
+        TP_BLOCK,
+        TP_DEVICE_ADAPTIVE,
+        TRANSFORMER_ROWS,
+        UNCOMPRESSED,
+        Result,
+        print_table,
+        print_targets,
+    )
 except ImportError:  # imported as benchmarks.activations
-    from benchmarks.compressors import Table
-    from benchmarks.compressors import fmt_cell as _fmt
-    from benchmarks.compressors import ratio_or_none as _ratio
+    from benchmarks.activation_models import (
+        LM_BATCH,
+        LM_VAL_BATCHES,
+        SEED,
+        VIT_SHAPES,
+        ByteLM,  # noqa: F401 - re-exported
+        Task,
+        cnn_task,
+        lm_task,
+        load_digits,
+        stdlib_bytes,  # noqa: F401 - re-exported
+        vit_task,
+    )
+    from benchmarks.activation_report import (
+        CHECKPOINT,
+        SAVE_ON_CPU,
+        TP_ADAPTIVE,
+        TP_BLOCK,
+        TP_DEVICE_ADAPTIVE,
+        TRANSFORMER_ROWS,
+        UNCOMPRESSED,
+        Result,
+        print_table,
+        print_targets,
+    )
 
-SEED = 0
-MIB = 2**20
 DEFAULT_STEPS_CNN = 300
 DEFAULT_STEPS_LM = 150
 ADAPTIVE_REL = 2e-2  # the bound of tp block adaptive: per-layer bounds start here
@@ -95,212 +143,7 @@ DEFAULT_CEILING = 0.05
 WARMUP = 3  # steps left out of the step-time median
 TURN = 10  # variants train in turns of this many steps (the first of each left out)
 QUICK_STEPS, QUICK_WARMUP, QUICK_VAL_BATCHES = 6, 2, 4
-CNN_TEST = 360  # last digits images held out
-LM_BYTES = 2_000_000
-LM_CONTEXT, LM_BATCH, LM_VAL_BATCHES = 128, 32, 20
-UNCOMPRESSED, SAVE_ON_CPU, CHECKPOINT = "uncompressed", "save_on_cpu", "checkpoint"
-TP_ADAPTIVE = "tp block adaptive"
-TP_DEVICE_ADAPTIVE = "tp device adaptive"
-TARGET_REDUCTION = 10.0  # tp block adaptive saved / held
-TARGET_ACC_POINTS = 0.5  # at most this many accuracy points below uncompressed
-TARGET_LOSS_PCT = 2.0  # val loss at most this many % above uncompressed
-TARGET_TIME_X = 1.5  # step time over uncompressed
-TARGET_DEVICE_REDUCTION = 8.0  # tp device adaptive saved / held
-TARGET_DEVICE_LOSS_PCT = 1.0  # its val loss at most this many % above uncompressed
-
-
-# --------------------------------------------------------------------------- models
-
-
-def _run_stages(stages: nn.ModuleList, x: torch.Tensor, checkpointed: bool) -> torch.Tensor:
-    for stage in stages:
-        if checkpointed:
-            x = checkpoint(stage, x, use_reentrant=False, context_fn=lambda s=stage: _bn_frozen(s))
-        else:
-            x = stage(x)
-    return x
-
-
-def _bn_frozen(stage: nn.Module) -> tuple[contextlib.AbstractContextManager, ...]:
-    """Checkpoint contexts (forward, recompute): the recompute leaves BN running stats."""
-
-    @contextlib.contextmanager
-    def frozen():
-        norms = [m for m in stage.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        momenta = [m.momentum for m in norms]
-        for m in norms:
-            m.momentum = 0.0  # running = 1 * running + 0 * batch: unchanged
-        try:
-            yield
-        finally:
-            for m, momentum in zip(norms, momenta, strict=True):
-                m.momentum = momentum
-
-    return contextlib.nullcontext(), frozen()
-
-
-class CNN(nn.Module):
-    def __init__(self, channels: Sequence[int] = (32, 32, 64, 64), classes: int = 10):
-        super().__init__()
-        stages, cin = [], 1
-        for i, cout in enumerate(channels):
-            stride = 2 if i % 2 else 1  # downsample by strided convolution, as ResNets do
-            layers = [nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), nn.BatchNorm2d(cout)]
-            stages.append(nn.Sequential(*layers, nn.ReLU(inplace=True)))
-            cin = cout
-        self.stages = nn.ModuleList(stages)
-        self.head = nn.Linear(cin, classes)
-        self.checkpointed = False
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _run_stages(self.stages, x, self.checkpointed)
-        return self.head(x.mean(dim=(2, 3)))
-
-
-class Block(nn.Module):
-    """Pre-LN transformer block: causal multi-head self-attention, then a GELU MLP."""
-
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
-
-
-class ByteLM(nn.Module):
-    def __init__(self, blocks: int = 3, dim: int = 128, heads: int = 4, context: int = 128):
-        super().__init__()
-        self.tok = nn.Embedding(256, dim)
-        self.pos = nn.Parameter(torch.randn(context, dim) * 0.02)
-        self.stages = nn.ModuleList(Block(dim, heads) for _ in range(blocks))
-        self.ln = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, 256)
-        self.checkpointed = False
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx) + self.pos[: idx.shape[1]]
-        x = _run_stages(self.stages, x, self.checkpointed)
-        return self.head(self.ln(x))
-
-
-# --------------------------------------------------------------------------- tasks
-
-
-@dataclass
-class Task:
-    name: str
-    metric: str  # column head of the final metric
-    delta: str  # column head of its change vs uncompressed
-    make_model: Callable[[], nn.Module]
-    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer]
-    batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]  # same every call
-    loss: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
-    evaluate: Callable[[nn.Module], float]
-    change: Callable[[float, float], float]  # (value, uncompressed value) -> delta
-
-
-def load_digits(path: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's digits (images [1797, 8, 8], labels), or the copy at ``path`` that
-    ``--export-digits`` wrote (for machines without scikit-learn)."""
-    if path:
-        with np.load(path) as f:
-            return f["images"], f["target"]
-    from sklearn.datasets import load_digits as sk_digits
-
-    digits = sk_digits()
-    return digits.images, digits.target
-
-
-def cnn_task(device: torch.device, digits_file: str | None = None) -> Task:
-    images, target = load_digits(digits_file)
-    x = torch.tensor(images, dtype=torch.float32).unsqueeze(1)
-    x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
-    x = (x - x[:-CNN_TEST].mean()) / x[:-CNN_TEST].std()
-    x, y = x.to(device), torch.tensor(target).to(device)
-    x_train, y_train, x_test, y_test = x[:-CNN_TEST], y[:-CNN_TEST], x[-CNN_TEST:], y[-CNN_TEST:]
-
-    def batches():
-        g = torch.Generator().manual_seed(SEED)
-        while True:
-            for idx in torch.randperm(len(x_train), generator=g).split(64):
-                if len(idx) == 64:
-                    idx = idx.to(device)
-                    yield x_train[idx], y_train[idx]
-
-    @torch.no_grad()
-    def evaluate(model):
-        model.eval()
-        return 100.0 * (model(x_test).argmax(1) == y_test).float().mean().item()
-
-    return Task(
-        "cnn",
-        "test acc %",
-        "delta pts",
-        CNN,
-        lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
-        batches,
-        lambda m, x, y: F.cross_entropy(m(x), y),
-        evaluate,
-        lambda v, base: v - base,
-    )
-
-
-def stdlib_bytes(limit: int = LM_BYTES) -> torch.Tensor:
-    """The first ``limit`` bytes of the stdlib's top-level ``*.py`` files, sorted by name."""
-    chunks, size = [], 0
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        chunks.append(path.read_bytes())
-        size += len(chunks[-1])
-        if size >= limit:
-            break
-    return torch.frombuffer(bytearray(b"".join(chunks)[:limit]), dtype=torch.uint8)
-
-
-def lm_task(device: torch.device, val_batches: int, batch: int = LM_BATCH) -> Task:
-    data = stdlib_bytes().to(device)
-    split = int(0.9 * len(data))
-    train, val = data[:split], data[split:]
-    span = torch.arange(LM_CONTEXT + 1, device=device)
-
-    def windows(source, g):
-        starts = torch.randint(len(source) - LM_CONTEXT - 1, (batch, 1), generator=g)
-        chunk = source[starts.to(device) + span].long()
-        return chunk[:, :-1], chunk[:, 1:]
-
-    def batches():
-        g = torch.Generator().manual_seed(SEED)
-        while True:
-            yield windows(train, g)
-
-    def loss(model, x, y):
-        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-
-    @torch.no_grad()
-    def evaluate(model):
-        model.eval()
-        g = torch.Generator().manual_seed(SEED + 1)
-        return statistics.fmean(loss(model, *windows(val, g)).item() for _ in range(val_batches))
-
-    return Task(
-        "lm",
-        "val loss",
-        "delta %",
-        ByteLM,
-        lambda m: torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01),
-        batches,
-        loss,
-        evaluate,
-        lambda v, base: 100.0 * (v - base) / base,
-    )
+DEFAULT_STEPS_VIT = 100
 
 
 # --------------------------------------------------------------------------- measuring
@@ -332,19 +175,6 @@ def count_saved(task: Task, model: nn.Module, x: torch.Tensor, y: torch.Tensor) 
         h.remove()
     model.load_state_dict(state)
     return counts
-
-
-@dataclass
-class Result:
-    variant: str
-    saved: int | None = None  # bytes
-    held: int | None = None
-    peak: int | None = None
-    metric: float | None = None
-    step_s: float | None = None  # median step time
-    cuda_peak: int | None = None  # bytes
-    cuda_held: int | None = None  # bytes allocated after the last forward
-    note: str = ""
 
 
 def _sync(device: torch.device) -> None:
@@ -446,7 +276,7 @@ def _measure_baseline(
 
 def tp_variants(ceiling: float, notes: list[str]) -> list[tuple[str, Callable[[], object] | None]]:
     """The tensorpress rows as (name, ActivationCompression factory or None if skipped)."""
-    names = (TP_ADAPTIVE, "tp block rel=1e-2", "tp device codes rel=1e-2", TP_DEVICE_ADAPTIVE)
+    names = (TP_ADAPTIVE, TP_BLOCK, "tp device codes rel=1e-2", TP_DEVICE_ADAPTIVE)
     names += ("tp quant 2-bit",)
     try:
         from tensorpress.activation_offload import ActivationCompression, Adaptive
@@ -503,95 +333,6 @@ def run_task(
     return [run.result() if isinstance(run, Training) else run for run in runs.values()]
 
 
-# --------------------------------------------------------------------------- printing
-
-
-def _cuda_cell(r: Result, nbytes: int | None) -> str:
-    if r.metric is None:  # not run
-        return "-"
-    return "n/a" if nbytes is None else f"{nbytes / MIB:.1f}"
-
-
-def print_table(task: Task, results: list[Result], title: str, markdown: bool) -> None:
-    base = results[0]
-    metric_spec = ".2f" if task.name == "cnn" else ".4f"
-    table = Table(
-        title,
-        [
-            ("variant", 17, "<"),
-            ("saved MiB", 9, ">"),
-            ("held MiB", 8, ">"),
-            ("reduction", 9, ">"),
-            ("peak held MiB", 13, ">"),
-            (task.metric, 10, ">"),
-            (task.delta, 9, ">"),
-            ("step time", 9, ">"),
-            ("cuda after fwd MiB", 18, ">"),
-            ("cuda max MiB", 12, ">"),
-            ("note", 4, "<"),
-        ],
-        markdown,
-    )
-    table.header()
-    for r in results:
-        change = None if r.metric is None else task.change(r.metric, base.metric)
-        table.row(
-            r.variant,
-            _fmt(_ratio(r.saved, MIB), ".2f"),
-            _fmt(_ratio(r.held, MIB), ".2f"),
-            _fmt(_ratio(r.saved, r.held), ".1f", "x"),
-            _fmt(_ratio(r.peak, MIB), ".2f"),
-            _fmt(r.metric, metric_spec),
-            _fmt(change, "+.2f"),
-            _fmt(_ratio(r.step_s, base.step_s), ".2f", "x"),
-            _cuda_cell(r, r.cuda_held),
-            _cuda_cell(r, r.cuda_peak),
-            r.note,
-        )
-
-
-def print_targets(task: Task, results: list[Result]) -> None:
-    base = results[0]
-    r = next(r for r in results if r.variant == TP_ADAPTIVE)
-    if r.metric is None:
-        print(f"{task.name} targets ({TP_ADAPTIVE}): NOT MET (no result: {r.note})")
-        return
-    reduction = r.saved / r.held
-    change = task.change(r.metric, base.metric)
-    time_x = r.step_s / base.step_s
-    if task.name == "cnn":
-        quality = (change >= -TARGET_ACC_POINTS, f"accuracy {change:+.2f} pts (>= -0.5)")
-    else:
-        quality = (change <= TARGET_LOSS_PCT, f"val loss {change:+.2f}% (<= +2%)")
-    checks = [
-        (reduction >= TARGET_REDUCTION, f"reduction {reduction:.1f}x (>= 10x)"),
-        quality,
-        (time_x <= TARGET_TIME_X, f"step time {time_x:.2f}x (<= 1.5x)"),
-    ]
-    text = "; ".join(f"{what} {'MET' if ok else 'NOT MET'}" for ok, what in checks)
-    print(f"{task.name} targets ({TP_ADAPTIVE}): {text}")
-    print_device_target(task, results)
-
-
-def print_device_target(task: Task, results: list[Result]) -> None:
-    """The device path's target (issue 30): 8x at no more than 1% more val loss (LM) or
-    0.5 accuracy points less (CNN); its step time is measured on a GPU."""
-    base = results[0]
-    r = next((r for r in results if r.variant == TP_DEVICE_ADAPTIVE), None)
-    if r is None or r.metric is None:
-        return
-    change = task.change(r.metric, base.metric)
-    ok = change >= -TARGET_ACC_POINTS if task.name == "cnn" else change <= TARGET_DEVICE_LOSS_PCT
-    unit = "pts (>= -0.5)" if task.name == "cnn" else "% (<= +1%)"
-    reduction = r.saved / r.held
-    checks = [
-        (reduction >= TARGET_DEVICE_REDUCTION, f"reduction {reduction:.1f}x (>= 8x)"),
-        (ok, f"{task.metric} {change:+.2f} {unit}"),
-    ]
-    text = "; ".join(f"{what} {'MET' if ok else 'NOT MET'}" for ok, what in checks)
-    print(f"{task.name} targets ({TP_DEVICE_ADAPTIVE}): {text}")
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -618,7 +359,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--digits", default=None, help="digits .npz from --export-digits")
     p.add_argument("--export-digits", default=None, help="write scikit-learn's digits here, exit")
-    p.add_argument("--only", choices=("cnn", "lm"), default=None, help="run one model only")
+    p.add_argument(
+        "--only",
+        choices=("cnn", "lm", *VIT_SHAPES),
+        nargs="+",
+        default=None,
+        help="run these models only",
+    )
+    p.add_argument(
+        "--steps-vit",
+        type=int,
+        default=None,
+        help=f"steps of each ViT (default {DEFAULT_STEPS_VIT})",
+    )
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
     p.add_argument("--device", default=None, help="torch device (default cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
@@ -631,9 +384,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args.steps_cnn = args.steps_cnn or default_cnn
     args.steps_lm = args.steps_lm or default_lm
+    args.steps_vit = args.steps_vit or (QUICK_STEPS if args.quick else DEFAULT_STEPS_VIT)
     args.warmup = QUICK_WARMUP if args.quick else WARMUP
-    if min(args.steps_cnn, args.steps_lm) <= args.warmup:
-        p.error(f"--steps-cnn and --steps-lm must exceed the {args.warmup} warm-up steps")
+    if min(args.steps_cnn, args.steps_lm, args.steps_vit) <= args.warmup:
+        p.error(f"--steps-cnn, --steps-lm and --steps-vit must exceed {args.warmup} warm-ups")
     if not ADAPTIVE_REL <= args.ceiling < 1:
         p.error(f"--ceiling must lie in [{ADAPTIVE_REL:g}, 1)")
     args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -666,12 +420,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cnn": (lambda: cnn_task(device, args.digits), args.steps_cnn),
         "lm": (lambda: lm_task(device, val_batches, args.lm_batch), args.steps_lm),
     }
+    for name in VIT_SHAPES:
+        tasks[name] = (lambda name=name: vit_task(name, device, args.digits), args.steps_vit)
     for name, (make_task, steps) in tasks.items():
-        if args.only not in (None, name):
+        if args.only is not None and name not in args.only:
             continue
         started = time.perf_counter()
         task = make_task()
-        results = run_task(task, tp_rows, steps, args.warmup, device)
+        rows = tp_rows
+        if name in VIT_SHAPES:  # the CPU path's rows: block codes, fixed and adaptive bounds
+            rows = [(v, make) for v, make in tp_rows if v in TRANSFORMER_ROWS]
+        results = run_task(task, rows, steps, args.warmup, device)
         title = (
             f"{name}: {steps} steps in turns of {TURN}, step time = median after "
             f"{args.warmup} warm-ups and each turn's first / uncompressed, "
