@@ -49,7 +49,8 @@ class ActivationCodec:
         self.int8_codes = isinstance(codec, BlockCodec) and not codec.stochastic
         self.zstd = None if zstd is None else ZstdStage(zstd)
         # stochastic rounding: each tensor draws its own noise, seeded by (seed, step,
-        # its index in the step), so the same seed repeats a step's bytes
+        # its index in the step; ActivationCompression starts each step), so the same
+        # seed repeats a step's bytes, also in a run resumed from a state dict
         self.seeded = bool(self.params.get("stochastic", False))
         self.step, self._index = 0, 0
 

@@ -206,6 +206,8 @@ class ActivationCompression:
         self._stack.clear()
         self._order.clear()
         self._params.refresh()
+        if self._codec is not None:  # stochastic noise keyed on (seed, step, index)
+            self._codec.start_step(self.step)
         pair = (_eager(self._pack), _eager(self._unpack))
         if graph_hooks_apply(self.config, self.bound, self.store is not None, self._model):
             # the same objects each step: compiled graphs are guarded on the hooks' identity

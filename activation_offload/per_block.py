@@ -194,8 +194,6 @@ class _Enter:
         if torch.compiler.is_compiling() or not _saving_here():
             return
         self.ac.__enter__()
-        if self.ac._codec is not None:  # stochastic noise keyed on (seed, step, index)
-            self.ac._codec.start_step(self.ac.step)
         # torch's global module hooks (which name modules) ran before this hook: the
         # block itself goes on the stack here, so rows get names inside the block
         self.ac._enter_module(module, args)

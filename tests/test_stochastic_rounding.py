@@ -317,3 +317,30 @@ def test_the_compiled_plugin_refuses_stochastic_streams(tmp_path):
     assert c_decode(driver, tmp_path, stream) is None
     y = np.frombuffer(py_decode(stream), np.float32).reshape(x.shape)
     assert np.abs(y.astype(np.float64) - x).max() <= 1e-2
+
+
+def test_a_resumed_run_repeats_the_step():
+    """The noise is keyed on (seed, step, index): a compression loaded from the state of
+    step 1 draws step 1's noise, whatever it ran before."""
+    from tensorpress.activation_offload import ActivationCompression
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 256, generator=g)
+    w = torch.randn(256, 8, generator=g, requires_grad=True)
+
+    def step(ac):
+        w.grad = None
+        with ac:
+            y = x @ w
+        y.square().sum().backward()
+        return w.grad.clone()
+
+    first = ActivationCompression("block", rel=1e-2, stochastic=True, seed=4)
+    step(first)
+    state = first.state_dict()
+    again = step(first)
+    resumed = ActivationCompression("block", rel=1e-2, stochastic=True, seed=4)
+    resumed.load_state_dict(state)
+    assert torch.equal(step(resumed), again)
+    fresh = ActivationCompression("block", rel=1e-2, stochastic=True, seed=4)
+    assert not torch.equal(step(fresh), again)  # step 0 draws other noise
