@@ -31,6 +31,7 @@ from .ids import (
     MD_LINEAR,
     PIVOT,
     REGRESSION,
+    WAVELET,
 )
 from .steps import code_bits, encode_with, fold_shape, sample_blocks
 
@@ -49,6 +50,7 @@ PREDICTOR_IDS = {
     "fitted": (FITTED,),
     "match": (MATCH,),
     "pivot": (PIVOT,),
+    "wavelet": (WAVELET,),
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
     "auto": (
         *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
@@ -197,6 +199,8 @@ def choose(
     quantizer's bound, precision and radius; pool: threads for the sampling, or None;
     predictor, alpha, beta: the codec's config; lattice: see ``candidates``; coded: a
     dict receiving ``(codes, outliers, side)`` of the candidates coded whole here."""
+    if predictor == "wavelet":  # opt-in: the chunk's own shape, nothing sampled
+        return (WAVELET, 1.0, 1.0), shape
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return _alone(every[0], values, eb)

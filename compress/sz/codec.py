@@ -42,7 +42,9 @@ Payload layout (inside one zstd frame), little-endian::
                        prediction fitted per chunk (sz/fitted.py), 12 each row of the
                        2-d layout predicted by an earlier row or a constant (sz/match.py),
                        13 the 2-d layout's columns predicted from the columns before
-                       them, in levels (sz/pivot.py)
+                       them, in levels (sz/pivot.py), 14 the values' bins of width
+                       2 * eb under a multilevel integer 5/3 wavelet (sz/wavelet.py;
+                       no outliers, code 2 * radius - 1 escapes a coefficient)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
@@ -59,7 +61,8 @@ Payload layout (inside one zstd frame), little-endian::
                        references (see compress/sz/match.py); only with predictor 13:
                        the model, then the Huffman streams of every segment of the
                        codes but the last (the pivots' and each level's: a table of
-                       their own; see compress/sz/pivot.py)
+                       their own; see compress/sz/pivot.py); only with predictor 14:
+                       escaped coefficients and exact fixes (see compress/sz/wavelet.py)
     u64 n + n bytes    Huffman stream of the (other) codes (see compress/sz/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
@@ -100,6 +103,7 @@ from .ids import (
     PIVOT,
     RAW,
     REGRESSION,
+    WAVELET,
     WITH_SIDE,
 )
 from .interpolation import decode_overlapped
@@ -127,7 +131,7 @@ from .steps import (
 
 #: the ids of predicted payloads (all but RAW)
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
-_PREDICTED += (LATTICE, FITTED, MATCH, PIVOT)
+_PREDICTED += (LATTICE, FITTED, MATCH, PIVOT, WAVELET)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -178,7 +182,8 @@ class SZCodec(Codec):
     below its step, else Lorenzo), ``fitted`` (neighbours' weights fitted per chunk,
     see sz/fitted.py), ``match`` (each row predicted by an earlier, similar row, else
     constant prediction; see sz/match.py), ``pivot`` (each column predicted from the
-    columns before it, else constant prediction; see sz/pivot.py) or ``interp`` (the
+    columns before it, else constant prediction; see sz/pivot.py), ``wavelet`` (the
+    values' bins under an integer 5/3 wavelet; see sz/wavelet.py) or ``interp`` (the
     interpolations but md-linear, by sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for

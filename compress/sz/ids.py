@@ -16,8 +16,10 @@ FITTED = 11
 MATCH = 12
 #: the columns of the 2-d layout predicted from the columns before them (sz/pivot.py)
 PIVOT = 13
+#: the values' bins under a multilevel integer 5/3 wavelet (sz/wavelet.py)
+WAVELET = 14
 #: the predictors with side information in the payload (bytes, see ``steps.encode_with``)
-WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT)
+WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT, WAVELET)
 #: the predictors whose side information is carried by their choice
 MODELLED = (FITTED, MATCH, PIVOT)
 #: the interpolations of kernels/interpolation.py, and their dimension order

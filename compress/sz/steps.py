@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..zstd import zstd_compress
-from . import constant, fitted, interpolation, lattice, lorenzo, match, pivot, regression
+from . import constant, fitted, interpolation, lattice, lorenzo, match, pivot, regression, wavelet
 from .huffman import huffman_encode
 from .ids import (
     CONSTANT,
@@ -31,6 +31,7 @@ from .ids import (
     MD_LINEAR,
     PIVOT,
     REGRESSION,
+    WAVELET,
 )
 from .kernels.huffman import huffman_depths
 
@@ -47,6 +48,7 @@ PREDICTORS = {
     FITTED: fitted,
     MATCH: match,
     PIVOT: pivot,
+    WAVELET: wavelet,
 }
 #: predictor choice: sample blocks per chunk, the share of the chunk they cover
 #: (1/32: up to six candidates are sampled; 1/8 chose no better on the corpus of
