@@ -16,6 +16,7 @@ __all__ = [
     "ActivationStats",
     "Adaptive",
     "BlockCompression",
+    "CompiledCompression",
     "CompressedActivations",
     "Handle",
     "HostMemoryFull",
@@ -25,8 +26,18 @@ __all__ = [
     "StoreStats",
     "TieredStore",
     "apply_activation_compression",
+    "compile_with_compression",
     "offload_activations",
     "offload_optimizer_state",
     "selective_checkpoint_contexts",
     "wrap",
 ]
+
+
+def __getattr__(name):
+    # the compiled-graph pass imports inductor, seconds of work: only when asked for
+    if name in ("CompiledCompression", "compile_with_compression"):
+        from . import compiled
+
+        return getattr(compiled, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

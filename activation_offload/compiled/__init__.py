@@ -1,0 +1,86 @@
+"""Saved activations held as codes inside graphs that inductor compiles.
+
+```python
+from tensorpress.activation_offload import compile_with_compression
+
+model = compile_with_compression(model, rel=1e-2)  # torch.compile(model), inductor
+loss = loss_fn(model(x), y)
+loss.backward()
+model.compression.saved  # bytes the compiled forwards save, before and after
+```
+
+``partition.py`` says what is encoded and where; ``ops.py`` the records.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import torch
+from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
+
+from .partition import KEEP, SavedBytes, encode_saved
+
+__all__ = ["KEEP", "CompiledCompression", "SavedBytes", "compile_with_compression"]
+
+#: tensors under this many elements are saved as they are (a record's scalars and the
+#: ops' launches cost more than they save)
+MIN_ELEMENTS = 4096
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = tuple(os.path.join(_HERE, f) for f in ("partition.py", "ops.py", "cpu_codes.py"))
+
+
+class CompiledCompression(CustomPartitionerFn):
+    """Inductor's partitioner, then each chosen saved tensor held as codes within
+    ``rel`` of its finite range (``rel=None``: nothing encoded, the saved bytes only
+    counted). ``saved`` sums what the compiled forwards save, in bytes."""
+
+    def __init__(self, rel: float | None = 1e-2, min_elements: int = MIN_ELEMENTS):
+        if rel is not None and not (isinstance(rel, (int, float)) and 1e-6 <= rel < 1):
+            raise ValueError(f"rel must be a float in [1e-6, 1), got {rel!r}")
+        self.rel = None if rel is None else float(rel)
+        self.min_elements = int(min_elements)
+        self.saved = SavedBytes()
+        self._key = uuid.uuid4().hex
+
+    def __call__(self, gm: torch.fx.GraphModule, joint_inputs, **kwargs: Any):
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+        budget = float(os.environ.get("TP_BUDGET", "1"))
+        with torch._functorch.config.patch(activation_memory_budget=budget):
+            fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        encode_saved(fw, bw, kwargs["num_fwd_outputs"], self.rel, self.min_elements, self.saved)
+        return fw, bw
+
+    def uuid(self):
+        # inductor's caches key graphs on this; a cached graph skips the partitioner and
+        # so ``saved``'s counting: each instance is its own key (the kernels' compiled
+        # code is still cached by its source)
+        return (get_hash_for_files(_SOURCES), self.rel, self.min_elements, self._key)
+
+    @property
+    def options(self) -> dict:
+        """``torch.compile(..., options=...)`` that applies this pass."""
+        return {"custom_partitioner_fn": self}
+
+    def compile(self, model, **kwargs):
+        """``torch.compile(model, **kwargs)`` with the pass (inductor backend); the
+        result's ``compression`` is this object."""
+        if kwargs.get("backend", "inductor") != "inductor":
+            raise ValueError(
+                "compiled compression runs in inductor's partitioner: use backend='inductor'"
+            )
+        options = {**(kwargs.pop("options", None) or {}), **self.options}
+        compiled = torch.compile(model, options=options, **kwargs)
+        compiled.compression = self
+        return compiled
+
+
+def compile_with_compression(
+    model, *, rel: float = 1e-2, min_elements: int = MIN_ELEMENTS, **kwargs
+):
+    """``torch.compile(model, **kwargs)`` whose graphs hold saved activations as codes
+    within ``rel`` of each tensor's range (:class:`CompiledCompression`)."""
+    return CompiledCompression(rel, min_elements).compile(model, **kwargs)
