@@ -20,7 +20,10 @@ limits add up to at most ``TOTAL_S``, 8 minutes):
 5. ``benchmarks/activations.py --device cuda``: step time over plain, peak memory,
    activation reduction and validation loss for plain, checkpoint, save_on_cpu, tp
    block (existing path), tp device codes and tp quant, CNN and byte-level LM, on few
-   steps.
+   steps;
+6. ``benchmarks/compiled.py --device cuda``: plain eager, ``torch.compile`` and
+   ``compile_with_compression`` (saved activations as codes inside inductor's graphs)
+   on the GPT-2-shaped LM scaled down: saved bytes, peak memory, step time, loss.
 
 The limits are estimates for an H200, not measurements: a GPT-2-small step at sequence
 1024, batch 8, in bf16 takes about 50-100 ms there, a step on the paths with host waits
@@ -78,6 +81,7 @@ def stages(dry: bool) -> list[tuple[str, list[str], int]]:
     tests = [py, "-m", "pytest", "-o", "addopts=", "-q", "-rs", "-m", "not slow"]
     tests += ["-k", "cuda", *TESTS]
     gpt2 = [py, "benchmarks/gpt2_memory.py"]
+    compiled = [py, "benchmarks/compiled.py", "--only", "eager", "compile", "tp compiled"]
     if dry:
         return [
             ("cuda tests (skip without CUDA)", tests, 120),
@@ -105,10 +109,16 @@ def stages(dry: bool) -> list[tuple[str, list[str], int]]:
                 + ["--lm-batch", "8"],
                 600,
             ),
+            (
+                "compiled",
+                [*compiled, "--device", "cpu", "--steps", "5", "--layers", "1", "--width", "64"]
+                + ["--heads", "2", "--seq", "64", "--batch", "2"],
+                600,
+            ),
         ]
     return [
         ("cuda tests under sync debug mode", tests, 85),
-        ("gpt2_memory", [*gpt2, "--markdown", "--budget-s", "165", "--search-s", "50"], 185),
+        ("gpt2_memory", [*gpt2, "--markdown", "--budget-s", "135", "--search-s", "50"], 155),
         (
             "tensor_latency",
             [py, "benchmarks/tensor_latency.py", "--device", "cuda"]
@@ -122,6 +132,7 @@ def stages(dry: bool) -> list[tuple[str, list[str], int]]:
             + ["--steps-cnn", "20", "--steps-lm", "20", *only],
             70,
         ),
+        ("compiled", [*compiled, "--device", "cuda", "--steps", "12", "--batch", "8"], 50),
     ]
 
 
