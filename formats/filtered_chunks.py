@@ -184,4 +184,6 @@ class FilteredChunks:
                     return chunk
                 out[...] = chunk
                 return out
+            if reader.header.nchunks == 1:  # as the filter writes: no row plan needed
+                return reader.chunk(0, out=out)
             return reader.read_rows(0, self.chunks[0], out)

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -41,6 +42,12 @@ HEADER_DTYPES = frozenset(
 )
 #: the software named in every stream's header
 WRITER = f"tensorpress {__version__}"
+#: JSON headers kept parsed and checked, by their bytes: every chunk of a dataset in the
+#: HDF5 filter layout is a stream with the same header, and a loader reads one chunk a
+#: sample, so parsing it again each time was a third of a sample's read
+FIELDS_CACHE = 64
+_fields_cache: dict[bytes, tuple] = {}
+_fields_lock = threading.Lock()
 
 
 def is_bfloat16(dtype) -> bool:
@@ -218,7 +225,7 @@ def parse_header(source) -> Header:
         raise ChecksumError("header checksum mismatch: the stream is corrupted")
     if flags != 0:
         raise FormatError(f"unknown header flags {flags:#x}")
-    fields = _header_fields(mv[PREAMBLE.size : end])
+    fields = _cached_fields(mv[PREAMBLE.size : end])
     check_fits_in_memory(_largest_chunk_bytes(fields), "one chunk of the stream")
     lengths, crcs, payload_offset = _parse_index(source, mv, end + CRC.size, fields)
     header = Header(version, *fields[:6], lengths, crcs, payload_offset, *fields[6:])
@@ -254,6 +261,31 @@ def _check_preamble(source) -> tuple[int, int, int]:
     if version < 1:
         raise FormatError(f"invalid format version {version}")
     return version, flags, PREAMBLE.size + hlen
+
+
+def _cached_fields(text) -> tuple:
+    """``_header_fields(text)``, from the cache when these bytes were parsed before (only
+    headers that passed every check are kept); the codec config and target are copies,
+    so a caller that changes its header's dicts changes no other stream's."""
+    key = bytes(text)
+    fields = _fields_cache.get(key)
+    if fields is None:
+        fields = _header_fields(key)
+        with _fields_lock:
+            if len(_fields_cache) >= FIELDS_CACHE:
+                _fields_cache.clear()  # a reader meets few distinct headers
+            _fields_cache[key] = fields
+    codec, target = _json_copy(fields[3]), _json_copy(fields[7])
+    return (*fields[:3], codec, *fields[4:7], target, fields[8])
+
+
+def _json_copy(v):
+    """A copy of a JSON value (dicts and lists copied, the rest immutable)."""
+    if isinstance(v, dict):
+        return {k: _json_copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_copy(x) for x in v]
+    return v
 
 
 def _header_fields(text) -> tuple:

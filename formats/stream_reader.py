@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -298,12 +299,33 @@ class ContainerReader:
         return self.read()[key]
 
 
+#: codecs made from stream headers' configs, by the config's repr (JSON values: equal
+#: reprs are equal configs): building one per chunk stream cost as much as decoding a
+#: small chunk; a codec decodes from any number of threads at once
+CODEC_CACHE = 64
+_codecs: dict[str, Codec] = {}
+_codecs_lock = threading.Lock()
+
+
+def _codec_of(config: dict) -> Codec:
+    """``get_codec(config)``, shared by every stream with this config."""
+    key = repr(config)
+    codec = _codecs.get(key)
+    if codec is None:
+        codec = get_codec(config)
+        with _codecs_lock:
+            if len(_codecs) >= CODEC_CACHE:
+                _codecs.clear()
+            _codecs[key] = codec
+    return codec
+
+
 def stream_codec(h: Header) -> Codec:
     """The codec a stream's header names, checked against the header: the codec exists,
     holds the header's dtype, and has a bound exactly when it is bounded (FormatError,
     or UnknownCodecError for a codec this installation lacks)."""
     try:
-        codec = get_codec(h.codec)
+        codec = _codec_of(h.codec)
     except (ValueError, TypeError, ArithmeticError) as exc:
         if h.codec["id"] in available_codecs():
             raise FormatError(f"invalid codec config {h.codec}: {exc}") from None
