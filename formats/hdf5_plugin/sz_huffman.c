@@ -11,6 +11,9 @@
 
 #define MAX_LEN 24
 #define LUT_BITS 12
+/* the index of streams above 10 bits a code: wider, since their codes past 12 bits are
+ * common and each costs a search; not below (its 32 KiB then crowd the L1 cache) */
+#define WIDE_BITS 13
 #define ALPHABET 65536u
 
 typedef struct table {
@@ -20,6 +23,7 @@ typedef struct table {
     uint64_t *multi;  /* next tb bits -> up to three codes: bits 0-4 their total length
                        * (0: a longer code first), 5-6 their count, 8-55 the symbols */
     int tb, lmax;
+    int multi_codes, wide; /* the multi-code table is built and used; WIDE_BITS */
 } table;
 
 static uint64_t rd64(const uint8_t *p)
@@ -74,11 +78,13 @@ static int build(table *t, const uint32_t *syms, const uint8_t *len, uint32_t n,
         t->first[l] = code;
         t->offset[l] = t->offset[l - 1] + (l > 1 ? t->cnt[l - 1] : 0);
     }
-    t->tb = t->lmax < LUT_BITS ? t->lmax : LUT_BITS;
+    int bits = t->wide ? WIDE_BITS : LUT_BITS;
+    t->tb = t->lmax < bits ? t->lmax : bits;
     t->sorted = malloc((size_t)n * sizeof *t->sorted);
     t->lut = calloc((size_t)1 << t->tb, sizeof *t->lut);
-    t->multi = malloc(((size_t)1 << t->tb) * sizeof *t->multi);
-    if (!t->sorted || !t->lut || !t->multi)
+    if (t->multi_codes)
+        t->multi = malloc(((size_t)1 << t->tb) * sizeof *t->multi);
+    if (!t->sorted || !t->lut || (t->multi_codes && !t->multi))
         return tp_fail(err, TP_E_MEMORY, "out of memory for a Huffman table");
     int64_t slot[MAX_LEN + 1];
     memcpy(slot, t->offset, sizeof slot);
@@ -94,7 +100,8 @@ static int build(table *t, const uint32_t *syms, const uint8_t *len, uint32_t n,
         for (uint32_t hi = 0; hi < (1u << (t->tb - l)); hi++)
             t->lut[rev | hi << l] = (uint32_t)syms[i] << 8 | (uint32_t)l;
     }
-    build_multi(t);
+    if (t->multi_codes)
+        build_multi(t);
     return 0;
 }
 
@@ -102,13 +109,11 @@ static int build(table *t, const uint32_t *syms, const uint8_t *len, uint32_t n,
  * from the next 24 stream bits as an integer whose first bit is its highest */
 static uint32_t slow(const table *t, uint64_t w)
 {
-    uint32_t msb = 0;
-    for (int b = 0; b < 3; b++) {
-        uint32_t x = (uint32_t)(w >> (8 * b)) & 0xff, r = 0;
-        for (int k = 0; k < 8; k++)
-            r |= ((x >> k) & 1) << (7 - k);
-        msb = msb << 8 | r;
-    }
+    uint32_t x = (uint32_t)w & 0xffffff; /* reversed: each byte's bits, then the bytes */
+    x = ((x >> 1) & 0x555555) | ((x & 0x555555) << 1);
+    x = ((x >> 2) & 0x333333) | ((x & 0x333333) << 2);
+    x = ((x >> 4) & 0x0f0f0f) | ((x & 0x0f0f0f) << 4);
+    uint32_t msb = (x & 0xff) << 16 | (x & 0xff00) | x >> 16;
     for (int l = t->tb + 1; l <= t->lmax; l++) {
         int64_t k = (int64_t)(msb >> (MAX_LEN - l)) - t->first[l];
         if (k >= 0 && k < t->cnt[l])
@@ -122,9 +127,41 @@ static int overrun(tp_err *err)
     return tp_fail(err, TP_E_FORMAT, "huffman: bitstream ends in the middle of a code");
 }
 
+/* one code a lookup (streams above 4 bits a code, where an entry rarely holds two): as
+ * many codes from one load of 56 bits as surely fit, the lookups chained through shifts */
+static int run_single(const table *t, const uint8_t *padded, uint64_t nbits, uint16_t *codes,
+                      uint64_t count, tp_err *err)
+{
+    uint64_t pos = 0, i = 0, mask = ((uint64_t)1 << t->tb) - 1;
+    while (i < count) {
+        if (pos > nbits)
+            return overrun(err);
+        uint64_t w = peek(padded, pos);
+        for (int avail = 56; avail >= t->lmax && i < count;) {
+            uint32_t e = t->lut[w & mask];
+            if (e == 0)
+                e = slow(t, w); /* avail >= lmax: the whole code is in w */
+            uint32_t l = e & 0xff;
+            if (l == 0)
+                return overrun(err);
+            codes[i++] = (uint16_t)(e >> 8);
+            w >>= l;
+            avail -= (int)l;
+            pos += l;
+        }
+    }
+    if (pos != nbits)
+        return tp_fail(err, TP_E_FORMAT, "huffman: %s after decoding %llu symbols",
+                       pos > nbits ? "the bitstream ends early" : "bits left over",
+                       (unsigned long long)count);
+    return 0;
+}
+
 static int run(const table *t, const uint8_t *padded, uint64_t nbits, uint16_t *codes,
                uint64_t count, tp_err *err)
 {
+    if (!t->multi_codes)
+        return run_single(t, padded, nbits, codes, count, err);
     uint64_t pos = 0, i = 0, mask = ((uint64_t)1 << t->tb) - 1;
     while (i + 3 <= count) { /* room for three codes: an entry's are all written */
         uint64_t w = peek(padded, pos), e = t->multi[w & mask];
@@ -199,7 +236,8 @@ static int decode_many(const uint8_t *p, size_t len, uint32_t n, uint64_t nbits,
 {
     const uint8_t *lens = p + 12 + 2 * (size_t)n, *bits = lens + n;
     size_t nbytes = len - 12 - 3 * (size_t)n;
-    table t = {.sorted = NULL, .lut = NULL, .multi = NULL};
+    /* up to 4 bits a code: three codes an entry pay (compress/sz/huffman.py's choice) */
+    table t = {.multi_codes = nbits <= 4 * count, .wide = nbits > 10 * count};
     uint8_t *padded = NULL;
     int rc = check_table(lens, n, count, nbits, &t.lmax, err);
     if (rc == 0 && nbits % 8 && bits[nbytes - 1] >> (nbits % 8))
