@@ -302,3 +302,88 @@ def test_fuzz_payload_and_header_mutants(driver, tmp_path, chunks, entropy_chunk
         bad = rewrite_header(stream, text=bytes(text))
         got, want = c_decode(driver, tmp_path, bad, cd), py_decode(bad, cd)
         assert got is None or got == want, bytes(text)  # never values Python refuses
+
+
+#: a normal tolerance whose half is subnormal and rounds: the stochastic step is
+#: steps_for(tol / 2), which then differs from tol * (1 - 2**-12)
+_TOL_HALF_ROUNDS = (2**52 + 1) * 2.0**-1074
+
+
+def _stochastic_cases():
+    x = np.random.default_rng(0).standard_normal((50, 40))
+    yield x.astype(np.float32), {"abs": 1e-2}
+    yield x.astype(np.float16), {"abs": 1e-2}
+    yield x, {"rel": 1e-3, "entropy": "zstd"}
+    yield x * (100 * _TOL_HALF_ROUNDS), {"abs": _TOL_HALF_ROUNDS}
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_stochastic_block_streams_decode_bit_for_bit(driver, tmp_path, case):
+    """block's stochastic codes count in the step of half the tolerance, divided as
+    Python divides it: the C decoder reads them bit for bit as Python (every chunk),
+    values that differ from the same codes read on the nearest-rounding step."""
+    x, opts = list(_stochastic_cases())[case]
+    stream = tp.compress(x, codec="block", stochastic=True, seed=4, chunk_bytes=2048, **opts)
+    assert read_header(stream).nchunks > 1
+    got = c_decode(driver, tmp_path, stream)
+    assert got is not None and got == py_decode(stream)
+    y = np.frombuffer(got, x.dtype).astype(np.float64)
+    tol = read_header(stream).bound.tolerance
+    assert np.all(np.abs(y - x.reshape(-1).astype(np.float64)) <= tol)
+    nearest = rewrite_header(stream, lambda h: h["codec"].update(stochastic=False))
+    assert c_decode(driver, tmp_path, nearest) == py_decode(nearest) != got
+
+
+def test_a_stochastic_block_stream_reads_as_an_hdf5_chunk(driver, tmp_path):
+    x = np.random.default_rng(1).standard_normal((40, 30)).astype(np.float32)
+    stream = tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=9)
+    cd = filter_cd("block", ">f4", x.shape, abs=1e-2)  # a big-endian dataset
+    got = c_decode(driver, tmp_path, stream, cd)
+    assert got is not None and got == py_decode(stream, cd)
+    assert np.array_equal(np.frombuffer(got, ">f4"), np.frombuffer(py_decode(stream), "<f4"))
+
+
+def _codec_of(**params):
+    return _set("codec", {"id": "block", **params})
+
+
+#: stochastic configs (checksums valid) with whether Python decodes the stream
+STOCHASTIC_EDITS = [
+    (_codec_of(stochastic=True, seed=-1), False),
+    (_codec_of(stochastic=True, seed=2**31), False),
+    (_codec_of(stochastic=True, seed=4.0), False),
+    (_codec_of(stochastic=True, seed=True), False),
+    (_codec_of(stochastic=True, seed="4"), False),
+    (_codec_of(stochastic=True, seed=None), False),
+    (_codec_of(stochastic=False, seed=-1), False),  # the seed is checked either way
+    (_codec_of(stochastic=1, seed=4), False),
+    (_codec_of(stochastic=None, seed=4), False),
+    (_codec_of(stochastic="true", seed=4), False),
+    (_codec_of(stochastic=True, seed=4, pw_rel=1e-2), False),
+    (_codec_of(stochastic=True, seed=4, pw_rel=None), True),
+    (_codec_of(stochastic=True, seed=4, abs=1e-2), True),
+    (_codec_of(stochastic=True, seed=4, rel=1e-2), True),
+    (_codec_of(stochastic=True), True),  # the seed only drew the noise
+    (_codec_of(stochastic=True, seed=2**31 - 1, entropy="zstd"), True),
+    (_codec_of(stochastic=False), True),  # other values: the nearest step
+]
+
+
+def test_stochastic_configs_agree_with_python(driver, tmp_path):
+    x = np.random.default_rng(0).standard_normal((50, 40)).astype(np.float32)
+    stream = tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=4)
+    for k, (edit, decodes) in enumerate(STOCHASTIC_EDITS):
+        bad = rewrite_header(stream, edit)
+        want = py_decode(bad)
+        assert (want is not None) == decodes, k
+        assert c_decode(driver, tmp_path, bad) == want, k
+
+
+def test_stochastic_on_a_pw_rel_stream_reads_as_python_reads_it(driver, tmp_path, chunks):
+    """A pw_rel bound of the stream's alone (none in the config): Python's codec takes the
+    config, and pw_rel blocks carry their own steps, so the values are the same."""
+    stream, cd = chunks["block_pw"]
+    edited = rewrite_header(stream, lambda h: h["codec"].update(stochastic=True, seed=1))
+    want = py_decode(edited, cd)
+    assert want is not None and want == py_decode(stream, cd)
+    assert c_decode(driver, tmp_path, edited, cd) == want

@@ -220,11 +220,19 @@ static int blocks(chunk *c)
     return c->pos == c->size ? 0 : -1;
 }
 
+/* the step codes count in: stochastic codes on the step of half the tolerance, divided
+ * as Python divides it (stochastic_steps: steps_for(tol / 2), which differs from
+ * tol * margin where tol / 2 rounds, in the subnormals) */
+static double block_step(const tp_header *h)
+{
+    return tp_step_for(h->b_stochastic ? h->tolerance / 2.0 : h->tolerance);
+}
+
 int tp_block_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
                     uint8_t *out, tp_err *err)
 {
     chunk c = {p, len, 0, 0, n, (n + BLOCK - 1) / BLOCK, h->itemsize,
-               h->bound_mode == TP_BOUND_PW_REL, tp_step_for(h->tolerance), 0, out};
+               h->bound_mode == TP_BOUND_PW_REL, block_step(h), 0, out};
     if (len < 1)
         return tp_fail(err, TP_E_FORMAT, "block payload is empty");
     if (p[0] == 1) {

@@ -187,6 +187,25 @@ static int sz_params(const tp_json *j, uint32_t t, tp_err *err)
     return 0;
 }
 
+/* block's parameters beyond entropy, checked as BlockCodec's constructor checks them:
+ * stochastic true or false, seed an integer in [0, 2**31) whatever stochastic is, and
+ * stochastic rounding under no pw_rel bound of the config's (a pw_rel bound of the
+ * stream's alone reads as Python reads it: pw_rel blocks carry their own steps) */
+static int block_params(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
+{
+    uint32_t flag = tp_json_get(j, t, "stochastic"), seed = tp_json_get(j, t, "seed");
+    uint32_t pw = tp_json_get(j, t, "pw_rel");
+    uint64_t s = 0;
+    h->b_stochastic = 0;
+    if (flag && !quant_flag(j, flag, &h->b_stochastic))
+        return bad(err, "block stochastic is not true or false");
+    if (seed && (!tp_json_count(j, seed, &s) || s >= (1u << 31)))
+        return bad(err, "block seed is not an integer in [0, 2**31)");
+    if (h->b_stochastic && pw && j->tok[pw].type != TP_J_NULL)
+        return bad(err, "block stochastic rounding under a pw_rel bound");
+    return 0;
+}
+
 /* one parameter key=v of the codec config (not its id); *bounds counts bound keys */
 static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds, tp_err *err)
 {
@@ -220,6 +239,9 @@ static int codec_param(const tp_json *j, uint32_t key, tp_header *h, int *bounds
             return 0; /* a reader decodes mode 3 whatever the config says */
         return bad(err, "block entropy is not 'none' or 'zstd'");
     }
+    if (h->codec == TP_BLOCK && (tp_json_str_eq(j, key, "stochastic") ||
+                                 tp_json_str_eq(j, key, "seed")))
+        return 0; /* checked once the config is read (block_params) */
     return bad(err, "unknown parameter in the codec config");
 }
 
@@ -250,6 +272,8 @@ static int codec(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
         return bad(err, "the codec config gives more than one bound");
     if (h->codec == TP_SZ)
         return sz_params(j, t, err);
+    if (h->codec == TP_BLOCK)
+        return block_params(j, t, h, err);
     return h->codec == TP_QUANT ? quant_params(j, t, h, err) : 0;
 }
 

@@ -57,6 +57,7 @@ typedef struct tp_header {
     int q_bits, q_group;   /* quant: bits a code (2, 4, 8), values a group (16..4096) */
     int q_stochastic, q_hadamard;
     uint32_t q_seed;       /* quant: the noise's and the signs' seed, below 2**31 */
+    int b_stochastic;      /* block: stochastic rounding, codes on tol / 2's step */
     double bound_value, tolerance;
     uint64_t nchunks;
     const uint8_t *index;  /* the chunk index entries: u64 length, u32 CRC each */
