@@ -187,6 +187,20 @@ def cases():
         signs * 2.0 ** _low_rank((80, 64), 42),
         {"pw_rel": 1e-4, "predictor": "pivot"},
     )
+    wave = _smooth((20, 24, 28), np.float32, 43)
+    wave[2, 3, 4] = np.nan
+    wave[5, 6, 7] = 1e30  # past the largest bin: a fix
+    yield "sz_f32_wavelet_3d", wave, {"abs": 0.01, "predictor": "wavelet", "radius": 64}
+    yield (
+        "sz_f16_wavelet_2d",
+        _smooth((37, 41), np.float16, 44),
+        {"rel": 1e-3, "predictor": "wavelet"},
+    )
+    yield (
+        "sz_f64_wavelet_pw_rel",
+        signs[:40] * 2.0 ** _smooth((30, 40), np.float64, 45) / 50,
+        {"pw_rel": 1e-3, "predictor": "wavelet"},
+    )
 
 
 def _tokens(shape, seed, vocab=5):
