@@ -10,7 +10,10 @@ element. tensorpress is ``tensorpress.files.compress_to_zarr`` itself (the comma
 job: zarr metadata, per-chunk markers, the commit); the peers are a task written here
 that does the same steps with their codec and a zarr chunk file per chunk. Timings
 are medians of ``--repeat`` runs, the contenders interleaved; the cluster is started
-and warmed up (imports, compiled kernels) before the clock runs.
+and warmed up (imports, compiled kernels) before the clock runs. Beside the wall time,
+the CPU seconds of every process (the workers, and this one with the scheduler): on
+cores that other jobs share, the CPU a job takes says whether a second worker added
+work, where the wall time cannot.
 
 Also measured: the scheduler's cost per task (a no-op task per chunk, 1 and 2
 workers), for the plan of a larger run.
@@ -130,6 +133,16 @@ def run_tensorpress(address: str, src: str, store: str, bound: float) -> dict:
     return {"seconds": seconds, "in": nin, "out": nout, "err": 1.0}
 
 
+def cpu_seconds(client) -> float:
+    """CPU seconds used so far by this process and every worker process: on cores other
+    jobs share, wall time says little about scaling, the CPU a job takes far more."""
+
+    def used():
+        return time.process_time()
+
+    return time.process_time() + sum(client.run(used).values())
+
+
 def noop(i):
     return i
 
@@ -144,20 +157,28 @@ def task_overhead(client, n: int) -> float:
     return statistics.median(times)
 
 
-def warm_up(client) -> None:
-    """Imports and compiled kernels in every worker, before any clock runs."""
+def warm_up(client, address: str, tmp: str) -> None:
+    """Imports and compiled kernels in every worker, before any clock runs: the codecs
+    on 4-d chunks (numba compiles, or loads, a kernel per number of dimensions) and the
+    whole tensorpress job on a small file of the same layout."""
 
     def warm():
         from numcodecs.zfpy import ZFPY
         from numcodecs_wasm_sz3 import Sz3
         from tensorpress.formats.zarr_codecs import SZ
 
-        x = np.random.default_rng(0).random((8, 64, 64), dtype=np.float32)
+        x = np.random.default_rng(0).random((1, LEVELS, 32, 64), dtype=np.float32)
         for c in (SZ(abs=1e-3), Sz3(eb_mode="abs", eb_abs=1e-3), ZFPY(mode=4, tolerance=1e-3)):
             c.decode(c.encode(x))
         return True
 
     client.run(warm)
+    small = os.path.join(tmp, "warm.nc")
+    bound = make_input(small, 16 * LEVELS * LAT * LON * 4 / 2**30)  # 16 chunks
+    for _ in range(2):  # every worker gets chunks
+        store = os.path.join(tmp, "warm.zarr")
+        run_tensorpress(address, small, store, bound)
+        shutil.rmtree(store)
 
 
 def measure(workers: int, src: str, bound: float, steps: int, repeat: int, tmp: str) -> dict:
@@ -175,31 +196,45 @@ def measure(workers: int, src: str, bound: float, steps: int, repeat: int, tmp: 
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
-        warm_up(client)
+        warm_up(client, cluster.scheduler_address, tmp)
         for r in range(repeat):  # the contenders interleaved: the machine is shared
             for name in runs:
                 store = os.path.join(tmp, f"{name.replace(' ', '_')}-{workers}-{r}.zarr")
+                cpu0 = cpu_seconds(client)
                 if name == "tensorpress sz":
-                    runs[name].append(run_tensorpress(cluster.scheduler_address, src, store, bound))
+                    run = run_tensorpress(cluster.scheduler_address, src, store, bound)
                 else:
-                    runs[name].append(run_peer(client, name, src, store, bound, steps))
+                    run = run_peer(client, name, src, store, bound, steps)
+                run["cpu"] = cpu_seconds(client) - cpu0
+                runs[name].append(run)
                 shutil.rmtree(store, ignore_errors=True)
         overhead = task_overhead(client, 500)
     return {"runs": runs, "overhead": overhead}
 
 
 def summarize(results: dict) -> None:
-    rows, mbps = [], {}
+    rows, mbps, cpu = [], {}, {}
     for workers, res in results.items():
         for name, runs in res["runs"].items():
             secs = statistics.median(r["seconds"] for r in runs)
+            cpu[(name, workers)] = statistics.median(r["cpu"] for r in runs)
             ratio = runs[0]["in"] / runs[0]["out"]
             mbps[(name, workers)] = runs[0]["in"] / 1e6 / secs
-            rows.append((name, workers, mbps[(name, workers)], ratio, secs))
-    print(f"{'contender':<16}{'workers':>8}{'MB/s':>10}{'ratio':>9}{'seconds':>10}{'2w/1w':>8}")
-    for name, w, speed, ratio, secs in rows:
-        scale = mbps.get((name, 2), math.nan) / mbps[(name, 1)] if w == 2 else math.nan
-        print(f"{name:<16}{w:>8}{speed:>10.1f}{ratio:>9.2f}{secs:>10.2f}{scale:>8.2f}")
+            per_cpu = runs[0]["in"] / 1e6 / cpu[(name, workers)]
+            rows.append((name, workers, mbps[(name, workers)], per_cpu, ratio, secs))
+    print(
+        f"{'contender':<16}{'workers':>8}{'MB/s':>9}{'MB/cpu-s':>10}{'ratio':>8}"
+        f"{'seconds':>9}{'2w/1w':>7}{'cpu 1w/2w':>10}"
+    )
+    for name, w, speed, per_cpu, ratio, secs in rows:
+        scale = eff = math.nan
+        if w == 2:
+            scale = mbps[(name, 2)] / mbps[(name, 1)]
+            eff = cpu[(name, 1)] / cpu[(name, 2)]  # 1.0: a second worker adds no work
+        print(
+            f"{name:<16}{w:>8}{speed:>9.1f}{per_cpu:>10.1f}{ratio:>8.2f}{secs:>9.2f}"
+            f"{scale:>7.2f}{eff:>10.2f}"
+        )
     for w, res in results.items():
         print(f"scheduler: {res['overhead'] * 1e3:.2f} ms per no-op task, {w} worker(s)")
     _targets(results, mbps)
