@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import time
 
-from .errors import UserError
+from .errors import Terminated, UserError
 from .output import finite_or_none, size_text
 
 
@@ -69,7 +70,7 @@ def run_compress_zarr(args, codec: str, codec_options: dict, bound, overrides: d
         raise UserError(f"{args.output} is a directory but not a zarr store: give a new name")
     kwargs = {} if args.chunk is None else {"chunk_bytes": args.chunk}
     t0 = time.perf_counter()
-    with ZarrProgress(args.quiet) as progress:
+    with ZarrProgress(args.quiet) as progress, _resumable_note(args.output):
         job = compress_to_zarr(
             args.input,
             args.output,
@@ -116,6 +117,25 @@ def _tree_bytes(path: str) -> int:
     if not os.path.isdir(path):
         return os.path.getsize(path)
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+@contextlib.contextmanager
+def _resumable_note(output: str):
+    """On an interrupt, say that the verified chunks are kept for a rerun (the command
+    then says that no OUTPUT was written)."""
+    from ..files.zarr_commit import count_marked, partial_path
+
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated):
+        partial = partial_path(os.path.abspath(output))
+        if os.path.isdir(partial):
+            print(
+                f"tensorpress: {partial} keeps {count_marked(partial)} verified chunk(s): "
+                "run the same command again to finish",
+                file=sys.stderr,
+            )
+        raise
 
 
 def is_zarr_store(path: str) -> bool:
