@@ -18,6 +18,7 @@ from .output import (
     print_table,
     rate_text,
     size_text,
+    unbounded_text,
 )
 from .zarr_cmd import is_zarr_path, resumed_line, run_compress_zarr
 
@@ -165,7 +166,7 @@ def target_text(target: dict | None) -> str:
 def _bound_cell(d: dict) -> str:
     """The bound column of a dataset row: its bound, then its PSNR target if any."""
     target = target_text(d.get("target"))
-    return bound_text(d["bound"]) + (f", {target}" if target else "")
+    return bound_text(d["bound"], d.get("codec")) + (f", {target}" if target else "")
 
 
 def _summary(command: str, args, reports: list, seconds: float) -> dict:
@@ -362,7 +363,7 @@ def _info_container(path: str, as_json: bool) -> int:
         ("dtype / shape", f"{meta['dtype']} {tuple(meta['shape'])} ({meta['order']} order)"),
         (
             "bound",
-            "lossless"
+            unbounded_text(meta["config"])
             if bound is None
             else f"{bound['mode']}={bound['value']:g} (absolute tolerance {bound['tolerance']:g})"
             if bound["mode"] != "pw_rel"

@@ -60,15 +60,33 @@ def finite_or_none(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def bound_text(bound: dict | None) -> str:
-    """A stored bound for a table: ``rel=0.001 (abs 0.0123)``, ``abs=0.5``, ``lossless``."""
+def bound_text(bound: dict | None, codec: dict | None = None) -> str:
+    """A stored bound for a table: ``rel=0.001 (abs 0.0123)``, ``abs=0.5``; without one,
+    what the codec config ``codec`` keeps: ``lossless``, ``4-bit quant, no bound``."""
     if not bound:
-        return "lossless"
+        return unbounded_text(codec)
     text = f"{bound['mode']}={bound['value']:g}"
     tol = bound.get("tolerance")
     if bound["mode"] == "rel" and tol is not None:
         text += f" (abs {tol:.4g})"
     return text
+
+
+def unbounded_text(codec: dict | None) -> str:
+    """What a codec config without an error bound keeps: ``lossless`` (zstd, or no config),
+    else its bits (quant: ``4-bit quant, no bound``), never "lossless" for a lossy codec."""
+    if not isinstance(codec, dict):
+        return "lossless"
+    from .. import get_codec
+
+    try:
+        c = get_codec(codec)
+    except (ValueError, TypeError, KeyError, ArithmeticError):  # unknown or invalid: no more
+        return "no bound"
+    if not c.lossy:
+        return "lossless"
+    bits = getattr(c, "bits", None)
+    return f"{bits}-bit {c.name}, no bound" if bits else f"lossy {c.name}, no bound"
 
 
 def codec_text(codec) -> str:

@@ -290,8 +290,9 @@ def test_info_json(capsys, field_file):
         (np.linspace(1, 2, 50), {"pw_rel": 1e-2}, "pw_rel=0.01"),
         (np.float16(3.5), {"abs": 0.5}, "abs=0.5 (absolute tolerance 0.5)"),
         (np.zeros((0, 8), np.float32), {"rel": 1e-3}, "rel=0.001"),
+        (np.linspace(1, 2, 50, dtype=np.float32), {"codec": "quant"}, "4-bit quant, no bound"),
     ],
-    ids=["zstd", "pw_rel", "0-d", "empty"],
+    ids=["zstd", "pw_rel", "0-d", "empty", "quant"],
 )
 def test_info_other_streams(capsys, tmp_path, x, kw, bound_text):
     path = tmp_path / "x.tp"
@@ -301,6 +302,22 @@ def test_info_other_streams(capsys, tmp_path, x, kw, bound_text):
     assert bound_text in out
     assert f"{tuple(np.shape(x))}" in out
     assert _json(capsys, "info", str(path))["shape"] == list(np.shape(x))
+
+
+def test_quant_tables_say_lossy_with_no_bound(capsys, tmp_path):
+    """quant is lossy and has no error bound: the compress and info tables give its bits,
+    never "lossless" (zstd's)."""
+    src, out_h5 = tmp_path / "in.h5", tmp_path / "q.h5"
+    with h5py.File(src, "w") as f:
+        f["x"] = _field((40, 30))
+    argv = ["compress", str(src), str(out_h5), "--codec", "quant", "--bits", "2"]
+    rc, out, err = _run(capsys, *argv, "--layout", "stream")
+    assert rc == 0 and "2-bit quant, no bound" in out and "lossless" not in out, out + err
+    rc, out, _ = _run(capsys, "info", str(out_h5))
+    assert rc == 0 and "2-bit quant, no bound" in out and "lossless" not in out
+    assert output.bound_text(None, {"id": "zstd"}) == output.bound_text(None) == "lossless"
+    assert output.bound_text(None, {"id": "quant", "bits": 8}) == "8-bit quant, no bound"
+    assert output.bound_text(None, {"id": "quant", "bits": 3}) == "no bound"  # invalid
 
 
 @pytest.mark.parametrize(

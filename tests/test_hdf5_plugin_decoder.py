@@ -22,9 +22,10 @@ from stream_edits import set_bound as _bound
 from stream_edits import set_field as _set
 from tensorpress.formats import hdf5_filter, read_header
 
-#: golden streams of codecs the plugin decodes (quant and bfloat16 are refused; sz's are
-#: test_hdf5_plugin_sz.py's)
-DECODED = ("zstd_", "block", "int8_")
+#: golden streams of codecs the plugin decodes, bit for bit (sz's are in
+#: test_hdf5_plugin_sz.py, quant's float streams in test_hdf5_plugin_quant.py); bfloat16
+#: streams, whatever their codec, are refused
+DECODED = ("zstd_", "block", "int8_", "quant_")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_golden_streams_decode_as_in_python_or_are_refused(driver, tmp_path, nam
     if supported:
         assert got == py_decode(blob)
     else:
-        assert got is None  # sz, quant, bfloat16: not decoded yet, refused cleanly
+        assert got is None  # bfloat16 (block2_bf16_rel, quant_bf16_4bit): refused cleanly
 
 
 def test_the_first_block_layout_is_refused(driver, tmp_path):
