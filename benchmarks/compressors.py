@@ -88,6 +88,7 @@ SZ, SZ_TARGETS = "tp-sz/1", {"1e-2": 1.15, "1e-3": 1.25, "1e-4": 1.25}  # ratio 
 SZ_FLOOR = 0.95  # tp-sz/1 ratio / SZ3 on every array
 GROUPS = (("all", ("real", "simulated", "dl")), ("science", ("real", "simulated")))
 GROUPS += (("dl", ("dl",)),)
+OPT_IN = ("tp-sz-wavelet/1", "sperr")  # run when --codecs names them (sperr: see _sperr_codecs)
 RD_CODECS = ("tp-sz/1", "tp-block/1", REFERENCE, "zfp")  # the --rate-distortion sweep
 TARGET_SPEED_X = 5.0  # tp-block/1 speed >= 5x SZ3
 TARGET_DL_RATIO_X = 0.7  # tp-block/1 ratio >= 0.7x SZ3 on deep-learning arrays
@@ -134,6 +135,8 @@ def _tensorpress_codecs(notes: list[str]) -> list[Codec]:
         return tp.decompress(blob, workers=workers)
 
     variants = [("sz", "sz/1", 1), ("sz", "sz/all", None)]
+    # the opt-in wavelet predictor (sz/wavelet.py), named by --codecs only
+    variants += [({"id": "sz", "predictor": "wavelet"}, "sz-wavelet/1", 1)]
     if "block" in tp.available_codecs():
         z = {"id": "block", "entropy": "zstd"}
         variants += [("block", "block/1", 1), ("block", "block/2", 2), (z, "block-z/1", 1)]
@@ -247,6 +250,25 @@ def _zfp_codecs(notes: list[str]) -> list[Codec]:
     return [Codec("zfp", "zfp", True, encode, decode)]
 
 
+def _sperr_codecs(notes: list[str]) -> list[Codec]:
+    """SPERR (wavelet, SPECK coding, outlier correction) at a point-wise bound. Its
+    float32 output can land an ulp past the bound (flagged): opt-in, so that the default
+    run's exit status stays tensorpress's."""
+    try:
+        from numcodecs_wasm_sperr import Sperr
+    except ImportError:
+        notes.append("numcodecs-wasm-sperr not installed: SPERR rows skipped")
+        return []
+
+    def encode(x, rel, eb):
+        return Sperr(mode="pwe", pwe=eb).encode(np.ascontiguousarray(x))
+
+    def decode(blob, shape, dtype):
+        return np.asarray(Sperr(mode="pwe", pwe=1.0).decode(blob)).reshape(shape)
+
+    return [Codec("sperr", "sperr", True, encode, decode)]
+
+
 def _lossless_codecs(notes: list[str]) -> list[Codec]:
     codecs = []
     try:
@@ -307,6 +329,7 @@ def make_codecs(notes: list[str]) -> list[Codec]:
         _tensorpress_codecs(notes)
         + _sz3_codecs(notes)
         + _zfp_codecs(notes)
+        + _sperr_codecs(notes)
         + _lossless_codecs(notes)
     )
 
@@ -918,6 +941,8 @@ def _select_codecs(args, notes: list[str]) -> tuple[list[Codec], bool]:
     codecs = make_codecs(notes)
     run_quant = (not args.codecs or QUANT in args.codecs) and _quant_available(notes)
     wanted = args.codecs or (RD_CODECS if args.rate_distortion else None)
+    if not wanted:
+        codecs = [c for c in codecs if c.name not in OPT_IN]
     if wanted:
         known = {c.name for c in codecs} | {QUANT}
         for name in args.codecs or ():
