@@ -388,3 +388,62 @@ def test_stochastic_on_a_pw_rel_stream_reads_as_python_reads_it(driver, tmp_path
     want = py_decode(edited, cd)
     assert want is not None and want == py_decode(stream, cd)
     assert c_decode(driver, tmp_path, edited, cd) == want
+
+
+def _with_first_payload(stream: bytes, payload: bytes) -> bytes:
+    """``stream`` with its first chunk's payload replaced by ``payload`` (any length), its
+    index and checksums made valid."""
+    from tensorpress.formats.stream_header import chunk_crc, encode_index
+
+    h = read_header(stream)
+    lengths, crcs = list(h.lengths), list(h.crcs)
+    lengths[0], crcs[0] = len(payload), chunk_crc(payload, 0, h.version)
+    at = h.payload_offset - len(encode_index(h.lengths, h.crcs))
+    rest = stream[h.offsets[0] + h.lengths[0] :]
+    return stream[:at] + encode_index(lengths, crcs) + payload + rest
+
+
+_SKIPPABLE = b"\x50\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"abcd"
+
+
+def _frame_variants(head: bytes, frame: bytes, checksum: bool):
+    """(payload, whether it decodes as the original) per SPEC.md's rule on the first
+    zstd frame of a payload (check 7); ``checksum``: the frame has a content checksum."""
+    unsized = zstandard.ZstdCompressor(write_content_size=False, write_checksum=True)
+    unsized = unsized.compress(zstandard.ZstdDecompressor().decompress(frame))
+    yield head + frame + b"\x01\x02\x03", True  # bytes after the frame: ignored
+    yield head + frame + frame, True  # a second frame: ignored
+    yield head + frame + _SKIPPABLE, True
+    yield head + frame + frame[:5], True
+    yield head + unsized + b"xyz", True  # no declared size, then bytes after it
+    yield head + _SKIPPABLE + frame, False  # a skippable frame first
+    yield head + frame[:-1], False  # cut short
+    if checksum:
+        yield head + frame[:-3] + bytes(b ^ 0xFF for b in frame[-3:]), False
+
+
+@pytest.mark.parametrize("codec", ["zstd", "sz", "stage", "mode3"])
+def test_bytes_after_the_first_zstd_frame_are_ignored_by_both(driver, tmp_path, codec):
+    """The codec's frame (zstd, sz), a stage's, block's mode 3: the first frame decodes,
+    what follows it is ignored; a skippable frame first, a cut frame, a bad checksum are
+    refused; the C decoder and Python agree on each."""
+    x = np.cumsum(np.random.default_rng(0).standard_normal((40, 30)), 0).astype(np.float32)
+    config = {
+        "zstd": {"id": "zstd"},
+        "sz": {"id": "sz", "abs": 1e-2},
+        "stage": {"id": "block", "abs": 1e-3, "stages": [{"id": "zstd", "checksum": True}]},
+        "mode3": {"id": "block", "entropy": "zstd", "abs": 1e-3},
+    }[codec]
+    x = np.tile(np.maximum(x[:4], 0), (10, 1)) if codec == "mode3" else x
+    stream = tp.compress(x, codec=config, chunk_bytes=1 << 30)
+    h = read_header(stream)
+    payload = stream[h.offsets[0] : h.offsets[0] + h.lengths[0]]
+    skip = 1 if codec == "mode3" else 0
+    assert payload[:skip] == (b"\x03" if skip else b"")
+    want = py_decode(stream)
+    variants = _frame_variants(payload[:skip], payload[skip:], codec == "stage")
+    for k, (bad, same) in enumerate(variants):
+        edited = _with_first_payload(stream, bad)
+        got = c_decode(driver, tmp_path, edited)
+        assert got == py_decode(edited), (codec, k)
+        assert (got == want) if same else (got is None), (codec, k)
