@@ -2,7 +2,9 @@
 against the Python decoder, built with AddressSanitizer and UndefinedBehaviorSanitizer:
 streams of each predictor it decodes (float16/32/64, 1-d to 4-d, partial edge chunks,
 NaN and Inf, abs, rel and pw_rel) decode bit for bit as `tp.decompress` decodes them;
-every sz golden stream (v1 and v2, every predictor) decodes the same; CRC-valid hostile
+every sz golden stream (v1 and v2, every predictor) decodes the same, or is refused as
+unsupported where its predictor has no C decoder yet (``pending()``, read from
+sz_predictors.c, so this tightens by itself as decoders land); CRC-valid hostile
 payloads (their zstd frame re-made around mutated bytes) get the same values or the same
 refusal, never a sanitizer report; h5py in a subprocess without tensorpress reads a
 CLI-compressed sz file as the in-process filter does. The interpolation, fitted, match
@@ -27,6 +29,19 @@ from tensorpress.cli import main
 from tensorpress.compress.zstd import zstd_compress, zstd_decompress
 from tensorpress.formats import read_header
 from tensorpress.formats.stream_header import chunk_crc, encode_index
+
+PLUGIN = DATA.parents[1] / "formats" / "hdf5_plugin"
+#: the driver's refusal of a valid stream it does not decode (TP_E_UNSUPPORTED)
+UNSUPPORTED = -6
+
+
+def pending() -> set[int]:
+    """Predictor ids whose entry in sz_predictors.c has no decoder (refused as
+    unsupported), from the sources the driver is built from."""
+    ids = dict(re.findall(r"TP_SZ_(\w+) = (\d+)", (PLUGIN / "sz.h").read_text()))
+    table = (PLUGIN / "sz_predictors.c").read_text()
+    none = re.findall(r"\[TP_SZ_(\w+)\] = \{\d, \d, NULL", table)
+    return {int(ids[name]) for name in none if name != "RAW"}
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +139,18 @@ def golden():
 
 def test_the_golden_streams_hold_every_predictor():
     ids = set().union(*(predictors((DATA / f"{n}.tp").read_bytes()) for n in golden()))
-    assert ids == set(range(14))
+    assert ids >= set(range(15))
+    assert pending() <= {14}  # the wavelet's C decoder is still to come
 
 
 @pytest.mark.parametrize("name", list(golden()))
-def test_golden_sz_streams_decode_bit_for_bit(driver, tmp_path, name):
+def test_golden_sz_streams_decode_bit_for_bit_or_are_pending(driver, tmp_path, name):
     blob = (DATA / f"{name}.tp").read_bytes()
     got, code = c_verdict(driver, tmp_path, blob)
-    assert code == 0 and got == py_decode(blob), name
+    if predictors(blob) & pending():
+        assert got is None and code == UNSUPPORTED, name
+    else:
+        assert code == 0 and got == py_decode(blob), name
 
 
 # -- hostile payloads ----------------------------------------------------------------

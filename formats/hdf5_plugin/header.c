@@ -146,7 +146,7 @@ static int quant_params(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
 static const char *const SZ_PARAMS[] = {"predictor", "alpha", "beta", "radius", "level"};
 static const char *const SZ_PREDICTORS[] = {
     "lorenzo", "linear", "cubic", "linear-rev", "cubic-rev", "md-linear", "md-cubic", "constant",
-    "regression", "lattice", "fitted", "match", "pivot", "interp", "auto"};
+    "regression", "lattice", "fitted", "match", "pivot", "wavelet", "interp", "auto"};
 
 static int is_param(const tp_json *j, uint32_t key, const char *const *names, int n)
 {
@@ -174,7 +174,8 @@ static int sz_params(const tp_json *j, uint32_t t, tp_err *err)
     uint32_t at[5];
     for (int i = 0; i < 5; i++)
         at[i] = tp_json_get(j, t, SZ_PARAMS[i]);
-    if (at[0] && (j->tok[at[0]].type != TP_J_STRING || !is_param(j, at[0], SZ_PREDICTORS, 15)))
+    int names = (int)(sizeof SZ_PREDICTORS / sizeof *SZ_PREDICTORS);
+    if (at[0] && (j->tok[at[0]].type != TP_J_STRING || !is_param(j, at[0], SZ_PREDICTORS, names)))
         return bad(err, "unknown sz predictor");
     int alpha = sz_tuning(j, at[1]), beta = sz_tuning(j, at[2]);
     if ((alpha == 0) != (beta == 0) || alpha < 0 || beta < 0)

@@ -31,7 +31,8 @@ enum tp_sz_id {
     TP_SZ_FITTED = 11,
     TP_SZ_MATCH = 12,
     TP_SZ_PIVOT = 13,
-    TP_SZ_NPRED = 14
+    TP_SZ_WAVELET = 14,
+    TP_SZ_NPRED = 15
 };
 
 /* storage precision of the reconstructions (compress/kernels/rounding.py PREC_*) */
