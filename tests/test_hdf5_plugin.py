@@ -218,3 +218,68 @@ def test_importing_tensorpress_replaces_the_plugin_with_the_filter_that_writes(p
     argv = [sys.executable, "-W", "error::RuntimeWarning", "-c", script, str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+#: reads each chunk row of dataset "u" on its own, counting the failures
+READ_ROWS = """
+import sys
+import h5py
+failed = 0
+with h5py.File(sys.argv[1], "r") as f:
+    for i in range(0, f["u"].shape[0], 4):
+        try:
+            f["u"][i : i + 4]
+        except OSError:
+            failed += 1
+assert "tensorpress" not in sys.modules
+print(failed)
+"""
+
+
+@pytest.fixture(scope="module")
+def damaged_file(tmp_path_factory):
+    """A block dataset of 16 chunks, every stored chunk with one byte flipped."""
+    path = tmp_path_factory.mktemp("damaged") / "bad.h5"
+    x = np.cumsum(np.random.default_rng(0).standard_normal((64, 100)), 1).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("u", data=x, chunks=(4, 100), **tp.hdf5.filter(abs=1e-3))
+        spans = [d.id.get_chunk_info(i) for i in range(d.id.get_num_chunks())]
+    with open(path, "r+b") as fh:
+        for c in spans:  # a byte of the last payload: the chunk's checksum catches it
+            fh.seek(c.byte_offset + c.size - 3)
+            b = fh.read(1)[0]
+            fh.seek(c.byte_offset + c.size - 3)
+            fh.write(bytes([b ^ 0x55]))
+    return path
+
+
+def _plugin_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("tensorpress HDF5 plugin")]
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_damaged_file_says_why_once_not_per_chunk(damaged_file, plugin_dir, debug):
+    """16 failing reads: one line with the reason, unless TENSORPRESS_PLUGIN_DEBUG asks
+    for each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "TENSORPRESS_"))}
+    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    if debug:
+        env["TENSORPRESS_PLUGIN_DEBUG"] = "1"
+    argv = [sys.executable, "-c", READ_ROWS, str(damaged_file)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["16"], done.stderr[-2000:]
+    lines = _plugin_lines(done.stderr)
+    assert len(lines) == (16 if debug else 1), done.stderr[-2000:]
+    assert all("cannot decode a chunk: chunk 0 checksum mismatch" in line for line in lines)
+    assert debug or "TENSORPRESS_PLUGIN_DEBUG=1 prints each" in lines[0]
+
+
+@pytest.mark.skipif(shutil.which("h5dump") is None, reason="h5dump not installed (hdf5-tools)")
+def test_h5dump_of_a_damaged_file_prints_one_reason(damaged_file, plugin_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HDF5_", "TENSORPRESS_"))}
+    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    argv = ["h5dump", "-d", "/u", str(damaged_file)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0
+    assert len(_plugin_lines(done.stderr)) == 1, done.stderr
+    assert len(done.stderr.splitlines()) <= 3, done.stderr  # its own "unable to print data"

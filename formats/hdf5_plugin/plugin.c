@@ -11,6 +11,7 @@
 #include <link.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,20 @@ static void release(void *p)
         free(p);
 }
 
+/* A chunk that fails to decode, on stderr: the first one of the process only (a damaged
+ * file may fail every chunk, and a reader may ask again for each), saying how to see
+ * them all; each with TENSORPRESS_PLUGIN_DEBUG set. h5dump itself prints only "unable to
+ * print data", a missing libzstd too, so the first reason must reach the user. */
+static void report_read_failure(const char *why)
+{
+    static atomic_int told;
+    if (getenv("TENSORPRESS_PLUGIN_DEBUG"))
+        fprintf(stderr, "tensorpress HDF5 plugin: cannot decode a chunk: %s\n", why);
+    else if (!atomic_exchange(&told, 1))
+        fprintf(stderr, "tensorpress HDF5 plugin: cannot decode a chunk: %s (later failures "
+                "are not printed; TENSORPRESS_PLUGIN_DEBUG=1 prints each)\n", why);
+}
+
 static size_t filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[],
                      size_t nbytes, size_t *buf_size, void **buf)
 {
@@ -122,10 +137,11 @@ static size_t filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[
     else
         tp_filter_decode(cd_values, cd_nelmts, *buf, nbytes, allocate, release, &out, &out_len,
                          &err);
-    if (err.code) { /* HDF5 reports "filter returned failure"; a failed write says why, a
-                     * read on request (a damaged file may have many bad chunks) */
-        if (!(flags & FLAG_REVERSE) || getenv("TENSORPRESS_PLUGIN_DEBUG"))
+    if (err.code) { /* HDF5 reports only "filter returned failure": say why on stderr */
+        if (!(flags & FLAG_REVERSE))
             fprintf(stderr, "tensorpress HDF5 plugin: %s\n", err.msg);
+        else
+            report_read_failure(err.msg);
         return 0;
     }
     release(*buf);
