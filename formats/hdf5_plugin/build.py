@@ -51,6 +51,7 @@ SOURCES = (
     "sz_fitted.c",
     "sz_match.c",
     "sz_pivot.c",
+    "sz_wavelet.c",
     "codec_quant.c",
     "quant_encode.c",
 )

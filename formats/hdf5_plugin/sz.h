@@ -82,7 +82,7 @@ typedef struct tp_sz_predictor {
 extern const tp_sz_predictor tp_sz_predictors[TP_SZ_NPRED];
 
 /* the decoders: sz_lorenzo.c (Lorenzo and the lattice), sz_constant.c, sz_regression.c,
- * sz_interp.c (the interpolations), sz_fitted.c, sz_match.c, sz_pivot.c */
+ * sz_interp.c (the interpolations), sz_fitted.c, sz_match.c, sz_pivot.c, sz_wavelet.c */
 int tp_sz_lorenzo_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_constant_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_regression_decode(const tp_sz_chunk *c, tp_err *err);
@@ -92,6 +92,7 @@ int tp_sz_interp_md_decode(const tp_sz_chunk *c, tp_err *err); /* 4, 5 */
 int tp_sz_fitted_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_match_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_pivot_decode(const tp_sz_chunk *c, tp_err *err);
+int tp_sz_wavelet_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_pivot_side_codes(const uint8_t *side, size_t side_len, const uint64_t shape2[2],
                            uint16_t *codes, uint64_t n, uint64_t *nhead, size_t *model_len,
                            tp_err *err);

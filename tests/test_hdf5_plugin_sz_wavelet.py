@@ -1,0 +1,302 @@
+"""The plugin's decoder of `sz` predictor 14 (wavelet: formats/hdf5_plugin/sz_wavelet.c),
+built with AddressSanitizer and UndefinedBehaviorSanitizer, against the Python decoder:
+streams (float16/32/64, big-endian too, 1-d to 4-d, odd shapes with partial edge chunks
+and dimensions under a level's minimum length, NaN and Inf, escapes from a small radius,
+fixes, abs, rel and pw_rel) decode bit for bit as `tp.decompress` decodes them; crafted
+side information (lengths, counts, escapes, fix indices) is refused as Python
+refuses them, and mutants decode to Python's values or are refused, never with a
+sanitizer report; h5py without tensorpress reads a filter-layout dataset whose chunks
+were coded with the wavelet predictor."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import tensorpress as tp
+from plugin_tools import built, c_decode, py_decode
+from tensorpress.formats import hdf5_filter, read_header
+from test_hdf5_plugin_sz import READ, body, c_verdict, predictors, with_bodies
+
+WAVELET = 14
+#: the side information's u64 length in a predicted payload's body (after the
+#: predictor, flags, eb, alpha, beta and radius)
+SIDE_AT = 30
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    out = tmp_path_factory.mktemp("driver") / "tp_decode"
+    return built(lambda b: b.build_driver(out))
+
+
+def field(shape, dtype, seed=0, specials=True):
+    """A smooth random field with, where large enough, NaN, +-Inf and a spike."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).cumsum(axis=-1) + 0.05 * rng.standard_normal(shape)
+    x = x.astype(dtype)
+    flat = x.reshape(-1)
+    if specials and flat.size > 24:
+        flat[[3, 11, 17]] = [np.nan, np.inf, 0.0]
+        flat[-2] = -np.inf
+        flat[20] = flat[19] + 300.0
+    return x
+
+
+def wavelet(x, bound, radius=32768, chunk_bytes=None) -> bytes:
+    codec = {"id": "sz", "predictor": "wavelet", "radius": radius, **bound}
+    return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
+
+
+def _decodes_as_python(driver, tmp_path, stream: bytes) -> None:
+    got, code = c_verdict(driver, tmp_path, stream)
+    assert code == 0 and got == np.ascontiguousarray(tp.decompress(stream)).tobytes()
+
+
+SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
+BOUNDS = [{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}]
+
+
+@pytest.mark.parametrize("dtype", ["<f2", "<f4", "<f8", ">f4", ">f8"])
+def test_wavelet_streams_decode_bit_for_bit(driver, tmp_path, dtype):
+    seen = set()
+    for k, shape in enumerate(SHAPES):
+        for b, bound in enumerate(BOUNDS):
+            x = field(shape, dtype, k)
+            radius = 16 if (k + b) % 2 else 32768  # a small radius: many escapes
+            stream = wavelet(x, bound, radius)
+            ids = predictors(stream)
+            assert ids <= {0, WAVELET}, (shape, bound, ids)
+            seen |= ids
+            _decodes_as_python(driver, tmp_path, stream)
+    assert WAVELET in seen
+
+
+def test_large_chunks_use_every_level(driver, tmp_path):
+    """A 4-d chunk with 2**8 elements along an axis runs all eight levels, one axis under
+    the minimum length is left alone; NaN, Inf and bins over MAX_BIN make fixes."""
+    for dtype, bound in (("<f4", {"abs": 1e-3}), ("<f2", {"abs": 1e-2}), ("<f8", {"abs": 1e-6})):
+        x = field((2, 5, 9, 300), dtype, 7)
+        if dtype != "<f2":
+            x[0, 0, 0, :40] = 1e12  # bins over MAX_BIN: fixes
+        stream = wavelet(x, bound, chunk_bytes=x.nbytes)
+        assert read_header(stream).nchunks == 1 and predictors(stream) == {WAVELET}
+        assert _fixes(side_of(stream)), dtype
+        _decodes_as_python(driver, tmp_path, stream)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2))
+def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
+    rng = random.Random(seed)
+    for case in range(120):
+        shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
+        x = field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
+        bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
+        stream = wavelet(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
+        _decodes_as_python(driver, tmp_path, stream)
+
+
+# -- crafted side information ----------------------------------------------------------
+
+
+def side_of(stream: bytes) -> bytes:
+    b = body(stream)
+    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
+    return b[SIDE_AT + 8 : SIDE_AT + 8 + n]
+
+
+def with_side(stream: bytes, side: bytes) -> bytes:
+    """``stream`` (one chunk) with its payload's side information replaced."""
+    b = body(stream)
+    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
+    new = b[:SIDE_AT] + struct.pack("<Q", len(side)) + side + b[SIDE_AT + 8 + n :]
+    return with_bodies(stream, {0: new})
+
+
+def _parts(side: bytes) -> tuple[list[int], list[int], list[float]]:
+    n = struct.unpack_from("<Q", side, 0)[0]
+    esc = list(struct.unpack_from(f"<{n}q", side, 8))
+    m = struct.unpack_from("<Q", side, 8 + 8 * n)[0]
+    idx = list(struct.unpack_from(f"<{m}Q", side, 16 + 8 * n))
+    vals = list(struct.unpack_from(f"<{m}d", side, 16 + 8 * n + 8 * m))
+    return esc, idx, vals
+
+
+def _side(esc, idx, vals, n=None, m=None) -> bytes:
+    n = len(esc) if n is None else n
+    m = len(idx) if m is None else m
+    return (
+        struct.pack(f"<Q{len(esc)}q", n, *esc)
+        + struct.pack(f"<Q{len(idx)}Q", m, *idx)
+        + struct.pack(f"<{len(vals)}d", *vals)
+    )
+
+
+def _fixes(side: bytes) -> int:
+    return len(_parts(side)[1])
+
+
+@pytest.fixture(scope="module")
+def source():
+    """A one-chunk stream with escapes (radius 16) and fixes (bins over MAX_BIN)."""
+    x = field((6, 7, 40), "<f4", 3)
+    x[0, 0, :10] = 1e12  # bins over MAX_BIN: fixes
+    stream = wavelet(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes)
+    esc, idx, _ = _parts(side_of(stream))
+    assert read_header(stream).nchunks == 1 and len(esc) > 4 and len(idx) >= 4
+    return stream
+
+
+def _refused_alike(driver, tmp_path, stream: bytes) -> None:
+    assert py_decode(stream) is None
+    got, code = c_verdict(driver, tmp_path, stream)
+    assert got is None and code < 0
+
+
+def test_round_tripped_side_decodes(driver, tmp_path, source):
+    """The test's own side-information writer reproduces the original bytes."""
+    side = side_of(source)
+    assert _side(*_parts(side)) == side
+    _decodes_as_python(driver, tmp_path, with_side(source, side))
+
+
+def test_crafted_side_information_is_refused(driver, tmp_path, source):
+    side = side_of(source)
+    esc, idx, vals = _parts(side)
+    size = 6 * 7 * 40
+    crafted = {
+        "empty": b"",
+        "short": side[:5],
+        "cut": side[:-1],
+        "extra": side + b"\0",
+        "more escapes than elements": _side([], [], [], n=size + 1),
+        "escape count past the end": _side(esc, idx, vals, n=len(esc) + 1),
+        "one escape short": _side(esc[:-1], idx, vals),
+        "one escape too many": _side(esc + [5], idx, vals),
+        "more fixes than elements": _side(esc, [], [], m=size + 1),
+        "fix count past the end": _side(esc, idx, vals, m=len(idx) + 1),
+        "fix index out of range": _side(esc, idx[:-1] + [size], vals),
+        "fix index huge": _side(esc, idx[:-1] + [2**64 - 1], vals),
+        "fix indices unordered": _side(esc, [idx[1], idx[0], *idx[2:]], vals),
+        "fix index repeated": _side(esc, [idx[0], *idx[:-1]], vals),
+        "values short": _side(esc, idx, vals[:-1]),
+    }
+    for name, new in crafted.items():
+        stream = with_side(source, new)
+        assert py_decode(stream) is None, name
+        got, code = c_verdict(driver, tmp_path, stream)
+        assert got is None and code < 0, name
+
+
+def test_edited_escapes_and_fixes_decode_alike(driver, tmp_path, source):
+    """Valid edits (other escaped values, other fix values and places) decode to
+    Python's values: the escapes feed the inverse lifting exactly, fixes overwrite."""
+    esc, idx, vals = _parts(side_of(source))
+    edits = [
+        ([e + 7 for e in esc], idx, vals),
+        ([-(2**40) * (k % 3) for k in range(len(esc))], idx, vals),
+        (esc, [i + 1 for i in idx[:-1]] + [idx[-1]], [1.5, -np.inf, np.nan] + vals[3:]),
+        (esc, [], []),
+    ]
+    for e, i, v in edits:
+        _decodes_as_python(driver, tmp_path, with_side(source, _side(e, i, v)))
+
+
+def _mutants(stream: bytes, rng: random.Random, count: int):
+    b = body(stream)
+    side_end = SIDE_AT + 8 + struct.unpack_from("<Q", b, SIDE_AT)[0]
+    for _ in range(count):
+        m = bytearray(b)
+        for _ in range(rng.choice((1, 2, 4))):
+            at = rng.randrange(side_end) if rng.random() < 0.7 else rng.randrange(len(m))
+            m[at] ^= 1 << rng.randrange(8)
+        yield bytes(m)
+
+
+def _fuzz(driver, tmp_path, stream, seed: int, count: int) -> tuple[int, int]:
+    rng = random.Random(seed)
+    decoded = refused = 0
+    for m in _mutants(stream, rng, count):
+        s = with_bodies(stream, {0: m})
+        want = py_decode(s)
+        assert c_decode(driver, tmp_path, s) == want
+        decoded += want is not None
+        refused += want is None
+    return decoded, refused
+
+
+def test_mutated_payloads_agree_with_python(driver, tmp_path, source):
+    decoded, refused = _fuzz(driver, tmp_path, source, seed=5, count=60)
+    assert decoded and refused
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2))
+def test_fuzz_mutated_payloads(driver, tmp_path, source, seed):
+    _fuzz(driver, tmp_path, source, seed=300 + seed, count=500)
+
+
+# -- h5py through the compiled plugin ---------------------------------------------------
+
+
+def _write_wavelet_chunks(dset, x: np.ndarray, abs_bound: float) -> None:
+    """Every chunk of ``dset`` (an sz filter dataset of ``x``) coded with the wavelet
+    predictor at the dataset's bound, edge chunks padded with the fill value (0)."""
+    chunks = dset.chunks
+    for offset in np.ndindex(*(-(-s // c) for s, c in zip(x.shape, chunks, strict=True))):
+        start = tuple(o * c for o, c in zip(offset, chunks, strict=True))
+        part = x[tuple(slice(s, s + c) for s, c in zip(start, chunks, strict=True))]
+        full = np.zeros(chunks, x.dtype.newbyteorder("<"))
+        full[tuple(slice(0, n) for n in part.shape)] = part
+        codec = {"id": "sz", "predictor": "wavelet", "abs": abs_bound}
+        stream = tp.compress(full, codec=codec, chunk_bytes=full.nbytes)
+        assert predictors(stream) == {WAVELET}
+        dset.id.write_direct_chunk(start, stream, filter_mask=0)
+
+
+def test_h5py_without_tensorpress_reads_wavelet_chunks(tmp_path):
+    """The filter's cd_values cannot name a predictor (``auto`` picks per chunk), so
+    the chunks are written directly, each a stream coded with the wavelet predictor at
+    the dataset's bound; the in-process filter and the compiled plugin read the same
+    bytes, the latter in a process that never imports tensorpress."""
+    plugin_dir = tmp_path / "plugin"
+    built(lambda b: b.build_library(plugin_dir))
+    sets = {
+        "f4": (field((40, 48, 30), "<f4", 1), (16, 48, 16), 1e-3),
+        "f8_be": (field((33, 70), ">f8", 2), (16, 32), 1e-4),
+        "f2": (field((50, 9, 12), "<f2", 3), (50, 9, 12), 1e-2),
+        "f4_4d": (field((3, 10, 12, 20), "<f4", 4), (2, 10, 12, 16), 1e-3),
+    }
+    path = tmp_path / "wavelet.h5"
+    with h5py.File(path, "w") as f:
+        for name, (x, chunks, eb) in sets.items():
+            d = f.create_dataset(
+                name, shape=x.shape, dtype=x.dtype, chunks=chunks, **hdf5_filter.filter(abs=eb)
+            )
+            _write_wavelet_chunks(d, x, eb)
+    names = sorted(sets)
+    with h5py.File(path) as f:
+        want = {n: f[n][...] for n in names}
+    for n in names:
+        x, _, eb = sets[n]
+        fin = np.isfinite(x)
+        assert np.array_equal(np.isfinite(want[n]), fin)
+        err = np.abs(want[n][fin].astype(np.float64) - x[fin].astype(np.float64))
+        assert np.all(err <= eb), n
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
+    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(names, "ok")
+    for k, n in enumerate(names):
+        got = np.load(tmp_path / f"{k}.npy")
+        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
