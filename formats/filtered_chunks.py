@@ -38,9 +38,15 @@ class FilteredChunks:
     each chunk's stream header must hold exactly one chunk of the dataset's dtype with
     the codec and bound of those cd_values before the chunk is decoded.
 
-    ``path``: the file ``ds`` is in; then chunks are read with ``os.pread`` (the file
-    opened for each read, so a file replaced or removed is noticed), not through h5py.
+    ``path``: the file ``ds`` is in; then chunks are read with ``os.pread``, not through
+    h5py, from a descriptor each process opens once (a reader that must notice a file
+    replaced or removed checks the path after reading, as ``H5Dataset`` does: the bytes
+    read are still the old file's, which its chunk index describes). :meth:`close`
+    closes it.
     """
+
+    _fd: int | None = None  # set before __init__ can fail: __del__ reads them
+    _fd_pid: int | None = None
 
     def __init__(self, ds: h5py.Dataset, path: str | None = None):
         if not uses_only_our_filter(ds):
@@ -54,6 +60,32 @@ class FilteredChunks:
         self._values = check_dataset(list(dcpl.get_filter(0)[2]), ds.dtype, self.chunks)
         self._stored: dict | None = None  # chunk offset -> (mask, address, bytes), once listed
         self._lock = threading.Lock()
+
+    def _file(self) -> int | None:
+        """This process's descriptor of ``path`` (None without a path), opened on first
+        use: opening the file for each chunk cost more than reading the chunk (each open
+        and close is one more wait for the GIL among the loader's threads)."""
+        if self.path is None:
+            return None
+        pid = os.getpid()
+        if self._fd_pid != pid:
+            with self._lock:
+                if self._fd_pid != pid:
+                    fd = os.open(self.path, os.O_RDONLY)
+                    if hasattr(os, "posix_fadvise"):  # chunks come in no order
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                    self._fd, self._fd_pid = fd, pid
+        return self._fd
+
+    def close(self) -> None:
+        """Close this process's descriptor of ``path`` (the next read opens it again)."""
+        fd, self._fd = self._fd, None
+        if fd is not None and self._fd_pid == os.getpid():
+            os.close(fd)
+        self._fd_pid = None
+
+    def __del__(self):
+        self.close()
 
     def _masks(self) -> dict:
         """(filter mask, file address, stored bytes) of every written chunk, by its
@@ -92,12 +124,9 @@ class FilteredChunks:
         ]
         if not spans:
             return
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            for address, size in spans:
-                os.posix_fadvise(fd, address, size, os.POSIX_FADV_WILLNEED)
-        finally:
-            os.close(fd)
+        fd = self._file()
+        for address, size in spans:
+            os.posix_fadvise(fd, address, size, os.POSIX_FADV_WILLNEED)
 
     def _offsets(self, start: int, stop: int):
         """Offsets of the chunks that rows ``start .. stop-1`` touch."""
@@ -117,35 +146,29 @@ class FilteredChunks:
         if stop <= start:
             return 0
         masks, c0 = self._masks(), self.chunks[0]
-        fd = os.open(self.path, os.O_RDONLY) if self.path is not None else None
+        fd = self._file()
         fetched = 0
-        try:
-            if fd is not None and hasattr(os, "posix_fadvise"):  # chunks come in no order
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            for offset in self._offsets(start, stop):
-                block = tuple(
-                    slice(o, min(o + c, s))
-                    for o, c, s in zip(offset, self.chunks, self.shape, strict=True)
-                )
-                rows = slice(max(start, offset[0]), min(stop, offset[0] + c0))
-                dst = (slice(rows.start - start, rows.stop - start), *block[1:])
-                if offset not in masks:
-                    out[dst] = self.fillvalue
-                    continue
-                mask, data = self._stored_bytes(fd, offset, masks[offset])
-                fetched += len(data)
-                span = [(rows.start, rows.stop)] + [(b.start, b.stop) for b in block[1:]]
-                full = [(o, o + c) for o, c in zip(offset, self.chunks, strict=True)]
-                if span == full and out[dst].flags.c_contiguous:  # decoded in place: no copy
-                    self._decode(offset, mask, data, out[dst])
-                    continue
-                chunk = self._decode(offset, mask, data)
-                src = (slice(rows.start - offset[0], rows.stop - offset[0]),)
-                src += tuple(slice(0, b.stop - b.start) for b in block[1:])
-                out[dst] = chunk[src]
-        finally:
-            if fd is not None:
-                os.close(fd)
+        for offset in self._offsets(start, stop):
+            block = tuple(
+                slice(o, min(o + c, s))
+                for o, c, s in zip(offset, self.chunks, self.shape, strict=True)
+            )
+            rows = slice(max(start, offset[0]), min(stop, offset[0] + c0))
+            dst = (slice(rows.start - start, rows.stop - start), *block[1:])
+            if offset not in masks:
+                out[dst] = self.fillvalue
+                continue
+            mask, data = self._stored_bytes(fd, offset, masks[offset])
+            fetched += len(data)
+            span = [(rows.start, rows.stop)] + [(b.start, b.stop) for b in block[1:]]
+            full = [(o, o + c) for o, c in zip(offset, self.chunks, strict=True)]
+            if span == full and out[dst].flags.c_contiguous:  # decoded in place: no copy
+                self._decode(offset, mask, data, out[dst])
+                continue
+            chunk = self._decode(offset, mask, data)
+            src = (slice(rows.start - offset[0], rows.stop - offset[0]),)
+            src += tuple(slice(0, b.stop - b.start) for b in block[1:])
+            out[dst] = chunk[src]
         return fetched
 
     def _stored_bytes(self, fd: int | None, offset: tuple, where: tuple) -> tuple[int, bytes]:

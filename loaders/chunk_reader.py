@@ -192,12 +192,12 @@ class ChunkedBatches(ItemBatches):
     def _threads(self, runs: list[tuple[int, int]]) -> int:
         """Reads to keep in flight: positioned reads (and decoding) run outside HDF5's
         lock, so several keep the disk's queue full, where reads through h5py would only
-        queue on its lock; decoding is CPU work, so at most this process's share of the
-        cores (see benchmarks/loader.py)."""
+        queue on its lock. Compressed runs get as many: their decoding releases the GIL,
+        and a thread waiting for its chunk's bytes leaves the core to one decoding (one
+        thread per core decoded at about 0.6x the raw loader's samples/s, eight 1.0x:
+        benchmarks/loader.py)."""
         ds = self.dataset
         threads = self.read_threads if ds.partial_reads or ds.compressed else 1
-        if ds.compressed:
-            threads = min(threads, max(1, (os.cpu_count() or 1) // self._workers))
         return min(threads, len(runs))
 
     def _read_misses(self, need, rows, after: int | None, xo, yo) -> None:

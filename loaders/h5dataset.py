@@ -431,6 +431,8 @@ class H5Dataset(Dataset):
     def close(self) -> None:
         """Close this process's handle (the next read reopens)."""
         if self._file is not None and self._pid == os.getpid():
+            if isinstance(self._x, FilteredChunks):
+                self._x.close()
             self._file.close()
         self._file = self._x = self._y = self._x_direct = self._labels = None
 

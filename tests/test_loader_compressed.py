@@ -94,3 +94,56 @@ def test_positioned_reads_equal_h5pys_reads(tmp_path, monkeypatch):
         direct.will_read_rows([(0, 23)])  # a hint: changes nothing read
         assert np.array_equal(direct.read_rows(0, 23), ds[...])
     assert count.calls > 0  # the path was read with positioned reads
+
+
+def _fds_on(path) -> int:
+    """Descriptors of this process open on ``path``."""
+    fds = "/proc/self/fd"
+    real = os.path.realpath(path)
+    return sum(1 for fd in os.listdir(fds) if os.path.realpath(os.path.join(fds, fd)) == real)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_one_descriptor_per_process_closed_with_the_dataset(tmp_path, monkeypatch):
+    path = tmp_path / "c.h5"
+    _write(path, (1, FEATURES))
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a: opened.append(p) or real_open(p, *a))
+    ds = H5Dataset(path, "x", label_key="y")
+    for i in range(0, N, 7):
+        ds.read_range(i, i + 1)
+    assert opened.count(str(path)) <= 1  # not one open per chunk read
+    assert _fds_on(path) >= 1
+    ds.close()
+    assert _fds_on(path) == 0
+
+
+def test_compressed_runs_keep_read_threads_in_flight(tmp_path, monkeypatch):
+    """Decoding releases the GIL and a read waits on the disk: a process keeps
+    ``read_threads`` chunk reads in flight, not one per core."""
+    import threading
+    import time
+
+    path = tmp_path / "c.h5"
+    _write(path, (1, FEATURES))
+    lock, now, peak = threading.Lock(), [0], [0]
+    real = os.pread
+
+    def pread(fd, n, offset):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.02)  # a disk's wait
+        with lock:
+            now[0] -= 1
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    ds = H5Dataset(path, "x", label_key="y")
+    loader = DataLoader(
+        ds, batch_size=32, shuffle=True, num_workers=0, read_threads=4, seed=0, buffer_bytes=0
+    )
+    batches = [yb.numpy() for _, yb in loader]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(N))
+    assert peak[0] == 4
