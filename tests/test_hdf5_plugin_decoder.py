@@ -335,6 +335,13 @@ def test_stochastic_block_streams_decode_bit_for_bit(driver, tmp_path, case):
     assert c_decode(driver, tmp_path, nearest) == py_decode(nearest) != got
 
 
+def test_stochastic_payload_mutants_agree_with_python(driver, tmp_path):
+    x = np.random.default_rng(2).standard_normal((50, 40)).astype(np.float32)
+    stream = tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=3, chunk_bytes=2048)
+    decoded, refused = _agree(driver, tmp_path, {"stochastic": (stream, None)}, 5, 64)
+    assert decoded and refused
+
+
 def test_a_stochastic_block_stream_reads_as_an_hdf5_chunk(driver, tmp_path):
     x = np.random.default_rng(1).standard_normal((40, 30)).astype(np.float32)
     stream = tp.compress(x, codec="block", abs=1e-2, stochastic=True, seed=9)
