@@ -203,6 +203,9 @@ def test_edited_escapes_and_fixes_decode_alike(driver, tmp_path, source):
     edits = [
         ([e + 7 for e in esc], idx, vals),
         ([-(2**40) * (k % 3) for k in range(len(esc))], idx, vals),
+        # the lifting's int64 sums wrap (two's complement) in both decoders
+        ([2**63 - 1 if k % 2 else -(2**63) for k in range(len(esc))], idx, vals),
+        ([2**62 if k % 3 else -(2**62) - 1 for k in range(len(esc))], idx, vals),
         (esc, [i + 1 for i in idx[:-1]] + [idx[-1]], [1.5, -np.inf, np.nan] + vals[3:]),
         (esc, [], []),
     ]
