@@ -63,6 +63,7 @@ to show). Each ViT ends with a line of the baselines' step times and one per tp 
     python benchmarks/activations.py --quick          # smoke run, under a minute
     python benchmarks/activations.py --only lm --steps-lm 1000 --ceiling 0.03
     python benchmarks/activations.py --only vit vit-b  # the transformers' CPU targets
+    python benchmarks/activations.py --only vit vit-b --threads 1 --cpu-time  # loaded machine
     python benchmarks/activations.py --markdown       # tables for RESULTS.md
 """
 
@@ -196,6 +197,10 @@ class Training:
     """One variant's training run, advanced a turn at a time (variants take turns, so
     that the machine's load moves all of them alike)."""
 
+    #: what a step's time is read from: wall time, or with --cpu-time the process's CPU
+    #: time (at --threads 1 what the step computes, whatever else the machine runs)
+    clock = staticmethod(time.perf_counter)
+
     def __init__(self, task, variant, make_ac, steps: int, device: torch.device):
         self.task, self.variant, self.steps, self.device = task, variant, steps, device
         torch.manual_seed(SEED)
@@ -222,7 +227,7 @@ class Training:
             x, y = next(self.batches)
             self.first = self.first or (x, y)
             _sync(self.device)
-            t0 = time.perf_counter()
+            t0 = self.clock()
             self.opt.zero_grad(set_to_none=True)
             with self.context():
                 loss = self.task.loss(self.model, x, y)
@@ -233,7 +238,7 @@ class Training:
             self.sched.step()
             _sync(self.device)
             if i > 0 and self.done >= warmup:
-                self.times.append(time.perf_counter() - t0)
+                self.times.append(self.clock() - t0)
             self.done += 1
         if cuda:
             peak = torch.cuda.max_memory_allocated(self.device) - before
@@ -376,6 +381,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="torch device (default cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="step times in process CPU seconds, not wall time (with --threads 1: the "
+        "work a step does, steady on a machine others load)",
+    )
+    p.add_argument(
         "--lm-batch", type=int, default=LM_BATCH, help=f"LM batch size (default {LM_BATCH})"
     )
     args = p.parse_args(argv)
@@ -402,12 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        Training.clock = staticmethod(time.process_time)
     device = args.device
     gpu = f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""
     print("Activation-compression benchmark (MiB = 2**20 bytes; seed 0 for every variant)")
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, device {device}{gpu}"
+        f"{torch.get_num_threads()} threads, device {device}{gpu}, step time in "
+        + ("process CPU seconds" if args.cpu_time else "wall seconds")
     )
     notes: list[str] = []
     tp_rows = tp_variants(args.ceiling, notes)
