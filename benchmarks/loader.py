@@ -41,7 +41,9 @@ This process runs torch with 1 thread, as torch's workers do: on few cores, torc
 OpenMP threads spinning beside numba's would slow ``torch.stack`` in ``default_collate``
 down in the ``num_workers=0`` run, for a reason that is not the loader's.
 
-Columns: samples/s (median over epochs) and its ratio to (a); MiB read from disk per
+Columns: samples/s (median over epochs) and its ratio to (a); samples per CPU second
+(``getrusage``: this process's threads and its reaped worker processes; the cost of a
+sample whatever the machine's load); MiB read from disk per
 epoch (median) and its ratio to (a); for (c), the compressed copy's size on disk and the
 bytes read per epoch over it (each stored chunk read at most once per epoch: <= 1).
 Bytes read, with worker processes: the deltas of
@@ -348,12 +350,22 @@ class PlainH5(Dataset):
 class Result:
     name: str
     rates: list[float] = field(default_factory=list)  # samples/s per epoch
+    #: samples per CPU second per epoch (this process's threads and its reaped workers)
+    cpu_rates: list[float] = field(default_factory=list)
     bytes: list[int] = field(default_factory=list)  # bytes read from the file per epoch
     disk: list[int] = field(default_factory=list)  # device sectors read * 512 per epoch
     source: str = ""
     stats: list[dict] = field(default_factory=list)  # loader.stats after each epoch
     note: str = ""
     stored: int | None = None  # bytes of the compressed copy read, (c) rows
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds used so far by this process (all its threads) and by its reaped
+    children (the epochs' worker processes, which exit with the epoch)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def run_epochs(
@@ -367,11 +379,11 @@ def run_epochs(
     for e in range(epochs):
         drop_cache(path)
         before = Reads.now(stat)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_seconds()
         seen = 0
         for _x, y in loader:
             seen += len(y)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, _cpu_seconds() - c0
         children, own, disk = Reads.now(stat).since(before)
         if in_process and own is not None:
             res.bytes.append(own)
@@ -389,6 +401,8 @@ def run_epochs(
         if disk is not None:
             res.disk.append(disk)
         res.rates.append(seen / dt)
+        if cpu > 0:
+            res.cpu_rates.append(seen / cpu)
         stats = getattr(loader, "stats", None)
         if stats is not None:
             res.stats.append(dict(stats))
@@ -427,12 +441,20 @@ def c_variants():
     return out
 
 
-def more_rounds(path: Path, args, buffer_bytes: int, res_b: Result, res_c: dict) -> dict:
+def more_rounds(
+    path: Path, args, buffer_bytes: int, res_b: Result, res_c: dict
+) -> tuple[dict, dict]:
     """Each (c) row's samples/s over (b)'s, one ratio per round: the first from the main
     pass, then ``args.rounds - 1`` more rounds of (b) and every (c) row in turn (on a
     shared machine the load drifts between rows; ratios within a round see about the
-    same load, and their median over rounds is what the targets take)."""
+    same load, and their median over rounds is what the targets take); and the same
+    ratios of samples per CPU second."""
+
+    def per_cpu(c: Result, b: Result) -> float | None:
+        return _ratio(_median(c.cpu_rates), _median(b.cpu_rates))
+
     ratios = {name: [_ratio(_median(r.rates), _median(res_b.rates))] for name, r in res_c.items()}
+    cpu_ratios = {name: [per_cpu(r, res_b)] for name, r in res_c.items()}
     for r in range(1, args.rounds):
         b = run_epochs(
             f"(b) tensorpress, round {r + 1}",
@@ -451,9 +473,12 @@ def more_rounds(path: Path, args, buffer_bytes: int, res_b: Result, res_c: dict)
                 args.workers,
             )
             ratios[name].append(_ratio(_median(c.rates), _median(b.rates)))
+            cpu_ratios[name].append(per_cpu(c, b))
     for name, xs in ratios.items():
         print(f"  (c) {name} / (b) samples/s by round: " + ", ".join(f"{x:.2f}" for x in xs))
-    return ratios
+        cpus = ", ".join(_fmt(x, ".2f") for x in cpu_ratios[name])
+        print(f"  (c) {name} / (b) samples per CPU-s by round: {cpus}")
+    return ratios, cpu_ratios
 
 
 def _no_init(worker_id: int) -> None:
@@ -494,6 +519,10 @@ def chunk_spread(n: int, epochs: int, window: int) -> float:
 
 def _median(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
+
+
+def _known(xs: Sequence[float | None]) -> list[float]:
+    return [x for x in xs if x is not None]
 
 
 def _met(ok: bool) -> str:
@@ -645,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.workers,
         )
         res_c[name].stored = copies.stored_bytes(cpath)
-    c_ratios = more_rounds(path, args, buffer_bytes, res_b, res_c)
+    c_ratios, c_cpu = more_rounds(path, args, buffer_bytes, res_b, res_c)
     a_rate, a_bytes = _median(res_a.rates), _median(res_a.bytes)
 
     table = Table(
@@ -655,6 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("workers", 7, ">"),
             ("samples/s", 9, ">"),
             ("x (a)", 6, ">"),
+            ("samples/CPU-s", 13, ">"),
             ("MiB read/epoch", 14, ">"),
             ("x (a) bytes", 11, ">"),
             ("disk MiB/epoch", 14, ">"),
@@ -684,6 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(workers),
             _fmt(rate, ".0f"),
             _fmt(_ratio(rate, a_rate), ".2f", "x"),
+            _fmt(_median(res.cpu_rates), ".0f", na="n/a"),
             _fmt(None if nbytes is None else nbytes / MIB, ".0f", na="n/a"),
             _fmt(_ratio(nbytes, a_bytes), ".2f", "x", na="n/a"),
             _fmt(None if disk is None else disk / MIB, ".0f", na="n/a"),
@@ -838,7 +869,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"  (c) {name}: samples/s >= (b): {_fmt(c_x, '.2f', 'x')}{spread} -> "
             f"{_met(c_x is not None and c_x >= 1)}; bytes read per epoch <= stored: "
-            f"{_fmt(read_x, '.2f', 'x')} -> {_met(read_x is not None and read_x <= 1)}"
+            f"{_fmt(read_x, '.2f', 'x')} -> {_met(read_x is not None and read_x <= 1)}; "
+            f"samples per CPU-s over (b)'s: {_fmt(_median(_known(c_cpu[name])), '.2f', 'x')}"
         )
     print(
         f"  plan {PLAN_SAMPLES:_} x {PLAN_EPOCHS} epochs < {TARGET_PLAN_S:g} s: {t_plan:.2f} s -> "
