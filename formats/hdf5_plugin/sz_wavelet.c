@@ -166,7 +166,7 @@ static int parse_side(const tp_sz_chunk *c, side *s, tp_err *err)
 
 int tp_sz_wavelet_decode(const tp_sz_chunk *c, tp_err *err)
 {
-    side s;
+    side s = {NULL, NULL, NULL, 0, 0};
     int rc = parse_side(c, &s, err);
     if (rc)
         return rc;
