@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..compress.registry import get_codec
 from ..formats.hdf5_refs import ref_kind, ref_targets
 from ..formats.missing import spec_of
 from .errors import EXIT_ERROR, EXIT_OK, EXIT_VIOLATION, UserError, require_input
@@ -68,14 +69,15 @@ class ErrorCheck:
     """Accumulates error statistics and bound violations over slabs of one dataset.
 
     ``bound``: the stored bound dict (mode, value, tolerance) or None (the data
-    must match exactly). abs/rel: |x - y| <= tolerance; pw_rel: |x - y| <=
-    tolerance * |x| and the same sign. NaN and +/-Inf must come back as they were, and
-    missing cells (``update``'s ``missing``) bit for bit; the error statistics and the
-    value range cover the other cells. Errors are computed in float64.
+    must match exactly, unless ``unbounded``: a lossy codec that holds no bound, such as
+    quant, whose finite values are measured but never violations). abs/rel: |x - y| <=
+    tolerance; pw_rel: |x - y| <= tolerance * |x| and the same sign. NaN and +/-Inf must
+    come back as they were, and missing cells (``update``'s ``missing``) bit for bit;
+    the error statistics and the value range cover the other cells. Errors are computed in float64.
     """
 
-    def __init__(self, bound: dict | None):
-        self.bound = bound
+    def __init__(self, bound: dict | None, unbounded: bool = False):
+        self.bound, self.unbounded = bound, unbounded
         self.count = 0
         self.violations = 0
         self.nonfinite_changed = 0
@@ -120,6 +122,8 @@ class ErrorCheck:
         self.max_abs = max(self.max_abs, float(d.max()))
         self.sse += float(np.dot(d, d))
         self.finite += d.size
+        if self.unbounded:
+            return
         if self.bound is None:
             bad = d != 0
         elif self.bound["mode"] == "pw_rel":
@@ -297,15 +301,18 @@ def _verify_one(name: str, original, compressed, progress) -> dict:
     src, dst = original[name], compressed[name]
     bound = dst.bound if dst.compressed else None
     out["bound"] = bound
+    unbounded = dst.compressed and not bound and lossy(dst.codec)
+    if unbounded:
+        out["codec"] = dst.codec
     if _is_null(src):
-        check = ErrorCheck(bound)
+        check = ErrorCheck(bound, unbounded)
         check.update_null(src, dst)
         return {**out, **check.result(), "status": status_of(check.result(), bound)}
     shape, dtype = tuple(src.shape), np.dtype(src.dtype)
     out["shape"] = list(shape)
     if tuple(dst.shape) != shape:
         return {**out, "status": f"shape {tuple(dst.shape)} != original {shape}"}
-    check = ErrorCheck(bound)
+    check = ErrorCheck(bound, unbounded)
     missing = spec_of(getattr(src, "source", src))  # the original's missing cells
     total = math.prod(shape) * dtype.itemsize
     align = _chunk_rows(dst)
@@ -335,6 +342,16 @@ def _read(ds, index: tuple) -> np.ndarray:
         raise filter_failure(source, index[0].start, index[0].stop, exc) from exc
 
 
+def lossy(codec: dict | None) -> bool:
+    """Whether codec config ``codec`` is a lossy codec (quant holds no bound, yet is lossy)."""
+    if not isinstance(codec, dict):
+        return False
+    try:
+        return bool(get_codec(codec).lossy)
+    except (ValueError, TypeError, KeyError, ArithmeticError):  # unknown: held as exact
+        return False
+
+
 def status_of(res: dict, bound: dict | None) -> str:
     if not res["violations"]:
         return "ok"
@@ -357,7 +374,9 @@ def print_verify(doc: dict) -> None:
         rows.append(
             [
                 r["name"],
-                bound_text(r["bound"]) if r.get("bound") else "exact",
+                bound_text(r["bound"], r.get("codec"))
+                if r.get("bound") or r.get("codec")
+                else "exact",
                 fmt(r.get("max_abs_error"), ".3g"),
                 fmt(r.get("max_rel_error"), ".3g"),
                 fmt(r.get("psnr_db"), ".1f"),

@@ -132,13 +132,15 @@ class ChunkRows:
 
 def mark_filtered(dataset):
     """A reader's plain dataset whose h5py source uses the filter, marked compressed with
-    its bound; its values come through h5py's filter path, or from its stored chunks
-    decoded here where :func:`decoded_here` says so. Others are returned as they are."""
+    its bound and codec config; its values come through h5py's filter path, or from its
+    stored chunks decoded here where :func:`decoded_here` says so. Others are returned as
+    they are."""
     source = getattr(dataset, "source", None)
     bound = filtered_bound(source)
     if bound is not None:
         dataset.compressed = True
         dataset.bound = bound or None
+        dataset.codec = filter_codec(source)
         if decoded_here(source):
             dataset.values = ChunkRows(source)
     return dataset

@@ -28,11 +28,12 @@ class Dataset:
 
     ``name`` (path without the leading "/"), ``shape``, ``dtype``, ``attrs``
     (the original attributes), ``compressed``, ``bound`` (the stream's error
-    bound as a dict, or None).
+    bound as a dict, or None), ``codec`` (the compressed data's codec config, or None).
     """
 
     compressed = False
     bound = None
+    codec = None
 
     def __init__(self, name: str, shape: tuple, dtype: np.dtype, attrs: dict):
         self.name, self.shape, self.dtype, self.attrs = name, shape, np.dtype(dtype), attrs
@@ -69,6 +70,7 @@ class CompressedDataset(Dataset):
         self.reader = reader
         h = reader.header
         self.bound = None if h.bound is None else h.bound.to_dict()
+        self.codec = dict(h.codec)
 
     def __getitem__(self, key) -> np.ndarray:
         with naming(self.name):

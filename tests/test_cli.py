@@ -397,6 +397,28 @@ def test_verify_detects_values_outside_the_bound(capsys, tmp_path, h5_file):
     assert bad["violations"] == 1 and bad["max_abs_error"] > 0.1
 
 
+@pytest.mark.parametrize("layout", ["filter", "stream"])
+def test_verify_holds_quant_to_no_bound_but_its_nonfinite_values(capsys, tmp_path, layout):
+    """quant is lossy and holds no bound: verify measures its error and passes it, but a
+    NaN that does not come back is still a violation (it said "exact" and failed every
+    element before)."""
+    x = np.random.default_rng(3).standard_normal((64, 50)).astype(np.float32)
+    src, comp = tmp_path / "in.h5", tmp_path / "q.h5"
+    with h5py.File(src, "w") as f:
+        f["x"] = x
+    _json(capsys, "compress", src, comp, "--codec", "quant", "--layout", layout)
+    rc, out, err = _run(capsys, "verify", src, comp, "--json")
+    (d,) = json.loads(out)["datasets"]
+    assert rc == 0, err
+    assert d["violations"] == 0 and d["max_abs_error"] > 0 and d["status"] == "ok"
+    rc, out, _ = _run(capsys, "verify", src, comp)
+    assert "quant, no bound" in out
+    with h5py.File(src, "r+") as f:
+        f["x"][5, 7] = np.nan  # the original had a NaN the copy lacks
+    rc, out, _ = _run(capsys, "verify", src, comp, "--json")
+    assert rc == 1 and json.loads(out)["datasets"][0]["violations"] == 1
+
+
 def test_verify_pw_rel_sign_and_nonfinite():
     check = verify.ErrorCheck({"mode": "pw_rel", "value": 0.1, "tolerance": 0.1})
     check.update(np.array([1.0, -2.0, 0.0, np.nan]), np.array([1.05, -1.9, 0.0, np.nan]))
