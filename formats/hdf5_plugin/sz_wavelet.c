@@ -47,35 +47,61 @@ static void unlift(uint64_t *x, uint64_t n, uint64_t *tmp)
     memcpy(x, tmp, n * sizeof *x);
 }
 
-/* unlift every row along axis ax of the block dims[] (a corner of the C-order array of
- * shape sh): each row gathered into row, inverted, scattered back */
+/* unlift the w adjacent lines starting at p (element t of line j at p[t * s + j]) at
+ * once, the same arithmetic as unlift per line; tmp has room for n * w */
+static void unlift_lines(uint64_t *p, uint64_t n, uint64_t s, uint64_t w, uint64_t *tmp)
+{
+    uint64_t ns = (n + 1) / 2, nd = n / 2;
+    for (uint64_t i = 0; i < ns; i++) {
+        const uint64_t *dl = p + (i > 0 ? ns + i - 1 : ns) * s;
+        const uint64_t *dr = p + (i < nd ? ns + i : ns + nd - 1) * s, *xi = p + i * s;
+        uint64_t *even = tmp + 2 * i * w;
+        for (uint64_t j = 0; j < w; j++)
+            even[j] = xi[j] - floor_shift(dl[j] + dr[j] + 2, 2);
+    }
+    for (uint64_t i = 0; i < nd; i++) {
+        const uint64_t *left = tmp + 2 * i * w, *xd = p + (ns + i) * s;
+        const uint64_t *right = 2 * i + 2 < n ? tmp + (2 * i + 2) * w : left;
+        uint64_t *odd = tmp + (2 * i + 1) * w;
+        for (uint64_t j = 0; j < w; j++)
+            odd[j] = xd[j] + floor_shift(left[j] + right[j], 1);
+    }
+    for (uint64_t t = 0; t < n; t++)
+        memcpy(p + t * s, tmp + t * w, w * sizeof *p);
+}
+
+/* unlift every line along axis ax of the block dims[] (a corner of the C-order array of
+ * shape sh): along the last axis row by row, along the others dims[3] lines at once
+ * (contiguous, so the loads stream); buf has room for dims[ax] * dims[3] and 2 * n */
 static void unlift_axis(uint64_t *a, const uint64_t sh[4], const uint64_t dims[4], int ax,
-                        uint64_t *row, uint64_t *tmp)
+                        uint64_t *buf)
 {
     uint64_t stride[4], n = dims[ax];
     stride[3] = 1;
     for (int d = 2; d >= 0; d--)
         stride[d] = stride[d + 1] * sh[d + 1];
-    uint64_t lim[4] = {dims[0], dims[1], dims[2], dims[3]}, s = stride[ax];
-    lim[ax] = 1;
+    /* the lines start at every index of the block's axes 0 .. 2 but ax (and i3 = 0) */
+    uint64_t lim[3] = {dims[0], dims[1], dims[2]}, s = stride[ax];
+    if (ax < 3)
+        lim[ax] = 1;
     for (uint64_t i0 = 0; i0 < lim[0]; i0++)
         for (uint64_t i1 = 0; i1 < lim[1]; i1++)
-            for (uint64_t i2 = 0; i2 < lim[2]; i2++)
-                for (uint64_t i3 = 0; i3 < lim[3]; i3++) {
-                    uint64_t *p = a + i0 * stride[0] + i1 * stride[1] + i2 * stride[2] +
-                                  i3 * stride[3];
-                    for (uint64_t t = 0; t < n; t++)
-                        row[t] = p[t * s];
-                    unlift(row, n, tmp);
-                    for (uint64_t t = 0; t < n; t++)
-                        p[t * s] = row[t];
+            for (uint64_t i2 = 0; i2 < lim[2]; i2++) {
+                uint64_t *p = a + i0 * stride[0] + i1 * stride[1] + i2 * stride[2];
+                if (ax < 3) {
+                    unlift_lines(p, n, s, dims[3], buf);
+                    continue;
                 }
+                memcpy(buf, p, n * sizeof *p);
+                unlift(buf, n, buf + n);
+                memcpy(p, buf, n * sizeof *p);
+            }
 }
 
 /* wavelet.plan then inverse: the levels' blocks and axes, undone coarsest first */
 static int inverse(uint64_t *a, const uint64_t sh[4], tp_err *err)
 {
-    uint64_t dims[LEVELS][4], longest = 1;
+    uint64_t dims[LEVELS][4], room = 0;
     int axes[LEVELS][4], naxes[LEVELS], levels = 0;
     uint64_t cur[4] = {sh[0], sh[1], sh[2], sh[3]};
     for (; levels < LEVELS; levels++) {
@@ -88,19 +114,22 @@ static int inverse(uint64_t *a, const uint64_t sh[4], tp_err *err)
         naxes[levels] = k;
         memcpy(dims[levels], cur, sizeof cur);
         for (int j = 0; j < k; j++) {
-            longest = cur[axes[levels][j]] > longest ? cur[axes[levels][j]] : longest;
-            cur[axes[levels][j]] = (cur[axes[levels][j]] + 1) / 2;
+            int ax = axes[levels][j];
+            /* a line tile (at most the elements) or a row and its scratch */
+            uint64_t need = ax < 3 ? cur[ax] * cur[3] : 2 * cur[3];
+            room = need > room ? need : room;
+            cur[ax] = (cur[ax] + 1) / 2;
         }
     }
     if (!levels)
         return 0;
-    uint64_t *row = malloc(2 * longest * sizeof *row);
-    if (!row)
+    uint64_t *buf = malloc(room * sizeof *buf);
+    if (!buf)
         return tp_fail(err, TP_E_MEMORY, "out of memory for the wavelet decoder");
     for (int l = levels - 1; l >= 0; l--)
         for (int j = naxes[l] - 1; j >= 0; j--)
-            unlift_axis(a, sh, dims[l], axes[l][j], row, row + longest);
-    free(row);
+            unlift_axis(a, sh, dims[l], axes[l][j], buf);
+    free(buf);
     return 0;
 }
 
