@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tensorpress.activation_offload.compiled import ops as saved_ops  # noqa: E402
 from tensorpress.activation_offload.device import gelu_ops, ops, stochastic  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
@@ -25,6 +26,8 @@ TESTED = {
     "device_blocks_restore",
     "gelu_residual",
     "gelu_residual_restore",
+    "saved_encode",
+    "saved_decode",
 }
 
 
@@ -53,6 +56,7 @@ def _calls(x: torch.Tensor) -> list:
     learned = torch.tensor([0.05], dtype=torch.float64)
     y = torch.nn.functional.gelu(x)
     gelu_scalars, residual, _ = gelu_ops.gelu_residual(y, record, "none", 1e-2, False, None, 0.0)
+    saved = saved_ops.saved_encode(x, 1e-2)
     return [
         (ops.device_codes, (x, 1e-2)),
         (stochastic.device_codes_stochastic, (x, 1e-2, torch.tensor(7))),
@@ -63,6 +67,8 @@ def _calls(x: torch.Tensor) -> list:
         (ops.device_blocks_restore, (record, shape, dtype, 256)),
         (gelu_ops.gelu_residual, (y, record, "tanh", 1e-2, False, learned, 5e-2)),
         (gelu_ops.gelu_residual_restore, (x, residual, gelu_scalars, "none", shape)),
+        (saved_ops.saved_encode, (x, 1e-2)),
+        (saved_ops.saved_decode, (saved, shape, list(x.stride()), dtype, 1e-2)),
     ]
 
 
