@@ -97,4 +97,3 @@ def test_zeros_survive_in_a_transposed_layout(codec, kw):
     ac, y = saved_and_restored(r.clone(memory_format=torch.preserve_format), codec=codec, **kw)
     assert y.stride() == r.stride()
     assert torch.equal(y == 0, r == 0) if codec == "quant" else bool((y[r == 0] == 0).all())
-
