@@ -274,6 +274,13 @@ def _add_compress(sub) -> None:
         action="store_true",
         help="write a .tp container whatever OUTPUT's extension says",
     )
+    _zarr_options(p)
+    _raw_options(p)
+    _common(p, writes=True, workers=True)
+
+
+def _zarr_options(p) -> None:
+    """compress's options for a .zarr OUTPUT (a Dask job)."""
     p.add_argument(
         "--scheduler",
         metavar="ADDRESS",
@@ -290,8 +297,6 @@ def _add_compress(sub) -> None:
         help="a .zarr OUTPUT: group chunks into shards of about BYTES input bytes "
         "(default 64M), one file each",
     )
-    _raw_options(p)
-    _common(p, writes=True, workers=True)
 
 
 def _add_decompress(sub) -> None:
