@@ -31,13 +31,13 @@ from typing import Any
 
 import h5py
 import numpy as np
-from torch.utils.data import Dataset
 
 from ..formats import ContainerReader
 from ..formats.filtered_chunks import FilteredChunks
 from ..formats.hdf5 import DirectRows
 from .file_identity import FileChangedError, FileIdentity
 from .h5_layout import DEFAULT_CACHE_BYTES, MIB, cache_size, chunk_nbytes, lookup, samples
+from .sample_dataset import SampleDataset
 
 __all__ = ["DEFAULT_CACHE_BYTES", "FileChangedError", "H5Dataset"]
 
@@ -55,7 +55,7 @@ CACHE_W0 = 0.75  # HDF5's default chunk-cache preemption policy
 LABEL_MEMORY_BYTES = 16 * MIB  # bytes: labels up to this size are read once and kept
 
 
-class H5Dataset(Dataset):
+class H5Dataset(SampleDataset):
     """Samples ``ds[i]`` of the HDF5 dataset ``key`` (first axis = samples) in ``path``.
 
     ``label_key``: a second dataset with one label per sample (same first-axis
@@ -137,28 +137,6 @@ class H5Dataset(Dataset):
 
     # -- what the loader plans with ---------------------------------------------------
 
-    def __len__(self) -> int:
-        """Number of samples."""
-        return self._shape[0]
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        """Shape of one sample (the dataset's shape without the first axis)."""
-        return self._shape[1:]
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def label_shape(self) -> tuple[int, ...] | None:
-        """Shape of one label (None without ``label_key``)."""
-        return None if self._label_shape is None else self._label_shape[1:]
-
-    @property
-    def label_dtype(self) -> np.dtype | None:
-        return self._label_dtype
-
     @property
     def sample_nbytes(self) -> int:
         """Bytes of one sample of the data (its label not counted)."""
@@ -210,21 +188,8 @@ class H5Dataset(Dataset):
 
     # -- reading ----------------------------------------------------------------------
 
-    def __getitem__(self, index: int) -> Any:
-        """Sample ``index`` (negative counts from the end), ``(x, y)`` with labels."""
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"sample index must be an integer, got {type(index).__name__}")
-        n = len(self)
-        i = int(index) + n if index < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"sample index {index} out of range for {n} samples")
-        where = f"sample {i}"
-        x = self._read(False, i, i + 1, where)[0, ...]
-        if self.transform is not None:
-            x = self.transform(x)
-        if self.label_key is None:
-            return x
-        return x, self.labels_range(i, i + 1)[0, ...]
+    def _sample(self, i: int) -> np.ndarray:
+        return self._read(False, i, i + 1, f"sample {i}")[0, ...]
 
     def read_range(
         self, start: int, stop: int, *, whole_chunks: bool = True, out: np.ndarray | None = None
@@ -270,13 +235,6 @@ class H5Dataset(Dataset):
         if labels is not None:
             return labels[start:stop].copy()
         return self._read(True, int(start), int(stop), where)
-
-    def _check_range(self, start: int, stop: int) -> None:
-        n = len(self)
-        if not 0 <= start <= n or not 0 <= stop <= n:
-            raise IndexError(f"range {start}..{stop} outside [0, {n}]")
-        if stop < start:
-            raise ValueError(f"range stop {stop} < start {start}")
 
     def _read(
         self,

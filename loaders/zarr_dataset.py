@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Dataset
 
 from .h5dataset import LABEL_MEMORY_BYTES
+from .sample_dataset import SampleDataset
 from .zarr_chunks import LocalChunks
 
 __all__ = ["ZarrDataset"]
@@ -62,7 +62,7 @@ def _counting_store(store, counter: list[int]):
     return CountingStore(store)
 
 
-class ZarrDataset(Dataset):
+class ZarrDataset(SampleDataset):
     """Samples ``arr[i]`` of the zarr array ``key`` (first axis = samples) of ``store``.
 
     ``store``: a path or URL of a zarr store, or a zarr ``Store``; ``key``: the array's
@@ -188,28 +188,6 @@ class ZarrDataset(Dataset):
 
     # -- what the loader plans with ---------------------------------------------------
 
-    def __len__(self) -> int:
-        """Number of samples."""
-        return self._shape[0]
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        """Shape of one sample (the array's shape without the first axis)."""
-        return self._shape[1:]
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def label_shape(self) -> tuple[int, ...] | None:
-        """Shape of one label (None without ``label_key``)."""
-        return None if self._label_shape is None else self._label_shape[1:]
-
-    @property
-    def label_dtype(self) -> np.dtype | None:
-        return self._label_dtype
-
     @property
     def chunks(self) -> tuple[int, ...]:
         """The array's chunk shape (of a sharded array: the inner chunks, read alone)."""
@@ -244,20 +222,8 @@ class ZarrDataset(Dataset):
 
     # -- reading ----------------------------------------------------------------------
 
-    def __getitem__(self, index: int) -> Any:
-        """Sample ``index`` (negative counts from the end), ``(x, y)`` with labels."""
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"sample index must be an integer, got {type(index).__name__}")
-        n = len(self)
-        i = int(index) + n if index < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"sample index {index} out of range for {n} samples")
-        x = self.read_range(i, i + 1)[0, ...]
-        if self.transform is not None:
-            x = self.transform(x)
-        if self.label_key is None:
-            return x
-        return x, self.labels_range(i, i + 1)[0, ...]
+    def _sample(self, i: int) -> np.ndarray:
+        return self.read_range(i, i + 1)[0, ...]
 
     def read_range(
         self, start: int, stop: int, *, whole_chunks: bool = True, out: np.ndarray | None = None
@@ -300,13 +266,6 @@ class ZarrDataset(Dataset):
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
                 finally:
                     os.close(fd)
-
-    def _check_range(self, start: int, stop: int) -> None:
-        n = len(self)
-        if not 0 <= start <= n or not 0 <= stop <= n:
-            raise IndexError(f"range {start}..{stop} outside [0, {n}]")
-        if stop < start:
-            raise ValueError(f"range stop {stop} < start {start}")
 
     def _read(self, arr, shape, dtype, start: int, stop: int, out: np.ndarray | None, x=False):
         from zarr.core.buffer import cpu
