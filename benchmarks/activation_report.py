@@ -118,7 +118,7 @@ def print_targets(task: Task, results: list[Result]) -> None:
 
 
 def print_transformer_targets(task: Task, results: list[Result]) -> None:
-    """Issue 49's CPU targets for a ViT: each tp row at most 1.3x the uncompressed step
+    """The CPU targets for a ViT: each tp row at most 1.3x the uncompressed step
     time with at least 8x fewer bytes held; beside them the baselines' step times."""
     base = results[0]
     times = {r.variant: _ratio(r.step_s, base.step_s) for r in results}

@@ -55,8 +55,8 @@ Each model ends with a target line for ``tp block adaptive``: reduction >= 10x, 
 no more than 0.5 points below / val loss no more than 2% above uncompressed, step time
 <= 1.5x uncompressed; and one for ``tp device adaptive``: reduction >= 8x, accuracy no
 more than 0.5 points below / val loss no more than 1% above (its step time is the GPU's
-to show). Each ViT ends with a line of the baselines' step times and one per tp row
-(issue 49): step time <= 1.3x uncompressed and reduction >= 8x. Without
+to show). Each ViT ends with a line of the baselines' step times and one per tp row,
+against its targets: step time <= 1.3x uncompressed and reduction >= 8x. Without
 ``tensorpress.activation_offload`` the tp rows are skipped.
 
     python benchmarks/activations.py                  # full run, about 15 min on 2 cores
