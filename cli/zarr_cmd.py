@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import sys
@@ -58,6 +59,7 @@ class ZarrProgress:
 
 def run_compress_zarr(args, codec: str, codec_options: dict, bound, overrides: dict) -> dict:
     """``tensorpress compress SRC DST.zarr``: the job on Dask; the summary document."""
+    _require_extras(args.scheduler)
     from ..files.zarr_out import compress_to_zarr
 
     if args.dtype is not None or args.shape is not None or args.container:
@@ -86,6 +88,16 @@ def run_compress_zarr(args, codec: str, codec_options: dict, bound, overrides: d
             **kwargs,
         )
     return _job_doc(args, job, time.perf_counter() - t0)
+
+
+def _require_extras(scheduler: str | None) -> None:
+    """Refuse, saying what to install, where zarr or Dask is missing."""
+    needed = ("zarr", "dask") + (() if scheduler == "inline" else ("distributed",))
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(
+            f"a .zarr OUTPUT needs {', '.join(missing)}: pip install 'tensorpress[zarr]'"
+        )
 
 
 def _job_doc(args, job, seconds: float) -> dict:

@@ -419,6 +419,18 @@ def test_verify_holds_quant_to_no_bound_but_its_nonfinite_values(capsys, tmp_pat
     assert rc == 1 and json.loads(out)["datasets"][0]["violations"] == 1
 
 
+def test_a_zarr_output_without_dask_says_what_to_install(capsys, tmp_path, monkeypatch, h5_file):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "distributed" else real(name, *a),
+    )
+    rc, _, err = _run(capsys, "compress", h5_file, tmp_path / "o.zarr", "--rel", "1e-3")
+    assert rc == 2 and "needs distributed: pip install 'tensorpress[zarr]'" in err
+    assert not (tmp_path / "o.zarr").exists() and not (tmp_path / "o.zarr.partial").exists()
+
+
 def test_verify_pw_rel_sign_and_nonfinite():
     check = verify.ErrorCheck({"mode": "pw_rel", "value": 0.1, "tolerance": 0.1})
     check.update(np.array([1.0, -2.0, 0.0, np.nan]), np.array([1.05, -1.9, 0.0, np.nan]))
