@@ -193,9 +193,8 @@ class ChunkedBatches(ItemBatches):
         """Reads to keep in flight: positioned reads (and decoding) run outside HDF5's
         lock, so several keep the disk's queue full, where reads through h5py would only
         queue on its lock. Compressed runs get as many: their decoding releases the GIL,
-        and a thread waiting for its chunk's bytes leaves the core to one decoding (one
-        thread per core decoded at about 0.6x the raw loader's samples/s, eight 1.0x:
-        benchmarks/loader.py)."""
+        and a thread waiting for its chunk's bytes leaves the core to one decoding, where
+        one thread per core left cores idle during reads (benchmarks/loader.py)."""
         ds = self.dataset
         threads = self.read_threads if ds.partial_reads or ds.compressed else 1
         return min(threads, len(runs))

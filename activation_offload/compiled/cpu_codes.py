@@ -2,11 +2,11 @@
 ``activation_offload/device/codes.py``): the same bytes and the same restored values as
 the torch reference (``codes_torch.py``), in one parallel pass each way.
 
-The torch reference spends a byte per code bit and float64 temporaries per element
-(about 7 MB/s on two cores); a compiled graph's saved tensors go through these kernels
-at memory speed instead. Codes are packed eight at a time: eight codes of ``bits`` fill
-exactly ``bits`` bytes, so each group of eight elements owns its bytes and the groups
-run in parallel.
+The torch reference spends a byte per code bit and float64 temporaries per element,
+too slow for every saved tensor of a step; a compiled graph's saved tensors go through
+these kernels in one pass each way instead (benchmarks/compiled.py). Codes are packed
+eight at a time: eight codes of ``bits`` fill exactly ``bits`` bytes, so each group of
+eight elements owns its bytes and the groups run in parallel.
 """
 
 from __future__ import annotations
