@@ -222,9 +222,10 @@ def _payload_mutants(stream: bytes, rng: random.Random, count: int):
 
 def _zstd_versions_disagree(stream: bytes) -> bool:
     """Whether a chunk payload of ``stream`` starts (at byte 0 or 1) with a zstd frame that
-    the system's libzstd (the plugin's) and Python's zstandard both decode, to different
-    bytes: a damaged frame without a checksum decodes to different garbage in different
-    zstd versions (1.5.4 and 1.5.7 here), a difference of zstd's, not of the decoders."""
+    the system's libzstd (the plugin's) decodes and Python's zstandard refuses or decodes
+    to different bytes: a damaged frame without a checksum decodes to different garbage,
+    or is caught, in different zstd versions (1.5.4 and 1.5.7 here), a difference of
+    zstd's, not of the decoders."""
     lib = ctypes.CDLL(ctypes.util.find_library("zstd") or "libzstd.so.1")
     lib.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
     lib.ZSTD_decompress.restype = ctypes.c_size_t
@@ -237,11 +238,13 @@ def _zstd_versions_disagree(stream: bytes) -> bool:
                 continue
             out = ctypes.create_string_buffer(max(size, 1))
             got = lib.ZSTD_decompress(out, size, frame, len(frame))
+            if lib.ZSTD_isError(got):
+                continue
             try:
                 mine = zstandard.ZstdDecompressor().decompress(frame)
             except zstandard.ZstdError:
-                continue
-            if not lib.ZSTD_isError(got) and out.raw[:got] != mine:
+                return True  # libzstd decodes what zstandard calls corrupt
+            if out.raw[:got] != mine:
                 return True
     return False
 
