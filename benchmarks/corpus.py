@@ -23,6 +23,7 @@ Simulated:
   turbulence_u    256^3 velocity component, k^-5/3 energy spectrum (``corpus_fields.py``)
   climate_t2m     1800x3600 temperature-like field: gradients, waves, fronts, coastlines
   interface_rho   192^3 two-phase density with sharp interfaces and smooth interiors
+  grf_2d          2048^2 Gaussian random field, power spectrum k^-4 (``corpus_fields.py``)
 Deep learning (torch on CPU, a few training steps on random data, then one more
 forward/backward whose tensors are captured):
   cnn_conv1_out   conv output of block 1 (saved for BatchNorm backward), N,C,H,W
@@ -51,9 +52,14 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from corpus_fields import build_climate, build_interface, build_turbulence
+    from corpus_fields import build_climate, build_grf_2d, build_interface, build_turbulence
 except ImportError:  # imported as benchmarks.corpus
-    from benchmarks.corpus_fields import build_climate, build_interface, build_turbulence
+    from benchmarks.corpus_fields import (
+        build_climate,
+        build_grf_2d,
+        build_interface,
+        build_turbulence,
+    )
 
 CORPUS_VERSION = 1
 CACHE_DIR = Path(__file__).resolve().parent / ".cache" / f"corpus-v{CORPUS_VERSION}"
@@ -388,6 +394,7 @@ _DATASETS: dict[str, tuple[str, Callable[[], dict[str, np.ndarray]]]] = {
     "turbulence_u": ("simulated", build_turbulence),
     "climate_t2m": ("simulated", build_climate),
     "interface_rho": ("simulated", build_interface),
+    "grf_2d": ("simulated", build_grf_2d),
     "cnn_conv1_out": ("dl", _build_cnn),
     "cnn_relu1_out": ("dl", _build_cnn),
     "cnn_relu2_out": ("dl", _build_cnn),
