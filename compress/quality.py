@@ -83,15 +83,21 @@ def search_bound(
     if not math.isfinite(target):
         raise ValueError(f"psnr target must be a finite number of dB, got {target!r}")
     lo_v, hi_v = finite_range(x)
-    span = hi_v - lo_v
+    return search_span(hi_v - lo_v, target, lambda bound: _measure(x, bound, trial))
+
+
+def search_span(span: float, target: float, measure: Callable[[float], Trial]) -> Trial:
+    """:func:`search_bound` for data of finite value range ``span`` that the caller
+    measures itself (e.g. spread over processes): ``measure(bound)`` compresses under an
+    absolute bound (0: lossless) and returns the :class:`Trial` with the PSNR reached."""
     if not (span > 0 and math.isfinite(span)):
-        return _measure(x, 0.0, trial)
+        return measure(0.0)
     floor = safe_bound(span, target)
     best = None
     lo, hi = floor, floor * math.sqrt(3.0) * MAX_LOOSEN
     guess = floor * math.sqrt(3.0)  # MSE ~= e**2 / 3
     for _ in range(MAX_TRIALS - 1):
-        t = _measure(x, guess, trial)
+        t = measure(guess)
         if t.psnr >= target:
             best, lo = t, guess
         else:
@@ -100,9 +106,9 @@ def search_bound(
             break
         guess = math.sqrt(lo * hi)
     if best is None:  # the floor was never tried: it reaches the target on a bounded codec
-        best = _measure(x, floor, trial)
+        best = measure(floor)
     if best.psnr < target:  # only a codec that breaks its bound gets here
-        best = _measure(x, 0.0, trial)
+        best = measure(0.0)
     return best
 
 

@@ -3,7 +3,8 @@
 The job, in order: describe the input (groups, attributes, dimension names); plan each
 variable (chunks aligned to the input's, lossy or lossless); resolve ``rel`` bounds on
 the whole variable (one distributed min/max over valid cells) and PSNR targets (the
-search of ``tp.compress`` on a sample, in this process); create the arrays in
+same search as ``tp.compress``, each trial compressing the whole variable on the
+workers: zarr_psnr.py); create the arrays in
 ``DST.partial``; then one task per output chunk or shard, which writes, reads back,
 checks every element and marks it; commit when every chunk is marked (zarr_commit.py).
 """
@@ -26,8 +27,11 @@ from .output import DatasetReport
 from .plan import Plan, PsnrTarget
 from .zarr_commit import commit, hide_root, marked, record_plan, start
 from .zarr_plan import VarPlan, plan_variable
+from .zarr_psnr import search_psnr
 from .zarr_source import describe, name_dimensions, source_kind
-from .zarr_task import combine_ranges, range_task, write_task
+from .zarr_task import JobIncomplete, combine_ranges, range_task, write_task
+
+__all__ = ["BOUND_ATTR", "JobIncomplete", "ZarrJob", "compress_to_zarr"]
 
 #: attribute of a compressed variable: its bound as given and as resolved (JSON text)
 BOUND_ATTR = "tensorpress_bound"
@@ -44,10 +48,6 @@ class ZarrJob:
     skipped: int = 0
     workers: int = 1
     seconds: float = 0.0
-
-
-class JobIncomplete(RuntimeError):
-    """Some chunks failed: DST.partial keeps the verified ones for a rerun."""
 
 
 def compress_to_zarr(
@@ -128,12 +128,12 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
         zarr.create_group(store=partial, path=path, attributes=attrs)
     recorded = {"job": secrets.token_hex(6), "variables": {}}
     for vp in vplans:
-        bound, span = bounds.get(vp.var.path, (None, None))
-        bound = _create_array(partial, vp, plan, bound, span)
+        bound, span, target = bounds.get(vp.var.path, (None, None, None))
+        bound = _create_array(partial, vp, plan, bound, span, target)
         recorded["variables"][vp.var.path] = {
             "chunks": list(vp.chunks),
             "shards": None if vp.shards is None else list(vp.shards),
-            "bound": None if bound is None else bound.to_dict(),
+            "bound": _bound_record(bound, target),
             "codec": plan.codec.get_config() if vp.lossy else None,
         }
     hide_root(partial)
@@ -142,47 +142,89 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
 
 
 def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
-    """{path: (resolved ErrorBound, the (lo, hi) a rel bound was resolved on, or None)}
-    of the lossy variables: rel on the whole variable's valid cells (one task per input
-    region, reduced here), PSNR by the search of ``tp.compress``."""
+    """{path: (resolved ErrorBound, the (lo, hi) a rel bound was resolved on or None, the
+    PSNR target record or None)} of the lossy variables: rel and PSNR on the whole
+    variable's valid cells (one min/max task per region, reduced here; then, for a PSNR
+    target, the search of zarr_psnr.py over every region)."""
     out, specs = {}, []
     for vp in vplans:
         if not vp.lossy or not plan.codec.bounded:
             continue
-        if isinstance(vp.bound, PsnrTarget):
-            out[vp.var.path] = (_psnr_bound(src, kind, vp, plan), None)
-        elif vp.bound.mode == "rel":
+        if isinstance(vp.bound, PsnrTarget) or vp.bound.mode == "rel":
             specs += [_spec(src, kind, vp, r) for r in vp.regions()]
         else:
-            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None)
+            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None, None)
     ranges: dict = {}
-    for spec, result in runner.run(range_task, specs, "tp-range"):
-        if isinstance(result, Exception):
-            raise JobIncomplete(
-                f"the value range of {spec['path']} could not be read ({type(result).__name__}: "
-                f"{result}); nothing was written: rerun the command"
-            ) from result
+    for spec, result in zip(specs, _gather(runner, range_task, specs, "tp-range"), strict=True):
         ranges.setdefault(spec["path"], []).append(result)
     for vp in vplans:
-        if vp.var.path in ranges:
-            span = combine_ranges(ranges[vp.var.path])
-            out[vp.var.path] = (vp.bound.resolve_range(*span), span)
+        if vp.var.path not in ranges:
+            continue
+        span = combine_ranges(ranges[vp.var.path])
+        if isinstance(vp.bound, PsnrTarget):
+            out[vp.var.path] = _psnr_bound(runner, src, kind, vp, plan, span)
+        else:
+            out[vp.var.path] = (vp.bound.resolve_range(*span), span, None)
     return out
 
 
-def _psnr_bound(src: str, kind: str, vp: VarPlan, plan: Plan) -> ErrorBound:
-    """The abs bound reaching the variable's PSNR target, searched as ``tp.compress``
-    does (on evenly spaced chunks of a large variable), in this process."""
-    from ..compress.codec import chunk_rows_for
-    from ..formats.missing import masked_source
-    from .compress import psnr_bound
-    from .zarr_source import _open
+def _gather(runner, fn, specs: list, name: str) -> list:
+    """The results of ``fn`` over ``specs`` (in their order); JobIncomplete, before
+    anything is written, when a task fails."""
+    results = {}
+    for spec, result in runner.run(fn, specs, name):
+        if isinstance(result, Exception):
+            raise JobIncomplete(
+                f"{spec['path']} could not be read or measured ({type(result).__name__}: "
+                f"{result}); nothing was written: rerun the command"
+            ) from result
+        results[id(spec)] = result
+    return [results[id(s)] for s in specs]
 
-    node = _open(src, kind)[vp.var.path]
-    rows = chunk_rows_for(vp.var.shape, np.dtype(vp.var.dtype).itemsize, DEFAULT_CHUNK_BYTES)
-    masked, _ = masked_source(node, rows, vp.var.path)
-    bound, _ = psnr_bound(masked, plan.codec, vp.bound.psnr, rows, 1)
-    return bound.resolve_range(0.0, 0.0)
+
+def _psnr_bound(runner, src, kind, vp: VarPlan, plan: Plan, span: tuple) -> tuple:
+    """(abs ErrorBound, None, target record) reaching the variable's PSNR target over
+    the whole variable, each trial compressed on the workers (zarr_psnr.py)."""
+    values = _missing_values(vp)
+
+    def layout(bound: ErrorBound) -> dict:
+        serializer, _ = _serializer(plan, bound, None, values)
+        return {
+            "chunks": vp.chunks,
+            "shards": vp.shards,
+            "fill": _fill(vp),
+            "serializer": serializer.to_dict(),
+        }
+
+    specs = [_spec(src, kind, vp, r) for r in vp.regions()]
+    bound, target = search_psnr(
+        lambda fn, s, name: _gather(runner, fn, s, name),
+        specs,
+        span[1] - span[0],
+        vp.bound.psnr,
+        layout,
+    )
+    return bound.resolve_range(0.0, 0.0), None, target
+
+
+def _bound_record(bound: ErrorBound | None, target: dict | None) -> dict | None:
+    """A bound as the job records it: its dict, with the PSNR ``target`` record."""
+    if bound is None:
+        return None
+    return bound.to_dict() if target is None else {**bound.to_dict(), "target": target}
+
+
+def _missing_values(vp: VarPlan) -> list:
+    return [] if vp.var.missing is None else [float(v) for v in vp.var.missing.values]
+
+
+def _fill(vp: VarPlan) -> float | None:
+    """The fill value of a variable's array: its first missing value, else NaN for a
+    lossy one (padding left out of every range), else None (zarr's default)."""
+    values = _missing_values(vp)
+    if values:
+        return values[0]
+    return np.nan if vp.lossy else None
 
 
 def _spec(src: str, kind: str, vp: VarPlan, region: tuple) -> dict:
@@ -196,24 +238,24 @@ def _spec(src: str, kind: str, vp: VarPlan, region: tuple) -> dict:
     }
 
 
-def _create_array(partial: str, vp: VarPlan, plan: Plan, bound, span) -> ErrorBound | None:
+def _create_array(
+    partial: str, vp: VarPlan, plan: Plan, bound, span, target=None
+) -> ErrorBound | None:
     """The zarr v3 array of ``vp`` in ``partial``: the plan's codec as serializer for a
     lossy (or lossless tensorpress) variable, its metadata recording the bound as given,
-    the value range a rel bound was resolved on and the resolved abs; zarr's default
-    codecs for the others. Returns the bound the chunks are held to."""
+    the value range a rel bound was resolved on and the resolved abs (and a PSNR
+    ``target`` record); zarr's default codecs for the others. Returns the bound the
+    chunks are held to."""
     import zarr
 
     var = vp.var
     attrs = dict(var.attrs)
     kwargs = {}
-    values = [] if var.missing is None else [float(v) for v in var.missing.values]
-    fill = values[0] if values else None
     if vp.lossy:
-        serializer, bound = _serializer(plan, bound, span, values)
+        serializer, bound = _serializer(plan, bound, span, _missing_values(vp))
         if bound is not None:
-            attrs[BOUND_ATTR] = json.dumps(bound.to_dict())
+            attrs[BOUND_ATTR] = json.dumps(_bound_record(bound, target))
         kwargs = {"serializer": serializer, "compressors": None}
-        fill = np.nan if fill is None else fill  # padding left out of every range
     zarr.create_array(
         store=partial,
         name=var.path,
@@ -221,7 +263,7 @@ def _create_array(partial: str, vp: VarPlan, plan: Plan, bound, span) -> ErrorBo
         chunks=vp.chunks or "auto",
         shards=vp.shards,
         dtype=str if var.dtype == "str" else np.dtype(var.dtype),
-        fill_value=fill,
+        fill_value=_fill(vp),
         dimension_names=var.dims or None,
         attributes=attrs,
         overwrite=True,

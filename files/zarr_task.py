@@ -20,6 +20,10 @@ from .zarr_commit import mark
 from .zarr_source import read_region
 
 
+class JobIncomplete(RuntimeError):
+    """Some tasks failed: DST.partial keeps the verified chunks for a rerun."""
+
+
 class BoundViolation(RuntimeError):
     """A chunk read back from the store is outside its bound: nothing is marked done."""
 

@@ -1,0 +1,87 @@
+"""Bounds of ``tensorpress compress SRC DST.zarr`` that need the whole variable: a PSNR
+target searched over every region on the workers (the whole variable reaches it)."""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+from tensorpress.compress.quality import safe_bound
+from tensorpress.files.dask_engine import import_distributed
+from tensorpress.files.zarr_out import BOUND_ATTR, compress_to_zarr
+
+distributed = import_distributed()  # before anything imports it by name
+
+FILL = -999.0
+#: one (40, 50) float32 slab per input chunk; output chunks of 2 slabs
+CHUNK = 16000
+
+
+def field(shape=(24, 40, 50), seed=0) -> np.ndarray:
+    """A smooth float32 field plus noise."""
+    t, y, x = np.meshgrid(*(np.linspace(0, 1, n) for n in shape), indexing="ij")
+    rng = np.random.default_rng(seed)
+    out = np.sin(6 * y) * np.cos(4 * x) + 2 * t + rng.normal(0, 0.02, shape)
+    return out.astype("f4")
+
+
+@pytest.fixture(scope="module")
+def h5(tmp_path_factory) -> str:
+    """An HDF5 file: ``temp`` with NaN and _FillValue cells (left out of the PSNR)."""
+    path = str(tmp_path_factory.mktemp("bounds") / "in.h5")
+    temp = field()
+    temp[0, 0, :5] = np.nan
+    temp[3, 7, 9:12] = FILL
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("temp", data=temp, chunks=(1, 40, 50))
+        ds.attrs["_FillValue"] = np.float32(FILL)
+    return path
+
+
+def whole_psnr(src: np.ndarray, out: np.ndarray, exact: np.ndarray) -> float:
+    """PSNR of ``out`` over the cells of ``src`` that are not ``exact`` (missing)."""
+    x = src[~exact].astype(np.float64)
+    mse = np.mean((x - out[~exact]) ** 2)
+    return 20 * math.log10(x.max() - x.min()) - 10 * math.log10(mse)
+
+
+@pytest.mark.parametrize("target", [40.0, 70.0])
+def test_psnr_target_is_reached_by_the_whole_variable(h5, tmp_path, target):
+    dst = str(tmp_path / "out.zarr")
+    job = compress_to_zarr(h5, dst, {"psnr": target}, chunk_bytes=CHUNK, scheduler="inline")
+    with h5py.File(h5) as f:
+        src = f["temp"][()]
+    out = zarr.open_array(dst, path="temp", mode="r")[()]
+    exact = ~np.isfinite(src) | (src == FILL)
+    assert np.array_equal(src[exact], out[exact], equal_nan=True)  # missing: bit for bit
+    reached = whole_psnr(src, out, exact)
+    assert reached >= target
+    bound = next(r for r in job.reports if r.name == "temp").bound
+    assert bound["mode"] == "abs" and bound["target"]["psnr"] == target
+    # the search measured the chunks it then wrote: its PSNR is the written variable's
+    assert bound["target"]["psnr_reached"] == pytest.approx(reached, abs=1e-6)
+    err = np.abs(src[~exact].astype(np.float64) - out[~exact])
+    assert (err <= bound["tolerance"]).all()
+    span = float(np.ptp(src[~exact].astype(np.float64)))
+    assert bound["tolerance"] > safe_bound(span, target)  # looser than the any-data floor
+    attrs = zarr.open_array(dst, path="temp", mode="r").attrs
+    assert '"psnr_reached"' in attrs[BOUND_ATTR]
+
+
+def test_psnr_on_a_cluster_equals_a_single_process_run(h5, tmp_path):
+    a, b = str(tmp_path / "cluster.zarr"), str(tmp_path / "inline.zarr")
+    with distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
+    ) as cluster:
+        job = compress_to_zarr(
+            h5, a, {"psnr": 60}, chunk_bytes=CHUNK, scheduler=cluster.scheduler_address
+        )
+    single = compress_to_zarr(h5, b, {"psnr": 60}, chunk_bytes=CHUNK, scheduler="inline")
+    assert job.workers == 2
+    assert job.reports[0].bound == single.reports[0].bound
+    got = zarr.open_array(a, path="temp", mode="r")[()]
+    want = zarr.open_array(b, path="temp", mode="r")[()]
+    assert np.array_equal(got, want, equal_nan=True)
