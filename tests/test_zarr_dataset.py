@@ -196,3 +196,22 @@ def test_chunk_files_read_in_the_calling_thread_equal_zarrs_reads(tmp_path):
         assert fetched > 0 or start >= 6
     ds = ZarrDataset(path)
     assert np.array_equal(ds.read_range(0, 11), arr[...])
+
+
+@pytest.mark.parametrize("chunks", [(3, FEATURES), (4, 128)])
+def test_streams_decoded_into_the_batch_equal_zarrs_and_a_lying_chunk_is_refused(tmp_path, chunks):
+    """tensorpress chunk files decoded straight into the rows asked for (whole trailing
+    axes) or through zarr's codecs (chunks that cut them), edge chunks included: zarr's
+    values; a chunk file holding another array's stream raises before decoding."""
+    path = str(tmp_path / "d.zarr")
+    _write(path, chunks, BlockSerializer(abs=BOUND), n=23)
+    ref = zarr.open_array(path, path="x", mode="r")[...]
+    ds = ZarrDataset(path, "x")
+    for start, stop in [(0, 23), (1, 2), (2, 7), (21, 23)]:
+        assert np.array_equal(ds.read_range(start, stop), ref[start:stop])
+    other = str(tmp_path / "o.zarr")
+    _write(other, (2, FEATURES), BlockSerializer(abs=BOUND), n=4)
+    chunk = os.path.join("x", "c", "1", "0")
+    os.replace(os.path.join(other, chunk), os.path.join(path, chunk))
+    with pytest.raises(ValueError, match="refused before decoding"):
+        ZarrDataset(path, "x").read_range(chunks[0], chunks[0] + 1)
