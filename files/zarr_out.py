@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..compress.bounds import ErrorBound
+from ..formats.missing import MAX_MARKERS
 from ..formats.stream_writer import DEFAULT_CHUNK_BYTES
 from .dask_engine import task_runner
 from .output import DatasetReport
@@ -135,6 +136,7 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
             "shards": None if vp.shards is None else list(vp.shards),
             "bound": _bound_record(bound, target),
             "codec": plan.codec.get_config() if vp.lossy else None,
+            "note": vp.note,
         }
     hide_root(partial)
     record_plan(partial, recorded)
@@ -146,26 +148,41 @@ def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
     PSNR target record or None)} of the lossy variables: rel and PSNR on the whole
     variable's valid cells (one min/max task per region, reduced here; then, for a PSNR
     target, the search of zarr_psnr.py over every region)."""
-    out, specs = {}, []
+    specs = [
+        _spec(src, kind, vp, r)
+        for vp in vplans
+        if vp.lossy and plan.codec.bounded and _needs_range(vp)
+        for r in vp.regions()
+    ]
+    found: dict = {}
+    for spec, result in zip(specs, _gather(runner, range_task, specs, "tp-range"), strict=True):
+        found.setdefault(spec["path"], []).append(result)
+    out = {}
     for vp in vplans:
         if not vp.lossy or not plan.codec.bounded:
             continue
-        if isinstance(vp.bound, PsnrTarget) or vp.bound.mode == "rel":
-            specs += [_spec(src, kind, vp, r) for r in vp.regions()]
-        else:
-            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None, None)
-    ranges: dict = {}
-    for spec, result in zip(specs, _gather(runner, range_task, specs, "tp-range"), strict=True):
-        ranges.setdefault(spec["path"], []).append(result)
-    for vp in vplans:
-        if vp.var.path not in ranges:
+        results = found.get(vp.var.path, [])
+        if max((r["missing"] for r in results), default=0) > MAX_MARKERS:
+            vp.lossy, vp.bound = False, None
+            vp.note = f"lossless: over {MAX_MARKERS} distinct values outside its valid range"
             continue
-        span = combine_ranges(ranges[vp.var.path])
+        span = combine_ranges([r["range"] for r in results])
         if isinstance(vp.bound, PsnrTarget):
             out[vp.var.path] = _psnr_bound(runner, src, kind, vp, plan, span)
-        else:
+        elif vp.bound.mode == "rel":
             out[vp.var.path] = (vp.bound.resolve_range(*span), span, None)
+        else:
+            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None, None)
     return out
+
+
+def _needs_range(vp: VarPlan) -> bool:
+    """Whether a lossy variable's regions are read before writing: for the value range
+    of a rel bound or PSNR target, or to count the distinct values outside a valid range
+    (each takes a marker in a chunk's stream: formats/missing.py)."""
+    spec = vp.var.missing
+    valid = spec is not None and (spec.lo is not None or spec.hi is not None)
+    return valid or isinstance(vp.bound, PsnrTarget) or vp.bound.mode == "rel"
 
 
 def _gather(runner, fn, specs: list, name: str) -> list:
@@ -185,10 +202,9 @@ def _gather(runner, fn, specs: list, name: str) -> list:
 def _psnr_bound(runner, src, kind, vp: VarPlan, plan: Plan, span: tuple) -> tuple:
     """(abs ErrorBound, None, target record) reaching the variable's PSNR target over
     the whole variable, each trial compressed on the workers (zarr_psnr.py)."""
-    values = _missing_values(vp)
 
     def layout(bound: ErrorBound) -> dict:
-        serializer, _ = _serializer(plan, bound, None, values)
+        serializer, _ = _serializer(plan, bound, None, vp)
         return {
             "chunks": vp.chunks,
             "shards": vp.shards,
@@ -252,7 +268,7 @@ def _create_array(
     attrs = dict(var.attrs)
     kwargs = {}
     if vp.lossy:
-        serializer, bound = _serializer(plan, bound, span, _missing_values(vp))
+        serializer, bound = _serializer(plan, bound, span, vp)
         if bound is not None:
             attrs[BOUND_ATTR] = json.dumps(_bound_record(bound, target))
         kwargs = {"serializer": serializer, "compressors": None}
@@ -272,15 +288,20 @@ def _create_array(
     return bound
 
 
-def _serializer(plan: Plan, bound, span, missing: list) -> tuple:
-    """(the plan codec's zarr serializer for one variable, its bound with the tolerance
+def _serializer(plan: Plan, bound, span, vp: VarPlan) -> tuple:
+    """(the plan codec's zarr serializer for variable ``vp``, its bound with the tolerance
     the serializer resolved): a rel bound with the whole variable's ``span`` (lo, hi),
-    other bounds as resolved; ``missing`` values kept bit for bit."""
+    other bounds as resolved; missing values kept bit for bit; a CF valid range kept
+    (cells outside it exact, decoded values clamped into it)."""
     from ..formats.zarr_codecs import SERIALIZERS
 
     params = {k: v for k, v in plan.codec.get_config().items() if k != "id"}
+    missing = _missing_values(vp)
     if missing:
         params["missing"] = missing
+    spec = vp.var.missing
+    if plan.codec.lossy and spec is not None and (spec.lo is not None or spec.hi is not None):
+        params["valid_range"] = [spec.lo, spec.hi]
     if bound is not None and span is not None:
         params.update(rel=bound.value, value_range=list(span))
     elif bound is not None:
@@ -299,6 +320,7 @@ def _run_chunks(runner, src, kind, partial, vplans: list, recorded: dict, progre
     for vp in vplans:
         entry = recorded["variables"][vp.var.path]
         vp.chunks, vp.shards = tuple(entry["chunks"]), entry["shards"] and tuple(entry["shards"])
+        vp.lossy, vp.note = entry["codec"] is not None, entry.get("note", vp.note)
         bound = entry["bound"]
         for region in vp.regions():
             spec = _spec(src, kind, vp, region)

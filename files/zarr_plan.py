@@ -90,9 +90,6 @@ def lossless_reason(var: Variable, plan, small_bytes: int = SMALL_BYTES) -> str:
         return "lossless: a coordinate is kept exact"
     if var.nbytes < small_bytes:
         return "lossless: small variable"
-    spec = var.missing
-    if spec is not None and (spec.lo is not None or spec.hi is not None):
-        return "lossless: the cells outside its valid range are kept exact"
     return ""
 
 

@@ -28,16 +28,21 @@ class BoundViolation(RuntimeError):
     """A chunk read back from the store is outside its bound: nothing is marked done."""
 
 
-def range_task(spec: dict) -> tuple[float, float] | None:
-    """(min, max) of the finite, valid cells of the spec's region (None: it has none)."""
+def range_task(spec: dict) -> dict:
+    """What the plan needs of the spec's region: ``range``, (min, max) of its finite,
+    valid cells (None: it has none), and ``missing``, how many distinct non-NaN values
+    its missing cells hold (each needs a marker in a chunk's stream)."""
     block = read_region(spec["src"], spec["kind"], spec["path"], spec["region"])
     valid = np.isfinite(block)
+    distinct = 0
     if spec.get("missing") is not None:
-        valid &= ~spec["missing"].mask(block)
+        missing = spec["missing"].mask(block)
+        valid &= ~missing
+        distinct = int(np.unique(block[missing & ~np.isnan(block)]).size)
     if not valid.any():
-        return None
+        return {"range": None, "missing": distinct}
     values = block[valid]
-    return float(values.min()), float(values.max())
+    return {"range": (float(values.min()), float(values.max())), "missing": distinct}
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,15 +116,26 @@ def check_block(x: np.ndarray, y: np.ndarray, spec: dict) -> float:
         xv, yv = x[~exact], y[~exact]
     err = np.abs(np.subtract(xv, yv, dtype=np.float64))  # exact for float16/32/64 inputs
     limit = tol * np.abs(xv) if spec["mode"] == "pw_rel" else tol
-    bad = int(np.count_nonzero(~(err <= limit)))
+    bad = int(np.count_nonzero(~(err <= limit))) + _outside(yv, missing)
     if spec["mode"] == "pw_rel":
         bad += int(np.count_nonzero(np.sign(xv) != np.sign(yv)))
     if changed or bad:
         raise BoundViolation(
-            f"{where}: {bad} element(s) outside the bound {spec['mode']} {tol:g}, "
+            f"{where}: {bad} element(s) outside the bound {spec['mode']} {tol:g} or the "
+            "valid range, "
             f"{changed} NaN, infinite or missing cell(s) changed"
         )
     return float(err.max()) if err.size else 0.0
+
+
+def _outside(y: np.ndarray, missing) -> int:
+    """How many decoded valid cells ``y`` lie outside the valid range: such a value
+    would read as missing."""
+    if missing is None or (missing.lo is None and missing.hi is None):
+        return 0
+    lo = -np.inf if missing.lo is None else missing.lo
+    hi = np.inf if missing.hi is None else missing.hi
+    return int(np.count_nonzero((y < lo) | (y > hi)))
 
 
 def combine_ranges(ranges: list) -> tuple[float, float]:

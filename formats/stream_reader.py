@@ -133,8 +133,11 @@ class ContainerReader:
     the index and the payloads of the chunks touched are read.
     """
 
-    def __init__(self, source, *, workers: int | None = None):
+    def __init__(self, source, *, workers: int | None = None, clamp: tuple | None = None):
         self._owned = None
+        #: (lo, hi), either None: each decoded chunk's values clamped into it before its
+        #: missing cells get their bits back (a CF valid range, zarr_codecs.py)
+        self.clamp = clamp
         if isinstance(source, (str, os.PathLike)):
             source = self._owned = FileSource(source)
             if source.size == 0:
@@ -214,6 +217,8 @@ class ContainerReader:
             raise FormatError(f"chunk {i} cannot be decoded: {exc}") from None
         if chunk.shape != h.chunk_shape(i) or chunk.dtype != h.dtype:
             raise FormatError(f"chunk {i} decoded to the wrong shape or dtype")
+        if self.clamp is not None:  # markers are NaN: they stay as they are
+            np.clip(chunk, *self.clamp, out=chunk)
         if h.missing is not None:  # missing cells: their original bits, not the markers
             h.missing.restore(chunk)
         return chunk

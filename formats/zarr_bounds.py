@@ -30,10 +30,12 @@ from .missing import MissingSpec
 __all__ = [
     "bound_setup",
     "cf_missing",
+    "clamp_bounds",
     "fixed_bound",
     "missing_values",
     "one_bound",
     "resolve_bound",
+    "valid_pair",
     "value_range",
 ]
 
@@ -122,6 +124,44 @@ def missing_values(missing) -> tuple[float, ...]:
     if not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
         raise ValueError(f"missing must be a number or a list of numbers, got {missing!r}")
     return tuple(float(v) for v in values)
+
+
+def valid_pair(valid_range) -> tuple | None:
+    """The config's ``valid_range``: ``(lo, hi)`` floats (one of them None: unbounded on
+    that side), or None when not given; ValueError for anything else."""
+    if valid_range is None:
+        return None
+    bad = ValueError(
+        "valid_range must be [lo, hi]: numbers with lo <= hi, or null for an open side, "
+        f"e.g. [0, null]; got {valid_range!r}"
+    )
+    if not isinstance(valid_range, (list, tuple)) or len(valid_range) != 2:
+        raise bad
+    out = []
+    for v in valid_range:
+        if v is not None and (not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_))):
+            raise bad
+        if v is not None and math.isnan(v):
+            raise bad
+        out.append(None if v is None else float(v))
+    lo, hi = out
+    if (lo is None and hi is None) or (lo is not None and hi is not None and lo > hi):
+        raise bad
+    return lo, hi
+
+
+def clamp_bounds(valid: tuple, dtype: np.dtype) -> tuple:
+    """``valid`` (lo, hi) as values of float ``dtype`` inside it (rounded inwards), so a
+    value clamped to them lies in the range: the largest such interval."""
+    lo, hi = valid
+    t = dtype.type
+    if lo is not None:
+        lo_t = t(lo)
+        lo = np.nextafter(lo_t, t(np.inf)) if float(lo_t) < lo else lo_t
+    if hi is not None:
+        hi_t = t(hi)
+        hi = np.nextafter(hi_t, t(-np.inf)) if float(hi_t) > hi else hi_t
+    return lo, hi
 
 
 def bound_setup(abs, rel, pw_rel, psnr, value_range, resolved_abs):  # noqa: A002

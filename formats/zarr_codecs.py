@@ -35,6 +35,9 @@ whole array, as ``tp.compress`` and the CLI mean it, give the array's range:
 The config then records the bound as given, ``value_range`` and ``resolved_abs``,
 the absolute bound every chunk is held to (formats/zarr_bounds.py). ``abs`` means
 the same in every chunk by itself.
+A CF valid range, ``valid_range=[lo, hi]`` (``None``: open on that side), makes the
+cells outside it missing (kept bit for bit, left out of ranges) and clamps the decoded
+values of the others into it, so that no value crosses it and reads as missing.
 zarr pads an edge chunk to full size with the array's fill value. The format 3
 serializers leave values equal to the fill value out of a per-chunk range, so padding
 never loosens a ``rel`` bound; a numcodecs codec sees only the padded chunk,
@@ -78,7 +81,14 @@ from ..compress.registry import get_codec
 from .missing import MissingSpec, scan
 from .stream_reader import ContainerReader
 from .stream_writer import encode_array
-from .zarr_bounds import bound_setup, cf_missing, missing_values, one_bound
+from .zarr_bounds import (
+    bound_setup,
+    cf_missing,
+    clamp_bounds,
+    missing_values,
+    one_bound,
+    valid_pair,
+)
 from .zarr_bounds import value_range as value_range_of
 
 __all__ = ["SZ", "Block", "Quant", "Zstd", "NUMCODECS"]
@@ -111,15 +121,19 @@ class _TensorpressNumcodec(_Numcodec):
         value_range=None,
         resolved_abs=None,
         missing=None,
+        valid_range=None,
         **params,
     ):
         try:
             self._missing = missing_values(missing)
+            self._valid = valid_pair(valid_range)
             kwargs, self._fixed, self._range_config = bound_setup(
                 abs, rel, pw_rel, psnr, value_range, resolved_abs
             )
             self._codec = get_codec(self.codec_name, **kwargs, **params)
             self._bound = self._codec.require_bound() if self._codec.bounded else None
+            if self._valid is not None and not self._codec.lossy:
+                raise ValueError("valid_range is for lossy codecs: this one keeps every value")
         except ValueError as exc:
             raise ValueError(f"invalid config for {self.codec_id!r}: {exc}") from None
 
@@ -151,6 +165,8 @@ class _TensorpressNumcodec(_Numcodec):
             config[self._bound.mode] = self._bound.value
         if self._missing:
             config["missing"] = list(self._missing)
+        if self._valid is not None:
+            config["valid_range"] = list(self._valid)
         config.update(
             (k, v) for k, v in self._codec.get_config().items() if k != "id" and k not in MODES
         )
@@ -207,7 +223,7 @@ class _TensorpressNumcodec(_Numcodec):
         markers = self._missing
         if fill_value is not None and np.isfinite(fill_value) and fill_value != 0:
             markers += (fill_value,)
-        missing = _fill_markers(arr, markers) if markers else None
+        missing = _fill_markers(arr, markers, self._valid) if markers or self._valid else None
         if missing:  # markers are NaNs with payloads: ranges skip them, codecs keep them
             arr = missing.substitute(np.ascontiguousarray(arr))
         bound = self._resolve(arr, fill_value)
@@ -243,8 +259,7 @@ class _TensorpressNumcodec(_Numcodec):
         what a chunk declares is the machine's memory: callers that know the chunk's
         shape check it first (:meth:`decode_expecting`).
         """
-        stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
-        reader = ContainerReader(stream, workers=1)
+        reader = self._reader(buf)
         if out is None:
             return reader.read()
         h = reader.header
@@ -269,8 +284,7 @@ class _TensorpressNumcodec(_Numcodec):
     def decode_expecting(self, buf, shape: tuple, dtype) -> np.ndarray:
         """:meth:`decode` of a chunk that must hold ``shape`` values of ``dtype``: a stream
         that declares anything else raises ValueError from its header, before decoding."""
-        stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
-        reader = ContainerReader(stream, workers=1)
+        reader = self._reader(buf)
         h = reader.header
         if tuple(h.shape) != tuple(shape) or h.dtype != np.dtype(dtype):
             raise ValueError(
@@ -280,17 +294,29 @@ class _TensorpressNumcodec(_Numcodec):
             )
         return reader.read()
 
+    def _reader(self, buf) -> ContainerReader:
+        """A reader of the stream ``buf``; with a ``valid_range``, one that clamps the
+        decoded values that are not missing into it (the originals lie inside it, so
+        clamping never adds error, and no value crosses it to read as missing)."""
+        stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
+        reader = ContainerReader(stream, workers=1)
+        if self._valid is not None and reader.header.dtype.kind == "f":
+            reader.clamp = clamp_bounds(self._valid, reader.header.dtype)
+        return reader
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "id")
         return f"{type(self).__name__}({params})"
 
 
-def _fill_markers(arr: np.ndarray, values: tuple):
-    """The ``MissingMap`` of the cells of chunk ``arr`` equal to one of ``values`` (empty
-    when there are none), or None for an array that is not float16/32/64."""
+def _fill_markers(arr: np.ndarray, values: tuple, valid: tuple | None = None):
+    """The ``MissingMap`` of the cells of chunk ``arr`` equal to one of ``values`` or
+    outside ``valid`` (lo, hi) (empty when there are none), or None for an array that is
+    not float16/32/64."""
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (2, 4, 8):
         return None
-    spec = MissingSpec(arr.dtype, tuple(arr.dtype.type(v) for v in values))
+    lo, hi = valid or (None, None)
+    spec = MissingSpec(arr.dtype, tuple(arr.dtype.type(v) for v in values), lo, hi)
     return scan(np.ascontiguousarray(arr).reshape(-1), arr.size, spec)
 
 

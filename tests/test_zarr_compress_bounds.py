@@ -85,3 +85,61 @@ def test_psnr_on_a_cluster_equals_a_single_process_run(h5, tmp_path):
     got = zarr.open_array(a, path="temp", mode="r")[()]
     want = zarr.open_array(b, path="temp", mode="r")[()]
     assert np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.fixture(scope="module")
+def cf(tmp_path_factory) -> str:
+    """A netCDF-style variable with a CF valid range [0, 1], many cells on its ends (a
+    fraction, clipped), and cells outside it: missing by CF."""
+    path = str(tmp_path_factory.mktemp("valid") / "ice.h5")
+    ice = np.clip(field() * 0.8, 0, 1).astype("f4")
+    ice[2, 5, :7] = -1.0
+    ice[4, 9, 3:5] = 1e20
+    ice[6, 0, 0] = 1.5
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("ice", data=ice, chunks=(1, 40, 50))
+        ds.attrs["valid_range"] = np.array([0, 1], "f4")
+        many = np.linspace(0, 1, 24 * 40 * 50).reshape(24, 40, 50).astype("f4")
+        many[0, :6, :] = 2 + np.arange(300, dtype="f4").reshape(6, 50)  # a marker each: too many
+        g = f.create_dataset("many", data=many, chunks=(1, 40, 50))
+        g.attrs["valid_max"] = np.float32(1)
+    return path
+
+
+def test_valid_range_variable_is_compressed_inside_its_range(cf, tmp_path, capsys):
+    from cli_runs import run_cli
+
+    dst = str(tmp_path / "ice.zarr")
+    job = compress_to_zarr(cf, dst, {"abs": 0.05}, chunk_bytes=CHUNK, scheduler="inline")
+    report = next(r for r in job.reports if r.name == "ice")
+    assert report.compressed and not report.note  # no longer a lossless copy
+    assert report.stored_bytes * 4 < report.original_bytes
+    with h5py.File(cf) as f:
+        src = f["ice"][()]
+    arr = zarr.open_array(dst, path="ice", mode="r")
+    out = arr[()]
+    inside = (src >= 0) & (src <= 1)
+    bits = src.view("u4")
+    assert np.array_equal(bits[~inside], out.view("u4")[~inside])  # missing: bit for bit
+    err = np.abs(src[inside].astype(np.float64) - out[inside])
+    assert (err <= 0.05).all()
+    assert (out[inside] >= 0).all() and (out[inside] <= 1).all()  # none reads as missing
+    config = arr.metadata.to_dict()["codecs"][0]["configuration"]
+    assert config["valid_range"] == [0.0, 1.0]
+    # the clamp is what keeps them inside: the same chunks decoded without it cross
+    from tensorpress.formats.zarr_codecs import SZ
+
+    with open(f"{dst}/ice/c/0/0/0", "rb") as f:
+        unclamped = SZ(abs=0.05).decode(f.read())
+    assert ((unclamped > 1) | (unclamped < 0))[inside[:2]].any()
+    assert run_cli(capsys, "verify", cf, dst)[0] == 0
+
+
+def test_too_many_distinct_values_outside_the_range_go_through_losslessly(cf, tmp_path):
+    dst = str(tmp_path / "many.zarr")
+    job = compress_to_zarr(cf, dst, {"rel": 1e-3}, chunk_bytes=CHUNK, scheduler="inline")
+    report = next(r for r in job.reports if r.name == "many")
+    assert not report.compressed and "outside its valid range" in report.note
+    with h5py.File(cf) as f:
+        src = f["many"][()]
+    assert np.array_equal(zarr.open_array(dst, path="many", mode="r")[()], src)
