@@ -72,6 +72,9 @@ class VersionWatch:
     Holds a detached alias that shares the version counter but points at an empty
     storage; reading it after backward tells whether the tensor was modified in
     place after it was saved (what autograd checks for the tensors it keeps).
+    Making it never moves the shared counter, not even for a moment: a view saved
+    earlier and still being copied by a store's worker would read that as an
+    in-place change.
     """
 
     __slots__ = ("_alias", "version", "stride")
@@ -81,9 +84,9 @@ class VersionWatch:
         #: the tensor's strides where it is not contiguous (what it is restored as), or None
         self.stride = None if t.is_contiguous() else tuple(t.stride())
         alias = t.detach()
-        with torch.no_grad():
-            alias.set_()  # bumps the shared counter: put it back
-        torch._C._autograd._unsafe_set_version_counter((alias,), (self.version,))
+        # swapping the data keeps the alias's counter (shared with t) and bumps nothing;
+        # set_() would bump it, and putting it back leaves a moment other threads see
+        alias.data = torch.empty(0, dtype=t.dtype, device=t.device)
         self._alias = alias
 
     @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
@@ -12,6 +14,7 @@ from tensorpress.activation_offload import (
     TieredStore,
     offload_activations,
 )
+from tensorpress.activation_offload.identity import VersionWatch
 
 
 class Net(nn.Module):
@@ -99,6 +102,24 @@ def test_in_place_change_after_saving_still_raises(tmp_path):
         a.add_(1)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.backward()
+
+
+def test_saving_a_view_never_moves_the_version_of_its_siblings():
+    """q, k and v share one version counter; saving k must not change it even for a
+    moment, or the store, still copying q in a worker, sees q "modified in place". Every
+    Python event while k is watched reads q's version (a thread switch can fall there)."""
+    base = torch.randn(8, 3, 2, 144, 16)
+    q, k = base[:, 0], base[:, 1]
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(q._version))
+    try:
+        watch = VersionWatch(k)
+    finally:
+        sys.setprofile(None)
+    assert seen and set(seen) == {0}
+    assert watch.current == 0 and watch.stride is not None
+    base.add_(1)  # a real in-place change is still seen through the watch
+    assert watch.current == q._version == 1
 
 
 def test_offload_arguments(tmp_path):
