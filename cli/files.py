@@ -269,6 +269,7 @@ def run_compress(args) -> int:
             progress=progress,
             raw_when_larger=True,
             layout=args.layout,
+            chunk_samples=args.chunk_samples,
             **kwargs,
         )
     _warn_copied_overrides(overrides, reports)

@@ -252,6 +252,16 @@ def _add_compress(sub) -> None:
         help="input bytes per chunk, e.g. 256K (default 4M)",
     )
     p.add_argument(
+        "--chunk-samples",
+        dest="chunk_samples",
+        type=positive_int("sample count"),
+        default=None,
+        metavar="N",
+        help="each compressed dataset's chunks hold N samples (rows along its first axis, "
+        "whole along the others) instead of about --chunk bytes: 1 for training data, so a "
+        "shuffled DataLoader reads each chunk once per epoch (HDF5 and .zarr OUTPUT)",
+    )
+    p.add_argument(
         "--set",
         type=parse_override,
         action="append",

@@ -81,6 +81,7 @@ def run_compress_zarr(args, codec: str, codec_options: dict, bound, overrides: d
             codec=codec,
             codec_options=codec_options or None,
             shard_bytes=args.shards,
+            chunk_samples=args.chunk_samples,
             workers=args.workers,
             scheduler=args.scheduler,
             overwrite=args.force,

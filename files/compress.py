@@ -16,7 +16,12 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..compress.codec import chunk_rows_for
 from ..compress.quality import search_bound
-from ..formats.filter_layout import check_codec, filtered_bound, write_filtered
+from ..formats.filter_layout import (
+    MAX_CHUNK_BYTES,
+    check_codec,
+    filtered_bound,
+    write_filtered,
+)
 from ..formats.hdf5 import (
     DIM_ATTRS,
     MARKER,
@@ -183,6 +188,7 @@ def compress_file(
     progress=None,
     raw_when_larger=False,
     layout=None,
+    chunk_samples=None,
 ) -> list[DatasetReport]:
     """Compress an HDF5, .npy or raw binary file into an HDF5 or container file.
 
@@ -202,11 +208,15 @@ def compress_file(
     and dtype through the tensorpress HDF5 filter, which h5py reads after ``import
     tensorpress``; codecs sz, block, int8 and zstd with their default parameters) or
     "stream" (a uint8 dataset holding one container stream); None: "filter" for an HDF5
-    input, "stream" for the others. Returns one report per dataset.
+    input, "stream" for the others. ``chunk_samples``: each compressed dataset's chunks
+    hold this many samples (rows along its first axis; whole along the others) in place
+    of about ``chunk_bytes``: one sample per chunk is what a shuffled DataLoader reads
+    best. Returns one report per dataset.
     """
     src = check_input(src)
     plan = Plan(codec, codec_options, bound, overrides)
     plan.raw_when_larger = raw_when_larger
+    plan.set_chunk_samples(chunk_samples)
     kind = file_kind(src)
     _set_layout(plan, layout, codec_options, dst, kind)
     if chunk_bytes is None:
@@ -263,8 +273,19 @@ def _set_layout(plan, layout: str | None, codec_options, dst, kind: str) -> None
     plan.layout = layout
 
 
+def _sample_bytes(plan, source, chunk_bytes: int) -> int:
+    """``chunk_bytes``, or with ``plan.chunk_samples`` the bytes of that many rows of
+    ``source``: what gives its chunks that many rows."""
+    shape = tuple(int(d) for d in source.shape)
+    rows = plan.sample_rows(shape)
+    if rows is None:
+        return chunk_bytes
+    return max(1, rows * math.prod(shape[1:]) * np.dtype(source.dtype).itemsize)
+
+
 def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, progress):
     bound = plan.bound_for("data")
+    chunk_bytes = _sample_bytes(plan, array, chunk_bytes)
     t0 = time.perf_counter()
     with atomic_output(src, dst, overwrite) as tmp:
         if is_hdf5_path(dst) and plan.layout == "filter":
@@ -382,6 +403,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
     plan, chunk_bytes, workers, progress = write
     if plan.layout == "filter":
         return _compress_filtered(source, group, path, write, t0)
+    chunk_bytes = _sample_bytes(plan, source, chunk_bytes)
     sink = DatasetSink(group, path)
     bound, nbytes, target = compress_stream(
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
@@ -394,6 +416,21 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
     return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)
 
 
+def _sample_chunks(plan, shape: tuple, itemsize: int) -> tuple | None:
+    """The HDF5 chunk shape of ``plan.chunk_samples`` samples (None: chunked by bytes);
+    ValueError when one would reach HDF5's 4 GiB chunk limit."""
+    rows = plan.sample_rows(shape)
+    if rows is None:
+        return None
+    chunks = (rows, *(max(1, d) for d in shape[1:]))
+    if math.prod(chunks) * itemsize > MAX_CHUNK_BYTES:
+        raise ValueError(
+            f"{rows} samples of shape {shape[1:]} take {math.prod(chunks) * itemsize} bytes, "
+            "over HDF5's chunk limit of 4 GiB: give fewer samples per chunk"
+        )
+    return chunks
+
+
 def _compress_filtered(source, group, path, write: tuple, t0: float):
     """Compress ``source`` into the filtered dataset ``group[path]`` (filter_layout.py);
     its report, or None (nothing written) for a scalar or empty dataset, or when the
@@ -404,11 +441,15 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
     original = math.prod(shape) * dtype.itemsize
     if not shape or not original:
         return None
+    chunk_bytes = _sample_bytes(plan, source, chunk_bytes)
+    chunks = _sample_chunks(plan, shape, dtype.itemsize)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
     masked, missing = masked_source(source, rows, path)  # range and PSNR: valid cells
     bound, target = resolve_bound(masked, plan.codec, plan.bound_for(path), rows, workers)
     write = (plan.codec, bound, chunk_bytes, progress)
-    out = write_filtered(masked, group, path, *write, workers=workers, missing=missing)
+    out = write_filtered(
+        masked, group, path, *write, workers=workers, missing=missing, chunks=chunks
+    )
     nbytes = out.id.get_storage_size()
     if plan.raw_when_larger and nbytes + CHUNK_INDEX_BYTES >= original:
         del group[path]

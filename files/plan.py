@@ -64,6 +64,9 @@ class Plan:
     raw_when_larger = False
     #: one of LAYOUTS
     layout = "stream"
+    #: samples (rows along the first axis) per chunk of a compressed dataset, whole along
+    #: the others; None: chunks of about ``chunk_bytes``
+    chunk_samples = None
 
     def __init__(self, codec, codec_options, bound, overrides):
         self.codec = get_codec(codec, **(codec_options or {}))
@@ -85,6 +88,20 @@ class Plan:
                     )
             else:
                 self.codec.with_bound(b)  # refuses a bound the codec does not take
+
+    def set_chunk_samples(self, n) -> None:
+        """Chunk compressed datasets by ``n`` samples (None: by bytes); ValueError for
+        anything but a positive integer."""
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"chunk_samples must be a positive integer (samples), got {n!r}")
+        self.chunk_samples = n
+
+    def sample_rows(self, shape: tuple) -> int | None:
+        """Rows per chunk of a compressed dataset of ``shape`` under ``chunk_samples``
+        (at most its length); None when chunked by bytes or 0-d."""
+        if self.chunk_samples is None or not shape:
+            return None
+        return max(1, min(self.chunk_samples, int(shape[0])))
 
     def check_names(self, names: list) -> None:
         """Every override must name a dataset (full path or last component)."""

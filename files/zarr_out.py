@@ -61,6 +61,7 @@ def compress_to_zarr(
     codec_options=None,
     chunk_bytes=DEFAULT_CHUNK_BYTES,
     shard_bytes=None,
+    chunk_samples=None,
     workers=None,
     scheduler=None,
     overwrite=False,
@@ -70,14 +71,18 @@ def compress_to_zarr(
 
     ``bound``/``overrides``/``codec``/``codec_options`` as :func:`compress_file` takes
     them; ``chunk_bytes``: input bytes per output chunk, about (whole input chunks);
-    ``shard_bytes``: bytes per shard (None: unsharded); ``workers``: processes of a
-    local Dask cluster; ``scheduler``: an existing one (tcp address or scheduler file)
-    or "inline" (this process). ``progress(done_in, total_in, done_out)`` (bytes) after
-    each chunk. A rerun after a failure resumes from ``dst + ".partial"``.
+    ``shard_bytes``: bytes per shard (None: unsharded); ``chunk_samples``: each
+    compressed variable's chunks hold this many samples (rows along its first axis,
+    whole along the others: a shuffled DataLoader reads each chunk once per epoch);
+    ``workers``: processes of a local Dask cluster; ``scheduler``: an existing one (tcp
+    address or scheduler file) or "inline" (this process); ``progress(done_in,
+    total_in, done_out)`` (bytes) after each chunk. A rerun after a failure resumes from
+    ``dst + ".partial"``.
     """
     t0 = time.perf_counter()
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst)).rstrip("/")
     plan = Plan(codec, codec_options, bound, overrides)
+    plan.set_chunk_samples(chunk_samples)
     if plan.codec.lossy and not plan.codec.bounded:
         raise ValueError(
             f"codec {plan.codec.name} has no error bound to check each chunk against: "
@@ -117,6 +122,7 @@ def _settings(src: str, plan: Plan, overrides, chunk_bytes: int, shard_bytes) ->
         "overrides": {k: text(v) for k, v in sorted(plan.overrides.items())},
         "chunk_bytes": chunk_bytes,
         "shard_bytes": shard_bytes,
+        "chunk_samples": plan.chunk_samples,
     }
 
 

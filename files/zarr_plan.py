@@ -94,15 +94,20 @@ def lossless_reason(var: Variable, plan, small_bytes: int = SMALL_BYTES) -> str:
 
 
 def plan_variable(var: Variable, plan, chunk_bytes: int, shard_bytes: int | None) -> VarPlan:
-    """The :class:`VarPlan` of ``var`` under the file ``plan``."""
+    """The :class:`VarPlan` of ``var`` under the file ``plan``: chunks of whole input
+    chunks, about ``chunk_bytes``, or for a compressed variable ``plan.chunk_samples``
+    samples (rows along the first axis) whole along the others."""
     itemsize = STRING_ITEMSIZE if var.dtype == "str" else np.dtype(var.dtype).itemsize
     shape = tuple(max(n, 1) for n in var.shape)
+    note = lossless_reason(var, plan)
     chunks = grow(var.chunks or shape, shape, itemsize, chunk_bytes) if var.shape else ()
+    rows = None if note else plan.sample_rows(shape)
+    if rows is not None:  # whole samples, as a shuffled DataLoader reads them
+        chunks = (rows, *shape[1:])
     shards = None
     if shard_bytes and var.shape:
         grown = grow(chunks, shape, itemsize, shard_bytes)  # a shard holds whole chunks:
         shards = tuple(-(-g // c) * c for g, c in zip(grown, chunks, strict=True))  # round up
         shards = None if shards == chunks else shards
-    note = lossless_reason(var, plan)
     bound = None if note else plan.bound_for(var.path)
     return VarPlan(var, chunks, shards, not note, bound, note)

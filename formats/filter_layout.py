@@ -295,19 +295,29 @@ def write_chunks(
 
 
 def write_filtered(
-    source, group, path: str, codec, bound, chunk_bytes: int, progress, workers=1, missing=None
+    source,
+    group,
+    path: str,
+    codec,
+    bound,
+    chunk_bytes: int,
+    progress,
+    workers=1,
+    missing=None,
+    chunks=None,
 ):
     """Write ``source`` (array-like with shape and dtype, at least 1-d) as the filtered
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
     lossless codec), its chunks encoded by ``workers`` threads; ``missing``: the
-    ``MissingMap`` whose markers ``source`` gives. Returns the dataset; its stored bytes
-    are ``ds.id.get_storage_size()``."""
+    ``MissingMap`` whose markers ``source`` gives; ``chunks``: the chunk shape (None:
+    :func:`filter_chunks`). Returns the dataset; its stored bytes are
+    ``ds.id.get_storage_size()``."""
     dtype = np.dtype(source.dtype)  # either byte order: cd_values record it, chunks byteswap
     out = group.create_dataset(
         path,
         shape=source.shape,
         dtype=dtype,
-        chunks=filter_chunks(source, chunk_bytes),
+        chunks=chunks or filter_chunks(source, chunk_bytes),
         **creation_options(getattr(source, "source", source)),  # under missing.MissingRows
         **filter_keywords(codec, bound),
     )
