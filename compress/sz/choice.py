@@ -13,10 +13,12 @@ import math
 import numpy as np
 
 from ..zstd import zstd_compress
+from . import cdf97 as sz_cdf97
 from . import fitted as sz_fitted
 from . import match as sz_match
 from . import pivot_fit as sz_pivot_fit
 from .ids import (
+    CDF97,
     CONSTANT,
     CUBIC,
     CUBIC_REV,
@@ -51,6 +53,7 @@ PREDICTOR_IDS = {
     "match": (MATCH,),
     "pivot": (PIVOT,),
     "wavelet": (WAVELET,),
+    "cdf97": (CDF97,),
     "interp": (LINEAR, CUBIC, MD_CUBIC, LINEAR_REV, CUBIC_REV),
     "auto": (
         *(LORENZO, LINEAR, CUBIC, MD_CUBIC, CONSTANT, REGRESSION, LINEAR_REV, CUBIC_REV),
@@ -201,6 +204,8 @@ def choose(
     dict receiving ``(codes, outliers, side)`` of the candidates coded whole here."""
     if predictor == "wavelet":  # opt-in: the chunk's own shape, nothing sampled
         return (WAVELET, 1.0, 1.0), shape
+    if predictor == "cdf97":  # likewise; alpha: the quantization step in units of eb
+        return (CDF97, sz_cdf97.STEP, 1.0), shape
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return _alone(every[0], values, eb)

@@ -44,7 +44,10 @@ Payload layout (inside one zstd frame), little-endian::
                        13 the 2-d layout's columns predicted from the columns before
                        them, in levels (sz/pivot.py), 14 the values' bins of width
                        2 * eb under a multilevel integer 5/3 wavelet (sz/wavelet.py;
-                       no outliers, code 2 * radius - 1 escapes a coefficient)
+                       no outliers, code 2 * radius - 1 escapes a coefficient),
+                       15 the values under a multilevel float64 CDF 9/7 wavelet, the
+                       coefficients quantized with the step alpha * eb, corrections
+                       where past the bound (sz/cdf97.py; no outliers)
     u8  flags          bit 0: values are log2|x| (pw_rel); bit 1: coded as 1-d;
                        bit 2: coded as 2-d (all dimensions but the last merged)
     f64 eb             absolute bound the kernels used (log2 domain if flag 0)
@@ -62,7 +65,8 @@ Payload layout (inside one zstd frame), little-endian::
                        the model, then the Huffman streams of every segment of the
                        codes but the last (the pivots' and each level's: a table of
                        their own; see compress/sz/pivot.py); only with predictor 14:
-                       escaped coefficients and exact fixes (see compress/sz/wavelet.py)
+                       escaped coefficients and exact fixes (see compress/sz/wavelet.py);
+                       only with predictor 15: escapes and corrections (sz/cdf97.py)
     u64 n + n bytes    Huffman stream of the (other) codes (see compress/sz/huffman.py)
     u64 n + n values   outliers, in the kernel dtype (float32, or float64 for
                        float64 data and for the log domain)
@@ -90,6 +94,7 @@ from . import pivot as sz_pivot
 from .choice import PREDICTOR_IDS, choose
 from .huffman import HuffmanDecoder, huffman_encode
 from .ids import (
+    CDF97,
     CONSTANT,
     CUBIC,
     FITTED,
@@ -131,7 +136,7 @@ from .steps import (
 
 #: the ids of predicted payloads (all but RAW)
 _PREDICTED = (LORENZO, LINEAR, CUBIC, MD_LINEAR, MD_CUBIC, CONSTANT, REGRESSION, *LINE_INTERP)
-_PREDICTED += (LATTICE, FITTED, MATCH, PIVOT, WAVELET)
+_PREDICTED += (LATTICE, FITTED, MATCH, PIVOT, WAVELET, CDF97)
 FLAG_LOG = 1
 FLAG_FLAT = 2
 #: coded as 2-d: every dimension but the last merged into one (N, C, H, W activations:
@@ -183,7 +188,8 @@ class SZCodec(Codec):
     see sz/fitted.py), ``match`` (each row predicted by an earlier, similar row, else
     constant prediction; see sz/match.py), ``pivot`` (each column predicted from the
     columns before it, else constant prediction; see sz/pivot.py), ``wavelet`` (the
-    values' bins under an integer 5/3 wavelet; see sz/wavelet.py) or ``interp`` (the
+    values' bins under an integer 5/3 wavelet; see sz/wavelet.py), ``cdf97`` (a float
+    CDF 9/7 wavelet with corrections; see sz/cdf97.py) or ``interp`` (the
     interpolations but md-linear, by sampling).
     alpha/beta: fixed interpolation level tuning, or None to choose by sampling. radius: codes
     per side of the quantizer (at most 32768). level: zstd level, or None for

@@ -18,8 +18,11 @@ MATCH = 12
 PIVOT = 13
 #: the values' bins under a multilevel integer 5/3 wavelet (sz/wavelet.py)
 WAVELET = 14
+#: the values under a multilevel float CDF 9/7 wavelet, corrected where past the bound
+#: (sz/cdf97.py)
+CDF97 = 15
 #: the predictors with side information in the payload (bytes, see ``steps.encode_with``)
-WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT, WAVELET)
+WITH_SIDE = (REGRESSION, FITTED, MATCH, PIVOT, WAVELET, CDF97)
 #: the predictors whose side information is carried by their choice
 MODELLED = (FITTED, MATCH, PIVOT)
 #: the interpolations of kernels/interpolation.py, and their dimension order

@@ -15,9 +15,21 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..zstd import zstd_compress
-from . import constant, fitted, interpolation, lattice, lorenzo, match, pivot, regression, wavelet
+from . import (
+    cdf97,
+    constant,
+    fitted,
+    interpolation,
+    lattice,
+    lorenzo,
+    match,
+    pivot,
+    regression,
+    wavelet,
+)
 from .huffman import huffman_encode
 from .ids import (
+    CDF97,
     CONSTANT,
     CUBIC,
     CUBIC_REV,
@@ -49,6 +61,7 @@ PREDICTORS = {
     MATCH: match,
     PIVOT: pivot,
     WAVELET: wavelet,
+    CDF97: cdf97,
 }
 #: predictor choice: sample blocks per chunk, the share of the chunk they cover
 #: (1/32: up to six candidates are sampled; 1/8 chose no better on the corpus of

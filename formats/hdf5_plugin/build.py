@@ -52,6 +52,7 @@ SOURCES = (
     "sz_match.c",
     "sz_pivot.c",
     "sz_wavelet.c",
+    "sz_cdf97.c",
     "codec_quant.c",
     "quant_encode.c",
 )

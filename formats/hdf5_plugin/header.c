@@ -146,7 +146,7 @@ static int quant_params(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
 static const char *const SZ_PARAMS[] = {"predictor", "alpha", "beta", "radius", "level"};
 static const char *const SZ_PREDICTORS[] = {
     "lorenzo", "linear", "cubic", "linear-rev", "cubic-rev", "md-linear", "md-cubic", "constant",
-    "regression", "lattice", "fitted", "match", "pivot", "wavelet", "interp", "auto"};
+    "regression", "lattice", "fitted", "match", "pivot", "wavelet", "cdf97", "interp", "auto"};
 
 static int is_param(const tp_json *j, uint32_t key, const char *const *names, int n)
 {

@@ -32,7 +32,8 @@ enum tp_sz_id {
     TP_SZ_MATCH = 12,
     TP_SZ_PIVOT = 13,
     TP_SZ_WAVELET = 14,
-    TP_SZ_NPRED = 15
+    TP_SZ_CDF97 = 15,
+    TP_SZ_NPRED = 16
 };
 
 /* storage precision of the reconstructions (compress/kernels/rounding.py PREC_*) */
@@ -82,7 +83,8 @@ typedef struct tp_sz_predictor {
 extern const tp_sz_predictor tp_sz_predictors[TP_SZ_NPRED];
 
 /* the decoders: sz_lorenzo.c (Lorenzo and the lattice), sz_constant.c, sz_regression.c,
- * sz_interp.c (the interpolations), sz_fitted.c, sz_match.c, sz_pivot.c, sz_wavelet.c */
+ * sz_interp.c (the interpolations), sz_fitted.c, sz_match.c, sz_pivot.c, sz_wavelet.c,
+ * sz_cdf97.c */
 int tp_sz_lorenzo_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_constant_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_regression_decode(const tp_sz_chunk *c, tp_err *err);
@@ -93,6 +95,7 @@ int tp_sz_fitted_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_match_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_pivot_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_wavelet_decode(const tp_sz_chunk *c, tp_err *err);
+int tp_sz_cdf97_decode(const tp_sz_chunk *c, tp_err *err);
 int tp_sz_pivot_side_codes(const uint8_t *side, size_t side_len, const uint64_t shape2[2],
                            uint16_t *codes, uint64_t n, uint64_t *nhead, size_t *model_len,
                            tp_err *err);

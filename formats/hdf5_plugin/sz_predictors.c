@@ -19,4 +19,5 @@ const tp_sz_predictor tp_sz_predictors[TP_SZ_NPRED] = {
     [TP_SZ_MATCH] = {2, 1, tp_sz_match_decode, NULL},
     [TP_SZ_PIVOT] = {2, 1, tp_sz_pivot_decode, tp_sz_pivot_side_codes},
     [TP_SZ_WAVELET] = {4, 1, tp_sz_wavelet_decode, NULL},
+    [TP_SZ_CDF97] = {4, 1, tp_sz_cdf97_decode, NULL},
 };

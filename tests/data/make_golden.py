@@ -201,6 +201,16 @@ def cases():
         signs[:40] * 2.0 ** _smooth((30, 40), np.float64, 45) / 50,
         {"pw_rel": 1e-3, "predictor": "wavelet"},
     )
+    cdf = _smooth((20, 24, 28), np.float32, 46)
+    cdf[2, 3, 4] = np.nan
+    cdf[5, 6, 7] = 40.0  # a spike: corrections around it
+    yield "sz_f32_cdf97_3d", cdf, {"abs": 0.01, "predictor": "cdf97", "radius": 64}
+    yield "sz_f16_cdf97_2d", _smooth((37, 41), np.float16, 47), {"rel": 1e-3, "predictor": "cdf97"}
+    yield (
+        "sz_f64_cdf97_pw_rel",
+        signs[:40] * 2.0 ** _smooth((30, 40), np.float64, 48) / 50,
+        {"pw_rel": 1e-3, "predictor": "cdf97"},
+    )
 
 
 def _tokens(shape, seed, vocab=5):

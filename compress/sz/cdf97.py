@@ -1,0 +1,188 @@
+"""``sz``'s CDF 9/7 predictor (15): SPERR's path. A multilevel float64 CDF 9/7 lifting
+of the chunk in every dimension (Mallat layout: each level transforms the low-pass
+block of the one before), the coefficients quantized with the step ``alpha * eb``
+(``STEP``: 1.5, SPERR's choice and the cheapest of 1-4 on the smooth fields of
+benchmarks/compressors.py) and coded as the quantizer's codes in band order (coarsest
+first, so the fine bands' runs of zeros sit together for zstd), then the inverse
+transform, as the decoder computes it, and a correction of ``k * 2 * eb`` at every
+element still past the bound ``eb`` (or its exact value where that misses too), so
+every element is within the bound.
+
+At the same point-wise bound this path costs more bits than ``auto``'s predictors on
+every field of the corpus (the corrections and the coefficients' spread); at equal
+PSNR it needs fewer below about 50 dB (benchmarks/RESULTS.md): opt-in, ``auto`` does
+not sample it.
+
+Codes are ``k + radius`` for ``|k| < radius - 1``; the code ``2 * radius - 1`` escapes
+a coefficient, whose ``k`` is in the side information (code 0 is never used: this
+predictor has no outliers). Side information (little-endian)::
+
+    u64 n + n i64    escaped coefficients' k, in code order
+    u64 m + m u64    corrected elements: each flat index less the one before less 1
+                     (the first: its index)
+    m i64            their corrections k (0: the exact value follows)
+    u64 e + e f64    the exact values of the elements whose k is 0, in order
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..byteio import ByteReader, ByteWriter
+from .kernels.cdf97 import apply, corrections, dequantize, lift_rows, quantize, unlift_rows
+
+#: dimensions a chunk is folded to
+NDIM = 4
+#: the quantization step in units of the bound (the payload's alpha)
+STEP = 1.5
+#: most levels, and the fewest elements along a dimension that a level transforms
+LEVELS = 10
+MIN_LENGTH = 8
+
+
+def plan(shape: tuple) -> list[tuple[tuple, tuple]]:
+    """The levels of the transform of a chunk of ``shape``: ``(block shape, axes
+    transformed)`` per level, finest first."""
+    dims, steps = list(shape), []
+    for _ in range(LEVELS):
+        axes = tuple(ax for ax, n in enumerate(dims) if n >= MIN_LENGTH)
+        if not axes:
+            break
+        steps.append((tuple(dims), axes))
+        for ax in axes:
+            dims[ax] = (dims[ax] + 1) // 2
+    return steps
+
+
+def band_boxes(shape: tuple) -> list[tuple[slice, ...]]:
+    """The boxes of the Mallat layout in code order: the coarsest low-pass block, then
+    per level (coarsest first) its bands ``b = 1 .. 2**len(axes) - 1``, where bit
+    ``len(axes) - 1 - j`` of ``b`` says the band is high-pass along ``axes[j]``."""
+    steps = plan(shape)
+    low = list(shape)
+    for dims, axes in steps:
+        low = [(n + 1) // 2 if ax in axes else n for ax, n in enumerate(dims)]
+    boxes = [tuple(slice(0, n) for n in low)]
+    for dims, axes in reversed(steps):
+        half = [(n + 1) // 2 for n in dims]
+        for b in range(1, 1 << len(axes)):
+            box = [slice(0, n) for n in dims]
+            for j, ax in enumerate(axes):
+                high = (b >> (len(axes) - 1 - j)) & 1
+                box[ax] = slice(half[ax], dims[ax]) if high else slice(0, half[ax])
+            boxes.append(tuple(box))
+    return boxes
+
+
+def _along(block: np.ndarray, axis: int, kernel) -> None:
+    """Apply the row ``kernel`` along ``axis`` of the float64 view ``block``, in place."""
+    view = np.moveaxis(block, axis, -1)
+    rows = np.ascontiguousarray(view)
+    kernel(rows.reshape(-1, rows.shape[-1]))
+    view[...] = rows
+
+
+def forward(coef: np.ndarray) -> None:
+    """The multilevel transform of the float64 array ``coef``, in place."""
+    for dims, axes in plan(coef.shape):
+        block = coef[tuple(slice(0, n) for n in dims)]
+        for ax in axes:
+            _along(block, ax, lift_rows)
+
+
+def inverse(coef: np.ndarray) -> None:
+    """The decoder's inverse of :func:`forward`, in place (axes and levels reversed)."""
+    for dims, axes in reversed(plan(coef.shape)):
+        block = coef[tuple(slice(0, n) for n in dims)]
+        for ax in reversed(axes):
+            _along(block, ax, unlift_rows)
+
+
+def _gather(coef: np.ndarray, boxes) -> np.ndarray:
+    """The coefficients of ``coef`` (Mallat layout) in code order, flat."""
+    return np.concatenate([coef[box].reshape(-1) for box in boxes])
+
+
+def _scatter(flat: np.ndarray, boxes, coef: np.ndarray) -> None:
+    """Invert :func:`_gather` into ``coef``."""
+    pos = 0
+    for box in boxes:
+        view = coef[box]
+        view[...] = flat[pos : pos + view.size].reshape(view.shape)
+        pos += view.size
+
+
+def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
+    """``(0, side information)``: the codes of the chunk ``data`` (4-d) into ``codes``;
+    no outliers."""
+    coef = data.astype(np.float64)
+    forward(coef)
+    boxes = band_boxes(coef.shape)
+    band = _gather(coef, boxes)
+    escapes = np.empty(band.size, np.int64)
+    n_esc = quantize(band, choice[1] * eb, radius, codes, escapes)
+    if n_esc < 0:  # the step is too fine for the values: all zero, every element exact
+        codes[:] = radius
+        band[:] = 0.0
+        n_esc = 0
+    _scatter(band, boxes, coef)
+    inverse(coef)
+    recon = coef.reshape(-1)
+    idx = np.empty(recon.size, np.int64)
+    ks = np.empty(recon.size, np.int64)
+    m = corrections(data.reshape(-1), recon, eb, prec, idx, ks)
+    idx, ks = idx[:m], ks[:m]
+    gaps = np.diff(idx, prepend=-1) - 1
+    w = ByteWriter()
+    w.u64(n_esc)
+    w.array(escapes[:n_esc])
+    w.u64(m)
+    w.array(gaps.astype(np.uint64))
+    w.array(ks)
+    exact = recon[idx[ks == 0]]  # corrections() left the exact values there
+    w.u64(exact.size)
+    w.array(exact)
+    return 0, w.getvalue()
+
+
+def _read_side(side, size: int) -> tuple:
+    """``(escapes, gaps, ks, exact)`` of the side information of a chunk of ``size``
+    elements; ValueError where the counts cannot be right."""
+    r = ByteReader(side, "sz cdf97 side information")
+    n_esc = r.u64()
+    if n_esc > size:
+        raise ValueError("sz payload: more cdf97 escapes than elements")
+    escapes = r.array(np.int64, n_esc)
+    m = r.u64()
+    if m > size:
+        raise ValueError("sz payload: more cdf97 corrections than elements")
+    gaps = r.array(np.uint64, m)
+    ks = r.array(np.int64, m)
+    e = r.u64()
+    if e != int(np.count_nonzero(ks == 0)):
+        raise ValueError("sz payload: cdf97 exact values do not match the corrections")
+    exact = r.array(np.float64, e)
+    r.done()
+    if m and (gaps.max() >= size or int(gaps.astype(np.float64).sum()) + m > size):
+        raise ValueError("sz payload: cdf97 correction indices out of range")
+    return escapes, gaps.astype(np.int64), ks, exact
+
+
+def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
+    """Invert :func:`encode_chunk` into the 4-d ``out`` (the kernel dtype)."""
+    size = out.size
+    escapes, gaps, ks, exact = _read_side(side, size)
+    if codes.size != size:
+        raise ValueError("sz payload: cdf97 codes do not cover the chunk")
+    step = choice[1] * eb
+    if not (math.isfinite(step) and step > 0):
+        raise ValueError("sz payload: cdf97 step is not a positive number")
+    band = np.empty(size, np.float64)
+    if dequantize(codes, radius, escapes, step, band) != escapes.size:
+        raise ValueError("sz payload: cdf97 escapes do not match the codes")
+    coef = np.empty(out.shape, np.float64)
+    _scatter(band, band_boxes(out.shape), coef)
+    inverse(coef)
+    apply(coef.reshape(-1), eb, prec, gaps, ks, exact, out.reshape(-1))

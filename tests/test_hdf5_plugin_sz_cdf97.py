@@ -1,0 +1,302 @@
+"""The plugin's decoder of `sz` predictor 15 (cdf97: formats/hdf5_plugin/sz_cdf97.c),
+built with AddressSanitizer and UndefinedBehaviorSanitizer, against the Python decoder:
+streams (float16/32/64, big-endian too, 1-d to 4-d, odd shapes with partial edge chunks
+and dimensions under a level's minimum length, NaN and Inf, escapes from a small radius,
+corrections and exact values, abs, rel and pw_rel) decode bit for bit as
+`tp.decompress` decodes them (the float64 inverse lifting included); crafted side
+information is refused as Python refuses it, and mutants decode to Python's values or
+are refused, never with a sanitizer report; h5py without tensorpress reads a
+filter-layout dataset whose chunks were coded with the cdf97 predictor."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import tensorpress as tp
+from plugin_tools import built, c_decode, py_decode
+from tensorpress.formats import hdf5_filter, read_header
+from test_hdf5_plugin_sz import READ, body, c_verdict, predictors, with_bodies
+
+CDF97 = 15
+#: the side information's u64 length in a predicted payload's body (after the
+#: predictor, flags, eb, alpha, beta and radius)
+SIDE_AT = 30
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    out = tmp_path_factory.mktemp("driver") / "tp_decode"
+    return built(lambda b: b.build_driver(out))
+
+
+def field(shape, dtype, seed=0, specials=True):
+    """A smooth random field with, where large enough, NaN, +-Inf and a spike."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).cumsum(axis=-1) + 0.05 * rng.standard_normal(shape)
+    x = x.astype(dtype)
+    flat = x.reshape(-1)
+    if specials and flat.size > 24:
+        flat[[3, 11, 17]] = [np.nan, np.inf, 0.0]
+        flat[-2] = -np.inf
+        flat[20] = flat[19] + 300.0
+    return x
+
+
+def cdf97(x, bound, radius=32768, chunk_bytes=None) -> bytes:
+    codec = {"id": "sz", "predictor": "cdf97", "radius": radius, **bound}
+    return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
+
+
+def _decodes_as_python(driver, tmp_path, stream: bytes) -> None:
+    got, code = c_verdict(driver, tmp_path, stream)
+    assert code == 0 and got == np.ascontiguousarray(tp.decompress(stream)).tobytes()
+
+
+SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
+BOUNDS = [{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}]
+
+
+@pytest.mark.parametrize("dtype", ["<f2", "<f4", "<f8", ">f4", ">f8"])
+def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype):
+    seen = set()
+    for k, shape in enumerate(SHAPES):
+        for b, bound in enumerate(BOUNDS):
+            x = field(shape, dtype, k)
+            radius = 16 if (k + b) % 2 else 32768  # a small radius: many escapes
+            stream = cdf97(x, bound, radius)
+            ids = predictors(stream)
+            assert ids <= {0, CDF97}, (shape, bound, ids)
+            seen |= ids
+            _decodes_as_python(driver, tmp_path, stream)
+    assert CDF97 in seen
+
+
+def test_large_chunks_use_every_level(driver, tmp_path):
+    """A 4-d chunk with 2**11 elements along an axis runs all ten levels, one axis under
+    the minimum length is left alone."""
+    for dtype, bound in (("<f4", {"abs": 1e-3}), ("<f2", {"abs": 1e-2}), ("<f8", {"abs": 1e-6})):
+        x = field((2, 5, 9, 2100), dtype, 7)
+        stream = cdf97(x, bound, chunk_bytes=x.nbytes)
+        assert read_header(stream).nchunks == 1 and predictors(stream) == {CDF97}
+        assert _parts(side_of(stream))[1], dtype
+        _decodes_as_python(driver, tmp_path, stream)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2))
+def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
+    rng = random.Random(seed)
+    for case in range(120):
+        shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
+        x = field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
+        bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
+        stream = cdf97(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
+        _decodes_as_python(driver, tmp_path, stream)
+
+
+# -- crafted side information ----------------------------------------------------------
+
+
+def side_of(stream: bytes) -> bytes:
+    b = body(stream)
+    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
+    return b[SIDE_AT + 8 : SIDE_AT + 8 + n]
+
+
+def with_side(stream: bytes, side: bytes) -> bytes:
+    """``stream`` (one chunk) with its payload's side information replaced."""
+    b = body(stream)
+    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
+    new = b[:SIDE_AT] + struct.pack("<Q", len(side)) + side + b[SIDE_AT + 8 + n :]
+    return with_bodies(stream, {0: new})
+
+
+def _parts(side: bytes) -> tuple[list[int], list[int], list[int], list[float]]:
+    """(escapes, index gaps, corrections, exact values)"""
+    n = struct.unpack_from("<Q", side, 0)[0]
+    esc = list(struct.unpack_from(f"<{n}q", side, 8))
+    m = struct.unpack_from("<Q", side, 8 + 8 * n)[0]
+    gaps = list(struct.unpack_from(f"<{m}Q", side, 16 + 8 * n))
+    ks = list(struct.unpack_from(f"<{m}q", side, 16 + 8 * n + 8 * m))
+    at = 16 + 8 * n + 16 * m
+    e = struct.unpack_from("<Q", side, at)[0]
+    return esc, gaps, ks, list(struct.unpack_from(f"<{e}d", side, at + 8))
+
+
+def _side(esc, gaps, ks, exact, n=None, m=None, e=None) -> bytes:
+    n = len(esc) if n is None else n
+    m = len(gaps) if m is None else m
+    e = len(exact) if e is None else e
+    return (
+        struct.pack(f"<Q{len(esc)}q", n, *esc)
+        + struct.pack(f"<Q{len(gaps)}Q", m, *gaps)
+        + struct.pack(f"<{len(ks)}q", *ks)
+        + struct.pack(f"<Q{len(exact)}d", e, *exact)
+    )
+
+
+@pytest.fixture(scope="module")
+def source():
+    """A one-chunk stream with escapes (radius 16) and corrections, four of them turned
+    into exact values (the encoder writes those only where a correction cannot reach)."""
+    x = field((6, 7, 40), "<f4", 3)
+    stream = cdf97(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes)
+    esc, gaps, ks, exact = _parts(side_of(stream))
+    assert read_header(stream).nchunks == 1 and len(esc) > 4 and len(gaps) > 8
+    assert not exact
+    stream = with_side(stream, _side(esc, gaps, [0] * 4 + ks[4:], [1.0, -2.5, 1e9, 0.0]))
+    assert py_decode(stream) is not None
+    return stream
+
+
+def test_round_tripped_side_decodes(driver, tmp_path, source):
+    """The test's own side-information writer reproduces the original bytes."""
+    side = side_of(source)
+    assert _side(*_parts(side)) == side
+    _decodes_as_python(driver, tmp_path, with_side(source, side))
+
+
+def test_crafted_side_information_is_refused(driver, tmp_path, source):
+    side = side_of(source)
+    esc, gaps, ks, exact = _parts(side)
+    size = 6 * 7 * 40
+    crafted = {
+        "empty": b"",
+        "short": side[:5],
+        "cut": side[:-1],
+        "extra": side + b"\0",
+        "more escapes than elements": _side([], [], [], [], n=size + 1),
+        "escape count past the end": _side(esc, gaps, ks, exact, n=len(esc) + 1),
+        "one escape short": _side(esc[:-1], gaps, ks, exact),
+        "one escape too many": _side(esc + [5], gaps, ks, exact),
+        "more corrections than elements": _side(esc, [], [], [], m=size + 1),
+        "correction count past the end": _side(esc, gaps, ks, exact, m=len(gaps) + 1),
+        "gap out of range": _side(esc, gaps[:-1] + [size], ks, exact),
+        "gap huge": _side(esc, gaps[:-1] + [2**64 - 1], ks, exact),
+        "gaps past the end": _side(esc, [g + size // len(gaps) for g in gaps], ks, exact),
+        "exact count wrong": _side(esc, gaps, ks, exact, e=len(exact) + 1),
+        "exact value short": _side(esc, gaps, ks, exact[:-1]),
+        "a correction made 0": _side(esc, gaps, [0, *ks[1:]], exact) if ks[0] else b"",
+    }
+    for name, new in crafted.items():
+        stream = with_side(source, new)
+        assert py_decode(stream) is None, name
+        got, code = c_verdict(driver, tmp_path, stream)
+        assert got is None and code < 0, name
+
+
+def test_edited_escapes_and_corrections_decode_alike(driver, tmp_path, source):
+    """Valid edits (other escaped values, corrections, exact values and places) decode
+    to Python's values: the escapes feed the float64 inverse lifting in both decoders,
+    huge ones to Inf and NaN alike."""
+    esc, gaps, ks, exact = _parts(side_of(source))
+    edits = [
+        ([e + 7 for e in esc], gaps, ks, exact),
+        ([-(2**40) * (k % 3) for k in range(len(esc))], gaps, ks, exact),
+        ([2**63 - 1 if k % 2 else -(2**63) for k in range(len(esc))], gaps, ks, exact),
+        (esc, gaps, [k * 3 or 0 for k in ks], exact),
+        (esc, gaps, ks, [1.5, -np.inf, np.nan] + exact[3:]),
+        (esc, [], [], []),
+    ]
+    for e, g, k, x in edits:
+        _decodes_as_python(driver, tmp_path, with_side(source, _side(e, g, k, x)))
+
+
+def _mutants(stream: bytes, rng: random.Random, count: int):
+    b = body(stream)
+    side_end = SIDE_AT + 8 + struct.unpack_from("<Q", b, SIDE_AT)[0]
+    for _ in range(count):
+        m = bytearray(b)
+        for _ in range(rng.choice((1, 2, 4))):
+            at = rng.randrange(side_end) if rng.random() < 0.7 else rng.randrange(len(m))
+            m[at] ^= 1 << rng.randrange(8)
+        yield bytes(m)
+
+
+def _fuzz(driver, tmp_path, stream, seed: int, count: int) -> tuple[int, int]:
+    rng = random.Random(seed)
+    decoded = refused = 0
+    for m in _mutants(stream, rng, count):
+        s = with_bodies(stream, {0: m})
+        want = py_decode(s)
+        assert c_decode(driver, tmp_path, s) == want
+        decoded += want is not None
+        refused += want is None
+    return decoded, refused
+
+
+def test_mutated_payloads_agree_with_python(driver, tmp_path, source):
+    decoded, refused = _fuzz(driver, tmp_path, source, seed=5, count=60)
+    assert decoded and refused
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2))
+def test_fuzz_mutated_payloads(driver, tmp_path, source, seed):
+    _fuzz(driver, tmp_path, source, seed=300 + seed, count=500)
+
+
+# -- h5py through the compiled plugin ---------------------------------------------------
+
+
+def _write_cdf97_chunks(dset, x: np.ndarray, abs_bound: float) -> None:
+    """Every chunk of ``dset`` (an sz filter dataset of ``x``) coded with the wavelet
+    predictor at the dataset's bound, edge chunks padded with the fill value (0)."""
+    chunks = dset.chunks
+    for offset in np.ndindex(*(-(-s // c) for s, c in zip(x.shape, chunks, strict=True))):
+        start = tuple(o * c for o, c in zip(offset, chunks, strict=True))
+        part = x[tuple(slice(s, s + c) for s, c in zip(start, chunks, strict=True))]
+        full = np.zeros(chunks, x.dtype.newbyteorder("<"))
+        full[tuple(slice(0, n) for n in part.shape)] = part
+        codec = {"id": "sz", "predictor": "cdf97", "abs": abs_bound}
+        stream = tp.compress(full, codec=codec, chunk_bytes=full.nbytes)
+        assert predictors(stream) == {CDF97}
+        dset.id.write_direct_chunk(start, stream, filter_mask=0)
+
+
+def test_h5py_without_tensorpress_reads_cdf97_chunks(tmp_path):
+    """The filter's cd_values cannot name a predictor (``auto`` picks per chunk), so
+    the chunks are written directly, each a stream coded with the cdf97 predictor at
+    the dataset's bound; the in-process filter and the compiled plugin read the same
+    bytes, the latter in a process that never imports tensorpress."""
+    plugin_dir = tmp_path / "plugin"
+    built(lambda b: b.build_library(plugin_dir))
+    sets = {
+        "f4": (field((40, 48, 30), "<f4", 1), (16, 48, 16), 1e-3),
+        "f8_be": (field((33, 70), ">f8", 2), (16, 32), 1e-4),
+        "f2": (field((50, 9, 12), "<f2", 3), (50, 9, 12), 1e-2),
+        "f4_4d": (field((3, 10, 12, 20), "<f4", 4), (2, 10, 12, 16), 1e-3),
+    }
+    path = tmp_path / "cdf97.h5"
+    with h5py.File(path, "w") as f:
+        for name, (x, chunks, eb) in sets.items():
+            d = f.create_dataset(
+                name, shape=x.shape, dtype=x.dtype, chunks=chunks, **hdf5_filter.filter(abs=eb)
+            )
+            _write_cdf97_chunks(d, x, eb)
+    names = sorted(sets)
+    with h5py.File(path) as f:
+        want = {n: f[n][...] for n in names}
+    for n in names:
+        x, _, eb = sets[n]
+        fin = np.isfinite(x)
+        assert np.array_equal(np.isfinite(want[n]), fin)
+        err = np.abs(want[n][fin].astype(np.float64) - x[fin].astype(np.float64))
+        assert np.all(err <= eb), n
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
+    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(names, "ok")
+    for k, n in enumerate(names):
+        got = np.load(tmp_path / f"{k}.npy")
+        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
