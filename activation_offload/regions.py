@@ -160,6 +160,10 @@ class HeldRegion(Region):
 
     def _rebuild(self) -> torch.Tensor:
         x = self._source_values()
+        if tuple(x.shape) == self.shape and tuple(x.stride()) == self.stride:
+            # restored as it lay (the views read it as autograd's saved views read the
+            # original): no copy, which costs as much as the restore of a large tensor
+            return x.as_strided((self.numel,), (1,), x.storage_offset())
         memory = torch.empty_strided(self.shape, self.stride, dtype=x.dtype, device=x.device)
         memory.copy_(x.reshape(self.shape))
         return memory.as_strided((self.numel,), (1,), memory.storage_offset())
