@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import built
+from plugin_tools import built, plugin_env, plugin_library, smooth_field
 from tensorpress.cli import main
 from tensorpress.formats import hdf5_plugin_path
 
@@ -43,16 +43,12 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
-    """A folder holding the plugin built from the current sources."""
-    out = tmp_path_factory.mktemp("plugin")
-    built(lambda b: b.build_library(out))
-    return out
+    return plugin_library(tmp_path_factory)
 
 
 def read_with_plugin(path, names, plugin_dir, tmp_path) -> dict:
     """{name: array or error text} of ``names`` read by h5py through the plugin only."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    env = plugin_env(plugin_dir)
     argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -89,13 +85,6 @@ def test_plugin_path_says_when_the_plugin_was_not_built(monkeypatch, capsys):
     assert "not built" in err and "C compiler" in err and len(err.strip().splitlines()) == 1
 
 
-def _field(shape, dtype, seed):
-    x = np.random.default_rng(seed).standard_normal(shape)
-    for ax in range(len(shape)):
-        x = np.cumsum(x, axis=ax)
-    return x.astype(dtype)
-
-
 #: (shape, chunks): 1-d to 4-d, with partial edge chunks along every dimension
 SHAPES = [
     ((1000,), (96,)),
@@ -125,7 +114,7 @@ def filtered_file(tmp_path_factory):
     expected = {}
     with h5py.File(path, "w") as f:
         for k, (codec, bound, dtype, shape, chunks) in enumerate(CASES):
-            x = _field(shape, dtype, k)
+            x = smooth_field(shape, dtype, k)
             name = f"c{k}"
             f.create_dataset(name, data=x, chunks=chunks, **tp.hdf5.filter(codec=codec, **bound))
             expected[name] = (f[name][...], x)
@@ -150,8 +139,8 @@ def test_h5py_without_tensorpress_reads_every_codec_bit_for_bit(
 def test_a_file_the_cli_compressed_reads_through_the_plugin(plugin_dir, tmp_path):
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     with h5py.File(src, "w") as f:
-        f["grid/t"] = _field((40, 30, 7), "<f4", 1)
-        f["u"] = _field((300,), ">f8", 2)
+        f["grid/t"] = smooth_field((40, 30, 7), "<f4", 1)
+        f["u"] = smooth_field((300,), ">f8", 2)
     argv = [str(src), str(out), "--layout", "filter", "--codec", "block", "--abs", "1e-3"]
     assert main(["compress", *argv]) == 0
     with h5py.File(out) as f:
@@ -164,8 +153,7 @@ def test_a_file_the_cli_compressed_reads_through_the_plugin(plugin_dir, tmp_path
 @pytest.mark.skipif(shutil.which("h5dump") is None, reason="h5dump not installed (hdf5-tools)")
 def test_h5dump_prints_the_values(filtered_file, plugin_dir):
     path, expected = filtered_file
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    env = plugin_env(plugin_dir)
     for k in (0, 25, 41, len(CASES) - 1):  # zstd, block, block pw_rel, int8
         name = f"c{k}"
         want = expected[name][0]
@@ -180,8 +168,7 @@ def test_h5dump_prints_the_values(filtered_file, plugin_dir):
 
 @pytest.mark.skipif(shutil.which("h5dump") is None, reason="h5dump not installed (hdf5-tools)")
 def test_h5dump_without_the_plugin_prints_no_values(filtered_file):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = "/nonexistent"
+    env = plugin_env("/nonexistent")
     path, _ = filtered_file
     argv = ["h5dump", "-d", "/c0", str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
@@ -212,8 +199,7 @@ def test_importing_tensorpress_replaces_the_plugin_with_the_filter_that_writes(p
         "    assert np.abs(f['s'][...] - x).max() <= 1e-3\n"
         "    assert f['s'].id.get_create_plist().get_filter(0)[3] == tp.hdf5.NAME\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    env = plugin_env(plugin_dir)
     path = plugin_dir.parent / "written_here.h5"
     argv = [sys.executable, "-W", "error::RuntimeWarning", "-c", script, str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)

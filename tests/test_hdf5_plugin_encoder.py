@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import built, filter_cd
+from plugin_tools import decode_driver, filter_cd, plugin_env, plugin_library, smooth_field
 from tensorpress.formats import hdf5_filter
 
 #: (shape, chunks): 1-d to 4-d, partial edge chunks along every dimension, and one chunk
@@ -29,34 +29,19 @@ SHAPES = [
     ((700, 500), (600, 500)),
 ]
 DTYPES = ("<f4", ">f4", "<f8", ">f8", "<f2")
+#: the first values of every test field: zeros of both signs, a subnormal, a constant pair
+HEAD = (0.0, -0.0, 1e-300, 3.0, 3.0)
 BOUNDS = ({"abs": 1e-3}, {"pw_rel": 1e-2})
 
 
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plugin")
-    built(lambda b: b.build_library(out))
-    return out
+    return plugin_library(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("driver") / "tp_decode"
-    return built(lambda b: b.build_driver(out))
-
-
-def _env(plugin_dir) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
-    return env
-
-
-def _field(shape, dtype, seed):
-    x = np.random.default_rng(seed).standard_normal(shape)
-    for ax in range(len(shape)):
-        x = np.cumsum(x, axis=ax)
-    x.reshape(-1)[:5] = (0.0, -0.0, 1e-300, 3.0, 3.0)
-    return x.astype(dtype)
+    return decode_driver(tmp_path_factory)
 
 
 def _cases():
@@ -77,7 +62,10 @@ def _chunks(dset):
 @pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: next(iter(b)))
 def test_h5repack_writes_what_the_in_process_filter_writes(plugin_dir, tmp_path, bound):
     src, out, ref = tmp_path / "in.h5", tmp_path / "out.h5", tmp_path / "ref.h5"
-    data = {name: _field(shape, dtype, k) for k, (name, dtype, shape, _) in enumerate(_cases())}
+    data = {
+        name: smooth_field(shape, dtype, k, head=HEAD)
+        for k, (name, dtype, shape, _) in enumerate(_cases())
+    }
     opts = tp.hdf5.filter(codec="block", **bound)
     with h5py.File(src, "w") as f, h5py.File(ref, "w") as g:
         for name, _, _, chunks in _cases():
@@ -88,7 +76,7 @@ def test_h5repack_writes_what_the_in_process_filter_writes(plugin_dir, tmp_path,
         ["h5repack", "-f", f"UD={ud}", str(src), str(out)],
         capture_output=True,
         text=True,
-        env=_env(plugin_dir),
+        env=plugin_env(plugin_dir),
         timeout=300,
     )
     assert done.returncode == 0 and not done.stderr, done.stderr[-2000:]
@@ -122,7 +110,9 @@ def test_h5py_without_tensorpress_writes_block(plugin_dir, tmp_path):
     path = tmp_path / "w.h5"
     opts = tp.hdf5.filter(codec="block", abs=1e-4)["compression_opts"]
     argv = [sys.executable, "-c", WRITE, str(path), ",".join(map(str, opts))]
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=120)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     x = np.linspace(-3, 3, 4000).reshape(40, 100).astype("f4")
     with h5py.File(path) as f:
@@ -136,7 +126,9 @@ def test_a_codec_the_plugin_does_not_write_fails_the_write_and_says_why(
     bound = {} if codec == "zstd" else {"abs": 1e-3}
     opts = tp.hdf5.filter(codec=codec, **bound)["compression_opts"]
     argv = [sys.executable, "-c", WRITE, str(tmp_path / "w.h5"), ",".join(map(str, opts))]
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=120)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=120
+    )
     assert done.returncode != 0
     assert "writes only the block codec" in done.stderr and "tensorpress imported" in done.stderr
 

@@ -5,7 +5,6 @@ the plugin decodes, float32 and big-endian float64 variables with partial edge c
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ import h5netcdf
 import h5py
 import numpy as np
 import pytest
-from plugin_tools import built
+from plugin_tools import plugin_env, plugin_library
 from tensorpress.compress.quant import QuantCodec
 from tensorpress.files import compress_file
 from tensorpress.formats import read_header
@@ -31,9 +30,7 @@ CODECS += [("sz", {"abs": 1e-3}), ("sz", {"pw_rel": 1e-3})]
 
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plugin")
-    built(lambda b: b.build_library(out))
-    return out
+    return plugin_library(tmp_path_factory)
 
 
 def _input(path) -> dict:
@@ -56,8 +53,7 @@ def _input(path) -> dict:
 
 def _ncdump(plugin_dir, path, var: str) -> np.ndarray:
     """The values ``ncdump`` prints for ``var`` (9 and 17 significant digits: exact)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
+    env = plugin_env(plugin_dir)
     argv = ["ncdump", "-v", var, "-p", "9,17", str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -104,8 +100,7 @@ def test_ncdump_without_the_plugin_lists_the_file_and_says_why_values_fail(tmp_p
     src, out = tmp_path / "clim.nc", tmp_path / "clim.tp.nc"
     _input(src)
     compress_file(src, out, {"abs": 1e-3}, codec="block", layout="filter")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(tmp_path / "nothing-here")
+    env = plugin_env(tmp_path / "nothing-here")
     head = subprocess.run(["ncdump", "-h", str(out)], capture_output=True, text=True, env=env)
     assert head.returncode == 0 and "float temp(y, x)" in head.stdout
     values = subprocess.run(

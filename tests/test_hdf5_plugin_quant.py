@@ -20,8 +20,18 @@ import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import built, c_decode, filter_cd, py_decode, with_payload
-from stream_edits import rewrite_header
+from plugin_tools import (
+    c_decode,
+    decode_driver,
+    edits_agree,
+    filter_cd,
+    payload_mutants,
+    plugin_env,
+    plugin_library,
+    py_decode,
+    smooth_field,
+    tally,
+)
 from stream_edits import set_field as _set
 from tensorpress.compress.quant import QuantCodec
 from tensorpress.files import compress_file
@@ -38,26 +48,19 @@ SHAPES = [
 ]
 DTYPES = ("<f2", ">f2", "<f4", ">f4", "<f8", ">f8")
 #: the cd_values h5repack gives: quant (5) with no bound (0), as tp.hdf5.filter writes them
+#: the first values of every test field: zeros of both signs and a constant pair
+HEAD = (0.0, -0.0, 3.0, 3.0)
 QUANT_UD = f"UD={hdf5_filter.FILTER_ID},0,5,2,5,0,0,0"
 
 
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plugin")
-    built(lambda b: b.build_library(out))
-    return out
+    return plugin_library(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("driver") / "tp_decode"
-    return built(lambda b: b.build_driver(out))
-
-
-def _env(plugin_dir) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
-    return env
+    return decode_driver(tmp_path_factory)
 
 
 def _cases():
@@ -65,14 +68,6 @@ def _cases():
     for k, (dtype, (shape, chunks)) in enumerate(itertools.product(DTYPES, SHAPES)):
         if not (dtype.endswith("f2") and shape[0] == 700):
             yield f"d{k}", dtype, shape, chunks
-
-
-def _field(shape, dtype, seed):
-    x = np.random.default_rng(seed).standard_normal(shape)
-    for ax in range(len(shape)):
-        x = np.cumsum(x, axis=ax)
-    x.reshape(-1)[:4] = (0.0, -0.0, 3.0, 3.0)
-    return x.astype(dtype)
 
 
 def _hostile(kind: str, n: int, rng) -> np.ndarray:
@@ -111,10 +106,12 @@ assert "tensorpress" not in sys.modules
 
 def test_h5py_without_tensorpress_reads_quant_bit_for_bit(plugin_dir, tmp_path):
     path, out = tmp_path / "q.h5", tmp_path / "read.npz"
-    data = {n: (_field(s, d, k), c) for k, (n, d, s, c) in enumerate(_cases())}
+    data = {n: (smooth_field(s, d, k, head=HEAD), c) for k, (n, d, s, c) in enumerate(_cases())}
     _write_filtered(path, data)
     argv = [sys.executable, "-c", READ, str(path), str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=300)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     got = np.load(out)
     with h5py.File(path) as f:
@@ -129,12 +126,14 @@ def test_h5py_without_tensorpress_reads_quant_bit_for_bit(plugin_dir, tmp_path):
 def test_the_filter_layout_writes_quant_that_the_plugin_reads(plugin_dir, tmp_path):
     src, dst, out = tmp_path / "in.h5", tmp_path / "q.h5", tmp_path / "read.npz"
     with h5py.File(src, "w") as f:
-        f.create_dataset("u", data=_field((300, 200), ">f8", 1), chunks=(64, 200))
-        f.create_dataset("g/v", data=_field((50, 40, 30), "<f4", 2), chunks=(10, 40, 30))
+        f.create_dataset("u", data=smooth_field((300, 200), ">f8", 1, head=HEAD), chunks=(64, 200))
+        f.create_dataset(
+            "g/v", data=smooth_field((50, 40, 30), "<f4", 2, head=HEAD), chunks=(10, 40, 30)
+        )
     compress_file(src, dst, None, codec="quant", layout="filter")
     argv = [sys.executable, "-c", READ.replace("for name in f", "for name in ('u', 'g/v')")]
     done = subprocess.run(
-        [*argv, str(dst), str(out)], capture_output=True, text=True, env=_env(plugin_dir)
+        [*argv, str(dst), str(out)], capture_output=True, text=True, env=plugin_env(plugin_dir)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     got = np.load(out)
@@ -147,13 +146,15 @@ def test_the_filter_layout_writes_quant_that_the_plugin_reads(plugin_dir, tmp_pa
 @pytest.mark.skipif(shutil.which("h5dump") is None, reason="h5dump not installed (hdf5-tools)")
 def test_h5dump_prints_the_python_decoders_values(plugin_dir, tmp_path):
     path = tmp_path / "q.h5"
-    data = {f"x{k}": (_field((37, 29), d, k), (16, 8)) for k, d in enumerate(DTYPES)}
+    data = {
+        f"x{k}": (smooth_field((37, 29), d, k, head=HEAD), (16, 8)) for k, d in enumerate(DTYPES)
+    }
     _write_filtered(path, data)
     with h5py.File(path) as f:
         for name in data:
             argv = ["h5dump", "-d", name, "-m", "%.17g", "-y", "-w", "0", "--noindex", str(path)]
             done = subprocess.run(
-                argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=60
+                argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=60
             )
             assert done.returncode == 0 and "DATA" in done.stdout, done.stderr[-2000:]
             body = done.stdout.split("DATA {", 1)[1]
@@ -180,13 +181,15 @@ def _max_error(stream: bytes) -> float:
 @pytest.mark.skipif(shutil.which("h5repack") is None, reason="h5repack not installed (hdf5-tools)")
 def test_h5repack_writes_quant_as_the_in_process_filter(plugin_dir, tmp_path):
     src, out, ref = tmp_path / "in.h5", tmp_path / "out.h5", tmp_path / "ref.h5"
-    data = {n: (_field(s, d, k), c) for k, (n, d, s, c) in enumerate(_cases())}
+    data = {n: (smooth_field(s, d, k, head=HEAD), c) for k, (n, d, s, c) in enumerate(_cases())}
     with h5py.File(src, "w") as f:
         for name, (x, chunks) in data.items():
             f.create_dataset(name, data=x, chunks=chunks)
     _write_filtered(ref, data)
     argv = ["h5repack", "-f", QUANT_UD, str(src), str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=300)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=300
+    )
     assert done.returncode == 0 and not done.stderr, done.stderr[-2000:]
     with h5py.File(out) as f, h5py.File(ref) as g:
         for name, (x, chunks) in data.items():
@@ -216,14 +219,18 @@ assert "tensorpress" not in sys.modules
 def test_h5py_without_tensorpress_writes_quant_and_a_bound_is_refused(plugin_dir, tmp_path):
     path = tmp_path / "w.h5"
     argv = [sys.executable, "-c", WRITE, str(path), "0"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=120)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     x = np.linspace(-3, 3, 4000).reshape(40, 100).astype("f4")
     with h5py.File(path) as f:  # decoded in process: the Python filter reads C's bytes
         err = np.abs(f["x"][...] - x)
         assert 0 < err.max() <= 6 / 15 / 2 * 1.001  # 4 bits: half a step of the range
     argv[-1] = "1"  # an abs bound, which quant does not take
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(plugin_dir), timeout=120)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=plugin_env(plugin_dir), timeout=120
+    )
     assert done.returncode != 0 and "quant takes no error bound" in done.stderr
 
 
@@ -322,42 +329,19 @@ QUANT_EDITS = [
 
 def test_quant_header_edits_agree_with_python(driver, tmp_path, quant_chunks):
     stream, cd = quant_chunks[">f4"]
-    for k, (edit, decodes) in enumerate(QUANT_EDITS):
-        bad = rewrite_header(stream, edit)
-        want = py_decode(bad, cd)
-        assert (want is not None) == decodes, k
-        assert c_decode(driver, tmp_path, bad, cd) == want, k
+    edits_agree(driver, tmp_path, stream, QUANT_EDITS, cd)
     for lie in ([2, 2, 1, *cd[3:]], [2, 5, 1, *cd[3:]], [2, 6, 0, *cd[3:]]):  # block, a bound
         assert c_decode(driver, tmp_path, stream, lie) is None is py_decode(stream, lie)
 
 
-def _payload_mutants(stream: bytes, rng: random.Random, count: int):
-    """``count`` streams with one chunk's payload changed at a few bytes (its mode byte
-    among them), or cut short or lengthened, checksums valid."""
-    h = read_header(stream)
-    for _ in range(count):
-        i = rng.randrange(h.nchunks)
-        payload = bytearray(stream[h.offsets[i] : h.offsets[i] + h.lengths[i]])
-        if rng.random() < 0.1:
-            payload[0] = rng.choice((1, 2, 255))
-        for _ in range(rng.choice((1, 1, 2, 4))):
-            at = rng.randrange(len(payload))
-            payload[at] = (
-                rng.randrange(256) if rng.random() < 0.5 else payload[at] ^ 1 << rng.randrange(8)
-            )
-        yield with_payload(stream, i, bytes(payload))
-
-
 def _agree(driver, tmp_path, chunks: dict, seed: int, per_chunk: int) -> tuple[int, int]:
     rng = random.Random(seed)
-    decoded = refused = 0
-    for name, (stream, cd) in chunks.items():
-        for bad in _payload_mutants(stream, rng, per_chunk):
-            want = py_decode(bad, cd)
-            assert c_decode(driver, tmp_path, bad, cd) == want, (name, seed)
-            decoded += want is not None
-            refused += want is None
-    return decoded, refused
+    cases = (
+        ((name, seed), bad, cd)
+        for name, (stream, cd) in chunks.items()
+        for bad in payload_mutants(stream, rng, per_chunk, mode_bytes=(1, 2, 255))
+    )
+    return tally(driver, tmp_path, cases)
 
 
 def _with_length(stream: bytes, payload: bytes) -> bytes:

@@ -12,23 +12,31 @@ and pivot predictors' own cases: test_hdf5_plugin_sz_predictors.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import re
 import struct
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import DATA, built, c_decode, py_decode
+from plugin_tools import (  # READ, body, c_verdict, predictors, with_bodies: imported from here too
+    DATA,
+    READ,  # noqa: F401
+    assert_same_bytes,
+    body,
+    built,
+    c_verdict,
+    chunk_predictors,
+    decode_driver,
+    predictors,
+    py_decode,
+    read_without_tensorpress,
+    tally,
+    with_bodies,
+)
 from tensorpress.cli import main
-from tensorpress.compress.zstd import zstd_compress, zstd_decompress
 from tensorpress.formats import read_header
-from tensorpress.formats.stream_header import chunk_crc, encode_index
 
 PLUGIN = DATA.parents[1] / "formats" / "hdf5_plugin"
 #: the driver's refusal of a valid stream it does not decode (TP_E_UNSUPPORTED)
@@ -46,30 +54,7 @@ def pending() -> set[int]:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("driver") / "tp_decode"
-    return built(lambda b: b.build_driver(out))
-
-
-def c_verdict(driver, tmp, stream: bytes) -> tuple[bytes | None, int]:
-    """(the decoder's bytes or None, its refusal code or 0); fails on a sanitizer report."""
-    src, out = tmp / "in.tp", tmp / "out.raw"
-    src.write_bytes(stream)
-    out.unlink(missing_ok=True)
-    done = subprocess.run([str(driver), str(src), str(out)], capture_output=True, text=True)
-    report = "Sanitizer" in done.stderr or "runtime error" in done.stderr
-    assert done.returncode in (0, 1) and not report, done.stderr[-3000:]
-    if done.returncode == 0:
-        return out.read_bytes(), 0
-    return None, int(re.search(r"refused \((-?\d+)\)", done.stderr).group(1))
-
-
-def predictors(stream: bytes) -> set[int]:
-    """The predictor id of each chunk of a stream (its payload's first byte)."""
-    h = read_header(stream)
-    return {
-        zstd_decompress(stream[o : o + n], 1 << 30)[0]
-        for o, n in zip(h.offsets, h.lengths, strict=False)
-    }
+    return decode_driver(tmp_path_factory)
 
 
 def _field(shape, dtype, seed, kind="smooth"):
@@ -156,23 +141,6 @@ def test_golden_sz_streams_decode_bit_for_bit_or_are_pending(driver, tmp_path, n
 # -- hostile payloads ----------------------------------------------------------------
 
 
-def with_bodies(stream: bytes, bodies: dict) -> bytes:
-    """``stream`` with chunk i's payload the zstd frame of ``bodies[i]`` (any length),
-    the index and checksums made valid."""
-    h = read_header(stream)
-    payloads = [stream[o : o + n] for o, n in zip(h.offsets, h.lengths, strict=False)]
-    for i, body in bodies.items():
-        payloads[i] = zstd_compress(bytes(body), 1)
-    crcs = [chunk_crc(p, i, h.version) for i, p in enumerate(payloads)]
-    index = encode_index([len(p) for p in payloads], crcs)
-    return stream[: h.payload_offset - len(index)] + index + b"".join(payloads)
-
-
-def body(stream: bytes, i: int = 0) -> bytes:
-    h = read_header(stream)
-    return zstd_decompress(stream[h.offsets[i] : h.offsets[i] + h.lengths[i]], 1 << 30)
-
-
 def _fields(b: bytes) -> list[int]:
     """Offsets of the u64/f64/u32 fields of a predicted body (after the 2 first bytes)."""
     at, out = 2, []
@@ -232,15 +200,12 @@ def hostile_sources():
 
 def _agree(driver, tmp_path, sources, seed: int, per_source: int):
     rng = random.Random(seed)
-    decoded = refused = 0
-    for name, stream in sources.items():
-        for m in mutants(body(stream), rng, per_source):
-            bad = with_bodies(stream, {0: m})
-            want = py_decode(bad)
-            assert c_decode(driver, tmp_path, bad) == want, (name, m[:40])
-            decoded += want is not None
-            refused += want is None
-    return decoded, refused
+    cases = (
+        (name, with_bodies(stream, {0: m}), None)
+        for name, stream in sources.items()
+        for m in mutants(body(stream), rng, per_source)
+    )
+    return tally(driver, tmp_path, cases)
 
 
 def test_hostile_payloads_agree_with_python(driver, tmp_path, hostile_sources):
@@ -255,30 +220,6 @@ def test_fuzz_hostile_payloads(driver, tmp_path, hostile_sources, seed):
 
 
 # -- h5py through the compiled plugin ---------------------------------------------------
-
-READ = """
-import json, sys
-import h5py, numpy as np
-out = {}
-with h5py.File(sys.argv[1], "r") as f:
-    for k, name in enumerate(json.loads(sys.argv[2])):
-        try:
-            np.save(f"{sys.argv[3]}/{k}.npy", f[name][...])
-            out[name] = "ok"
-        except OSError as exc:
-            out[name] = f"error: {exc}"
-assert "tensorpress" not in sys.modules
-print(json.dumps(out))
-"""
-
-
-def _chunk_predictors(dset) -> set[int]:
-    """Predictor ids of every chunk of an sz filter dataset (each chunk one stream)."""
-    ids = set()
-    for i in range(dset.id.get_num_chunks()):
-        info = dset.id.get_chunk_info(i)
-        ids |= predictors(dset.id.read_direct_chunk(info.chunk_offset)[1])
-    return ids
 
 
 def test_h5py_without_tensorpress_reads_a_cli_compressed_sz_file(tmp_path):
@@ -296,15 +237,6 @@ def test_h5py_without_tensorpress_reads_a_cli_compressed_sz_file(tmp_path):
     names = ["be", "half", "noise", "smooth"]
     with h5py.File(out) as f:
         want = {n: f[n][...] for n in names}
-        ids = set().union(*(_chunk_predictors(f[n]) for n in names))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
-    argv = [sys.executable, "-c", READ, str(out), json.dumps(names), str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    status = json.loads(done.stdout.strip().splitlines()[-1])
-    for k, n in enumerate(names):
-        assert status[n] == "ok", status[n]
-        got = np.load(tmp_path / f"{k}.npy")
-        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
+        ids = set().union(*(chunk_predictors(f[n]) for n in names))
+    assert_same_bytes(read_without_tensorpress(plugin_dir, out, names, tmp_path), want)
     assert len(ids) >= 2  # constant prediction (noise) and another for the smooth field

@@ -10,33 +10,43 @@ report."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import struct
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import DATA, built, c_decode, py_decode
+from plugin_tools import (
+    DATA,
+    SIDE_AT,
+    assert_same_bytes,
+    body,
+    built,
+    c_decode,
+    c_verdict,
+    chunk_predictors,
+    decode_driver,
+    decodes_as_python,
+    fuzz_bodies,
+    predictors,
+    py_decode,
+    read_without_tensorpress,
+    refused_alike,
+    side_of,
+    with_bodies,
+    with_side,
+)
 from tensorpress.compress.sz import pivot as sz_pivot
 from tensorpress.formats import hdf5_filter, read_header
-from test_hdf5_plugin_sz import READ, body, c_verdict, predictors, with_bodies
 
 #: the predictor ids decoded by these files
 MINE = {2, 3, 4, 5, 8, 9, 11, 12, 13}
-#: where the side information's u64 length sits in a predicted payload's body (after the
-#: predictor, flags, eb, alpha, beta and radius)
-SIDE_AT = 30
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("driver") / "tp_decode"
-    return built(lambda b: b.build_driver(out))
+    return decode_driver(tmp_path_factory)
 
 
 def _specials(x: np.ndarray, spike: bool = True) -> np.ndarray:
@@ -84,11 +94,6 @@ def low_rank(shape, dtype, seed=0, rank=5, log=False):
     return _specials(x.reshape(shape).astype(dtype), spike=False)  # a spike spoils the fit
 
 
-def _decodes_as_python(driver, tmp_path, stream: bytes) -> None:
-    got, code = c_verdict(driver, tmp_path, stream)
-    assert code == 0 and got == np.ascontiguousarray(tp.decompress(stream)).tobytes()
-
-
 INTERP = {"linear": 2, "cubic": 3, "md-linear": 4, "md-cubic": 5, "linear-rev": 8}
 INTERP["cubic-rev"] = 9
 SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40)]
@@ -111,7 +116,7 @@ def test_interpolation_streams_decode_bit_for_bit(driver, tmp_path, predictor, d
             ids = predictors(stream)
             assert ids <= {0, INTERP[predictor]}, (shape, bound, ids)
             seen |= ids
-            _decodes_as_python(driver, tmp_path, stream)
+            decodes_as_python(driver, tmp_path, stream)
     assert INTERP[predictor] in seen
 
 
@@ -140,7 +145,7 @@ def test_modelled_streams_decode_bit_for_bit(driver, tmp_path, predictor, dtype)
             ids = predictors(stream)
             assert ids <= allowed, (shape, bound, ids)
             seen |= ids
-            _decodes_as_python(driver, tmp_path, stream)
+            decodes_as_python(driver, tmp_path, stream)
     assert want in seen
 
 
@@ -188,24 +193,10 @@ def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
         if predictor in INTERP and rng.random() < 0.3:
             codec.update(alpha=rng.uniform(1, 3), beta=rng.uniform(1, 100))
         stream = tp.compress(x, codec={**codec, **bound}, chunk_bytes=rng.choice([64, 1000]))
-        _decodes_as_python(driver, tmp_path, stream)
+        decodes_as_python(driver, tmp_path, stream)
 
 
 # -- crafted side information --------------------------------------------------------
-
-
-def side_of(stream: bytes) -> bytes:
-    b = body(stream)
-    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
-    return b[SIDE_AT + 8 : SIDE_AT + 8 + n]
-
-
-def with_side(stream: bytes, side: bytes) -> bytes:
-    """``stream`` (one chunk) with its payload's side information replaced."""
-    b = body(stream)
-    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
-    new = b[:SIDE_AT] + struct.pack("<Q", len(side)) + side + b[SIDE_AT + 8 + n :]
-    return with_bodies(stream, {0: new})
 
 
 def with_field(stream: bytes, at: int, fmt: str, value) -> bytes:
@@ -238,12 +229,6 @@ def sources():
     return out
 
 
-def _refused_alike(driver, tmp_path, stream: bytes) -> None:
-    assert py_decode(stream) is None
-    got, code = c_verdict(driver, tmp_path, stream)
-    assert got is None and code < 0
-
-
 def _agrees(driver, tmp_path, stream: bytes) -> bool:
     """Same values or the same refusal; whether Python decodes it."""
     want = py_decode(stream)
@@ -270,7 +255,7 @@ def test_damaged_fitted_models_are_refused(driver, tmp_path, sources):
             side[:weight] + struct.pack("<d", -np.inf) + side[weight + 8 :],
         ]
         for model in bad:
-            _refused_alike(driver, tmp_path, with_side(stream, model))
+            refused_alike(driver, tmp_path, with_side(stream, model))
         # valid but odd models decode as Python decodes them
         huge = side[:weight] + struct.pack("<d", 1e300) + side[weight + 8 :]
         twice = bytes([1, side[1]]) + side[2:5] + side[weight : weight + 8]
@@ -291,7 +276,7 @@ def test_out_of_range_row_references_are_refused(driver, tmp_path, sources):
             bytes([width, side[1] | 1]) + side[2:],  # row 0 refers to a row before it
             bytes([width]) + b"\xff" * (len(side) - 1),  # every row to 2**width - 1 back
         ):
-            _refused_alike(driver, tmp_path, with_side(stream, refs))
+            refused_alike(driver, tmp_path, with_side(stream, refs))
         # no references (width 0), or the widest fields: the rows decode alike
         assert _agrees(driver, tmp_path, with_side(stream, bytes([0])))
         assert _agrees(driver, tmp_path, with_side(stream, bytes([32]) + bytes(4 * rows)))
@@ -326,7 +311,7 @@ def test_damaged_pivot_models_are_refused(driver, tmp_path, sources):
         if count > 1:  # the second level starting at the first's column
             edits.append(side[:5] + side[1:5] + side[9:])
         for edited in edits:
-            _refused_alike(driver, tmp_path, with_side(stream, edited))
+            refused_alike(driver, tmp_path, with_side(stream, edited))
         # other weights (the first level's fields, after its offsets and scales): any
         # bits are weights, decoded alike
         m = (starts[1] if count > 1 else shape[-1]) - start
@@ -348,41 +333,18 @@ def test_interpolation_tunings_and_bounds_edited_decode_alike(driver, tmp_path, 
         for eb in (2.0**-1000, 1e-300, 1e300):
             _agrees(driver, tmp_path, with_field(stream, 2, "<d", eb))
         for alpha in (0.5, np.nan, 2.0**21):
-            _refused_alike(driver, tmp_path, with_field(stream, 10, "<d", alpha))
-
-
-def _mutants(stream: bytes, rng: random.Random, count: int):
-    """Bodies with bits flipped, mostly in the side information or the first bytes."""
-    b = body(stream)
-    side_end = SIDE_AT + 8 + struct.unpack_from("<Q", b, SIDE_AT)[0] if b[0] >= 11 else 30
-    for _ in range(count):
-        m = bytearray(b)
-        for _ in range(rng.choice((1, 2, 4))):
-            at = rng.randrange(side_end) if rng.random() < 0.7 else rng.randrange(len(m))
-            m[at] ^= 1 << rng.randrange(8)
-        yield bytes(m)
-
-
-def _fuzz(driver, tmp_path, sources, seed: int, per_source: int) -> tuple[int, int]:
-    rng = random.Random(seed)
-    decoded = refused = 0
-    for stream in sources.values():
-        for m in _mutants(stream, rng, per_source):
-            ok = _agrees(driver, tmp_path, with_bodies(stream, {0: m}))
-            decoded += ok
-            refused += not ok
-    return decoded, refused
+            refused_alike(driver, tmp_path, with_field(stream, 10, "<d", alpha))
 
 
 def test_mutated_payloads_agree_with_python(driver, tmp_path, sources):
-    decoded, refused = _fuzz(driver, tmp_path, sources, seed=3, per_source=15)
+    decoded, refused = fuzz_bodies(driver, tmp_path, sources, seed=3, count=15)
     assert decoded and refused
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_fuzz_mutated_payloads(driver, tmp_path, sources, seed):
-    _fuzz(driver, tmp_path, sources, seed=200 + seed, per_source=250)
+    fuzz_bodies(driver, tmp_path, sources, seed=200 + seed, count=250)
 
 
 # -- h5py through the compiled plugin ---------------------------------------------------
@@ -397,14 +359,6 @@ def _wave(shape):
 def _filter(x, rel: float) -> dict:
     finite = x[np.isfinite(x)].astype(np.float64)
     return hdf5_filter.filter(codec="sz", abs=float(rel * (finite.max() - finite.min())))
-
-
-def _chunk_ids(dset) -> set[int]:
-    ids = set()
-    for i in range(dset.id.get_num_chunks()):
-        info = dset.id.get_chunk_info(i)
-        ids |= predictors(dset.id.read_direct_chunk(info.chunk_offset)[1])
-    return ids
 
 
 def test_h5py_without_tensorpress_reads_these_predictors(tmp_path):
@@ -432,14 +386,6 @@ def test_h5py_without_tensorpress_reads_these_predictors(tmp_path):
     names = sorted(sets)
     with h5py.File(path) as f:
         want = {n: f[n][...] for n in names}
-        ids = set().union(*(_chunk_ids(f[n]) for n in names))
+        ids = set().union(*(chunk_predictors(f[n]) for n in names))
     assert {11, 12, 13} <= ids and len(ids & MINE) >= 6, ids  # 3, 5 and 9 so far
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
-    argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(names, "ok")
-    for k, n in enumerate(names):
-        got = np.load(tmp_path / f"{k}.npy")
-        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
+    assert_same_bytes(read_without_tensorpress(plugin_dir, path, names, tmp_path), want)

@@ -10,31 +10,35 @@ were coded with the wavelet predictor."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import struct
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import built, c_decode, py_decode
+from plugin_tools import (
+    assert_same_bytes,
+    built,
+    c_verdict,
+    decode_driver,
+    decodes_as_python,
+    fuzz_bodies,
+    predictors,
+    py_decode,
+    read_without_tensorpress,
+    side_of,
+    with_side,
+    write_coded_chunks,
+)
 from tensorpress.formats import hdf5_filter, read_header
-from test_hdf5_plugin_sz import READ, body, c_verdict, predictors, with_bodies
 
 WAVELET = 14
-#: the side information's u64 length in a predicted payload's body (after the
-#: predictor, flags, eb, alpha, beta and radius)
-SIDE_AT = 30
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("driver") / "tp_decode"
-    return built(lambda b: b.build_driver(out))
+    return decode_driver(tmp_path_factory)
 
 
 def field(shape, dtype, seed=0, specials=True):
@@ -55,11 +59,6 @@ def wavelet(x, bound, radius=32768, chunk_bytes=None) -> bytes:
     return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
 
 
-def _decodes_as_python(driver, tmp_path, stream: bytes) -> None:
-    got, code = c_verdict(driver, tmp_path, stream)
-    assert code == 0 and got == np.ascontiguousarray(tp.decompress(stream)).tobytes()
-
-
 SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
 BOUNDS = [{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}]
 
@@ -75,7 +74,7 @@ def test_wavelet_streams_decode_bit_for_bit(driver, tmp_path, dtype):
             ids = predictors(stream)
             assert ids <= {0, WAVELET}, (shape, bound, ids)
             seen |= ids
-            _decodes_as_python(driver, tmp_path, stream)
+            decodes_as_python(driver, tmp_path, stream)
     assert WAVELET in seen
 
 
@@ -89,7 +88,7 @@ def test_large_chunks_use_every_level(driver, tmp_path):
         stream = wavelet(x, bound, chunk_bytes=x.nbytes)
         assert read_header(stream).nchunks == 1 and predictors(stream) == {WAVELET}
         assert _fixes(side_of(stream)), dtype
-        _decodes_as_python(driver, tmp_path, stream)
+        decodes_as_python(driver, tmp_path, stream)
 
 
 @pytest.mark.slow
@@ -101,24 +100,10 @@ def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
         x = field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
         bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
         stream = wavelet(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
-        _decodes_as_python(driver, tmp_path, stream)
+        decodes_as_python(driver, tmp_path, stream)
 
 
 # -- crafted side information ----------------------------------------------------------
-
-
-def side_of(stream: bytes) -> bytes:
-    b = body(stream)
-    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
-    return b[SIDE_AT + 8 : SIDE_AT + 8 + n]
-
-
-def with_side(stream: bytes, side: bytes) -> bytes:
-    """``stream`` (one chunk) with its payload's side information replaced."""
-    b = body(stream)
-    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
-    new = b[:SIDE_AT] + struct.pack("<Q", len(side)) + side + b[SIDE_AT + 8 + n :]
-    return with_bodies(stream, {0: new})
 
 
 def _parts(side: bytes) -> tuple[list[int], list[int], list[float]]:
@@ -155,17 +140,11 @@ def source():
     return stream
 
 
-def _refused_alike(driver, tmp_path, stream: bytes) -> None:
-    assert py_decode(stream) is None
-    got, code = c_verdict(driver, tmp_path, stream)
-    assert got is None and code < 0
-
-
 def test_round_tripped_side_decodes(driver, tmp_path, source):
     """The test's own side-information writer reproduces the original bytes."""
     side = side_of(source)
     assert _side(*_parts(side)) == side
-    _decodes_as_python(driver, tmp_path, with_side(source, side))
+    decodes_as_python(driver, tmp_path, with_side(source, side))
 
 
 def test_crafted_side_information_is_refused(driver, tmp_path, source):
@@ -210,59 +189,21 @@ def test_edited_escapes_and_fixes_decode_alike(driver, tmp_path, source):
         (esc, [], []),
     ]
     for e, i, v in edits:
-        _decodes_as_python(driver, tmp_path, with_side(source, _side(e, i, v)))
-
-
-def _mutants(stream: bytes, rng: random.Random, count: int):
-    b = body(stream)
-    side_end = SIDE_AT + 8 + struct.unpack_from("<Q", b, SIDE_AT)[0]
-    for _ in range(count):
-        m = bytearray(b)
-        for _ in range(rng.choice((1, 2, 4))):
-            at = rng.randrange(side_end) if rng.random() < 0.7 else rng.randrange(len(m))
-            m[at] ^= 1 << rng.randrange(8)
-        yield bytes(m)
-
-
-def _fuzz(driver, tmp_path, stream, seed: int, count: int) -> tuple[int, int]:
-    rng = random.Random(seed)
-    decoded = refused = 0
-    for m in _mutants(stream, rng, count):
-        s = with_bodies(stream, {0: m})
-        want = py_decode(s)
-        assert c_decode(driver, tmp_path, s) == want
-        decoded += want is not None
-        refused += want is None
-    return decoded, refused
+        decodes_as_python(driver, tmp_path, with_side(source, _side(e, i, v)))
 
 
 def test_mutated_payloads_agree_with_python(driver, tmp_path, source):
-    decoded, refused = _fuzz(driver, tmp_path, source, seed=5, count=60)
+    decoded, refused = fuzz_bodies(driver, tmp_path, {"source": source}, seed=5, count=60)
     assert decoded and refused
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 def test_fuzz_mutated_payloads(driver, tmp_path, source, seed):
-    _fuzz(driver, tmp_path, source, seed=300 + seed, count=500)
+    fuzz_bodies(driver, tmp_path, {"source": source}, seed=300 + seed, count=500)
 
 
 # -- h5py through the compiled plugin ---------------------------------------------------
-
-
-def _write_wavelet_chunks(dset, x: np.ndarray, abs_bound: float) -> None:
-    """Every chunk of ``dset`` (an sz filter dataset of ``x``) coded with the wavelet
-    predictor at the dataset's bound, edge chunks padded with the fill value (0)."""
-    chunks = dset.chunks
-    for offset in np.ndindex(*(-(-s // c) for s, c in zip(x.shape, chunks, strict=True))):
-        start = tuple(o * c for o, c in zip(offset, chunks, strict=True))
-        part = x[tuple(slice(s, s + c) for s, c in zip(start, chunks, strict=True))]
-        full = np.zeros(chunks, x.dtype.newbyteorder("<"))
-        full[tuple(slice(0, n) for n in part.shape)] = part
-        codec = {"id": "sz", "predictor": "wavelet", "abs": abs_bound}
-        stream = tp.compress(full, codec=codec, chunk_bytes=full.nbytes)
-        assert predictors(stream) == {WAVELET}
-        dset.id.write_direct_chunk(start, stream, filter_mask=0)
 
 
 def test_h5py_without_tensorpress_reads_wavelet_chunks(tmp_path):
@@ -284,7 +225,7 @@ def test_h5py_without_tensorpress_reads_wavelet_chunks(tmp_path):
             d = f.create_dataset(
                 name, shape=x.shape, dtype=x.dtype, chunks=chunks, **hdf5_filter.filter(abs=eb)
             )
-            _write_wavelet_chunks(d, x, eb)
+            write_coded_chunks(d, x, {"id": "sz", "predictor": "wavelet", "abs": eb}, WAVELET)
     names = sorted(sets)
     with h5py.File(path) as f:
         want = {n: f[n][...] for n in names}
@@ -294,12 +235,4 @@ def test_h5py_without_tensorpress_reads_wavelet_chunks(tmp_path):
         assert np.array_equal(np.isfinite(want[n]), fin)
         err = np.abs(want[n][fin].astype(np.float64) - x[fin].astype(np.float64))
         assert np.all(err <= eb), n
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
-    argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(names, "ok")
-    for k, n in enumerate(names):
-        got = np.load(tmp_path / f"{k}.npy")
-        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
+    assert_same_bytes(read_without_tensorpress(plugin_dir, path, names, tmp_path), want)
