@@ -214,22 +214,24 @@ def compress_file(
     best. Returns one report per dataset.
     """
     src = check_input(src)
-    plan = Plan(codec, codec_options, bound, overrides)
+    plan = Plan(
+        codec,
+        codec_options,
+        bound,
+        overrides,
+        chunk_bytes=chunk_bytes,
+        chunk_samples=chunk_samples,
+    )
     plan.raw_when_larger = raw_when_larger
-    plan.set_chunk_samples(chunk_samples)
     kind = file_kind(src)
     _set_layout(plan, layout, codec_options, dst, kind)
-    if chunk_bytes is None:
-        chunk_bytes = plan.codec.default_chunk_bytes
-    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     workers = resolve_workers(workers)
     if kind == "container":
         raise ValueError(f"{src} is already a tensorpress file: decompress it instead")
     if kind == "hdf5":
         _check_hdf5_input(src, dst, dtype, shape)
         with h5py.File(src, "r") as fin:
-            return _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress)
+            return _compress_hdf5(fin, src, dst, plan, workers, overwrite, progress)
     if kind in ("npy", "npz") and (dtype is not None or shape is not None):
         raise ValueError(f"dtype and shape describe raw binary inputs only; {src} is .{kind}")
     if kind == "npz":
@@ -238,7 +240,7 @@ def compress_file(
                 f"{src} is .npz: its compressed form is an HDF5 file with one dataset per "
                 "array; give a destination ending in .h5, .hdf5, .nc or .nc4"
             )
-        write = (plan, chunk_bytes, workers, progress)
+        write = (plan, workers, progress)
         return _compress_npz(open_npz(src), src, dst, write, overwrite)
     if kind == "npy":
         array = npy_rows(src)
@@ -248,7 +250,7 @@ def compress_file(
         plan.check_names(["data"])
         if not plan.compresses(array):
             raise ValueError(f"{src} holds {array.dtype} data; only float16/32/64 are compressed")
-        return [_compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, progress)]
+        return [_compress_single(array, src, dst, plan, workers, overwrite, progress)]
     finally:
         if isinstance(array, RowFile):
             array.close()
@@ -273,24 +275,24 @@ def _set_layout(plan, layout: str | None, codec_options, dst, kind: str) -> None
     plan.layout = layout
 
 
-def _sample_bytes(plan, source, chunk_bytes: int) -> int:
-    """``chunk_bytes``, or with ``plan.chunk_samples`` the bytes of that many rows of
-    ``source``: what gives its chunks that many rows."""
+def _sample_bytes(plan, source) -> int:
+    """``plan.chunk_bytes``, or with ``plan.chunk_samples`` the bytes of that many rows
+    of ``source``: what gives its chunks that many rows."""
     shape = tuple(int(d) for d in source.shape)
     rows = plan.sample_rows(shape)
     if rows is None:
-        return chunk_bytes
+        return plan.chunk_bytes
     return max(1, rows * math.prod(shape[1:]) * np.dtype(source.dtype).itemsize)
 
 
-def _compress_single(array, src, dst, plan, chunk_bytes, workers, overwrite, progress):
+def _compress_single(array, src, dst, plan, workers, overwrite, progress):
     bound = plan.bound_for("data")
-    chunk_bytes = _sample_bytes(plan, array, chunk_bytes)
+    chunk_bytes = _sample_bytes(plan, array)
     t0 = time.perf_counter()
     with atomic_output(src, dst, overwrite) as tmp:
         if is_hdf5_path(dst) and plan.layout == "filter":
             with hdf5_output(tmp) as fout:
-                write = (plan, chunk_bytes, workers, progress)
+                write = (plan, workers, progress)
                 report = _compress_filtered(array, fout, "data", write, t0)
                 if report is None:
                     fout.create_dataset("data", data=np.asarray(array[()]))
@@ -325,7 +327,7 @@ def _fortran(array) -> bool:
 def _compress_npz(arrays: dict, src, dst, write: tuple, overwrite: bool) -> list:
     """Each array of a .npz archive a dataset of HDF5 file ``dst``, by name: float
     arrays compressed (or stored raw where that does not pay), the others copied."""
-    plan, progress = write[0], write[3]
+    plan, progress = write[0], write[2]
     plan.check_names(list(arrays))
     reports = []
     with atomic_output(src, dst, overwrite) as tmp, hdf5_output(tmp) as fout:
@@ -354,7 +356,7 @@ CHUNK_INDEX_BYTES = 2048
 STORED_RAW = "stored raw: compression does not pay"
 
 
-def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progress):
+def _compress_hdf5(fin, src, dst, plan, workers, overwrite, progress):
     items = list(walk(fin))
     for _, kind, obj in items:
         if kind == "dataset" and MARKER in obj.attrs:
@@ -377,7 +379,7 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
             if not why:
                 dims, labels = dimension_scales(obj)
                 marker = make_marker(obj, dims, labels)
-                write = (plan, chunk_bytes, workers, progress)
+                write = (plan, workers, progress)
                 report = _compress_dataset(obj, fout, path, marker, write, t0)
                 if report is not None and plan.layout == "filter":
                     copy_attrs(obj, fout[path], skip=DIM_ATTRS)  # labels are kept as they are
@@ -399,11 +401,11 @@ def _compress_hdf5(fin, src, dst, plan, chunk_bytes, workers, overwrite, progres
 def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float):
     """Compress ``source`` into the uint8 dataset ``group[path]`` with its ``marker``; its
     report, or None (nothing written) when the stream and marker would take as many bytes
-    as the values. ``write``: (plan, chunk_bytes, workers, progress)."""
-    plan, chunk_bytes, workers, progress = write
+    as the values. ``write``: (plan, workers, progress)."""
+    plan, workers, progress = write
     if plan.layout == "filter":
         return _compress_filtered(source, group, path, write, t0)
-    chunk_bytes = _sample_bytes(plan, source, chunk_bytes)
+    chunk_bytes = _sample_bytes(plan, source)
     sink = DatasetSink(group, path)
     bound, nbytes, target = compress_stream(
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
@@ -435,13 +437,13 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
     """Compress ``source`` into the filtered dataset ``group[path]`` (filter_layout.py);
     its report, or None (nothing written) for a scalar or empty dataset, or when the
     chunks would take as many bytes as the values and the plan stores such ones raw."""
-    plan, chunk_bytes, workers, progress = write
+    plan, workers, progress = write
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
     original = math.prod(shape) * dtype.itemsize
     if not shape or not original:
         return None
-    chunk_bytes = _sample_bytes(plan, source, chunk_bytes)
+    chunk_bytes = _sample_bytes(plan, source)
     chunks = _sample_chunks(plan, shape, dtype.itemsize)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
     masked, missing = masked_source(source, rows, path)  # range and PSNR: valid cells

@@ -58,18 +58,33 @@ LAYOUTS = ("stream", "filter")
 
 
 class Plan:
-    """The codec and the error bound of every dataset, checked before writing."""
+    """What a file's compression does, checked before writing: the codec, the error bound
+    (or PSNR target) of every dataset, and how datasets are chunked: about
+    ``chunk_bytes`` input bytes (None: the codec's default), or ``chunk_samples`` rows
+    along the first axis for a compressed dataset (None: by bytes). The settings that
+    ``compress_file`` and ``compress_to_zarr`` share."""
 
     #: store a dataset as it is when its stream would not be smaller
     raw_when_larger = False
     #: one of LAYOUTS
     layout = "stream"
-    #: samples (rows along the first axis) per chunk of a compressed dataset, whole along
-    #: the others; None: chunks of about ``chunk_bytes``
-    chunk_samples = None
 
-    def __init__(self, codec, codec_options, bound, overrides):
+    def __init__(
+        self, codec, codec_options, bound, overrides, *, chunk_bytes=None, chunk_samples=None
+    ):
         self.codec = get_codec(codec, **(codec_options or {}))
+        if chunk_bytes is None:
+            chunk_bytes = self.codec.default_chunk_bytes
+        if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+        cs = chunk_samples
+        if cs is not None and (isinstance(cs, bool) or not isinstance(cs, int) or cs < 1):
+            raise ValueError(f"chunk_samples must be a positive integer (samples), got {cs!r}")
+        #: input bytes per chunk, about
+        self.chunk_bytes = chunk_bytes
+        #: samples (rows along the first axis) per chunk of a compressed dataset, whole
+        #: along the others; None: chunks of about ``chunk_bytes``
+        self.chunk_samples = chunk_samples
         self.default = bound_of(bound, "bound")
         overrides = dict(overrides or {})
         self.overrides = {
@@ -88,13 +103,6 @@ class Plan:
                     )
             else:
                 self.codec.with_bound(b)  # refuses a bound the codec does not take
-
-    def set_chunk_samples(self, n) -> None:
-        """Chunk compressed datasets by ``n`` samples (None: by bytes); ValueError for
-        anything but a positive integer."""
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"chunk_samples must be a positive integer (samples), got {n!r}")
-        self.chunk_samples = n
 
     def sample_rows(self, shape: tuple) -> int | None:
         """Rows per chunk of a compressed dataset of ``shape`` under ``chunk_samples``

@@ -81,21 +81,25 @@ def compress_to_zarr(
     """
     t0 = time.perf_counter()
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst)).rstrip("/")
-    plan = Plan(codec, codec_options, bound, overrides)
-    plan.set_chunk_samples(chunk_samples)
+    plan = Plan(
+        codec,
+        codec_options,
+        bound,
+        overrides,
+        chunk_bytes=chunk_bytes,
+        chunk_samples=chunk_samples,
+    )
     if plan.codec.lossy and not plan.codec.bounded:
         raise ValueError(
             f"codec {plan.codec.name} has no error bound to check each chunk against: "
             "use sz, block or zstd for a zarr output"
         )
-    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     kind = source_kind(src)
     groups, variables = describe(src)
     name_dimensions(variables)
     plan.check_names([v.path for v in variables])
-    vplans = [plan_variable(v, plan, chunk_bytes, shard_bytes) for v in variables]
-    settings = _settings(src, plan, overrides, chunk_bytes, shard_bytes)
+    vplans = [plan_variable(v, plan, shard_bytes) for v in variables]
+    settings = _settings(src, plan, shard_bytes)
     partial, recorded = start(dst, settings, overwrite)
     with task_runner(workers, scheduler) as runner:
         if recorded is None:
@@ -107,7 +111,7 @@ def compress_to_zarr(
     return job
 
 
-def _settings(src: str, plan: Plan, overrides, chunk_bytes: int, shard_bytes) -> dict:
+def _settings(src: str, plan: Plan, shard_bytes) -> dict:
     """What a rerun must repeat to resume (JSON): the input as it was, codec, bounds."""
     st = os.stat(src)
 
@@ -120,7 +124,7 @@ def _settings(src: str, plan: Plan, overrides, chunk_bytes: int, shard_bytes) ->
         "codec": plan.codec.get_config(),
         "bound": text(plan.default),
         "overrides": {k: text(v) for k, v in sorted(plan.overrides.items())},
-        "chunk_bytes": chunk_bytes,
+        "chunk_bytes": plan.chunk_bytes,
         "shard_bytes": shard_bytes,
         "chunk_samples": plan.chunk_samples,
     }

@@ -93,14 +93,14 @@ def lossless_reason(var: Variable, plan, small_bytes: int = SMALL_BYTES) -> str:
     return ""
 
 
-def plan_variable(var: Variable, plan, chunk_bytes: int, shard_bytes: int | None) -> VarPlan:
+def plan_variable(var: Variable, plan, shard_bytes: int | None) -> VarPlan:
     """The :class:`VarPlan` of ``var`` under the file ``plan``: chunks of whole input
-    chunks, about ``chunk_bytes``, or for a compressed variable ``plan.chunk_samples``
+    chunks, about ``plan.chunk_bytes``, or for a compressed variable ``plan.chunk_samples``
     samples (rows along the first axis) whole along the others."""
     itemsize = STRING_ITEMSIZE if var.dtype == "str" else np.dtype(var.dtype).itemsize
     shape = tuple(max(n, 1) for n in var.shape)
     note = lossless_reason(var, plan)
-    chunks = grow(var.chunks or shape, shape, itemsize, chunk_bytes) if var.shape else ()
+    chunks = grow(var.chunks or shape, shape, itemsize, plan.chunk_bytes) if var.shape else ()
     rows = None if note else plan.sample_rows(shape)
     if rows is not None:  # whole samples, as a shuffled DataLoader reads them
         chunks = (rows, *shape[1:])
