@@ -72,6 +72,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import platform
 import statistics
 import sys
@@ -82,60 +83,44 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+
+def _as_siblings(*names: str) -> None:
+    """Let the sibling modules ``names`` be imported by their bare names: run as a script,
+    this file has benchmarks/ on sys.path; imported as benchmarks.activations it has not,
+    and each is then loaded once, as benchmarks.<name>, under both names."""
+    if __package__:
+        for name in names:
+            sys.modules.setdefault(name, importlib.import_module(f"{__package__}.{name}"))
+
+
+_as_siblings("activation_models", "activation_report")
 # ByteLM, lm_task, stdlib_bytes, Task, Result and CHECKPOINT are imported from here by
 # other benchmarks (gpt2_memory.py, gradients.py, unbiased.py)
-try:
-    from activation_models import (
-        LM_BATCH,
-        LM_VAL_BATCHES,
-        SEED,
-        VIT_SHAPES,
-        ByteLM,  # noqa: F401 - re-exported
-        Task,
-        cnn_task,
-        lm_task,
-        load_digits,
-        stdlib_bytes,  # noqa: F401 - re-exported
-        vit_task,
-    )
-    from activation_report import (
-        CHECKPOINT,
-        SAVE_ON_CPU,
-        TP_ADAPTIVE,
-        TP_BLOCK,
-        TP_DEVICE_ADAPTIVE,
-        TRANSFORMER_ROWS,
-        UNCOMPRESSED,
-        Result,
-        print_table,
-        print_targets,
-    )
-except ImportError:  # imported as benchmarks.activations
-    from benchmarks.activation_models import (
-        LM_BATCH,
-        LM_VAL_BATCHES,
-        SEED,
-        VIT_SHAPES,
-        ByteLM,  # noqa: F401 - re-exported
-        Task,
-        cnn_task,
-        lm_task,
-        load_digits,
-        stdlib_bytes,  # noqa: F401 - re-exported
-        vit_task,
-    )
-    from benchmarks.activation_report import (
-        CHECKPOINT,
-        SAVE_ON_CPU,
-        TP_ADAPTIVE,
-        TP_BLOCK,
-        TP_DEVICE_ADAPTIVE,
-        TRANSFORMER_ROWS,
-        UNCOMPRESSED,
-        Result,
-        print_table,
-        print_targets,
-    )
+from activation_models import (  # noqa: E402
+    LM_BATCH,
+    LM_VAL_BATCHES,
+    SEED,
+    VIT_SHAPES,
+    ByteLM,  # noqa: F401 - re-exported
+    Task,
+    cnn_task,
+    lm_task,
+    load_digits,
+    stdlib_bytes,  # noqa: F401 - re-exported
+    vit_task,
+)
+from activation_report import (  # noqa: E402
+    CHECKPOINT,
+    SAVE_ON_CPU,
+    TP_ADAPTIVE,
+    TP_BLOCK,
+    TP_DEVICE_ADAPTIVE,
+    TRANSFORMER_ROWS,
+    UNCOMPRESSED,
+    Result,
+    print_table,
+    print_targets,
+)
 
 DEFAULT_STEPS_CNN = 300
 DEFAULT_STEPS_LM = 150
