@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from ..formats.hdf5 import dimension_scales, is_scale, walk
-from ..formats.missing import MissingSpec, spec_of
+from ..formats.missing import MissingSpec, spec_of, valid_interval
 
 #: HDF5 and netCDF-4 bookkeeping that zarr v3 keeps elsewhere (dimension_names) or not
 #: at all: never copied as attributes
@@ -148,10 +148,7 @@ def _describe_zarr(src: str) -> tuple[dict, list[Variable]]:
             "_ARRAY_DIMENSIONS", ()
         )
         dtype = np.dtype(node.dtype)
-        fill = node.fill_value
-        missing = None
-        if dtype.kind == "f" and fill is not None and np.isfinite(fill) and fill != 0:
-            missing = MissingSpec(dtype, (dtype.type(fill),))
+        missing = _zarr_missing(node, dtype)
         read_unit = node.shards or node.chunks  # a shard is read whole
         variables.append(
             Variable(
@@ -166,6 +163,19 @@ def _describe_zarr(src: str) -> tuple[dict, list[Variable]]:
             )
         )
     return groups, variables
+
+
+def _zarr_missing(node, dtype: np.dtype) -> MissingSpec | None:
+    """The missing cells of a zarr float array: its finite nonzero fill value, and the
+    cells outside a CF valid range its attributes give."""
+    if dtype.kind != "f":
+        return None
+    fill = node.fill_value
+    values = (dtype.type(fill),) if fill is not None and np.isfinite(fill) and fill != 0 else ()
+    lo, hi = valid_interval(node.attrs, dtype)
+    if not values and lo is None and hi is None:
+        return None
+    return MissingSpec(dtype, values, lo, hi)
 
 
 def name_dimensions(variables: list[Variable]) -> None:

@@ -82,6 +82,12 @@ def _attr(attrs, name: str, dtype) -> list:
     return list(arr)
 
 
+def valid_interval(attrs, dtype) -> tuple:
+    """(lo, hi) of the CF valid interval of a variable of float ``dtype`` with attributes
+    ``attrs`` (any mapping; None: unbounded on that side); ``valid_range`` is [min, max]."""
+    return _valid(attrs, np.dtype(dtype))
+
+
 def _valid(attrs, dtype) -> tuple:
     """(lo, hi) of the CF valid interval; ``valid_range`` is [min, max]."""
     rng = _attr(attrs, "valid_range", dtype)

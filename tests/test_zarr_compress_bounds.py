@@ -143,3 +143,16 @@ def test_too_many_distinct_values_outside_the_range_go_through_losslessly(cf, tm
     with h5py.File(cf) as f:
         src = f["many"][()]
     assert np.array_equal(zarr.open_array(dst, path="many", mode="r")[()], src)
+
+
+def test_a_zarr_input_keeps_its_valid_range(cf, tmp_path):
+    first, second = str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")
+    compress_to_zarr(cf, first, None, codec="zstd", scheduler="inline")
+    compress_to_zarr(first, second, {"abs": 0.05}, chunk_bytes=CHUNK, scheduler="inline")
+    with h5py.File(cf) as f:
+        src = f["ice"][()]
+    out = zarr.open_array(second, path="ice", mode="r")[()]
+    inside = (src >= 0) & (src <= 1)
+    assert np.array_equal(src.view("u4")[~inside], out.view("u4")[~inside])
+    assert (np.abs(src[inside].astype(np.float64) - out[inside]) <= 0.05).all()
+    assert (out[inside] >= 0).all() and (out[inside] <= 1).all()
