@@ -130,6 +130,11 @@ class BeladyBuffer:
         self.hits += 1
         return entry[0]
 
+    def peek(self, sample: Hashable) -> Any:
+        """The held value of ``sample``, or None, counted as neither hit nor miss."""
+        entry = self._held.get(sample)
+        return None if entry is None else entry[0]
+
     def update(self, sample: Hashable, next_use: int) -> None:
         """Set the next use of the held ``sample`` (KeyError if not held)."""
         entry = self._held[sample]

@@ -1,13 +1,16 @@
 """Batches of a ``ChunkedDataset`` read through a Belady buffer in coalesced runs.
 
-Every loading process (a worker process, a reading thread, or the main process) keeps a
-``BeladyBuffer`` of its share of ``buffer_bytes``. Hits are copied from the buffer; misses
-are grouped into chunk-aligned runs (``coalesce``), up to ``read_threads`` runs read at
-once, and every sample read is offered to the buffer with its next use
-(``lookahead.py``), so samples needed soon stay. Where the dataset reads parts of chunks
-(``partial_reads``) only the missed samples are read, in runs of consecutive ones. A wrong
-guess about the future (a batch the plan did not foresee here, or no plan at all: a
-user's sampler) only lowers the hit rate; the data returned is always ``dataset[i]``'s.
+Every loading process (a worker process, or the main process with its reading threads)
+keeps a ``BeladyBuffer`` of its share of ``buffer_bytes``; reading threads share their
+process's one buffer (under a lock, the reads outside it), so a chunk decoded for one
+thread's batch leaves its other samples to the batches of every thread. Hits are copied
+from the buffer; misses are grouped into chunk-aligned runs (``coalesce``), up to
+``read_threads`` runs read at once, and every sample read is offered to the buffer with
+its next use (``lookahead.py``), so samples needed soon stay. Where the dataset reads
+parts of chunks (``partial_reads``) only the missed samples are read, in runs of
+consecutive ones. A wrong guess about the future (a batch the plan did not foresee here,
+or no plan at all: a user's sampler) only lowers the hit rate; the data returned is
+always ``dataset[i]``'s.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import functools
 import itertools
 import math
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -53,11 +57,24 @@ def empty_tensor(shape: tuple[int, ...], dtype: torch.dtype, shared: bool) -> to
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
+_sync_lock = threading.Lock()  # one reading thread sets up a process's state
+
+
+def _new_sync_lock() -> None:
+    global _sync_lock
+    _sync_lock = threading.Lock()  # a lock held at fork time stays held in the child
+
+
+os.register_at_fork(after_in_child=_new_sync_lock)
+
+
 class ChunkedBatches(ItemBatches):
     """Resolves ``BatchToken``s of a ``ChunkedDataset`` through a per-process Belady
-    buffer of ``buffer_bytes`` bytes and chunk-aligned coalesced reads. ``plan``: the
-    order the tokens follow (None: unknown, no lookahead). ``worker``: (id, count) of a
-    reading thread; None: torch's worker info."""
+    buffer of ``buffer_bytes`` bytes and chunk-aligned coalesced reads; any number of
+    threads may resolve tokens at once (they share the buffer). ``plan``: the order the
+    tokens follow (None: unknown, no lookahead). ``worker``: (id, count) of the batches
+    this reader resolves (``(0, 1)``: all of them, as reading threads that share it);
+    None: torch's worker info."""
 
     def __init__(
         self,
@@ -77,11 +94,13 @@ class ChunkedBatches(ItemBatches):
         self.buffer: BeladyBuffer | None = None
         self._slots: SampleSlots | None = None
         self._ahead: Lookahead | None = None
+        self._lock = threading.Lock()  # the buffer, slots and lookahead: one thread at a time
+        self._reading: dict[int, threading.Event] = {}  # chunk -> set when its read is offered
 
     def __getstate__(self) -> dict[str, Any]:
         """The settings only: a process that unpickles starts with an empty buffer."""
         state = self.__dict__.copy()
-        state.update(_pid=None, buffer=None, _slots=None, _ahead=None)
+        state.update(_pid=None, buffer=None, _slots=None, _ahead=None, _lock=None, _reading={})
         return state
 
     def _sync(self) -> None:
@@ -89,6 +108,11 @@ class ChunkedBatches(ItemBatches):
         pid = os.getpid()
         if self._pid == pid:
             return
+        with _sync_lock:
+            if self._pid != pid:
+                self._fresh_state(pid)
+
+    def _fresh_state(self, pid: int) -> None:
         if self.worker is not None:
             self._worker, self._workers = self.worker
         else:
@@ -101,7 +125,9 @@ class ChunkedBatches(ItemBatches):
             self._ahead = Lookahead(
                 self.plan, self.batch_size, self.num_batches, self._worker, self._workers
             )
-        self._pid = pid
+        self._lock = threading.Lock()  # one held at fork time stays held in the child
+        self._reading = {}
+        self._pid = pid  # last: a thread that sees the pid sees the rest
 
     def _next_uses(self, token: BatchToken, indices: np.ndarray) -> tuple[np.ndarray, Any]:
         """(next use of each of the batch's accesses, window position after the batch or
@@ -155,20 +181,62 @@ class ChunkedBatches(ItemBatches):
         labelled = ds.label_shape is not None
         xo = empty((indices.size, *ds.sample_shape), ds.dtype)
         yo = empty((indices.size, *ds.label_shape), ds.label_dtype) if labelled else None
-        nxt, after = self._next_uses(token, indices)
         need: dict[int, int] = {}  # missed sample -> next use after this batch
         rows: dict[int, list[int]] = {}  # missed sample -> its rows in the batch
-        for j, s in enumerate(indices.tolist()):
-            slot = buf.get(s)
-            if slot is None:
-                need[s] = int(nxt[j])
-                rows.setdefault(s, []).append(j)
-            else:
-                self._slots.copy_to(slot, xo, yo, j)
-                buf.update(s, int(nxt[j]))
-        if need:
-            self._read_misses(need, rows, after, xo, yo)
+        with self._lock:  # a slot copied here is not refilled by another thread meanwhile
+            nxt, after = self._next_uses(token, indices)
+            for j, s in enumerate(indices.tolist()):
+                slot = buf.get(s)
+                if slot is None:
+                    need[s] = int(nxt[j])
+                    rows.setdefault(s, []).append(j)
+                else:
+                    self._slots.copy_to(slot, xo, yo, j)
+                    buf.update(s, int(nxt[j]))
+        claimed = self._claim(need, rows, xo, yo)
+        try:
+            if need:
+                self._read_misses(need, rows, after, xo, yo)
+        finally:
+            self._release(claimed)
         return xo, yo
+
+    def _claim(self, need: dict, rows: dict, xo, yo) -> tuple:
+        """Claim the chunks of the missed samples ``need`` for this thread's read, after
+        waiting for another thread's read of any of them (a chunk is decoded once, not by
+        two threads at once); samples that read left in the buffer are copied into their
+        rows and dropped from ``need``. Returns (chunks, event) to release."""
+        ds = self.dataset
+        if ds.partial_reads or ds.chunk_samples == 1:
+            return (), None  # reads are of the samples asked for only: none to share
+        per = ds.chunk_samples
+        while True:
+            with self._lock:
+                for s in [s for s in need if s in self.buffer]:  # read since the lookup
+                    slot = self.buffer.peek(s)
+                    for j in rows.pop(s):
+                        self._slots.copy_to(slot, xo, yo, j)
+                    self.buffer.update(s, need.pop(s))
+                if not need:
+                    return (), None
+                chunks = {s // per for s in need}
+                busy = {self._reading[c] for c in chunks if c in self._reading}
+                if not busy:
+                    done = threading.Event()
+                    self._reading.update(dict.fromkeys(chunks, done))
+                    return chunks, done
+            for event in busy:
+                event.wait()
+
+    def _release(self, claimed: tuple) -> None:
+        """Let the threads waiting for the chunks of ``claimed`` look in the buffer."""
+        chunks, done = claimed
+        if done is None:
+            return
+        with self._lock:
+            for c in chunks:
+                self._reading.pop(c, None)
+        done.set()
 
     def _runs(self, need: dict[int, int]) -> list[tuple[int, int]]:
         """The ``[start, stop)`` runs that read the missed samples ``need``: whole
@@ -205,31 +273,33 @@ class ChunkedBatches(ItemBatches):
         does) into the batch rows ``rows`` of ``xo`` / ``yo``; offer every sample read to
         the buffer with its next use (``after``: the window position after this batch,
         None if it was not foreseen)."""
-        ds, never = self.dataset, self._never()
+        ds = self.dataset
         runs = self._runs(need)
         future = None
         if after is not None:
             starts = np.fromiter((a for a, _ in runs), dtype=np.int64, count=len(runs))
             lens = np.fromiter((b - a for a, b in runs), dtype=np.int64, count=len(runs))
             ids = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
-            future = self._ahead.use_from(ids, after).tolist()  # next uses after this batch
+            with self._lock:
+                future = self._ahead.use_from(ids, after).tolist()  # next uses after this batch
         if ds.compressed:
             ds.will_read(runs)  # so the disk reads ahead of the decoding
         threads = self._threads(runs)
         cuts = [len(runs) * i // threads for i in range(threads + 1)]
         slices = [runs[lo:hi] for lo, hi in itertools.pairwise(cuts)]
         read = functools.partial(self._read_runs, rows=rows, xo=xo, yo=yo)
-        got = itertools.chain.from_iterable(map_ordered(read, slices, threads))
-        at = 0
-        for (a, b), (x, y) in zip(runs, got, strict=True):
-            for k, s in enumerate(range(a, b)):
-                nu = need.get(s)
-                if nu is None:
-                    nu = never if future is None else future[at + k]
-                    if nu >= never or s in self.buffer:
-                        continue  # not needed in the window, or already held
-                self._offer(s, x[k, ...], None if y is None else y[k, ...], nu)
-            at += b - a
+        got = list(itertools.chain.from_iterable(map_ordered(read, slices, threads)))
+        with self._lock:
+            never, at = self._never(), 0
+            for (a, b), (x, y) in zip(runs, got, strict=True):
+                for k, s in enumerate(range(a, b)):
+                    nu = need.get(s)
+                    if nu is None:
+                        nu = never if future is None else future[at + k]
+                        if nu >= never or s in self.buffer:
+                            continue  # not needed in the window, or already held
+                    self._offer(s, x[k, ...], None if y is None else y[k, ...], nu)
+                at += b - a
 
     def _read_runs(self, runs, rows, xo, yo) -> list[tuple[np.ndarray, Any]]:
         return [self._read_run(a, b, rows, xo, yo) for a, b in runs]
@@ -253,7 +323,11 @@ class ChunkedBatches(ItemBatches):
     def _offer(self, sample: int, x: np.ndarray, y: np.ndarray | None, next_use: int) -> None:
         """Offer ``sample`` (data ``x``, label ``y``) to the buffer: copied into a slot
         only if the buffer admits it (the slots outnumber what the budget holds by one,
-        so one is free before the buffer evicts to make room)."""
+        so one is free before the buffer evicts to make room). A sample already held (a
+        chunk-mate another thread's read put there) keeps its slot, with this next use."""
+        if sample in self.buffer:
+            self.buffer.update(sample, next_use)
+            return
         nbytes = x.nbytes + (0 if y is None else y.nbytes)
         if self.buffer.admits(nbytes, next_use):
             slot = self._slots.put(x, y)

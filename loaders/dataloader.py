@@ -236,20 +236,19 @@ class DataLoader:
         return wrapped
 
     def _reading_threads(self) -> ReadingThreads:
+        """The threads that stand in for worker processes: one reader they share, its
+        buffer the whole ``buffer_bytes``, planned with every batch (``worker=(0, 1)``)."""
         w = self._wrapped
-        readers = [
-            ChunkedBatches(
-                w.dataset,
-                w.plan,
-                w.batch_size,
-                w.num_batches,
-                w.buffer_bytes,
-                w.read_threads,
-                worker=(i, self.num_workers),
-            )
-            for i in range(self.num_workers)
-        ]
-        return ReadingThreads(readers, self.prefetch_factor, self.timeout)
+        reader = ChunkedBatches(
+            w.dataset,
+            w.plan,
+            w.batch_size,
+            w.num_batches,
+            self.buffer_bytes,
+            w.read_threads,
+            worker=(0, 1),
+        )
+        return ReadingThreads(reader, self.num_workers, self.prefetch_factor, self.timeout)
 
     def __len__(self) -> int:
         return self._batches.num_batches
@@ -372,7 +371,7 @@ class DataLoader:
         ``ChunkedDataset`` read in this process (``num_workers=0``, or reading threads);
         None otherwise (worker processes keep their own)."""
         if self._threads is not None:
-            readers = self._threads.readers
+            readers = [self._threads.reader]
         elif self.num_workers or not isinstance(self._wrapped, ChunkedBatches):
             return None
         else:

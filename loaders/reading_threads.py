@@ -2,10 +2,11 @@
 
 With a ``ChunkedDataset``, no ``transform``, torch's collate function and no
 ``worker_init_fn``, nothing a user wrote runs in a worker, so the workers can be threads:
-each has its own buffer and share of batches (batch ``first + i`` to thread
-``i % workers``), as a worker process has, reads release the GIL, and a batch reaches the
-training loop without a copy through shared memory (see benchmarks/loader.py, which runs
-both kinds of worker).
+batch ``first + i`` goes to thread ``i % workers``, the threads share one reader (its
+buffer of the whole ``buffer_bytes``, planned with every batch of the iteration, so the
+chunk-mates one thread decodes serve the others' batches), reads release the GIL, and a
+batch reaches the training loop without a copy through shared memory (see
+benchmarks/loader.py, which runs both kinds of worker).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ __all__ = ["ReadingThreads"]
 
 
 class ReadingThreads:
-    """Batches read by one thread per reader of ``readers``, ``prefetch_factor`` batches
-    ahead per thread, yielded in order; ``timeout`` seconds per batch (0: none)."""
+    """Batches read by ``threads`` threads through the one ``reader`` they share,
+    ``prefetch_factor`` batches ahead per thread, yielded in order; ``timeout`` seconds
+    per batch (0: none)."""
 
-    def __init__(self, readers: list[ChunkedBatches], prefetch_factor: int, timeout: float):
-        self.readers, self.prefetch_factor, self.timeout = readers, prefetch_factor, timeout
+    def __init__(self, reader: ChunkedBatches, threads: int, prefetch_factor: int, timeout: float):
+        self.reader, self.threads = reader, threads
+        self.prefetch_factor, self.timeout = prefetch_factor, timeout
         self._running: tuple | None = None  # (pools, pending) of the running iteration
 
     @property
@@ -39,21 +42,19 @@ class ReadingThreads:
 
     def iterate(self, tokens: Iterator[list[BatchToken]], pin: bool) -> Iterator[Any]:
         """The batches of ``tokens`` (pinned if ``pin``). A newer iteration stops this
-        one: the threads share the readers' buffers."""
+        one: the threads share the reader's buffer."""
         self.stop()
-        readers = self.readers
+        n = self.threads
         pools = [
-            ThreadPoolExecutor(1, thread_name_prefix=f"tensorpress-loader-{i}")
-            for i in range(len(readers))
+            ThreadPoolExecutor(1, thread_name_prefix=f"tensorpress-loader-{i}") for i in range(n)
         ]
         pending: collections.deque = collections.deque()
         mine = self._running = (pools, pending)
         try:
             for i, (token,) in enumerate(tokens):
                 self._check(mine)
-                w = i % len(readers)
-                pending.append(pools[w].submit(_read_batch, readers[w], token, pin))
-                if len(pending) >= len(readers) * self.prefetch_factor:
+                pending.append(pools[i % n].submit(_read_batch, self.reader, token, pin))
+                if len(pending) >= n * self.prefetch_factor:
                     yield self._wait(pending.popleft(), mine)
             while pending:
                 yield self._wait(pending.popleft(), mine)

@@ -147,3 +147,56 @@ def test_compressed_runs_keep_read_threads_in_flight(tmp_path, monkeypatch):
     batches = [yb.numpy() for _, yb in loader]
     assert sorted(np.concatenate(batches).tolist()) == list(range(N))
     assert peak[0] == 4
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_chunks_of_several_samples_decoded_once_per_epoch_when_the_buffer_holds_them(
+    tmp_path, monkeypatch, workers
+):
+    """A miss decodes its whole chunk; its other samples stay in the buffer (shared by
+    the reading threads) for the batches that need them, so with a buffer of the whole
+    data each chunk is read at most once an epoch, even by threads that miss its samples
+    at the same time; every sample once per epoch, the filter's values."""
+    path = tmp_path / "c4.h5"
+    _write(path, (4, FEATURES))
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    stored, nchunks = _stored(path)
+    ds = H5Dataset(path, "x", label_key="y")
+    assert ds.chunk_samples == 4
+    whole = N * (FEATURES * 4 + 8)
+    loader = DataLoader(
+        ds, batch_size=8, shuffle=True, num_workers=workers, seed=3, buffer_bytes=whole
+    )
+    count = PreadCounter(monkeypatch)
+    for _ in range(2):
+        before = (count.bytes, count.calls)
+        seen = []
+        for xb, yb in loader:
+            ids = yb.numpy()
+            assert np.array_equal(xb.numpy(), ref[ids])
+            seen.extend(ids.tolist())
+        assert sorted(seen) == list(range(N))
+        assert count.bytes - before[0] <= stored
+        assert count.calls - before[1] <= nchunks
+    stats = loader.stats
+    assert stats["hits"] + stats["misses"] == 2 * N and stats["hits"] >= N  # epoch 2: all held
+
+
+def test_chunks_of_several_samples_under_a_small_buffer_give_every_sample(tmp_path):
+    """A buffer of an eighth of the data: chunk-mates evicted by the furthest-next-use
+    rule are read again, never lost or mixed up; the buffer stays within its budget."""
+    path = tmp_path / "c4.h5"
+    _write(path, (4, FEATURES))
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    ds = H5Dataset(path, "x", label_key="y")
+    budget = N // 8 * (FEATURES * 4 + 8)
+    loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=2, seed=4, buffer_bytes=budget)
+    for _ in range(3):
+        seen = []
+        for xb, yb in loader:
+            assert np.array_equal(xb.numpy(), ref[yb.numpy()])
+            seen.extend(yb.tolist())
+        assert sorted(seen) == list(range(N))
+    assert 0 < loader.stats["buffer_bytes_held"] <= budget
