@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensorpress.compress.sz import choice
 from tensorpress.compress.sz import codec as sz_codec
-from tensorpress.compress.sz.ids import LINEAR, MD_CUBIC
+from tensorpress.compress.sz.ids import LINEAR, LORENZO, MD_CUBIC
 from test_bound_properties import FAST, cases, run_case
 
 SHAPE = (64, 64, 64)
@@ -75,9 +75,9 @@ def _field(shape, slope, seed):
     return ((x - x.mean()) / x.std()).astype(np.float32)
 
 
-def _chosen(x, eb):
-    """The (predictor, alpha, beta) the interpolations' search (``predictor="interp"``,
-    the choice ``auto`` makes among them) takes for ``x`` (one chunk), and the blob."""
+def _chosen(x, eb, predictor="interp"):
+    """The (predictor, alpha, beta) a search takes for ``x`` (one chunk), and the blob;
+    by default the interpolations' (``"interp"``, the choice ``auto`` makes among them)."""
     picked = []
     original = sz_codec.choose
 
@@ -88,7 +88,7 @@ def _chosen(x, eb):
 
     sz_codec.choose = record
     try:
-        blob = tp.compress(x, codec="sz", predictor="interp", abs=eb, workers=1)
+        blob = tp.compress(x, codec="sz", predictor=predictor, abs=eb, workers=1)
     finally:
         sz_codec.choose = original
     assert len(picked) == 1
@@ -134,4 +134,24 @@ def test_auto_keeps_the_tightened_cubic_on_a_smooth_field(rel):
     assert pick == (MD_CUBIC, 1.25, 2.0)
     plain = tp.compress(x, codec="sz", predictor="md-cubic", alpha=1, beta=1, abs=eb)
     assert len(blob) < len(plain)
+    assert np.all(np.abs(tp.decompress(blob).astype(np.float64) - x) <= eb)
+
+
+def test_a_near_tie_on_large_blocks_is_costed_on_the_whole_chunk(monkeypatch):
+    """Lorenzo and the cubic sampled within 2% on a 2-d random field (k^-4) of 1M
+    elements: both are coded whole and the one with fewer bits taken (sample blocks
+    lack the coarse levels); the blob is no larger than Lorenzo's own."""
+    x = _field((1024, 1024), slope=-4.0, seed=2)
+    eb = 1e-4 * float(x.max() - x.min())
+    whole, original = {}, choice._whole_cost
+
+    def spy(candidate, *args):
+        whole[candidate[0][:3]] = bits = original(candidate, *args)
+        return bits
+
+    monkeypatch.setattr(choice, "_whole_cost", spy)
+    pick, blob = _chosen(x, eb, "auto")
+    pair = {c: whole[c] for c in ((LORENZO, 1.0, 1.0), (MD_CUBIC, 1.0, 1.0))}
+    assert pick == min(pair, key=pair.get)
+    assert len(blob) <= len(tp.compress(x, codec="sz", predictor="lorenzo", abs=eb))
     assert np.all(np.abs(tp.decompress(blob).astype(np.float64) - x) <= eb)
