@@ -259,7 +259,7 @@ class _TensorpressNumcodec(_Numcodec):
         what a chunk declares is the machine's memory: callers that know the chunk's
         shape check it first (:meth:`decode_expecting`).
         """
-        reader = self._reader(buf)
+        reader = self.reader(buf)
         if out is None:
             return reader.read()
         h = reader.header
@@ -284,7 +284,7 @@ class _TensorpressNumcodec(_Numcodec):
     def decode_expecting(self, buf, shape: tuple, dtype) -> np.ndarray:
         """:meth:`decode` of a chunk that must hold ``shape`` values of ``dtype``: a stream
         that declares anything else raises ValueError from its header, before decoding."""
-        reader = self._reader(buf)
+        reader = self.reader(buf)
         h = reader.header
         if tuple(h.shape) != tuple(shape) or h.dtype != np.dtype(dtype):
             raise ValueError(
@@ -294,10 +294,11 @@ class _TensorpressNumcodec(_Numcodec):
             )
         return reader.read()
 
-    def _reader(self, buf) -> ContainerReader:
-        """A reader of the stream ``buf``; with a ``valid_range``, one that clamps the
-        decoded values that are not missing into it (the originals lie inside it, so
-        clamping never adds error, and no value crosses it to read as missing)."""
+    def reader(self, buf) -> ContainerReader:
+        """A reader of the chunk stream ``buf`` that decodes as this codec does: with a
+        ``valid_range``, it clamps the decoded values that are not missing into it (the
+        originals lie inside it, so clamping never adds error, and no value crosses it to
+        read as missing). For callers that decode chunks themselves (row by row)."""
         stream = ensure_contiguous_ndarray_like(buf).reshape(-1).view(np.uint8)
         reader = ContainerReader(stream, workers=1)
         if self._valid is not None and reader.header.dtype.kind == "f":
@@ -390,6 +391,11 @@ if _ArrayBytesCodec is not None:
             ``data`` (see the numcodecs codec's ``for_array``)."""
             codec = cls.numcodec.for_array(data, rel=rel, psnr=psnr, missing=missing, **params)
             return cls(**{k: v for k, v in codec.get_config().items() if k != "id"})
+
+        def reader(self, buf) -> ContainerReader:
+            """A reader of the chunk stream ``buf`` that decodes as this serializer does
+            (see the numcodecs codec's ``reader``)."""
+            return self._numcodec.reader(buf)
 
         def validate(self, *, shape, dtype, chunk_grid) -> None:
             self._numcodec.check_dtype(dtype.to_native_dtype())

@@ -156,3 +156,24 @@ def test_a_zarr_input_keeps_its_valid_range(cf, tmp_path):
     assert np.array_equal(src.view("u4")[~inside], out.view("u4")[~inside])
     assert (np.abs(src[inside].astype(np.float64) - out[inside]) <= 0.05).all()
     assert (out[inside] >= 0).all() and (out[inside] <= 1).all()
+
+
+def test_a_serializers_reader_clamps_as_its_decode_does():
+    """Callers that decode chunk streams row by row (the loader) get the same values."""
+    from tensorpress.zarr import SZ
+
+    x = np.clip(field()[:4] * 0.8, 0, 1)
+    x[0, 0, :3] = -1.0
+    store = zarr.storage.MemoryStore()
+    arr = zarr.create_array(
+        store=store, shape=x.shape, chunks=x.shape, dtype="f4", fill_value=np.nan,
+        serializer=SZ(abs=0.05, valid_range=[0, 1]), compressors=None,
+    )  # fmt: skip
+    arr[...] = x
+    blob = np.frombuffer(store._store_dict["c/0/0/0"].to_bytes(), np.uint8)
+    serializer = arr.metadata.codecs[0]
+    rows = serializer.reader(blob).read_rows(1, 3)
+    assert np.array_equal(rows, arr[1:3])
+    inside = (x[1:3] >= 0) & (x[1:3] <= 1)
+    assert (rows[inside] >= 0).all() and (rows[inside] <= 1).all()
+    assert np.array_equal(serializer.reader(blob).read()[0, 0, :3], [-1, -1, -1])
