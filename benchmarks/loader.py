@@ -56,12 +56,13 @@ kernel does not account it, and the bytes come from the device's
 cross-check anyway).
 
 Hit rates of (b): the buffer hit rate over the epochs after the first, measured through
-``loader.stats`` in the timed run of (b) (a buffer of ``buffer_bytes / workers`` per
-worker thread) and in a ``num_workers=0`` run (one buffer of ``buffer_bytes``), beside
+``loader.stats`` in the timed run of (b) (one buffer of ``buffer_bytes`` that the worker
+threads share) and in a ``num_workers=0`` run (one buffer of ``buffer_bytes``), beside
 what ``simulate`` gives on the same order: Belady's rule and LRU at the same capacity
 (sample-level; tensorpress also buffers the chunk-mates of a miss, which ``simulate``
-does not model). The per-worker line simulates each worker's share (batches
-round-robin) at capacity ``buffer_bytes / workers`` over all epochs.
+does not model). The per-worker line simulates each worker process's share (batches
+round-robin) at capacity ``buffer_bytes / workers`` over all epochs (the buffers of
+worker processes, as in "(b) processes").
 
 Randomness: ``batch_chunk_spread`` of the default plan and of the windowed plan
 (``ShufflePlan.batch_chunk_spread``, the mean number of distinct chunks in a batch of
@@ -94,6 +95,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import itertools
 import os
 import platform
 import resource
@@ -729,6 +731,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r:.0f}/s {b / MIB:.0f} MiB" for r, b in zip(res.rates, res.bytes, strict=False)
         )
         print(f"  per epoch {res.name}: {per}")
+        if res.stored and res.stats:  # what the loader fetched, page cache or not
+            counts = [0] + [st["chunk_bytes_read"] for st in res.stats]
+            fetched = ", ".join(
+                f"{(b - a) / res.stored:.2f}x" for a, b in itertools.pairwise(counts)
+            )
+            print(f"    stored bytes the loader read (chunk_bytes_read) / stored: {fetched}")
     print(
         "  spread: batch_chunk_spread, distinct chunks per batch of "
         f"{BATCH} / uniform expectation (1 = uniform shuffle, "
@@ -792,12 +800,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     table.row("LRU (simulate), one process, epochs 2..", f"{buffer_bytes / MIB:.0f}", f"{lru:.3f}")
     table.row(
-        f"Belady (simulate), per worker share, mean of {len(shares)}",
+        f"Belady (simulate), per worker process, mean of {len(shares)}",
         f"{per_worker_cap / MIB:.0f}",
         f"{statistics.mean(w_bel):.3f}",
     )
     table.row(
-        f"LRU (simulate), per worker share, mean of {len(shares)}",
+        f"LRU (simulate), per worker process, mean of {len(shares)}",
         f"{per_worker_cap / MIB:.0f}",
         f"{statistics.mean(w_lru):.3f}",
     )
