@@ -18,8 +18,10 @@ import tensorpress as tp
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_edits import rewrite_header
 from tensorpress.compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
 from tensorpress.compress.block.stochastic import stochastic_steps
+from tensorpress.formats import FormatError, tensor_to_stream
 
 FAST = settings(
     max_examples=60,
@@ -144,6 +146,27 @@ def test_bad_settings_say_what_to_pass():
         get_codec("block", stochastic=True, seed=-1)
     with pytest.raises(ValueError, match="stochastic must be True or False"):
         get_codec("block", stochastic="yes")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_header_giving_stochastic_codes_a_pw_rel_bound_is_refused(dtype):
+    """The encoder never writes stochastic codes under a pw_rel bound; a header that says
+    so (stochastic added to a pw_rel stream, or a stochastic stream's bound turned
+    pw_rel) is refused at decode as the config is at construction, never decoded."""
+    x = torch.linspace(-1, 1, 1000).to(getattr(torch, dtype)).reshape(10, 100)
+    if dtype == "bfloat16":
+        pw = tensor_to_stream(compress_tensor(x, "block", pw_rel=1e-2))
+        st = tensor_to_stream(compress_tensor(x, "block", abs=1e-2, stochastic=True))
+    else:
+        pw = tp.compress(x.numpy(), codec="block", pw_rel=1e-2)
+        st = tp.compress(x.numpy(), codec="block", abs=1e-2, stochastic=True)
+    assert tp.decompress(pw).shape == tp.decompress(st).shape == (10, 100)  # unedited: fine
+    for bad in (
+        rewrite_header(pw, lambda h: h["codec"].update(stochastic=True, seed=1)),
+        rewrite_header(st, lambda h: h["bound"].update(mode="pw_rel")),
+    ):
+        with pytest.raises(FormatError, match="stochastic rounding a pw_rel bound"):
+            tp.decompress(bad)
 
 
 def linear_weight_grads(seeds, **settings) -> torch.Tensor:

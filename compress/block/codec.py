@@ -155,6 +155,17 @@ class BlockCodec(Codec):
         """The quantization step the codes of an abs tolerance ``tol`` count in."""
         return stochastic_steps(tol)[0] if self.stochastic else steps_for(tol)[0]
 
+    def decode_step(self, bound: ErrorBound) -> float:
+        """:meth:`step` for the bound a stream was written under (its header's), checked
+        as the config's is: stochastic codes were never written under a pw_rel bound, so
+        a stream that says so was not written by this codec (ValueError)."""
+        if self.stochastic and bound.resolved_mode == "pw_rel":
+            raise ValueError(
+                "the stream's header gives block stochastic rounding a pw_rel bound, "
+                "which its encoder never writes (a damaged or crafted stream)"
+            )
+        return self.step(bound.tolerance)
+
     def encode(self, chunk: np.ndarray, bound: ErrorBound, threads: int = 1, offset: int = 0):
         flat = np.ascontiguousarray(chunk).reshape(-1)
         xv = flat if flat.dtype.itemsize >= 4 else flat.astype(np.float32)
@@ -189,7 +200,7 @@ class BlockCodec(Codec):
     def decode(self, payload, shape, dtype, bound, out=None, threads=1):
         dtype = np.dtype(dtype)
         n = math.prod(shape)
-        step = self.step(bound.tolerance)
+        step = self.decode_step(bound)
         direct = out is not None and out.flags.c_contiguous and out.dtype == dtype
         res = out.reshape(-1) if direct else np.empty(n, dtype)
         pw = bound.resolved_mode == "pw_rel"
@@ -278,7 +289,7 @@ class BlockCodec(Codec):
         return torch.from_numpy(payload).to(t.device), [len(p) for p in parts]
 
     def decode_tensor(self, payload, lengths, shape, dtype, bound, chunk_rows):
-        step = self.step(bound.tolerance)
+        step = self.decode_step(bound)
         pw = bound.resolved_mode == "pw_rel"
         n = math.prod(shape)
         elems = elements_per_chunk(shape, chunk_rows)

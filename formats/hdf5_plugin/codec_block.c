@@ -233,6 +233,8 @@ int tp_block_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n
 {
     chunk c = {p, len, 0, 0, n, (n + BLOCK - 1) / BLOCK, h->itemsize,
                h->bound_mode == TP_BOUND_PW_REL, block_step(h), 0, out};
+    if (h->b_stochastic && c.pw) /* as BlockCodec.decode_step: its encoder never writes one */
+        return tp_fail(err, TP_E_FORMAT, "block stochastic rounding under a pw_rel bound");
     if (len < 1)
         return tp_fail(err, TP_E_FORMAT, "block payload is empty");
     if (p[0] == 1) {

@@ -190,8 +190,8 @@ static int sz_params(const tp_json *j, uint32_t t, tp_err *err)
 
 /* block's parameters beyond entropy, checked as BlockCodec's constructor checks them:
  * stochastic true or false, seed an integer in [0, 2**31) whatever stochastic is, and
- * stochastic rounding under no pw_rel bound of the config's (a pw_rel bound of the
- * stream's alone reads as Python reads it: pw_rel blocks carry their own steps) */
+ * stochastic rounding under no pw_rel bound of the config's (one of the header's alone
+ * is refused when a chunk is decoded, as Python refuses it: tp_block_decode) */
 static int block_params(const tp_json *j, uint32_t t, tp_header *h, tp_err *err)
 {
     uint32_t flag = tp_json_get(j, t, "stochastic"), seed = tp_json_get(j, t, "seed");
