@@ -88,7 +88,8 @@ SZ, SZ_TARGETS = "tp-sz/1", {"1e-2": 1.15, "1e-3": 1.25, "1e-4": 1.25}  # ratio 
 SZ_FLOOR = 0.95  # tp-sz/1 ratio / SZ3 on every array
 GROUPS = (("all", ("real", "simulated", "dl")), ("science", ("real", "simulated")))
 GROUPS += (("dl", ("dl",)),)
-OPT_IN = ("tp-sz-wavelet/1", "sperr")  # run when --codecs names them (sperr: see _sperr_codecs)
+OPT_IN = ("tp-sz-wavelet/1", "tp-sz-cdf97/1", "sperr")  # run when --codecs names them
+# (sperr: see _sperr_codecs)
 RD_CODECS = ("tp-sz/1", "tp-block/1", REFERENCE, "zfp")  # the --rate-distortion sweep
 TARGET_SPEED_X = 5.0  # tp-block/1 speed >= 5x SZ3
 TARGET_DL_RATIO_X = 0.7  # tp-block/1 ratio >= 0.7x SZ3 on deep-learning arrays
@@ -135,8 +136,9 @@ def _tensorpress_codecs(notes: list[str]) -> list[Codec]:
         return tp.decompress(blob, workers=workers)
 
     variants = [("sz", "sz/1", 1), ("sz", "sz/all", None)]
-    # the opt-in wavelet predictor (sz/wavelet.py), named by --codecs only
+    # the opt-in wavelet predictors (sz/wavelet.py, sz/cdf97.py), named by --codecs only
     variants += [({"id": "sz", "predictor": "wavelet"}, "sz-wavelet/1", 1)]
+    variants += [({"id": "sz", "predictor": "cdf97"}, "sz-cdf97/1", 1)]
     if "block" in tp.available_codecs():
         z = {"id": "block", "entropy": "zstd"}
         variants += [("block", "block/1", 1), ("block", "block/2", 2), (z, "block-z/1", 1)]

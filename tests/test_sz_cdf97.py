@@ -6,6 +6,7 @@ corrections and exact values, and damaged payloads with valid CRCs."""
 
 import pathlib
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import tensorpress as tp
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
-from tensorpress.compress.sz import cdf97
+from tensorpress.compress.sz import cdf97, choice
 from tensorpress.compress.sz.kernels.cdf97 import lift_rows, unlift_rows
 from test_bound_properties import (
     DTYPES,
@@ -218,11 +219,31 @@ def test_crafted_side_information_raises(side, message):
         tp.decompress(_rewrite_side(blob, side))
 
 
-def test_auto_does_not_take_it():
-    """At the same bound the path costs more bits than ``auto``'s predictors (see
-    sz/cdf97.py): ``auto`` never codes a chunk with it."""
-    blob = tp.compress(_smooth(), rel=1e-3)
-    assert all(c[0] != 15 for c in sz_contents(blob))
+def _gray_scott_u(n=32, steps=1500) -> np.ndarray:
+    """benchmarks/corpus.py's Gray-Scott U field, small: spots in a flat field, where
+    the wavelet pays at loose bounds."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from corpus import _build_grayscott
+    finally:
+        sys.path.pop(0)
+    return _build_grayscott(n, steps)["grayscott_u"]
+
+
+def test_auto_takes_it_where_it_pays(monkeypatch):
+    """On the Gray-Scott field at rel 1e-1 ``auto`` codes the chunk with the wavelet, in
+    at most 0.95x the bytes it writes without it (choice._CDF97_GAIN); on the smooth
+    field, where it does not pay, ``auto`` keeps its choice and its bytes."""
+    x = _gray_scott_u()
+    blob = tp.compress(x, rel=0.1)
+    smooth = tp.compress(_smooth(), rel=1e-3)
+    assert [c[0] for c in sz_contents(blob)] == [15]
+    assert all(c[0] != 15 for c in sz_contents(smooth))
+    monkeypatch.setattr(choice, "_CDF97_RATES", (0.0, -1.0))  # never tried
+    assert len(blob) <= 0.95 * len(tp.compress(x, rel=0.1))
+    assert tp.compress(_smooth(), rel=1e-3) == smooth
+    y = tp.decompress(blob)
+    assert np.all(np.abs(y.astype(np.float64) - x) <= 0.1 * float(np.ptp(x)))
 
 
 GOLDEN = ["sz_f32_cdf97_3d", "sz_f16_cdf97_2d", "sz_f64_cdf97_pw_rel"]
