@@ -9,9 +9,10 @@ element still past the bound ``eb`` (or its exact value where that misses too), 
 every element is within the bound.
 
 At the same point-wise bound this path costs more bits than ``auto``'s predictors on
-every field of the corpus (the corrections and the coefficients' spread); at equal
-PSNR it needs fewer below about 50 dB (benchmarks/RESULTS.md): opt-in, ``auto`` does
-not sample it.
+the smooth fields of benchmarks/compressors.py at rel 1e-3 and 1e-4 (the corrections,
+and Huffman codes where SPERR's set partitioning codes runs of insignificant
+coefficients); it pays at loose bounds (grayscott_u at rel 1e-1: 0.69x the bytes), where
+``auto`` tries it (``choice._cdf97_pays``); ``predictor="cdf97"`` forces it.
 
 Codes are ``k + radius`` for ``|k| < radius - 1``; the code ``2 * radius - 1`` escapes
 a coefficient, whose ``k`` is in the side information (code 0 is never used: this
