@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 
 import numpy as np
 
 from ..formats import ContainerReader
 
 __all__ = ["LocalChunks"]
+
+OPEN_AHEAD = 256  # descriptors a read-ahead hint keeps open for the reads that follow
 
 
 class LocalChunks:
@@ -54,6 +57,8 @@ class LocalChunks:
         #: the chunk files are container streams, read without zarr's buffers
         self._streams = not self._arrays and not self._bytes and _is_tensorpress(md.codecs[0])
         self._dtype = np.dtype(arr.dtype)
+        self._ahead: dict[str, int] = {}  # chunk file -> descriptor opened by a hint
+        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, root: str | None, arr) -> LocalChunks | None:
@@ -80,6 +85,47 @@ class LocalChunks:
         for coords in self._coords(start, stop):
             yield self._path(coords)
 
+    def will_read(self, start: int, stop: int) -> None:
+        """Ask the kernel to fetch the chunk files of rows ``start .. stop-1`` now
+        (``POSIX_FADV_WILLNEED``), so the disk reads ahead of the decoding; their
+        descriptors stay open for the reads that follow (one open per chunk, not two;
+        at most ``OPEN_AHEAD``, the oldest closed first). Files never written are
+        skipped: they read as the fill value."""
+        for path in self.paths(start, stop) if stop > start else ():
+            if path in self._ahead:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass  # a hint: the read works without it
+            with self._lock:
+                fd, self._ahead[path] = self._ahead.get(path), fd
+                while len(self._ahead) > OPEN_AHEAD:
+                    os.close(self._ahead.pop(next(iter(self._ahead))))
+            if fd is not None:  # another thread's hint of the same file
+                os.close(fd)
+
+    def _open(self, path: str) -> int:
+        """A descriptor of ``path``: the one a hint opened, else a new one."""
+        with self._lock:
+            fd = self._ahead.pop(path, None)
+        return os.open(path, os.O_RDONLY) if fd is None else fd
+
+    def close(self) -> None:
+        """Close the descriptors hints left open."""
+        with self._lock:
+            fds, self._ahead = list(self._ahead.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self):
+        for fd in getattr(self, "_ahead", {}).values():
+            os.close(fd)
+
     def _coords(self, start: int, stop: int):
         c0 = self.chunks[0]
         grid = [range(-(-s // c)) for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
@@ -99,7 +145,7 @@ class LocalChunks:
                 *(slice(o, e) for o, e in zip(origin[1:], ends[1:], strict=True)),
             )
             try:
-                data = _read_file(self._path(coords))
+                data = _read_file(self._open(self._path(coords)))
             except FileNotFoundError:  # never written: the fill value
                 out[dst] = self.fill
                 continue
@@ -145,10 +191,9 @@ class LocalChunks:
         return arr.as_numpy_array()
 
 
-def _read_file(path: str) -> bytes:
-    """The whole file at ``path``, read with one ``read`` of its size (no file object:
-    building one cost a quarter of reading a 64 KiB chunk file)."""
-    fd = os.open(path, os.O_RDONLY)
+def _read_file(fd: int) -> bytes:
+    """The whole file open as ``fd`` (closed after), read with one ``read`` of its size
+    (no file object: building one cost a quarter of reading a 64 KiB chunk file)."""
     try:
         size = os.fstat(fd).st_size
         parts = [os.read(fd, size + 1)]  # one more byte: a file grown since is read whole

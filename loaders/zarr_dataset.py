@@ -250,22 +250,18 @@ class ZarrDataset(SampleDataset):
         """A hint: the samples of ``ranges`` (``(start, stop)`` pairs) will be read soon.
         For an unsharded array in a local directory the kernel is asked to fetch their
         chunk files now (``POSIX_FADV_WILLNEED``), so the disk reads ahead of the
-        decoding; else nothing. Failures are left to the reads themselves."""
+        decoding, and the reads use the descriptors opened for it; else nothing. Failures
+        are left to the reads themselves."""
         if not hasattr(os, "posix_fadvise"):
             return
         self._open()
         if self._local is None:
             return
         for start, stop in ranges:
-            for name in self._local.paths(start, stop) if stop > start else ():
-                try:
-                    fd = os.open(name, os.O_RDONLY)
-                except OSError:
-                    continue  # a chunk never written: it reads as the fill value
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-                finally:
-                    os.close(fd)
+            try:
+                self._local.will_read(start, stop)
+            except OSError:
+                pass
 
     def _read(self, arr, shape, dtype, start: int, stop: int, out: np.ndarray | None, x=False):
         from zarr.core.buffer import cpu

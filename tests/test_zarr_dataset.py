@@ -215,3 +215,25 @@ def test_streams_decoded_into_the_batch_equal_zarrs_and_a_lying_chunk_is_refused
     os.replace(os.path.join(other, chunk), os.path.join(path, chunk))
     with pytest.raises(ValueError, match="refused before decoding"):
         ZarrDataset(path, "x").read_range(chunks[0], chunks[0] + 1)
+
+
+def test_a_hinted_chunk_file_is_opened_once_and_read_as_written(tmp_path, monkeypatch):
+    """The read after a read-ahead hint uses the hint's descriptor: each chunk file opened
+    once, no descriptor left behind, values equal zarr's (files never written: the fill)."""
+    path = str(tmp_path / "o.zarr")
+    _write(path, (2, FEATURES), BlockSerializer(abs=BOUND), n=20)
+    ref = zarr.open_array(path, path="x", mode="r")[...]
+    os.remove(os.path.join(path, "x", "c", "3", "0"))  # rows 6..7: the fill value
+    ds = ZarrDataset(path, "x")
+    ds.read_range(0, 1)  # opened: metadata read
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    ds.will_read([(2, 9), (12, 13)])
+    got = ds.read_range(2, 9)
+    assert np.array_equal(got[:4], ref[2:6]) and np.all(got[4:6] == 0)
+    assert np.array_equal(got[6:], ref[8:9])
+    assert np.array_equal(ds.read_range(12, 13), ref[12:13])
+    chunk_files = [p for p in opened if os.sep + "c" + os.sep in p and os.path.exists(p)]
+    assert sorted(chunk_files) == sorted(set(chunk_files)) and len(chunk_files) == 4
+    assert ds._local._ahead == {}
