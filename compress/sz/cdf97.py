@@ -32,7 +32,16 @@ import math
 import numpy as np
 
 from ..byteio import ByteReader, ByteWriter
-from .kernels.cdf97 import apply, corrections, dequantize, lift_rows, quantize, unlift_rows
+from .kernels.cdf97 import (
+    apply,
+    corrections,
+    count_escapes,
+    count_misses,
+    dequantize,
+    lift_rows,
+    quantize,
+    unlift_rows,
+)
 
 #: dimensions a chunk is folded to
 NDIM = 4
@@ -122,27 +131,28 @@ def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     forward(coef)
     boxes = band_boxes(coef.shape)
     band = _gather(coef, boxes)
-    escapes = np.empty(band.size, np.int64)
-    n_esc = quantize(band, choice[1] * eb, radius, codes, escapes)
+    step = choice[1] * eb
+    n_esc = count_escapes(band, step, radius)
+    escapes = np.empty(max(n_esc, 0), np.int64)
     if n_esc < 0:  # the step is too fine for the values: all zero, every element exact
         codes[:] = radius
         band[:] = 0.0
-        n_esc = 0
+    else:
+        quantize(band, step, radius, codes, escapes)
     _scatter(band, boxes, coef)
     inverse(coef)
-    recon = coef.reshape(-1)
-    idx = np.empty(recon.size, np.int64)
-    ks = np.empty(recon.size, np.int64)
-    m = corrections(data.reshape(-1), recon, eb, prec, idx, ks)
-    idx, ks = idx[:m], ks[:m]
+    recon, flat = coef.reshape(-1), data.reshape(-1)
+    m = count_misses(flat, recon, eb, prec)
+    idx, ks = np.empty(m, np.int64), np.empty(m, np.int64)
+    corrections(flat, recon, eb, prec, idx, ks)
     gaps = np.diff(idx, prepend=-1) - 1
     w = ByteWriter()
-    w.u64(n_esc)
-    w.array(escapes[:n_esc])
+    w.u64(escapes.size)
+    w.array(escapes)
     w.u64(m)
     w.array(gaps.astype(np.uint64))
     w.array(ks)
-    exact = recon[idx[ks == 0]]  # corrections() left the exact values there
+    exact = flat[idx[ks == 0]].astype(np.float64)
     w.u64(exact.size)
     w.array(exact)
     return 0, w.getvalue()

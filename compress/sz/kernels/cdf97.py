@@ -96,6 +96,20 @@ def unlift_rows(a) -> None:
 
 
 @njit(cache=True, nogil=True)
+def count_escapes(coef, step, radius) -> int:
+    """How many coefficients :func:`quantize` will escape (sizes its array), or -1
+    where it will fail."""
+    top = radius - 1
+    n_esc = 0
+    for i in range(coef.size):
+        t = np.rint(coef[i] / step)
+        if not abs(t) <= 4503599627370496.0:
+            return -1
+        n_esc += not -top < t < top
+    return n_esc
+
+
+@njit(cache=True, nogil=True)
 def quantize(coef, step, radius, codes, escapes) -> int:
     """Codes ``k + radius`` of ``k = rint(coef / step)`` (flat float64 ``coef``) where
     ``|k| < radius - 1``, and ``coef`` replaced by ``k * step`` (what the decoder
@@ -139,32 +153,41 @@ def dequantize(codes, radius, escapes, step, coef) -> int:
     return k
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _miss(v, r, eb, prec) -> bool:
+    """Whether ``round_to_storage(r)`` misses ``v`` by more than ``eb``."""
+    return not abs(v - round_to_storage(r, prec)) <= eb
+
+
 @njit(cache=True, nogil=True)
-def corrections(x, recon, eb, prec, idx, ks) -> int:
+def count_misses(x, recon, eb, prec) -> int:
+    """How many elements :func:`corrections` will list (sizes its arrays)."""
+    m = 0
+    for i in range(x.size):
+        m += _miss(float(x[i]), recon[i], eb, prec)
+    return m
+
+
+@njit(cache=True, nogil=True)
+def corrections(x, recon, eb, prec, idx, ks) -> None:
     """Where ``round_to_storage(recon)`` misses ``x`` by more than ``eb``: the flat
-    index (ascending, into ``idx``) and the correction ``k = rint((x - recon) / (2 eb))``
-    (into ``ks``; 0 where the corrected value would miss too: the caller stores it
-    exactly). ``recon`` becomes the decoded value. Returns how many."""
+    index (ascending, into ``idx``, sized by :func:`count_misses`) and the correction
+    ``k = rint((x - recon) / (2 eb))`` (into ``ks``; 0 where the corrected value would
+    miss too: the caller stores the value exactly)."""
     two_eb = 2.0 * eb
     m = 0
     for i in range(x.size):
         v = float(x[i])
         r = recon[i]
-        y = round_to_storage(r, prec)
-        if abs(v - y) <= eb:
-            recon[i] = y
+        if not _miss(v, r, eb, prec):
             continue
         t = np.rint((v - r) / two_eb)
         k = np.int64(t) if abs(t) <= 4503599627370496.0 else np.int64(0)
-        y = round_to_storage(r + float(k) * two_eb, prec)
-        if k == 0 or not abs(v - y) <= eb:
+        if k != 0 and _miss(v, r + float(k) * two_eb, eb, prec):
             k = 0
-            y = v
         idx[m] = i
         ks[m] = k
-        recon[i] = y
         m += 1
-    return m
 
 
 @njit(cache=True, nogil=True)
