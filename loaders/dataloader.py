@@ -120,11 +120,11 @@ class DataLoader:
     The arguments up to ``worker_init_fn``, ``prefetch_factor`` and
     ``persistent_workers`` are torch's (``shuffle`` defaults to False, as there;
     ``sampler`` and ``batch_sampler`` exclude the same arguments). The others:
-    ``buffer_bytes``: the sample buffer in bytes, shared out over the loading processes
-    (a ``ChunkedDataset`` only; each share is one block of memory, its pages used as it
-    fills). ``read_threads``: reads each loading process keeps in flight where they
-    bypass HDF5's lock (positioned reads, compressed streams; for the latter at most the
-    process's share of the cores). Without a sampler, the loader's own ``ShufflePlan``:
+    ``buffer_bytes``: the sample buffer in bytes, shared out over the worker processes
+    (reading threads share one of the whole; a ``ChunkedDataset`` only; each is one
+    block of memory, its pages used as it fills). ``read_threads``: reads each worker
+    keeps in flight where they bypass HDF5's lock (positioned reads, compressed
+    streams). Without a sampler, the loader's own ``ShufflePlan``:
     ``seed`` (in [0, 2**64), default 0), ``world_size`` / ``rank`` (default:
     torch.distributed's, else 1 / 0), ``window`` (samples; 0, the default, is a uniform
     shuffle; chunks of a ``ChunkedDataset``'s ``chunk_samples``), ``shard`` (``"epoch"``,
