@@ -129,6 +129,20 @@ def _warn_copied_overrides(overrides: dict, reports: list) -> None:
                 )
 
 
+def _warn_all_missing(reports) -> None:
+    """Warn (stderr) for every compressed dataset none of whose cells holds a value: a
+    fill value or valid range that covers it all is more likely a mistake than data."""
+    from ..files.compress import ALL_MISSING
+
+    for r in reports:
+        if r.note == ALL_MISSING:
+            print(
+                f"tensorpress: warning: {r.name}: {ALL_MISSING}; check its _FillValue, "
+                "missing_value and valid range",
+                file=sys.stderr,
+            )
+
+
 def report_dict(r) -> dict:
     """A DatasetReport as a JSON-ready dict (bytes, seconds); a PSNR target, which the
     report carries in its bound, under ``target`` as ``info`` gives it."""
@@ -273,6 +287,7 @@ def run_compress(args) -> int:
             **kwargs,
         )
     _warn_copied_overrides(overrides, reports)
+    _warn_all_missing(reports)
     doc = _summary("compress", args, reports, time.perf_counter() - t0)
     doc["bound"] = given
     doc["overrides"] = given_overrides

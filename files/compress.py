@@ -69,7 +69,8 @@ def compress_stream(
 ) -> tuple:
     """Write ``source`` (array-like, rows by slicing) as a container stream into ``sink``.
 
-    Returns (resolved bound, stream length in bytes, the PSNR target dict or None).
+    Returns (resolved bound, stream length in bytes, the PSNR target dict or None,
+    whether every cell is missing: :func:`all_missing`).
     ``rel`` bounds take one extra pass over the data for the value range, as
     :func:`tensorpress.compress` resolves them; a :class:`PsnrTarget` searches an abs
     bound (:func:`psnr_bound`). ``order``: the layout a reader hands back ("F" for a
@@ -100,7 +101,24 @@ def compress_stream(
         report_progress(
             progress, name, min(total, (i + 1) * rows * row_bytes) if shape else total, total
         )
-    return bound, writer.finish(), target
+    return bound, writer.finish(), target, all_missing(source, rows)
+
+
+#: the note of a compressed dataset that holds no value at all (the summary says it)
+ALL_MISSING = "every cell is missing: its fill value, outside its valid range, or NaN"
+
+
+def all_missing(source, rows: int) -> bool:
+    """Whether no cell of ``source`` (floats, its missing values marked as NaN) holds a
+    number: read ``rows`` rows at a time up to the first block with one (for most data,
+    one block)."""
+    shape = tuple(int(d) for d in source.shape)
+    if not shape or not math.prod(shape):
+        return False
+    for start in range(0, shape[0], max(1, rows)):
+        if not np.isnan(np.asarray(source[start : start + rows])).all():
+            return False
+    return True
 
 
 def resolve_bound(source, codec, bound, rows: int, workers) -> tuple:
@@ -144,8 +162,11 @@ def psnr_bound(source, codec, target: float, rows: int, workers) -> tuple[ErrorB
     return ErrorBound("abs", best.bound), record
 
 
-def _compressed_report(name, source, codec, bound, nbytes, t0, target=None) -> DatasetReport:
-    """The report of a compressed dataset; a PSNR ``target`` record joins its bound."""
+def _compressed_report(
+    name, source, codec, bound, nbytes, t0, target=None, empty=False
+) -> DatasetReport:
+    """The report of a compressed dataset; a PSNR ``target`` record joins its bound;
+    ``empty``: every cell is missing (the note says so)."""
     dtype = np.dtype(source.dtype)
     bound = None if bound is None else bound.to_dict()
     return DatasetReport(
@@ -158,6 +179,7 @@ def _compressed_report(name, source, codec, bound, nbytes, t0, target=None) -> D
         math.prod(source.shape) * dtype.itemsize,
         nbytes,
         time.perf_counter() - t0,
+        ALL_MISSING if empty else "",
     )
 
 
@@ -301,7 +323,7 @@ def _compress_single(array, src, dst, plan, workers, overwrite, progress):
         if is_hdf5_path(dst):
             with hdf5_output(tmp) as fout:
                 sink = DatasetSink(fout, "data")
-                bound, nbytes, target = compress_stream(
+                bound, nbytes, target, empty = compress_stream(
                     array, sink, "data", plan.codec, bound, chunk_bytes, workers, progress
                 )
                 sink.close().attrs[MARKER] = make_marker(
@@ -312,8 +334,9 @@ def _compress_single(array, src, dst, plan, workers, overwrite, progress):
                 order = "F" if _fortran(array) else "C"  # a reader gives the same layout back
                 sink = FileSink(f)
                 write = (plan.codec, bound, chunk_bytes, workers, progress)
-                bound, nbytes, target = compress_stream(array, sink, "data", *write, order=order)
-    return _compressed_report("data", array, plan.codec, bound, nbytes, t0, target)
+                stream = compress_stream(array, sink, "data", *write, order=order)
+                bound, nbytes, target, empty = stream
+    return _compressed_report("data", array, plan.codec, bound, nbytes, t0, target, empty)
 
 
 def _fortran(array) -> bool:
@@ -407,7 +430,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         return _compress_filtered(source, group, path, write, t0)
     chunk_bytes = _sample_bytes(plan, source)
     sink = DatasetSink(group, path)
-    bound, nbytes, target = compress_stream(
+    bound, nbytes, target, empty = compress_stream(
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
     )
     original = math.prod(source.shape) * np.dtype(source.dtype).itemsize
@@ -415,7 +438,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         sink.discard()
         return None
     sink.close().attrs[MARKER] = marker
-    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)
+    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target, empty)
 
 
 def _sample_chunks(plan, shape: tuple, itemsize: int) -> tuple | None:
@@ -456,4 +479,5 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
     if plan.raw_when_larger and nbytes + CHUNK_INDEX_BYTES >= original:
         del group[path]
         return None
-    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target)
+    empty = all_missing(masked, rows)
+    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target, empty)

@@ -28,7 +28,8 @@ from ..formats.sources import HDF5_EXTENSIONS, has_extension
 class DatasetReport:
     """What happened to one dataset: sizes in bytes, time in seconds; ``note`` says why
     a dataset was not compressed ("copied: int32 data takes no error bound", "stored
-    raw: compression does not pay"), empty for a compressed one."""
+    raw: compression does not pay"), empty for a compressed one unless every cell of it
+    is missing (``files.compress.ALL_MISSING``)."""
 
     name: str
     compressed: bool
