@@ -4,37 +4,29 @@
 from the codec's declared class attributes (``lossy``, ``bounded``, ``has_tensor_path``,
 ``dtypes``), never from its name: a codec with a torch tensor path compresses on the
 tensor's own device (``compress_tensor``); one without goes through the host and the
-container (``tensorpress.formats``). ``PackedCodes`` stand in for the ``block`` codec's
-payload where a fixed width of 7 bits or more holds its codes.
+container (``tensorpress.formats``). ``Int8Codes`` stand in for the ``block`` codec's
+payload where one byte a value is all its codes need.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from ..compress import ErrorBound, compress_tensor, decompress_tensor, get_codec
-from ..compress.block import BlockCodec, steps_for
-from ..compress.block.kernels.encode import check_free_codes
+from ..compress.block import BlockCodec, int8_decode, int8_encode, steps_for
 from ..compress.block.stochastic import derive_seed
-from ..compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from ..formats import decode_array, encode_array
-from .kernels import pack_codes, unpack_codes
 from .zstd_stage import ZstdStage, unsqueeze
 
-#: steps a tensor's range spans from which it is held in fixed-width codes (7 bits or more)
-CODES_MIN_STEPS = 64
-#: the same for a record parked in a store with a file tier (6 bits or more) whose kind
+#: steps a tensor's range spans from which its codes go into int8 (they need 6 bits or more)
+INT8_MIN_STEPS = 64
+#: the same for a record parked in a store with a file tier (5 bits or more) whose kind
 #: the zstd stage is not taking: there the bytes go to disk and the codec's time is what
-#: the step pays, so a single pass wins from fewer steps on (see benchmarks/offload.py,
-#: run (e))
-CODES_MIN_STEPS_SPILLED = 32
-#: the widest fixed-width code (the kernels pack up to 16): past 8 bits the codec's
-#: difference packings hold smooth tensors in far fewer bytes than one width does
-MAX_WIDTH = 8
+#: the step pays, so a single-pass byte a value wins from fewer steps on (see
+#: benchmarks/offload.py, run (e))
+INT8_MIN_STEPS_SPILLED = 32
 
 
 class ActivationCodec:
@@ -53,8 +45,8 @@ class ActivationCodec:
         self.params = dict(params)
         self.bounded = codec.bounded
         self.keeps_zeros = codec.keeps_zeros
-        # fixed-width codes restore what BlockCodec restores (same step, same rounding)
-        self.packed_codes = isinstance(codec, BlockCodec) and not codec.stochastic
+        # the int8 codec restores what BlockCodec restores (same step, same rounding)
+        self.int8_codes = isinstance(codec, BlockCodec) and not codec.stochastic
         self.zstd = None if zstd is None else ZstdStage(zstd)
         # stochastic rounding: each tensor draws its own noise, seeded by (seed, step,
         # its index in the step; ActivationCompression starts each step), so the same
@@ -92,18 +84,18 @@ class ActivationCodec:
     ):
         """(payload, bytes held) for ``t``; ``mode`` 'abs' or 'pw_rel' with ``tol``;
         ``kind`` (hashable) groups tensors for the zstd stage's choices; ``span``: t's
-        ValueRange where fixed-width codes may hold it (abs); ``held``: where the payload
-        goes. In "memory" fixed-width codes take it from ``CODES_MIN_STEPS`` steps; in
-        "files" (a store's) from ``CODES_MIN_STEPS_SPILLED`` unless the zstd stage is taking
-        its kind (fixed-width codes skip that stage); in "pool" (a store without files,
-        whose host pool is its budget) never."""
+        ValueRange where int8 codes may hold it (abs); ``held``: where the payload goes.
+        In "memory" int8 codes take it from ``INT8_MIN_STEPS`` steps; in "files" (a
+        store's) from ``INT8_MIN_STEPS_SPILLED`` unless the zstd stage is taking its kind
+        (int8 codes skip that stage); in "pool" (a store without files, whose host pool
+        is its budget) never."""
         skipped = False  # the zstd stage has counted this payload as one it skips
-        if self.packed_codes and mode == "abs" and span is not None and held != "pool":
-            steps = CODES_MIN_STEPS
+        if self.int8_codes and mode == "abs" and span is not None and held != "pool":
+            steps = INT8_MIN_STEPS
             if held == "files":
                 skipped = self.zstd is not None and self.zstd.skip(kind)
-                steps = CODES_MIN_STEPS_SPILLED if self.zstd is None or skipped else steps
-            codes = PackedCodes.of(t, tol, span, steps)
+                steps = INT8_MIN_STEPS_SPILLED if self.zstd is None or skipped else steps
+            codes = Int8Codes.of(t, tol, span, steps)
             if codes is not None:
                 return codes, codes.nbytes
         bound = {mode: tol} if self.bounded else {}
@@ -127,7 +119,7 @@ class ActivationCodec:
         return encode_array(arr, self.codec, resolved, chunk_bytes=self.codec.default_chunk_bytes)
 
     def decompress(self, payload, device) -> torch.Tensor:
-        if isinstance(payload, PackedCodes):
+        if isinstance(payload, Int8Codes):
             return payload.restore()
         if isinstance(payload, bytes):  # a host stream
             arr = decode_array(payload)
@@ -138,24 +130,19 @@ class ActivationCodec:
 
 
 @dataclass(frozen=True)
-class PackedCodes:
-    """A CPU tensor held as fixed-width codes under an absolute bound: ``q - low`` at
-    ``width`` bits each, ``q = rint(x / step)`` and ``low`` the least code.
+class Int8Codes:
+    """A CPU tensor held as int8 codes ``q = rint(x / step)`` under an absolute bound.
 
-    Where a tensor's codes need 7 or 8 bits (its range spans 64 to 255 steps of twice
-    the bound), a fixed width is at most about a sixth more than the ``block`` codec's
-    packings hold, and a single pass writes it, at about half the codec's time
-    (``benchmarks/activations.py``). Records bound for a store's files take them from
-    32 steps (6 bits; see ``CODES_MIN_STEPS_SPILLED``). The values restored are the
-    ``block`` codec's (same step, same rounding); every code lies within the codes the
-    block quantizer is proven to restore within the bound unchecked
-    (``check_free_codes``).
+    Where a tensor's codes need 6 to 8 bits (its range spans 64 to 254 steps of twice the
+    bound), one byte a value is at most 4/3 of what the ``block`` codec's densest packing
+    holds, and a single pass writes it, so the step is faster for a small loss in ratio
+    (see benchmarks/activations.py). Records bound for a store's files take them from 32
+    steps (5 bits; see ``INT8_MIN_STEPS_SPILLED``). The values restored are the ``block``
+    codec's (same step, same rounding).
     """
 
-    payload: torch.Tensor  # uint8, flat: 8 codes in ``width`` bytes, then 16 spare bytes
+    payload: torch.Tensor  # int8, flat
     tol: float  # the absolute bound the codes were made for
-    low: int  # the least code
-    width: int  # bits a code
     shape: tuple
     dtype: torch.dtype
 
@@ -169,29 +156,22 @@ class PackedCodes:
         return steps_for(self.tol)[0]
 
     @staticmethod
-    def of(t: torch.Tensor, tol: float, span, min_steps: int = CODES_MIN_STEPS):
-        """``t``'s codes within ``tol`` (``span``: its ValueRange), or None where its range
-        spans fewer than ``min_steps`` steps, a code needs more than ``MAX_WIDTH`` bits or
-        lies past the proven ones, or ``t`` is not a float32/64 CPU tensor."""
+    def of(t: torch.Tensor, tol: float, span, min_steps: int = INT8_MIN_STEPS) -> Int8Codes | None:
+        """``t``'s codes within ``tol`` (``span``: its ValueRange), or None where they do
+        not fit int8, its range spans fewer than ``min_steps`` steps, or ``t`` is not a
+        float32/64 CPU tensor."""
         if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
             return None
         lo, hi = span.ends
-        step, inv = steps_for(tol)
-        if not (tol > 0 and (hi - lo) * inv >= min_steps and math.isfinite(hi - lo)):
+        inv = steps_for(tol)[1]
+        if not (tol > 0 and (hi - lo) * inv >= min_steps and max(-lo, hi) * inv <= 126):
             return None  # (NaN and infinities fail here too)
-        low, top = int(np.rint(lo * inv)), int(np.rint(hi * inv))
-        prec = PREC_FLOAT32 if t.dtype == torch.float32 else PREC_FLOAT64
-        limit = check_free_codes(prec, False, tol, step)
-        width = max((top - low).bit_length(), 1)
-        if width > MAX_WIDTH or max(-low, top) > limit:
+        codes = int8_encode(t.detach().contiguous().reshape(-1).numpy(), tol)
+        if codes is None:
             return None
-        x = t.detach().contiguous().reshape(-1).numpy()
-        out = torch.empty((x.size * width + 7) // 8 + 16, dtype=torch.uint8)
-        if not pack_codes(x, inv, low, width, limit, out.numpy()):
-            return None
-        return PackedCodes(out, tol, low, width, tuple(t.shape), t.dtype)
+        return Int8Codes(torch.from_numpy(codes), tol, tuple(t.shape), t.dtype)
 
     def restore(self) -> torch.Tensor:
         out = torch.empty(self.shape, dtype=self.dtype)
-        unpack_codes(self.payload.numpy(), self.width, self.low, self.step, out.reshape(-1).numpy())
+        int8_decode(self.payload.numpy(), self.tol, out.reshape(-1).numpy())
         return out

@@ -6,8 +6,8 @@ modules, ``codec=None``). ``Offloaded``: such a tensor moved into a
 or parked in a store) plus, for codecs that do not keep zeros exact (``quant``,
 ``sz``), a 1-bit mask of the exact zeros — ReLU's backward reads its saved
 output's zeros, so the sparsity pattern must survive; under an absolute bound, a
-CPU tensor whose ``block`` codes need 7 or 8 bits (6 to 8 where its bytes go to a
-store's files) is held as fixed-width codes instead (``codec.PackedCodes``). A dense tensor laid
+CPU tensor whose ``block`` codes need 6 to 8 bits (5 to 8 where its bytes go to a
+store's files) is held as int8 codes instead (``codec.Int8Codes``). A dense tensor laid
 out other than in C order (a transposed residual stream, a channels-last output) is
 coded in its memory order and restored with its strides: no copy either way. All
 release their bytes from the stats (and the store) when autograd drops them.
