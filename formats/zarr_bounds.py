@@ -55,6 +55,7 @@ def value_range(source, missing=None) -> tuple[float, float]:
     if isinstance(source, (tuple, list)):
         return _checked_pair(source)
     data = source.data if _is_a(source, "xarray", "DataArray") else source
+    _no_bfloat16(data)
     if _is_a(data, "dask.array", "Array"):
         return _dask_range(data, missing)
     arr = np.asarray(data)
@@ -208,6 +209,16 @@ def _checked_pair(pair) -> tuple[float, float]:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
         raise ValueError(f"value_range must be finite numbers with lo <= hi, got {pair!r}")
     return lo, hi
+
+
+def _no_bfloat16(data) -> None:
+    """TypeError for bfloat16 data (a numpy or torch dtype), which the zarr codecs do not
+    compress: say what to give instead, not what numpy makes of it."""
+    if str(getattr(data, "dtype", "")).removeprefix("torch.") == "bfloat16":
+        raise TypeError(
+            "bfloat16 data: the zarr codecs, their value ranges and missing values take "
+            "float16, float32 or float64; cast it first (x.astype(np.float32), t.float())"
+        )
 
 
 def _is_a(obj, module_name: str, class_name: str) -> bool:
