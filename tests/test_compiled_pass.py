@@ -24,6 +24,7 @@ from tensorpress.activation_offload import ActivationCompression, Rules  # noqa:
 from tensorpress.activation_offload.compiled import (  # noqa: E402
     CompiledCompression,
     compile_with_compression,
+    graph_codes,  # noqa: E402
 )
 from tensorpress.activation_offload.compiled import ops as cops  # noqa: E402
 from tensorpress.activation_offload.device import ops as device_ops  # noqa: E402
@@ -65,6 +66,57 @@ def test_records_match_the_device_codes_and_keep_the_bound(rel):
             y[~fin & ~x.isnan()], x[~fin & ~x.isnan()]
         )
         assert bool((y[x == 0] == 0).all())
+
+
+def _layouts():
+    g = torch.Generator().manual_seed(1)
+    image = torch.randn(2, 5, 7, 3, generator=g) * 10 - 4
+    yield image.to(memory_format=torch.channels_last)
+    yield image.permute(2, 0, 3, 1)  # dense, no dim in C order
+    yield torch.randn(1, 9, 1, 6, generator=g).transpose(0, 2)  # size-1 dims
+    yield from _cases()
+
+
+@pytest.mark.parametrize("rel", [1e-1, 1e-2, 5e-3])
+def test_graph_codes_are_the_device_codes_in_memory_order_and_keep_the_bound(rel):
+    for x in _layouts():
+        record = graph_codes.encode(x, rel)
+        assert record.numel() == graph_codes.record_bytes(x.numel(), rel)
+        order = graph_codes.memory_order(x.shape, x.stride())
+        payload, scalars = device_ops.codes(x.permute(order).contiguous(), rel)
+        assert torch.equal(record[: cops.HEADER].view(torch.float64), scalars)
+        assert torch.equal(record[cops.HEADER :][: payload.numel()], payload)
+        y = graph_codes.decode(record, x.shape, x.stride(), rel)
+        assert y.shape == x.shape and y.stride() == x.stride()
+        fin = x.isfinite()
+        lo, hi = x[fin].min().double(), x[fin].max().double()
+        err = (y.double() - x.double()).abs()[fin]
+        assert bool((err <= rel * (hi - lo)).all())  # every finite element
+        assert torch.equal(y.isnan(), x.isnan()) and torch.equal(
+            y[~fin & ~x.isnan()], x[~fin & ~x.isnan()]
+        )
+        assert bool((y[x == 0] == 0).all())
+
+
+@needs_gxx
+def test_graph_codes_compiled_give_the_eager_bytes_shapes_and_strides():
+    """What inductor compiles from the traced ops is what they compute eagerly: the same
+    record, the same restored values, sizes and strides (the fake ones included)."""
+    for x in list(_layouts())[:3]:
+        size, stride = list(x.shape), list(x.stride())
+        record = graph_codes.encode(x, REL)
+        order = graph_codes.memory_order(size, stride)
+        compiled = torch.compile(lambda t, o=order: graph_codes.encode(t, REL, o), fullgraph=True)
+        assert torch.equal(compiled(x), record)
+        restore = torch.compile(
+            lambda r, s=size, st=stride, o=order: graph_codes.decode(r, s, st, REL, o),
+            fullgraph=True,
+        )
+        y, want = restore(record), graph_codes.decode(record, size, stride, REL)
+        assert y.stride() == want.stride() == x.stride() and torch.equal(y, want)
+        with torch._subclasses.FakeTensorMode() as mode:
+            fake = graph_codes.decode(mode.from_tensor(record), size, stride, REL)
+        assert fake.shape == y.shape and fake.stride() == y.stride()
 
 
 def test_bfloat16_records_restore_as_the_device_codes():

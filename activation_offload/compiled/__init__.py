@@ -29,7 +29,8 @@ __all__ = ["KEEP", "CompiledCompression", "SavedBytes", "compile_with_compressio
 #: ops' launches cost more than they save)
 MIN_ELEMENTS = 4096
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOURCES = tuple(os.path.join(_HERE, f) for f in ("partition.py", "ops.py", "cpu_codes.py"))
+_FILES = ("partition.py", "ops.py", "cpu_codes.py", "graph_codes.py", "recompute.py")
+_SOURCES = tuple(os.path.join(_HERE, f) for f in _FILES)
 
 
 class CompiledCompression(CustomPartitionerFn):

@@ -8,13 +8,15 @@ fwd_bwd_modules``: saved bf16 tensor -> float8 in the forward, -> bf16 in the ba
 this pass sits at the same place, as ``torch._inductor.config.custom_partitioner_fn``:
 it runs the default partitioner, then for each chosen saved tensor ``t``
 
-- forward: ``record = tensorpress::saved_encode(t, rel)`` is saved instead of ``t``;
-- backward: ``t' = tensorpress::saved_decode(record, size, stride, dtype, rel)`` just
-  before ``t``'s first use, so the restored tensor lives only from there on.
+- forward: ``t``'s record is saved instead of ``t``;
+- backward: ``t`` is restored from it just before its first use, so the restored
+  tensor lives only from there on.
 
-Records have a size the element count and the bound fix, and the ops' fake
-implementations give it, so the graphs keep static shapes and read nothing back
-(``ops.py``). The saved list keeps its length and order, so AOTAutograd's runtime
+float32 tensors go through plain tensor ops traced into both graphs, which inductor
+fuses into its own kernels (``graph_codes.py``); float16 and bfloat16 through the
+custom ops ``tensorpress::saved_encode`` / ``saved_decode`` (``ops.py``). Either way a
+record's size follows from the element count and the bound, so the graphs keep static
+shapes and read nothing back. The saved list keeps its length and order, so AOTAutograd's runtime
 wrappers are untouched.
 
 Chosen: float16, bfloat16 and float32 activations of at least ``min_elements`` elements
@@ -33,11 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch._inductor.decomposition import select_decomp_table
 from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..device.codes_layout import DTYPES, supports
+from . import graph_codes, recompute
 from . import ops as _ops  # noqa: F401  (registers tensorpress::saved_encode, saved_decode)
-from . import recompute
 
 #: producers whose saved outputs are kept as they are (see the module docstring)
 KEEP = frozenset(
@@ -138,6 +142,33 @@ def _set_val(node, val):
     node.meta["tensor_meta"] = torch.fx.passes.shape_prop._extract_tensor_metadata(val)
 
 
+def in_graph(val: torch.Tensor, rel) -> bool:
+    """Whether ``val`` is held by codes traced into the graphs (``graph_codes.py``),
+    not by the custom ops: float32 under a bound of at most 8 bits a code."""
+    return val.dtype == torch.float32 and graph_codes.supports(rel)
+
+
+def _inline(graph, fn, args: list, before):
+    """``fn`` of the nodes ``args`` traced into aten ops (inductor's decompositions) and
+    copied into ``graph`` before node ``before``; the node of its result."""
+    vals = [a.meta["val"] for a in args]
+    with torch._guards.detect_fake_mode(vals):
+        traced = make_fx(fn, decomposition_table=select_decomp_table())(*vals)
+    env = {}
+    placeholders = iter(args)
+    with graph.inserting_before(before):
+        for node in traced.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "output":
+                return env[node.args[0]]
+            elif node.op == "call_function":
+                env[node] = graph.node_copy(node, env.__getitem__)
+            else:
+                raise RuntimeError(f"tensorpress: cannot inline {node.op} {node.target}")
+    raise AssertionError("a traced graph ends with its output")
+
+
 def _empty_like(graph, record_val):
     with graph.inserting_before(graph.find_nodes(op="output")[0]):
         empty = graph.call_function(
@@ -153,9 +184,12 @@ def _save_forward(fw, base, positions: list, rel):
     """The record of ``base`` (``rel`` None: nothing, recomputed) saved at
     ``positions[0]``, empty tensors at the others (the saved list keeps its length)."""
     graph = fw.graph
-    op = torch.ops.tensorpress.saved_encode.default
     saved = []
-    if rel is not None:
+    if rel is not None and in_graph(base.meta["val"], rel):
+        before = base.next
+        saved.append(_inline(graph, lambda t: graph_codes.encode(t, rel), [base], before))
+    elif rel is not None:
+        op = torch.ops.tensorpress.saved_encode.default
         with graph.inserting_after(base):
             record = graph.call_function(op, (base, rel), name=f"tp_codes_{base.name}")
         _set_val(record, op(base.meta["val"], rel))
@@ -196,7 +230,11 @@ def _decoder(bw, base_val, rel):
     """``make`` for :func:`_restore_backward`: ``saved_decode`` of the record."""
 
     def make(record, before):
-        args = (record, list(base_val.shape), list(base_val.stride()), base_val.dtype, rel)
+        size, stride = list(base_val.shape), list(base_val.stride())
+        if in_graph(base_val, rel):
+            fn = lambda r: graph_codes.decode(r, size, stride, rel)  # noqa: E731
+            return _inline(bw.graph, fn, [record], before)
+        args = (record, size, stride, base_val.dtype, rel)
         op = torch.ops.tensorpress.saved_decode.default
         with bw.graph.inserting_before(before):
             restored = bw.graph.call_function(op, args)
