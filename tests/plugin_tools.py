@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 from tensorpress.compress.zstd import zstd_compress, zstd_decompress
@@ -46,7 +47,11 @@ def built(make, *args):
 
 def plugin_library(tmp_path_factory) -> pathlib.Path:
     """A folder holding the plugin built from the current sources."""
-    out = tmp_path_factory.mktemp("plugin")
+    return plugin_library_at(tmp_path_factory.mktemp("plugin"))
+
+
+def plugin_library_at(out: pathlib.Path) -> pathlib.Path:
+    """``out``, a folder holding the plugin built from the current sources."""
     built(lambda b: b.build_library(out))
     return out
 
@@ -97,6 +102,19 @@ def assert_same_bytes(got: dict, want: dict) -> None:
     """Every array of ``want`` is in ``got`` with the same dtype and bytes."""
     for n, w in want.items():
         assert got[n].dtype == w.dtype and got[n].tobytes() == w.tobytes(), n
+
+
+def special_field(shape, dtype, seed=0, specials=True) -> np.ndarray:
+    """A smooth random field with, where large enough, NaN, +-Inf and a spike."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).cumsum(axis=-1) + 0.05 * rng.standard_normal(shape)
+    x = x.astype(dtype)
+    flat = x.reshape(-1)
+    if specials and flat.size > 24:
+        flat[[3, 11, 17]] = [np.nan, np.inf, 0.0]
+        flat[-2] = -np.inf
+        flat[20] = flat[19] + 300.0
+    return x
 
 
 def smooth_field(shape, dtype, seed, head=()) -> np.ndarray:
@@ -328,3 +346,34 @@ def fuzz_bodies(driver, tmp: pathlib.Path, sources: dict, seed: int, count: int)
         for m in body_mutants(stream, rng, count)
     )
     return tally(driver, tmp, cases)
+
+
+def read_one_predictor_alike(tmp: pathlib.Path, name: str, predictor: int) -> None:
+    """Datasets of the sz filter whose chunks the predictor ``name`` (id ``predictor``)
+    codes, at each dataset's bound (float16/32/64, big-endian, 2-d to 4-d, edge chunks):
+    the in-process filter reads them within the bound, NaN and Inf where they were, and
+    the compiled plugin reads the same bytes in a process that never imports tensorpress."""
+    plugin_dir = plugin_library_at(tmp / "plugin")
+    sets = {
+        "f4": (special_field((40, 48, 30), "<f4", 1), (16, 48, 16), 1e-3),
+        "f8_be": (special_field((33, 70), ">f8", 2), (16, 32), 1e-4),
+        "f2": (special_field((50, 9, 12), "<f2", 3), (50, 9, 12), 1e-2),
+        "f4_4d": (special_field((3, 10, 12, 20), "<f4", 4), (2, 10, 12, 16), 1e-3),
+    }
+    path = tmp / f"{name}.h5"
+    with h5py.File(path, "w") as f:
+        for key, (x, chunks, eb) in sets.items():
+            d = f.create_dataset(
+                key, shape=x.shape, dtype=x.dtype, chunks=chunks, **hdf5_filter.filter(abs=eb)
+            )
+            write_coded_chunks(d, x, {"id": "sz", "predictor": name, "abs": eb}, predictor)
+    names = sorted(sets)
+    with h5py.File(path) as f:
+        want = {n: f[n][...] for n in names}
+    for n in names:
+        x, _, eb = sets[n]
+        fin = np.isfinite(x)
+        assert np.array_equal(np.isfinite(want[n]), fin)
+        err = np.abs(want[n][fin].astype(np.float64) - x[fin].astype(np.float64))
+        assert np.all(err <= eb), n
+    assert_same_bytes(read_without_tensorpress(plugin_dir, path, names, tmp), want)

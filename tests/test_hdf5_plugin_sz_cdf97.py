@@ -10,54 +10,37 @@ filter-layout dataset whose chunks were coded with the cdf97 predictor."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import struct
-import subprocess
-import sys
 
-import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
-from plugin_tools import built, c_decode, py_decode
-from tensorpress.formats import hdf5_filter, read_header
-from test_hdf5_plugin_sz import READ, body, c_verdict, predictors, with_bodies
+from plugin_tools import (
+    c_verdict,
+    decode_driver,
+    decodes_as_python,
+    fuzz_bodies,
+    predictors,
+    py_decode,
+    read_one_predictor_alike,
+    side_of,
+    special_field,
+    with_side,
+)
+from tensorpress.formats import read_header
 
 CDF97 = 15
-#: the side information's u64 length in a predicted payload's body (after the
-#: predictor, flags, eb, alpha, beta and radius)
-SIDE_AT = 30
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("driver") / "tp_decode"
-    return built(lambda b: b.build_driver(out))
-
-
-def field(shape, dtype, seed=0, specials=True):
-    """A smooth random field with, where large enough, NaN, +-Inf and a spike."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).cumsum(axis=-1) + 0.05 * rng.standard_normal(shape)
-    x = x.astype(dtype)
-    flat = x.reshape(-1)
-    if specials and flat.size > 24:
-        flat[[3, 11, 17]] = [np.nan, np.inf, 0.0]
-        flat[-2] = -np.inf
-        flat[20] = flat[19] + 300.0
-    return x
+    return decode_driver(tmp_path_factory)
 
 
 def cdf97(x, bound, radius=32768, chunk_bytes=None) -> bytes:
     codec = {"id": "sz", "predictor": "cdf97", "radius": radius, **bound}
     return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
-
-
-def _decodes_as_python(driver, tmp_path, stream: bytes) -> None:
-    got, code = c_verdict(driver, tmp_path, stream)
-    assert code == 0 and got == np.ascontiguousarray(tp.decompress(stream)).tobytes()
 
 
 SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
@@ -69,13 +52,13 @@ def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype):
     seen = set()
     for k, shape in enumerate(SHAPES):
         for b, bound in enumerate(BOUNDS):
-            x = field(shape, dtype, k)
+            x = special_field(shape, dtype, k)
             radius = 16 if (k + b) % 2 else 32768  # a small radius: many escapes
             stream = cdf97(x, bound, radius)
             ids = predictors(stream)
             assert ids <= {0, CDF97}, (shape, bound, ids)
             seen |= ids
-            _decodes_as_python(driver, tmp_path, stream)
+            decodes_as_python(driver, tmp_path, stream)
     assert CDF97 in seen
 
 
@@ -83,11 +66,11 @@ def test_large_chunks_use_every_level(driver, tmp_path):
     """A 4-d chunk with 2**11 elements along an axis runs all ten levels, one axis under
     the minimum length is left alone."""
     for dtype, bound in (("<f4", {"abs": 1e-3}), ("<f2", {"abs": 1e-2}), ("<f8", {"abs": 1e-6})):
-        x = field((2, 5, 9, 2100), dtype, 7)
+        x = special_field((2, 5, 9, 2100), dtype, 7)
         stream = cdf97(x, bound, chunk_bytes=x.nbytes)
         assert read_header(stream).nchunks == 1 and predictors(stream) == {CDF97}
         assert _parts(side_of(stream))[1], dtype
-        _decodes_as_python(driver, tmp_path, stream)
+        decodes_as_python(driver, tmp_path, stream)
 
 
 @pytest.mark.slow
@@ -96,27 +79,13 @@ def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
     rng = random.Random(seed)
     for case in range(120):
         shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
-        x = field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
+        x = special_field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
         bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
         stream = cdf97(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
-        _decodes_as_python(driver, tmp_path, stream)
+        decodes_as_python(driver, tmp_path, stream)
 
 
 # -- crafted side information ----------------------------------------------------------
-
-
-def side_of(stream: bytes) -> bytes:
-    b = body(stream)
-    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
-    return b[SIDE_AT + 8 : SIDE_AT + 8 + n]
-
-
-def with_side(stream: bytes, side: bytes) -> bytes:
-    """``stream`` (one chunk) with its payload's side information replaced."""
-    b = body(stream)
-    n = struct.unpack_from("<Q", b, SIDE_AT)[0]
-    new = b[:SIDE_AT] + struct.pack("<Q", len(side)) + side + b[SIDE_AT + 8 + n :]
-    return with_bodies(stream, {0: new})
 
 
 def _parts(side: bytes) -> tuple[list[int], list[int], list[int], list[float]]:
@@ -147,7 +116,7 @@ def _side(esc, gaps, ks, exact, n=None, m=None, e=None) -> bytes:
 def source():
     """A one-chunk stream with escapes (radius 16) and corrections, four of them turned
     into exact values (the encoder writes those only where a correction cannot reach)."""
-    x = field((6, 7, 40), "<f4", 3)
+    x = special_field((6, 7, 40), "<f4", 3)
     stream = cdf97(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes)
     esc, gaps, ks, exact = _parts(side_of(stream))
     assert read_header(stream).nchunks == 1 and len(esc) > 4 and len(gaps) > 8
@@ -161,7 +130,7 @@ def test_round_tripped_side_decodes(driver, tmp_path, source):
     """The test's own side-information writer reproduces the original bytes."""
     side = side_of(source)
     assert _side(*_parts(side)) == side
-    _decodes_as_python(driver, tmp_path, with_side(source, side))
+    decodes_as_python(driver, tmp_path, with_side(source, side))
 
 
 def test_crafted_side_information_is_refused(driver, tmp_path, source):
@@ -207,59 +176,21 @@ def test_edited_escapes_and_corrections_decode_alike(driver, tmp_path, source):
         (esc, [], [], []),
     ]
     for e, g, k, x in edits:
-        _decodes_as_python(driver, tmp_path, with_side(source, _side(e, g, k, x)))
-
-
-def _mutants(stream: bytes, rng: random.Random, count: int):
-    b = body(stream)
-    side_end = SIDE_AT + 8 + struct.unpack_from("<Q", b, SIDE_AT)[0]
-    for _ in range(count):
-        m = bytearray(b)
-        for _ in range(rng.choice((1, 2, 4))):
-            at = rng.randrange(side_end) if rng.random() < 0.7 else rng.randrange(len(m))
-            m[at] ^= 1 << rng.randrange(8)
-        yield bytes(m)
-
-
-def _fuzz(driver, tmp_path, stream, seed: int, count: int) -> tuple[int, int]:
-    rng = random.Random(seed)
-    decoded = refused = 0
-    for m in _mutants(stream, rng, count):
-        s = with_bodies(stream, {0: m})
-        want = py_decode(s)
-        assert c_decode(driver, tmp_path, s) == want
-        decoded += want is not None
-        refused += want is None
-    return decoded, refused
+        decodes_as_python(driver, tmp_path, with_side(source, _side(e, g, k, x)))
 
 
 def test_mutated_payloads_agree_with_python(driver, tmp_path, source):
-    decoded, refused = _fuzz(driver, tmp_path, source, seed=5, count=60)
+    decoded, refused = fuzz_bodies(driver, tmp_path, {"source": source}, seed=5, count=60)
     assert decoded and refused
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 def test_fuzz_mutated_payloads(driver, tmp_path, source, seed):
-    _fuzz(driver, tmp_path, source, seed=300 + seed, count=500)
+    fuzz_bodies(driver, tmp_path, {"source": source}, seed=300 + seed, count=500)
 
 
 # -- h5py through the compiled plugin ---------------------------------------------------
-
-
-def _write_cdf97_chunks(dset, x: np.ndarray, abs_bound: float) -> None:
-    """Every chunk of ``dset`` (an sz filter dataset of ``x``) coded with the wavelet
-    predictor at the dataset's bound, edge chunks padded with the fill value (0)."""
-    chunks = dset.chunks
-    for offset in np.ndindex(*(-(-s // c) for s, c in zip(x.shape, chunks, strict=True))):
-        start = tuple(o * c for o, c in zip(offset, chunks, strict=True))
-        part = x[tuple(slice(s, s + c) for s, c in zip(start, chunks, strict=True))]
-        full = np.zeros(chunks, x.dtype.newbyteorder("<"))
-        full[tuple(slice(0, n) for n in part.shape)] = part
-        codec = {"id": "sz", "predictor": "cdf97", "abs": abs_bound}
-        stream = tp.compress(full, codec=codec, chunk_bytes=full.nbytes)
-        assert predictors(stream) == {CDF97}
-        dset.id.write_direct_chunk(start, stream, filter_mask=0)
 
 
 def test_h5py_without_tensorpress_reads_cdf97_chunks(tmp_path):
@@ -267,36 +198,4 @@ def test_h5py_without_tensorpress_reads_cdf97_chunks(tmp_path):
     the chunks are written directly, each a stream coded with the cdf97 predictor at
     the dataset's bound; the in-process filter and the compiled plugin read the same
     bytes, the latter in a process that never imports tensorpress."""
-    plugin_dir = tmp_path / "plugin"
-    built(lambda b: b.build_library(plugin_dir))
-    sets = {
-        "f4": (field((40, 48, 30), "<f4", 1), (16, 48, 16), 1e-3),
-        "f8_be": (field((33, 70), ">f8", 2), (16, 32), 1e-4),
-        "f2": (field((50, 9, 12), "<f2", 3), (50, 9, 12), 1e-2),
-        "f4_4d": (field((3, 10, 12, 20), "<f4", 4), (2, 10, 12, 16), 1e-3),
-    }
-    path = tmp_path / "cdf97.h5"
-    with h5py.File(path, "w") as f:
-        for name, (x, chunks, eb) in sets.items():
-            d = f.create_dataset(
-                name, shape=x.shape, dtype=x.dtype, chunks=chunks, **hdf5_filter.filter(abs=eb)
-            )
-            _write_cdf97_chunks(d, x, eb)
-    names = sorted(sets)
-    with h5py.File(path) as f:
-        want = {n: f[n][...] for n in names}
-    for n in names:
-        x, _, eb = sets[n]
-        fin = np.isfinite(x)
-        assert np.array_equal(np.isfinite(want[n]), fin)
-        err = np.abs(want[n][fin].astype(np.float64) - x[fin].astype(np.float64))
-        assert np.all(err <= eb), n
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HDF5_")}
-    env["HDF5_PLUGIN_PATH"] = str(plugin_dir)
-    argv = [sys.executable, "-c", READ, str(path), json.dumps(names), str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(names, "ok")
-    for k, n in enumerate(names):
-        got = np.load(tmp_path / f"{k}.npy")
-        assert got.dtype == want[n].dtype and got.tobytes() == want[n].tobytes(), n
+    read_one_predictor_alike(tmp_path, "cdf97", CDF97)

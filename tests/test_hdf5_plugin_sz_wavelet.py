@@ -13,25 +13,22 @@ from __future__ import annotations
 import random
 import struct
 
-import h5py
 import numpy as np
 import pytest
 import tensorpress as tp
 from plugin_tools import (
-    assert_same_bytes,
-    built,
     c_verdict,
     decode_driver,
     decodes_as_python,
     fuzz_bodies,
     predictors,
     py_decode,
-    read_without_tensorpress,
+    read_one_predictor_alike,
     side_of,
+    special_field,
     with_side,
-    write_coded_chunks,
 )
-from tensorpress.formats import hdf5_filter, read_header
+from tensorpress.formats import read_header
 
 WAVELET = 14
 
@@ -39,19 +36,6 @@ WAVELET = 14
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     return decode_driver(tmp_path_factory)
-
-
-def field(shape, dtype, seed=0, specials=True):
-    """A smooth random field with, where large enough, NaN, +-Inf and a spike."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).cumsum(axis=-1) + 0.05 * rng.standard_normal(shape)
-    x = x.astype(dtype)
-    flat = x.reshape(-1)
-    if specials and flat.size > 24:
-        flat[[3, 11, 17]] = [np.nan, np.inf, 0.0]
-        flat[-2] = -np.inf
-        flat[20] = flat[19] + 300.0
-    return x
 
 
 def wavelet(x, bound, radius=32768, chunk_bytes=None) -> bytes:
@@ -68,7 +52,7 @@ def test_wavelet_streams_decode_bit_for_bit(driver, tmp_path, dtype):
     seen = set()
     for k, shape in enumerate(SHAPES):
         for b, bound in enumerate(BOUNDS):
-            x = field(shape, dtype, k)
+            x = special_field(shape, dtype, k)
             radius = 16 if (k + b) % 2 else 32768  # a small radius: many escapes
             stream = wavelet(x, bound, radius)
             ids = predictors(stream)
@@ -82,7 +66,7 @@ def test_large_chunks_use_every_level(driver, tmp_path):
     """A 4-d chunk with 2**8 elements along an axis runs all eight levels, one axis under
     the minimum length is left alone; NaN, Inf and bins over MAX_BIN make fixes."""
     for dtype, bound in (("<f4", {"abs": 1e-3}), ("<f2", {"abs": 1e-2}), ("<f8", {"abs": 1e-6})):
-        x = field((2, 5, 9, 300), dtype, 7)
+        x = special_field((2, 5, 9, 300), dtype, 7)
         if dtype != "<f2":
             x[0, 0, 0, :40] = 1e12  # bins over MAX_BIN: fixes
         stream = wavelet(x, bound, chunk_bytes=x.nbytes)
@@ -97,7 +81,7 @@ def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
     rng = random.Random(seed)
     for case in range(120):
         shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
-        x = field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
+        x = special_field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
         bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
         stream = wavelet(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
         decodes_as_python(driver, tmp_path, stream)
@@ -132,7 +116,7 @@ def _fixes(side: bytes) -> int:
 @pytest.fixture(scope="module")
 def source():
     """A one-chunk stream with escapes (radius 16) and fixes (bins over MAX_BIN)."""
-    x = field((6, 7, 40), "<f4", 3)
+    x = special_field((6, 7, 40), "<f4", 3)
     x[0, 0, :10] = 1e12  # bins over MAX_BIN: fixes
     stream = wavelet(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes)
     esc, idx, _ = _parts(side_of(stream))
@@ -211,28 +195,4 @@ def test_h5py_without_tensorpress_reads_wavelet_chunks(tmp_path):
     the chunks are written directly, each a stream coded with the wavelet predictor at
     the dataset's bound; the in-process filter and the compiled plugin read the same
     bytes, the latter in a process that never imports tensorpress."""
-    plugin_dir = tmp_path / "plugin"
-    built(lambda b: b.build_library(plugin_dir))
-    sets = {
-        "f4": (field((40, 48, 30), "<f4", 1), (16, 48, 16), 1e-3),
-        "f8_be": (field((33, 70), ">f8", 2), (16, 32), 1e-4),
-        "f2": (field((50, 9, 12), "<f2", 3), (50, 9, 12), 1e-2),
-        "f4_4d": (field((3, 10, 12, 20), "<f4", 4), (2, 10, 12, 16), 1e-3),
-    }
-    path = tmp_path / "wavelet.h5"
-    with h5py.File(path, "w") as f:
-        for name, (x, chunks, eb) in sets.items():
-            d = f.create_dataset(
-                name, shape=x.shape, dtype=x.dtype, chunks=chunks, **hdf5_filter.filter(abs=eb)
-            )
-            write_coded_chunks(d, x, {"id": "sz", "predictor": "wavelet", "abs": eb}, WAVELET)
-    names = sorted(sets)
-    with h5py.File(path) as f:
-        want = {n: f[n][...] for n in names}
-    for n in names:
-        x, _, eb = sets[n]
-        fin = np.isfinite(x)
-        assert np.array_equal(np.isfinite(want[n]), fin)
-        err = np.abs(want[n][fin].astype(np.float64) - x[fin].astype(np.float64))
-        assert np.all(err <= eb), n
-    assert_same_bytes(read_without_tensorpress(plugin_dir, path, names, tmp_path), want)
+    read_one_predictor_alike(tmp_path, "wavelet", WAVELET)
