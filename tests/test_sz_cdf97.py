@@ -246,6 +246,18 @@ def test_auto_takes_it_where_it_pays(monkeypatch):
     assert np.all(np.abs(y.astype(np.float64) - x) <= 0.1 * float(np.ptp(x)))
 
 
+def test_the_step_is_chosen_per_chunk(monkeypatch):
+    """At a loose bound a step above SPERR's 1.5 eb is the cheapest on the central box:
+    the payload's alpha records it, and the stream is smaller than with 1.5 alone."""
+    x = _gray_scott_u()
+    blob = tp.compress(x, rel=0.1, predictor="cdf97")
+    (alpha,) = struct.unpack_from("<d", sz_contents(blob)[0], 2 + 8)
+    assert alpha in cdf97.STEPS and alpha > 1.5
+    monkeypatch.setattr(cdf97, "STEPS", (1.5,))
+    assert len(blob) < len(tp.compress(x, rel=0.1, predictor="cdf97"))
+    assert np.all(np.abs(tp.decompress(blob).astype(np.float64) - x) <= 0.1 * float(np.ptp(x)))
+
+
 GOLDEN = ["sz_f32_cdf97_3d", "sz_f16_cdf97_2d", "sz_f64_cdf97_pw_rel"]
 
 

@@ -1,9 +1,9 @@
 """``sz``'s CDF 9/7 predictor (15): SPERR's path. A multilevel float64 CDF 9/7 lifting
 of the chunk in every dimension (Mallat layout: each level transforms the low-pass
 block of the one before), the coefficients quantized with the step ``alpha * eb``
-(``STEP``: 1.5, SPERR's choice and the cheapest of 1-4 on the smooth fields of
-benchmarks/compressors.py) and coded as the quantizer's codes in band order (coarsest
-first, so the fine bands' runs of zeros sit together for zstd), then the inverse
+(alpha of ``STEPS``, the cheapest on a central box of the chunk: see ``choice.py``)
+and coded as the quantizer's codes in band order (coarsest first, so the fine bands'
+runs of zeros sit together for zstd), then the inverse
 transform, as the decoder computes it, and a correction of ``k * 2 * eb`` at every
 element still past the bound ``eb`` (or its exact value where that misses too), so
 every element is within the bound.
@@ -45,8 +45,11 @@ from .kernels.cdf97 import (
 
 #: dimensions a chunk is folded to
 NDIM = 4
-#: the quantization step in units of the bound (the payload's alpha)
-STEP = 1.5
+#: the quantization steps tried, in units of the bound (the payload's alpha): 1.5 (as
+#: SPERR) was the cheapest of 1-3 on the smooth fields of benchmarks/compressors.py at
+#: rel 1e-3 and 1e-4, larger ones at looser bounds (grayscott_u at rel 1e-1: 1.22x the
+#: ratio with 2.5, kolmogorov_grf 1.81x; at 3e-2: 1.11x and 1.0x with 2)
+STEPS = (1.5, 2.0, 2.5)
 #: most levels, and the fewest elements along a dimension that a level transforms
 LEVELS = 10
 MIN_LENGTH = 8

@@ -210,7 +210,11 @@ def choose(
     if predictor == "wavelet":  # opt-in: the chunk's own shape, nothing sampled
         return (WAVELET, 1.0, 1.0), shape
     if predictor == "cdf97":  # likewise; alpha: the quantization step in units of eb
-        return (CDF97, sz_cdf97.STEP, 1.0), shape
+        return (
+            CDF97,
+            _cdf97_step(_central_box(values.reshape(shape)), eb, prec, radius)[1],
+            1.0,
+        ), shape
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return _alone(every[0], values, eb)
@@ -297,9 +301,9 @@ def choose(
 #: ``_CDF97_GAIN`` of the candidate's (it decodes slower); the whole codes are kept for
 #: the encoder. On the smooth fields of benchmarks/compressors.py it paid at loose bounds
 #: only (grayscott_u at rel 1e-1 and 3e-2: 0.69x and 0.83x auto's bytes)
-_CDF97_RATES = (0.4, 3.0)
+_CDF97_RATES = (0.1, 3.0)
 _CDF97_BOX = 1 << 16
-_CDF97_BOX_GAIN = 0.85
+_CDF97_BOX_GAIN = 0.95
 _CDF97_GAIN = 0.95
 
 
@@ -313,14 +317,29 @@ def _cdf97_pays(cost, best, samples, shape, chunk) -> tuple | None:
     low, high = _CDF97_RATES
     if not low * points <= cost <= high * points:
         return None
-    cand = ((CDF97, sz_cdf97.STEP, 1.0), shape)
     values, eb, prec, radius = chunk[:4]
-    if values.size > _CDF97_BOX:
-        box = _central_box(values.reshape(shape))
-        size = [_box_cost(c, box, eb, prec, radius) for c in (cand[0], best[0])]
-        if size[0] > _CDF97_BOX_GAIN * size[1]:
-            return None
-    return cand if _whole_cost(cand, *chunk) <= _CDF97_GAIN * _whole_cost(best, *chunk) else None
+    box = _central_box(values.reshape(shape))
+    bits, step = _cdf97_step(box, eb, prec, radius)
+    cand = ((CDF97, step, 1.0), shape)
+    if values.size > _CDF97_BOX and bits > _CDF97_BOX_GAIN * _box_cost(best[0], box, *chunk[1:4]):
+        return None
+    return cand if _coded_bits(cand, *chunk) <= _CDF97_GAIN * _coded_bits(best, *chunk) else None
+
+
+def _coded_bits(candidate, values, eb, prec, radius, pool, coded) -> float:
+    """``_whole_cost`` with the side information through zstd, as the payload has it
+    (the wavelet's corrections are 16 bytes each before it, about 1.5 after)."""
+    (cand, layout), side = candidate, []
+    codes, outliers = encode_with(cand, values, layout, eb, prec, radius, pool, side)
+    if coded is not None:
+        coded[candidate] = (codes, outliers, side)
+    return code_bits(codes) + 8 * outliers.nbytes + 8 * len(zstd_compress(b"".join(side), 1))
+
+
+def _cdf97_step(box: np.ndarray, eb, prec, radius) -> tuple[float, float]:
+    """``(bits, step)``: the quantization step of ``sz_cdf97.STEPS`` whose codes cost
+    fewest bits on ``box`` (see ``sz_cdf97.STEPS``)."""
+    return min((_box_cost((CDF97, s, 1.0), box, eb, prec, radius), s) for s in sz_cdf97.STEPS)
 
 
 def _central_box(data: np.ndarray) -> np.ndarray:
