@@ -46,18 +46,35 @@ def run_plugin_path() -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     with signals_handled():
-        try:
-            return _run(argv)
-        except KeyboardInterrupt:
-            forget_interrupt()  # this one was kept too, in case a finalizer dropped it
-            print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
-            return EXIT_INTERRUPTED
-        except Terminated as exc:
-            forget_interrupt()
-            name = signal.Signals(exc.signum).name
-            print(f"tensorpress: {name} received; no output was written", file=sys.stderr)
-            sys.stderr.flush()
-            return 128 + exc.signum
+        status = _interruptible(argv)
+        _finished(status)
+        return status
+
+
+def _interruptible(argv: list[str] | None) -> int:
+    """:func:`_run`, with an interrupt said in one line and its status returned."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        forget_interrupt()  # this one was kept too, in case a finalizer dropped it
+        print("tensorpress: interrupted; no output was written", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except Terminated as exc:
+        forget_interrupt()
+        name = signal.Signals(exc.signum).name
+        print(f"tensorpress: {name} received; no output was written", file=sys.stderr)
+        sys.stderr.flush()
+        return 128 + exc.signum
+
+
+def _finished(status: int) -> None:
+    """The command is done: flush what it said, and from here (the command only, not a
+    caller of :func:`main` in-process) a signal ends it quietly with ``status``: every
+    handler set here or put back after asks ``startup.exit_if_finished`` first."""
+    if not startup.is_command:
+        return
+    startup.finished = status  # first: a signal during the flush below then flushes too
+    startup.flush_output()
 
 
 def _run(argv: list[str] | None) -> int:
@@ -98,7 +115,14 @@ TERMINATION_SIGNALS = tuple(
 
 
 def _terminate(signum, frame):
+    startup.exit_if_finished()
     raise Terminated(signum)
+
+
+def _interrupt(signum, frame):
+    """Ctrl-C: Python's KeyboardInterrupt, unless the command has finished."""
+    startup.exit_if_finished()
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -112,7 +136,7 @@ def signals_handled():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    wanted = {signal.SIGINT: signal.default_int_handler}
+    wanted = {signal.SIGINT: _interrupt}
     wanted.update(dict.fromkeys(TERMINATION_SIGNALS, _terminate))
     previous = {}
     for sig, handler in wanted.items():
