@@ -4,9 +4,12 @@
 compressed on a cluster (``tensorpress compress SRC DST.zarr``, ``xarray.to_zarr`` with
 tensorpress's serializers, or any zarr codec) trains without conversion. It offers
 ``ChunkedDataset``'s members, so ``DataLoader`` reads it in chunk-aligned runs: a run
-reads each chunk it touches once (for a sharded array, the inner chunks, by byte range)
-and zarr decodes the chunks in its thread pool, outside the GIL for tensorpress's
-codecs. ``chunk_bytes_read`` counts the stored bytes this process fetched from the store.
+reads each chunk it touches once: for an unsharded v3 array in a local directory the
+reading thread reads and decodes the chunk files itself (``zarr_chunks.py``; tensorpress
+streams straight into the batch), otherwise zarr reads them (a sharded array's inner
+chunks by byte range) and decodes them in its thread pool, outside the GIL for
+tensorpress's codecs. ``chunk_bytes_read`` counts the stored bytes this process fetched
+from the store.
 
 Fork safety: the array is opened lazily in the process that reads and reopened when
 ``os.getpid()`` changes (zarr resets its event loop in a forked child); pickling keeps
@@ -229,7 +232,7 @@ class ZarrDataset(SampleDataset):
         self, start: int, stop: int, *, whole_chunks: bool = True, out: np.ndarray | None = None
     ) -> np.ndarray:
         """Samples ``start .. stop-1`` as one array (into ``out``, C-contiguous, if
-        given): one zarr read, each chunk touched fetched and decoded once.
+        given): each chunk touched fetched and decoded once.
         ``whole_chunks`` is accepted for the protocol (zarr reads whole chunks)."""
         self._check_range(start, stop)
         self._open()
