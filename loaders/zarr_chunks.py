@@ -20,8 +20,6 @@ import threading
 
 import numpy as np
 
-from ..formats import ContainerReader
-
 __all__ = ["LocalChunks"]
 
 OPEN_AHEAD = 256  # descriptors a read-ahead hint keeps open for the reads that follow
@@ -169,7 +167,8 @@ class LocalChunks:
         whole = all(e - o == c for o, e, c in cut)
         if not whole or not dst.flags.c_contiguous:
             return False
-        reader = ContainerReader(np.frombuffer(data, np.uint8), workers=1)
+        # the serializer's reader decodes as zarr would (a valid range's clamp included)
+        reader = self._serializer[0].reader(np.frombuffer(data, np.uint8))
         h = reader.header
         if tuple(h.shape) != self.chunks or h.dtype != self._dtype:
             raise ValueError(

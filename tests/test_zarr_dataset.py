@@ -237,3 +237,24 @@ def test_a_hinted_chunk_file_is_opened_once_and_read_as_written(tmp_path, monkey
     chunk_files = [p for p in opened if os.sep + "c" + os.sep in p and os.path.exists(p)]
     assert sorted(chunk_files) == sorted(set(chunk_files)) and len(chunk_files) == 4
     assert ds._local._ahead == {}
+
+
+def test_a_valid_range_is_kept_by_the_rows_decoded_into_the_batch(tmp_path):
+    """Values near a CF valid range's ends decode inside it, as zarr reads them: a value
+    that crossed it would read as missing."""
+    path = str(tmp_path / "v.zarr")
+    x = np.clip(np.cumsum(RNG.standard_normal((16, FEATURES)), axis=1) / 20, 0, 1)
+    g = zarr.open_group(path, mode="w")
+    a = g.create_array(
+        "x",
+        shape=x.shape,
+        dtype="f4",
+        chunks=(1, FEATURES),
+        serializer=SZSerializer(abs=0.05, valid_range=[0, 1]),
+        compressors=None,
+    )
+    a[...] = x.astype(np.float32)
+    got = ZarrDataset(path, "x").read_range(0, 16)
+    assert np.array_equal(got, zarr.open_array(path, path="x", mode="r")[...])
+    assert got.min() >= 0 and got.max() <= 1
+    assert np.abs(got - x).max() <= 0.05 * (1 + 1e-6)
