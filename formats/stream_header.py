@@ -48,6 +48,11 @@ WRITER = f"tensorpress {__version__}"
 FIELDS_CACHE = 64
 _fields_cache: dict[bytes, tuple] = {}
 _fields_lock = threading.Lock()
+#: a stream's bytes up to its chunk count (preamble, JSON header, its CRC, the count)
+#: that passed every check -> (version, fields): a stream starting with the same bytes
+#: is checked only where it can differ (its index, sizes and payload checksums)
+_heads: dict[bytes, tuple] = {}
+_head_max = 0  # bytes of the longest kept head: no longer head is read to look it up
 
 
 def is_bfloat16(dtype) -> bool:
@@ -216,6 +221,58 @@ def parse_header(source) -> Header:
     bytes-like object (shorter only past the end); only the header and the
     index are read.
     """
+    return parse_head(source)[0]
+
+
+def parse_head(source) -> tuple[Header, bytes]:
+    """(:func:`parse_header`'s header, the stream's bytes up to its chunk count): streams
+    with equal such bytes have equal JSON headers (a key for what follows from them)."""
+    known = _known_head(source)
+    if known is not None:
+        return known
+    header, head = _parse_in_full(source)
+    global _head_max
+    with _fields_lock:
+        if len(_heads) >= FIELDS_CACHE:
+            _heads.clear()
+        _heads[head] = (header.version, _checked_fields(head[PREAMBLE.size : -CRC.size - 8]))
+        _head_max = max(_head_max, len(head))
+    return header, head
+
+
+def _known_head(source) -> tuple[Header, bytes] | None:
+    """The header of a stream whose head (bytes up to the chunk count) was checked
+    before, checking only its index and size; None for any other stream."""
+    size = source.size
+    if not _heads or size < PREAMBLE.size:
+        return None
+    n = PREAMBLE.size + PREAMBLE.unpack_from(source.read(0, PREAMBLE.size))[3] + CRC.size + 8
+    if n > min(size, _head_max):  # nothing that long is kept: a lying length is not read
+        return None
+    head = bytes(source.read(0, n))
+    known = _heads.get(head)
+    if known is None:
+        return None
+    version, fields = known
+    fields = _copied(fields)
+    check_fits_in_memory(_largest_chunk_bytes(fields), "one chunk of the stream")
+    return _with_index(source, memoryview(head), n - 8, version, fields), head
+
+
+def _with_index(source, head: memoryview, pos: int, version: int, fields: tuple) -> Header:
+    """The header of checked ``fields`` with the stream's chunk index (at byte ``pos``),
+    checked, and the stream's size checked against it."""
+    lengths, crcs, payload_offset = _parse_index(source, head, pos, fields)
+    header = Header(version, *fields[:6], lengths, crcs, payload_offset, *fields[6:])
+    if source.size < header.compressed_bytes:
+        raise TruncatedError(
+            f"stream is truncated: {source.size} bytes, its index needs {header.compressed_bytes}"
+        )
+    return header
+
+
+def _parse_in_full(source) -> tuple[Header, bytes]:
+    """:func:`parse_head` checking every field of the stream."""
     size = source.size
     version, flags, end = _check_preamble(source)
     if size < end + CRC.size + 8:
@@ -225,15 +282,9 @@ def parse_header(source) -> Header:
         raise ChecksumError("header checksum mismatch: the stream is corrupted")
     if flags != 0:
         raise FormatError(f"unknown header flags {flags:#x}")
-    fields = _cached_fields(mv[PREAMBLE.size : end])
+    fields = _copied(_checked_fields(mv[PREAMBLE.size : end]))
     check_fits_in_memory(_largest_chunk_bytes(fields), "one chunk of the stream")
-    lengths, crcs, payload_offset = _parse_index(source, mv, end + CRC.size, fields)
-    header = Header(version, *fields[:6], lengths, crcs, payload_offset, *fields[6:])
-    if size < header.compressed_bytes:
-        raise TruncatedError(
-            f"stream is truncated: {size} bytes, its index needs {header.compressed_bytes}"
-        )
-    return header
+    return _with_index(source, mv, end + CRC.size, version, fields), bytes(mv)
 
 
 def _largest_chunk_bytes(fields: tuple) -> int:
@@ -263,10 +314,9 @@ def _check_preamble(source) -> tuple[int, int, int]:
     return version, flags, PREAMBLE.size + hlen
 
 
-def _cached_fields(text) -> tuple:
+def _checked_fields(text) -> tuple:
     """``_header_fields(text)``, from the cache when these bytes were parsed before (only
-    headers that passed every check are kept); the codec config and target are copies,
-    so a caller that changes its header's dicts changes no other stream's."""
+    headers that passed every check are kept); shared: see :func:`_copied`."""
     key = bytes(text)
     fields = _fields_cache.get(key)
     if fields is None:
@@ -275,6 +325,12 @@ def _cached_fields(text) -> tuple:
             if len(_fields_cache) >= FIELDS_CACHE:
                 _fields_cache.clear()  # a reader meets few distinct headers
             _fields_cache[key] = fields
+    return fields
+
+
+def _copied(fields: tuple) -> tuple:
+    """Kept ``fields`` with copies of the codec config and target, so a caller that
+    changes its header's dicts changes no other stream's."""
     codec, target = _json_copy(fields[3]), _json_copy(fields[7])
     return (*fields[:3], codec, *fields[4:7], target, fields[8])
 

@@ -23,6 +23,7 @@ from .stream_header import (
     check_fits_in_memory,
     chunk_crc,
     is_bfloat16,
+    parse_head,
     parse_header,
 )
 from .workers import inner_threads, resolve_workers
@@ -147,8 +148,8 @@ class ContainerReader:
             source = BufferSource(source)
         self._source = source
         try:
-            self.header = parse_header(source)
-            self.codec = stream_codec(self.header)
+            self.header, head = parse_head(source)
+            self.codec = _checked_codec(self.header, head)
             check_length(source, self.header)
         except BaseException:
             self.close()
@@ -322,6 +323,23 @@ def _codec_of(config: dict) -> Codec:
             if len(_codecs) >= CODEC_CACHE:
                 _codecs.clear()
             _codecs[key] = codec
+    return codec
+
+
+#: streams' heads (bytes up to the chunk count, see ``parse_head``) -> their codec,
+#: checked against their header by ``stream_codec``: equal heads, equal JSON headers
+_head_codecs: dict[bytes, Codec] = {}
+
+
+def _checked_codec(h: Header, head: bytes) -> Codec:
+    """``stream_codec(h)`` for the stream whose head is ``head``, checked once per head."""
+    codec = _head_codecs.get(head)
+    if codec is None:
+        codec = stream_codec(h)
+        with _codecs_lock:
+            if len(_head_codecs) >= CODEC_CACHE:
+                _head_codecs.clear()
+            _head_codecs[head] = codec
     return codec
 
 

@@ -105,3 +105,20 @@ def test_h5dataset_and_loader_read_filtered_datasets(tmp_path, workers):
             assert np.array_equal(xi, want[yi])
             seen[yi] = True
     assert seen.all()
+
+
+def test_corrupted_payload_of_a_chunk_with_a_known_header_raises(tmp_path):
+    from tensorpress.formats import ChecksumError
+
+    path = tmp_path / "f.h5"
+    _write(path, RNG.standard_normal((16, 4)).astype(np.float32), (8, 4))
+    with h5py.File(path, "r+") as f:
+        _, raw = f["x"].id.read_direct_chunk((8, 0))
+        bad = bytearray(raw)
+        bad[-2] ^= 0x20  # in the payload: the header and index are those of a good chunk
+        f["x"].id.write_direct_chunk((8, 0), bytes(bad), 0)
+    with h5py.File(path, "r") as f:
+        reader = FilteredChunks(f["x"], str(path))
+        reader.read_rows(0, 8)  # chunk (0, 0)'s header is known now
+        with pytest.raises(ChecksumError, match="checksum"):
+            reader.read_rows(8, 16)

@@ -109,3 +109,68 @@ def test_header_checksum_still_checked_for_a_kept_header(pair):
     crc = zlib.crc32(a[: end - 4]) ^ 1
     with pytest.raises(ChecksumError, match="header"):
         read_header(a[: end - 4] + struct.pack("<I", crc) + a[end:])
+
+
+def _kept(blob: bytes) -> bytes:
+    """``blob``'s head (bytes up to its chunk count), parsed once so that it is kept."""
+    read_header(blob)
+    head = stream_header.parse_head(stream_reader.BufferSource(blob))[1]
+    assert head in stream_header._heads
+    return head
+
+
+@pytest.mark.parametrize("cut", [1, 40, "index", "head"])
+def test_kept_head_a_truncated_stream_is_refused(pair, cut):
+    from tensorpress.formats import TruncatedError
+
+    a, _ = pair
+    head = _kept(a)
+    keep = (
+        {"index": len(head) + 5, "head": len(head) - 1}[cut]
+        if isinstance(cut, str)
+        else len(a) - cut
+    )
+    with pytest.raises(TruncatedError):
+        ContainerReader(a[:keep], workers=1).read()
+
+
+def test_kept_head_each_index_byte_is_checked(pair):
+    a, _ = pair
+    head = _kept(a)
+    for at in range(len(head), len(head) + 12 + 4):  # one index entry and the index CRC
+        bad = bytearray(a)
+        bad[at] ^= 0x01
+        with pytest.raises((ChecksumError, FormatError)):
+            ContainerReader(bytes(bad), workers=1).read()
+
+
+def test_kept_head_each_payload_checksum_is_checked(pair):
+    a, _ = pair
+    r = ContainerReader(a, workers=1)
+    start = r.header.payload_offset
+    for at in range(start, len(a), max(1, (len(a) - start) // 16)):
+        bad = bytearray(a)
+        bad[at] ^= 0x10
+        with pytest.raises(ChecksumError):
+            ContainerReader(bytes(bad), workers=1).read()
+
+
+def test_a_lying_header_length_is_not_read_past_the_kept_heads(pair):
+    a, _ = pair
+    _kept(a)
+    bad = a[:12] + struct.pack("<I", 1 << 31) + a[16:]
+    with pytest.raises((FormatError, ChecksumError)):
+        ContainerReader(bad, workers=1)
+
+
+def test_kept_head_decodes_each_stream_exactly(pair, monkeypatch):
+    a, b = pair
+    _kept(a)
+
+    def full(source):
+        raise AssertionError("a kept head was parsed again")
+
+    monkeypatch.setattr(stream_header, "_parse_in_full", full)  # b's head is a's
+    for blob in (a, b):
+        assert np.array_equal(ContainerReader(blob, workers=1).read(), tp.decompress(blob))
+    assert len(stream_header._heads) <= stream_header.FIELDS_CACHE
