@@ -10,7 +10,7 @@ initialisation on the same batches (this repository's own source text) by
   the device) the row says so;
 - ``checkpoint``: ``torch.utils.checkpoint`` around each block (eager);
 - ``tp eager``: ``ActivationCompression(codec="block", rel=...)``, the eager hooks;
-- ``tp compiled``: ``compile_with_compression(model, rel=...)``.
+- ``tp compiled``: ``compile_with_compression(model, rel=..., memory_budget=...)``.
 
 Per variant: the activation bytes a step saves for backward (compiled: what the forward
 graph returns for backward, each storage once, parameters and the batch left out, from
@@ -51,6 +51,9 @@ from tensorpress.activation_offload import ActivationCompression  # noqa: E402
 from tensorpress.activation_offload.compiled import CompiledCompression  # noqa: E402
 
 VOCAB = 256
+#: ``tp compiled``'s ``memory_budget``: the partitioner recomputes cheap producers
+#: (norms, GELU, attention) from the matmuls' outputs, which the codes then hold
+BUDGET = 0.5
 
 
 class Block(nn.Module):
@@ -204,7 +207,7 @@ def variants(args, init):
     for name, counting, options in (
         ("compile", CompiledCompression(rel=None), {}),
         ("compile+fp8", CompiledCompression(rel=None), _fp8_options()),
-        ("tp compiled", CompiledCompression(rel=args.rel), {}),
+        ("tp compiled", CompiledCompression(rel=args.rel, memory_budget=args.budget), {}),
     ):
         v = Variant(name, model(), _compiled(counting))
         v.compiled = torch.compile(v.model, options={**options, **counting.options})
@@ -297,6 +300,9 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--rel", type=float, default=1e-2)
+    p.add_argument(
+        "--budget", type=float, default=BUDGET, help="tp compiled's memory_budget (recompute)"
+    )
     p.add_argument("--val-batches", type=int, default=4)
     p.add_argument("--only", nargs="*", help="variant names to run (default: all)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (peak: CUDA memory there)")

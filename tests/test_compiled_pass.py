@@ -139,6 +139,8 @@ def test_the_ops_fakes_agree_with_the_real_ops():
 def test_bad_settings_say_what_to_do():
     with pytest.raises(ValueError, match="rel must be"):
         CompiledCompression(rel=2.0)
+    with pytest.raises(ValueError, match="memory_budget must be"):
+        CompiledCompression(memory_budget=0)
     with pytest.raises(ValueError, match="backend='inductor'"):
         compile_with_compression(nn.Linear(2, 2), backend="aot_eager")
 
@@ -266,3 +268,25 @@ def test_no_graph_breaks_and_no_more_compiles_than_plain(trained):
     assert len(trained["cc"].saved.graphs) == len(trained["counting"].saved.graphs) == 1
     explained = torch._dynamo.explain(LM())(*[torch.randint(0, V, (B, T))] * 2)
     assert explained.graph_break_count == 0  # the model as dynamo sees it, pass or not
+
+
+@needs_gxx
+@pytest.mark.slow
+def test_a_memory_budget_recomputes_more_and_keeps_the_bound_relation():
+    """Under ``memory_budget`` the partitioner recomputes cheap producers from fewer saved
+    tensors, which the codes hold: fewer bytes than at the full budget, and gradients as
+    close to plain training (held to eager codes by the tests above at the full budget)."""
+    torch.manual_seed(0)
+    model = LM()
+    batches = [torch.randint(0, V, (B, T)) for _ in range(2)]
+    plain = _grads(model, lambda i: model(i, i.roll(-1, 1)).backward(), batches)
+    errors, graphs = {}, {}
+    for budget in (1.0, 0.5):
+        torch._dynamo.reset()
+        cc = CompiledCompression(rel=REL, memory_budget=budget)
+        compiled = cc.compile(model)
+        grads = _grads(model, lambda i, c=compiled: c(i, i.roll(-1, 1)).backward(), batches)
+        errors[budget] = max(max(s) for s in _errors(grads, plain))
+        (graphs[budget],) = cc.saved.graphs
+    assert 0 < errors[0.5] <= 2 * errors[1.0] + 1e-3, errors
+    assert graphs[0.5]["encoded"] >= 4 and graphs[0.5]["held"] < graphs[1.0]["held"]

@@ -36,20 +36,30 @@ _SOURCES = tuple(os.path.join(_HERE, f) for f in _FILES)
 class CompiledCompression(CustomPartitionerFn):
     """Inductor's partitioner, then each chosen saved tensor held as codes within
     ``rel`` of its finite range (``rel=None``: nothing encoded, the saved bytes only
-    counted). ``saved`` sums what the compiled forwards save, in bytes."""
+    counted). ``memory_budget``: the partitioner's activation memory budget, the
+    fraction of the saved bytes it may keep (below 1 it recomputes cheap producers from
+    fewer saved tensors). ``saved`` sums what the compiled forwards save, in bytes."""
 
-    def __init__(self, rel: float | None = 1e-2, min_elements: int = MIN_ELEMENTS):
+    def __init__(
+        self,
+        rel: float | None = 1e-2,
+        min_elements: int = MIN_ELEMENTS,
+        memory_budget: float = 1.0,
+    ):
         if rel is not None and not (isinstance(rel, (int, float)) and 1e-6 <= rel < 1):
             raise ValueError(f"rel must be a float in [1e-6, 1), got {rel!r}")
+        if not (isinstance(memory_budget, (int, float)) and 0 < memory_budget <= 1):
+            raise ValueError(f"memory_budget must be a float in (0, 1], got {memory_budget!r}")
         self.rel = None if rel is None else float(rel)
         self.min_elements = int(min_elements)
+        self.memory_budget = float(memory_budget)
         self.saved = SavedBytes()
         self._key = uuid.uuid4().hex
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs, **kwargs: Any):
         from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-        budget = float(os.environ.get("TP_BUDGET", "1"))
+        budget = self.memory_budget
         with torch._functorch.config.patch(activation_memory_budget=budget):
             fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         encode_saved(fw, bw, kwargs["num_fwd_outputs"], self.rel, self.min_elements, self.saved)
@@ -59,7 +69,13 @@ class CompiledCompression(CustomPartitionerFn):
         # inductor's caches key graphs on this; a cached graph skips the partitioner and
         # so ``saved``'s counting: each instance is its own key (the kernels' compiled
         # code is still cached by its source)
-        return (get_hash_for_files(_SOURCES), self.rel, self.min_elements, self._key)
+        return (
+            get_hash_for_files(_SOURCES),
+            self.rel,
+            self.min_elements,
+            self.memory_budget,
+            self._key,
+        )
 
     @property
     def options(self) -> dict:
@@ -80,8 +96,13 @@ class CompiledCompression(CustomPartitionerFn):
 
 
 def compile_with_compression(
-    model, *, rel: float = 1e-2, min_elements: int = MIN_ELEMENTS, **kwargs
+    model,
+    *,
+    rel: float = 1e-2,
+    min_elements: int = MIN_ELEMENTS,
+    memory_budget: float = 1.0,
+    **kwargs,
 ):
     """``torch.compile(model, **kwargs)`` whose graphs hold saved activations as codes
     within ``rel`` of each tensor's range (:class:`CompiledCompression`)."""
-    return CompiledCompression(rel, min_elements).compile(model, **kwargs)
+    return CompiledCompression(rel, min_elements, memory_budget).compile(model, **kwargs)
