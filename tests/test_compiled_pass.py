@@ -99,6 +99,7 @@ def test_graph_codes_are_the_device_codes_in_memory_order_and_keep_the_bound(rel
 
 
 @needs_gxx
+@pytest.mark.slow
 def test_graph_codes_compiled_give_the_eager_bytes_shapes_and_strides():
     """What inductor compiles from the traced ops is what they compute eagerly: the same
     record, the same restored values, sizes and strides (the fake ones included)."""
