@@ -14,7 +14,7 @@ import tensorpress as tp
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
-from tensorpress.compress.sz import cdf97, choice
+from tensorpress.compress.sz import cdf97, cdf97_choice
 from tensorpress.compress.sz.kernels.cdf97 import lift_rows, unlift_rows
 from test_bound_properties import (
     DTYPES,
@@ -232,14 +232,14 @@ def _gray_scott_u(n=32, steps=1500) -> np.ndarray:
 
 def test_auto_takes_it_where_it_pays(monkeypatch):
     """On the Gray-Scott field at rel 1e-1 ``auto`` codes the chunk with the wavelet, in
-    at most 0.95x the bytes it writes without it (choice._CDF97_GAIN); on the smooth
+    at most 0.95x the bytes it writes without it (cdf97_choice.GAIN); on the smooth
     field, where it does not pay, ``auto`` keeps its choice and its bytes."""
     x = _gray_scott_u()
     blob = tp.compress(x, rel=0.1)
     smooth = tp.compress(_smooth(), rel=1e-3)
     assert [c[0] for c in sz_contents(blob)] == [15]
     assert all(c[0] != 15 for c in sz_contents(smooth))
-    monkeypatch.setattr(choice, "_CDF97_RATES", (0.0, -1.0))  # never tried
+    monkeypatch.setattr(cdf97_choice, "RATES", (0.0, -1.0))  # never tried
     assert len(blob) <= 0.95 * len(tp.compress(x, rel=0.1))
     assert tp.compress(_smooth(), rel=1e-3) == smooth
     y = tp.decompress(blob)

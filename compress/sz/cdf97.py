@@ -12,7 +12,7 @@ At the same point-wise bound this path costs more bits than ``auto``'s predictor
 the smooth fields of benchmarks/compressors.py at rel 1e-3 and 1e-4 (the corrections,
 and Huffman codes where SPERR's set partitioning codes runs of insignificant
 coefficients); it pays at loose bounds (grayscott_u at rel 1e-1: 0.69x the bytes), where
-``auto`` tries it (``choice._cdf97_pays``); ``predictor="cdf97"`` forces it.
+``auto`` tries it (``cdf97_choice.pays``); ``predictor="cdf97"`` forces it.
 
 Codes are ``k + radius`` for ``|k| < radius - 1``; the code ``2 * radius - 1`` escapes
 a coefficient, whose ``k`` is in the side information (code 0 is never used: this

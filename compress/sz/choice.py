@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..zstd import zstd_compress
-from . import cdf97 as sz_cdf97
+from . import cdf97_choice
 from . import fitted as sz_fitted
 from . import match as sz_match
 from . import pivot_fit as sz_pivot_fit
@@ -210,11 +210,7 @@ def choose(
     if predictor == "wavelet":  # opt-in: the chunk's own shape, nothing sampled
         return (WAVELET, 1.0, 1.0), shape
     if predictor == "cdf97":  # likewise; alpha: the quantization step in units of eb
-        return (
-            CDF97,
-            _cdf97_step(_central_box(values.reshape(shape)), eb, prec, radius)[1],
-            1.0,
-        ), shape
+        return (CDF97, cdf97_choice.step(values.reshape(shape), eb, prec, radius), 1.0), shape
     every, layouts = candidates(values, shape, predictor, alpha, beta, lattice)
     if len(every) == 1:
         return _alone(every[0], values, eb)
@@ -274,7 +270,7 @@ def choose(
     chunk = (values, eb, prec, radius, pool, coded)
     scored = _fitted_margin(scored, predictor, values.size / points, chunk)
     (best_cost, best), rival = scored[0], _rival(scored)
-    if predictor == "auto" and (found := _cdf97_pays(best_cost, best, samples, shape, chunk)):
+    if predictor == "auto" and (found := cdf97_choice.pays(best_cost, best, samples, shape, chunk)):
         return found
     if best[0][0] == CONSTANT and later:  # noise-like rows: other rows or columns predict
         found = _row_model(later, values, eb, best_cost / points)
@@ -289,75 +285,6 @@ def choose(
     larger = _sampled(values, shape, layouts, _LARGER)
     pair = [best, rival[1]]
     return pair[int(np.argmin([cost(c, larger) for c in pair]))]
-
-
-#: ``auto`` tries the CDF 9/7 path (sz/cdf97.py) where the cheapest candidate codes the
-#: chunk's own shape (or is constant prediction) and samples between ``_CDF97_RATES``
-#: bits per value: first on a central box of the chunk of at most ``_CDF97_BOX``
-#: elements against that candidate (sample blocks are too small for the wavelet's
-#: levels and the interpolations' coarse levels: grayscott_u at rel 1e-1 sampled 0.91
-#: bits per value, 0.46 whole), then, where it costs at most ``_CDF97_BOX_GAIN`` of the
-#: candidate's bits there, on the whole chunk, where it must cost at most
-#: ``_CDF97_GAIN`` of the candidate's (it decodes slower); the whole codes are kept for
-#: the encoder. On the smooth fields of benchmarks/compressors.py it paid at loose bounds
-#: only (grayscott_u at rel 1e-1 and 3e-2: 0.69x and 0.83x auto's bytes)
-_CDF97_RATES = (0.1, 3.0)
-_CDF97_BOX = 1 << 16
-_CDF97_BOX_GAIN = 0.95
-_CDF97_GAIN = 0.95
-
-
-def _cdf97_pays(cost, best, samples, shape, chunk) -> tuple | None:
-    """CDF 9/7's ``(candidate, layout)`` where it pays against ``best`` (whose sampled
-    bits are ``cost``; see ``_CDF97_RATES``), else None. ``chunk``: ``_whole_cost``'s
-    arguments after the candidate."""
-    if best[0][0] != CONSTANT and (best[1] != shape or best[0][0] in _ROW_MODELS):
-        return None  # MATCH's and PIVOT's side information names the chunk's rows
-    points = sum(b.size for b in samples[shape])
-    low, high = _CDF97_RATES
-    if not low * points <= cost <= high * points:
-        return None
-    values, eb, prec, radius = chunk[:4]
-    box = _central_box(values.reshape(shape))
-    bits, step = _cdf97_step(box, eb, prec, radius)
-    cand = ((CDF97, step, 1.0), shape)
-    if values.size > _CDF97_BOX and bits > _CDF97_BOX_GAIN * _box_cost(best[0], box, *chunk[1:4]):
-        return None
-    return cand if _coded_bits(cand, *chunk) <= _CDF97_GAIN * _coded_bits(best, *chunk) else None
-
-
-def _coded_bits(candidate, values, eb, prec, radius, pool, coded) -> float:
-    """``_whole_cost`` with the side information through zstd, as the payload has it
-    (the wavelet's corrections are 16 bytes each before it, about 1.5 after)."""
-    (cand, layout), side = candidate, []
-    codes, outliers = encode_with(cand, values, layout, eb, prec, radius, pool, side)
-    if coded is not None:
-        coded[candidate] = (codes, outliers, side)
-    return code_bits(codes) + 8 * outliers.nbytes + 8 * len(zstd_compress(b"".join(side), 1))
-
-
-def _cdf97_step(box: np.ndarray, eb, prec, radius) -> tuple[float, float]:
-    """``(bits, step)``: the quantization step of ``sz_cdf97.STEPS`` whose codes cost
-    fewest bits on ``box`` (see ``sz_cdf97.STEPS``)."""
-    return min((_box_cost((CDF97, s, 1.0), box, eb, prec, radius), s) for s in sz_cdf97.STEPS)
-
-
-def _central_box(data: np.ndarray) -> np.ndarray:
-    """The box at the centre of ``data`` whose largest dimensions are halved until it
-    holds at most ``_CDF97_BOX`` elements, contiguous."""
-    box = list(data.shape)
-    while math.prod(box) > _CDF97_BOX:
-        i = box.index(max(box))
-        box[i] = (box[i] + 1) // 2
-    at = [(n - b) // 2 for n, b in zip(data.shape, box, strict=True)]
-    return np.ascontiguousarray(data[tuple(slice(a, a + b) for a, b in zip(at, box, strict=True))])
-
-
-def _box_cost(cand: tuple, box: np.ndarray, eb, prec, radius) -> float:
-    """Bits of ``cand``'s codes, outliers and side information on ``box``."""
-    side = []
-    codes, outliers = encode_with(cand, box.reshape(-1), box.shape, eb, prec, radius, None, side)
-    return code_bits(codes) + 8 * outliers.nbytes + 8 * len(zstd_compress(b"".join(side), 1))
 
 
 def _sampled(values, shape, layouts, scale) -> dict:
