@@ -119,6 +119,11 @@ class Codec(abc.ABC):
             config[bound.mode] = bound.value
         return type(self).from_config(config)
 
+    def psnr_alternatives(self, bits_per_value: float) -> tuple[Codec, ...]:
+        """Other configurations a ``psnr=`` target also searches when this one codes at
+        ``bits_per_value`` there (the stream with fewest bytes is kept); none by default."""
+        return ()
+
     # -- the bound --------------------------------------------------------------
 
     def require_bound(self) -> ErrorBound:

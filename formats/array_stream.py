@@ -109,8 +109,16 @@ def _psnr_codec(codec, psnr, bounds, codec_params):
 
 def _compress_psnr(arr, codec, target, order, workers, chunk_bytes) -> bytes:
     """The stream under the loosest abs bound found to reach ``target`` dB (see
-    ``compress/quality.py``), recording the target and the PSNR reached."""
+    ``compress/quality.py``), recording the target and the PSNR reached; the codec's
+    :meth:`~Codec.psnr_alternatives` are searched too and the fewest bytes kept."""
+    blob = _psnr_stream(arr, codec, target, order, workers, chunk_bytes)
+    for alt in codec.psnr_alternatives(8.0 * len(blob) / max(arr.size, 1)):
+        other = _psnr_stream(arr, alt, target, order, workers, chunk_bytes)
+        blob = other if len(other) < len(blob) else blob
+    return blob
 
+
+def _psnr_stream(arr, codec, target, order, workers, chunk_bytes) -> bytes:
     def trial(bound):
         c = codec.with_bound(ErrorBound("abs", bound))
         blob = encode_array(arr, c, c.resolve_bound(arr), workers=workers, chunk_bytes=chunk_bytes)
