@@ -219,25 +219,7 @@ def _add_compress(sub) -> None:
         help="ends in .h5, .hdf5, .nc, .nc4 (netCDF-4), .tp or .zarr (a zarr v3 store, "
         "written by a Dask job; INPUT HDF5, netCDF-4 or zarr)",
     )
-    bound = p.add_mutually_exclusive_group()
-    bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
-    bound.add_argument(
-        "--rel", type=parse_rel, metavar="E", help="|x - y| <= E * (max - min), E a fraction"
-    )
-    bound.add_argument(
-        "--pw-rel",
-        dest="pw_rel",
-        type=parse_bound_value,
-        metavar="E",
-        help="|x - y| <= E * |x|, signs kept",
-    )
-    bound.add_argument(
-        "--psnr",
-        type=parse_psnr,
-        metavar="DB",
-        help="the loosest abs bound found, per dataset, whose PSNR (dB, over the value "
-        "range) reaches DB",
-    )
+    _bound_options(p)
     p.add_argument(
         "--codec", default="sz", metavar="NAME", help=f"one of {codec_help()}; default sz"
     )
@@ -287,6 +269,29 @@ def _add_compress(sub) -> None:
     _zarr_options(p)
     _raw_options(p)
     _common(p, writes=True, workers=True)
+
+
+def _bound_options(p) -> None:
+    """The mutually exclusive bounds of ``compress``."""
+    bound = p.add_mutually_exclusive_group()
+    bound.add_argument("--abs", type=parse_bound_value, metavar="E", help="|x - y| <= E")
+    bound.add_argument(
+        "--rel", type=parse_rel, metavar="E", help="|x - y| <= E * (max - min), E a fraction"
+    )
+    bound.add_argument(
+        "--pw-rel",
+        dest="pw_rel",
+        type=parse_bound_value,
+        metavar="E",
+        help="|x - y| <= E * |x|, signs kept",
+    )
+    bound.add_argument(
+        "--psnr",
+        type=parse_psnr,
+        metavar="DB",
+        help="the loosest abs bound found, per dataset, whose PSNR (dB, over the value "
+        "range) reaches DB",
+    )
 
 
 def _zarr_options(p) -> None:

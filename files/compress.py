@@ -236,14 +236,8 @@ def compress_file(
     best. Returns one report per dataset.
     """
     src = check_input(src)
-    plan = Plan(
-        codec,
-        codec_options,
-        bound,
-        overrides,
-        chunk_bytes=chunk_bytes,
-        chunk_samples=chunk_samples,
-    )
+    sizes = {"chunk_bytes": chunk_bytes, "chunk_samples": chunk_samples}
+    plan = Plan(codec, codec_options, bound, overrides, **sizes)
     plan.raw_when_larger = raw_when_larger
     kind = file_kind(src)
     _set_layout(plan, layout, codec_options, dst, kind)

@@ -269,6 +269,16 @@ def choose(
     points = sum(b.size for b in samples[shape])  # the shape's blocks: FITTED's samples
     chunk = (values, eb, prec, radius, pool, coded)
     scored = _fitted_margin(scored, predictor, values.size / points, chunk)
+    return _settle(scored, predictor, samples, (shape, layouts), chunk, later, cost)
+
+
+def _settle(scored, predictor, samples, shapes, chunk, later, cost) -> tuple:
+    """The chunk's ``(candidate, layout)`` from the sorted ``scored`` candidates: the
+    CDF 9/7 path where it pays, a row model for noise-like rows, and near-ties settled
+    on the whole chunk or on larger samples (``cost(candidate, samples)``)."""
+    shape, layouts = shapes
+    values, eb = chunk[:2]
+    points = sum(b.size for b in samples[shape])
     (best_cost, best), rival = scored[0], _rival(scored)
     if predictor == "auto" and (found := cdf97_choice.pays(best_cost, best, samples, shape, chunk)):
         return found
