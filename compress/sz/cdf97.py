@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from ..byteio import ByteReader, ByteWriter
+from . import lifting
 from .kernels.cdf97 import (
     apply,
     corrections,
@@ -56,17 +57,8 @@ MIN_LENGTH = 8
 
 
 def plan(shape: tuple) -> list[tuple[tuple, tuple]]:
-    """The levels of the transform of a chunk of ``shape``: ``(block shape, axes
-    transformed)`` per level, finest first."""
-    dims, steps = list(shape), []
-    for _ in range(LEVELS):
-        axes = tuple(ax for ax, n in enumerate(dims) if n >= MIN_LENGTH)
-        if not axes:
-            break
-        steps.append((tuple(dims), axes))
-        for ax in axes:
-            dims[ax] = (dims[ax] + 1) // 2
-    return steps
+    """The levels of the transform of a chunk of ``shape`` (see ``lifting.plan``)."""
+    return lifting.plan(shape, LEVELS, MIN_LENGTH)
 
 
 def band_boxes(shape: tuple) -> list[tuple[slice, ...]]:
@@ -89,28 +81,14 @@ def band_boxes(shape: tuple) -> list[tuple[slice, ...]]:
     return boxes
 
 
-def _along(block: np.ndarray, axis: int, kernel) -> None:
-    """Apply the row ``kernel`` along ``axis`` of the float64 view ``block``, in place."""
-    view = np.moveaxis(block, axis, -1)
-    rows = np.ascontiguousarray(view)
-    kernel(rows.reshape(-1, rows.shape[-1]))
-    view[...] = rows
-
-
 def forward(coef: np.ndarray) -> None:
     """The multilevel transform of the float64 array ``coef``, in place."""
-    for dims, axes in plan(coef.shape):
-        block = coef[tuple(slice(0, n) for n in dims)]
-        for ax in axes:
-            _along(block, ax, lift_rows)
+    lifting.forward(coef, plan(coef.shape), lift_rows)
 
 
 def inverse(coef: np.ndarray) -> None:
-    """The decoder's inverse of :func:`forward`, in place (axes and levels reversed)."""
-    for dims, axes in reversed(plan(coef.shape)):
-        block = coef[tuple(slice(0, n) for n in dims)]
-        for ax in reversed(axes):
-            _along(block, ax, unlift_rows)
+    """Invert :func:`forward` in place."""
+    lifting.inverse(coef, plan(coef.shape), unlift_rows)
 
 
 def _gather(coef: np.ndarray, boxes) -> np.ndarray:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..byteio import ByteReader, ByteWriter
+from . import lifting
 from .kernels.wavelet import (
     code_coefficients,
     decode_coefficients,
@@ -45,41 +46,18 @@ MIN_LENGTH = 8
 
 
 def plan(shape: tuple) -> list[tuple[tuple, tuple]]:
-    """The levels of the transform of a chunk of ``shape``: ``(low-pass block shape,
-    axes transformed)`` per level, coarsest last."""
-    dims, steps = list(shape), []
-    for _ in range(LEVELS):
-        axes = tuple(ax for ax, n in enumerate(dims) if n >= MIN_LENGTH)
-        if not axes:
-            break
-        steps.append((tuple(dims), axes))
-        for ax in axes:
-            dims[ax] = (dims[ax] + 1) // 2
-    return steps
-
-
-def _along(block: np.ndarray, axis: int, kernel) -> None:
-    """Apply the row ``kernel`` along ``axis`` of the int64 view ``block``, in place."""
-    view = np.moveaxis(block, axis, -1)
-    rows = np.ascontiguousarray(view)
-    kernel(rows.reshape(-1, rows.shape[-1]))
-    view[...] = rows
+    """The levels of the transform of a chunk of ``shape`` (see ``lifting.plan``)."""
+    return lifting.plan(shape, LEVELS, MIN_LENGTH)
 
 
 def forward(bins: np.ndarray) -> None:
     """The multilevel transform of the int64 array ``bins``, in place."""
-    for dims, axes in plan(bins.shape):
-        block = bins[tuple(slice(0, n) for n in dims)]
-        for ax in axes:
-            _along(block, ax, lift_rows)
+    lifting.forward(bins, plan(bins.shape), lift_rows)
 
 
 def inverse(coef: np.ndarray) -> None:
     """Invert :func:`forward` in place."""
-    for dims, axes in reversed(plan(coef.shape)):
-        block = coef[tuple(slice(0, n) for n in dims)]
-        for ax in reversed(axes):
-            _along(block, ax, unlift_rows)
+    lifting.inverse(coef, plan(coef.shape), unlift_rows)
 
 
 def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
