@@ -313,17 +313,22 @@ _codecs: dict[str, Codec] = {}
 _codecs_lock = threading.Lock()
 
 
+def _cached(cache: dict, key, make):
+    """``cache[key]``, made by ``make()`` on a miss; the cache is emptied when it holds
+    :data:`CODEC_CACHE` entries (a reader meets few distinct streams)."""
+    value = cache.get(key)
+    if value is None:
+        value = make()
+        with _codecs_lock:
+            if len(cache) >= CODEC_CACHE:
+                cache.clear()
+            cache[key] = value
+    return value
+
+
 def _codec_of(config: dict) -> Codec:
     """``get_codec(config)``, shared by every stream with this config."""
-    key = repr(config)
-    codec = _codecs.get(key)
-    if codec is None:
-        codec = get_codec(config)
-        with _codecs_lock:
-            if len(_codecs) >= CODEC_CACHE:
-                _codecs.clear()
-            _codecs[key] = codec
-    return codec
+    return _cached(_codecs, repr(config), lambda: get_codec(config))
 
 
 #: streams' heads (bytes up to the chunk count, see ``parse_head``) -> their codec,
@@ -333,14 +338,7 @@ _head_codecs: dict[bytes, Codec] = {}
 
 def _checked_codec(h: Header, head: bytes) -> Codec:
     """``stream_codec(h)`` for the stream whose head is ``head``, checked once per head."""
-    codec = _head_codecs.get(head)
-    if codec is None:
-        codec = stream_codec(h)
-        with _codecs_lock:
-            if len(_head_codecs) >= CODEC_CACHE:
-                _head_codecs.clear()
-            _head_codecs[head] = codec
-    return codec
+    return _cached(_head_codecs, head, lambda: stream_codec(h))
 
 
 def stream_codec(h: Header) -> Codec:
