@@ -10,25 +10,27 @@ were coded with the wavelet predictor."""
 
 from __future__ import annotations
 
-import random
 import struct
 
 import numpy as np
 import pytest
-import tensorpress as tp
 from plugin_tools import (
-    c_verdict,
     decode_driver,
     decodes_as_python,
     fuzz_bodies,
     predictors,
-    py_decode,
     read_one_predictor_alike,
     side_of,
     special_field,
-    with_side,
 )
 from tensorpress.formats import read_header
+from transform_cases import (
+    assert_random_settings_decode_alike,
+    assert_sides_decode_alike,
+    assert_sides_refused_alike,
+    assert_streams_decode_alike,
+    coded,
+)
 
 WAVELET = 14
 
@@ -39,27 +41,12 @@ def driver(tmp_path_factory):
 
 
 def wavelet(x, bound, radius=32768, chunk_bytes=None) -> bytes:
-    codec = {"id": "sz", "predictor": "wavelet", "radius": radius, **bound}
-    return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
-
-
-SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
-BOUNDS = [{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}]
+    return coded(x, "wavelet", bound, radius, chunk_bytes)
 
 
 @pytest.mark.parametrize("dtype", ["<f2", "<f4", "<f8", ">f4", ">f8"])
 def test_wavelet_streams_decode_bit_for_bit(driver, tmp_path, dtype):
-    seen = set()
-    for k, shape in enumerate(SHAPES):
-        for b, bound in enumerate(BOUNDS):
-            x = special_field(shape, dtype, k)
-            radius = 16 if (k + b) % 2 else 32768  # a small radius: many escapes
-            stream = wavelet(x, bound, radius)
-            ids = predictors(stream)
-            assert ids <= {0, WAVELET}, (shape, bound, ids)
-            seen |= ids
-            decodes_as_python(driver, tmp_path, stream)
-    assert WAVELET in seen
+    assert_streams_decode_alike(driver, tmp_path, dtype, "wavelet", WAVELET)
 
 
 def test_large_chunks_use_every_level(driver, tmp_path):
@@ -78,13 +65,7 @@ def test_large_chunks_use_every_level(driver, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
-    rng = random.Random(seed)
-    for case in range(120):
-        shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
-        x = special_field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
-        bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
-        stream = wavelet(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
-        decodes_as_python(driver, tmp_path, stream)
+    assert_random_settings_decode_alike(driver, tmp_path, "wavelet", seed)
 
 
 # -- crafted side information ----------------------------------------------------------
@@ -128,7 +109,7 @@ def test_round_tripped_side_decodes(driver, tmp_path, source):
     """The test's own side-information writer reproduces the original bytes."""
     side = side_of(source)
     assert _side(*_parts(side)) == side
-    decodes_as_python(driver, tmp_path, with_side(source, side))
+    assert_sides_decode_alike(driver, tmp_path, source, [side])
 
 
 def test_crafted_side_information_is_refused(driver, tmp_path, source):
@@ -152,11 +133,7 @@ def test_crafted_side_information_is_refused(driver, tmp_path, source):
         "fix index repeated": _side(esc, [idx[0], *idx[:-1]], vals),
         "values short": _side(esc, idx, vals[:-1]),
     }
-    for name, new in crafted.items():
-        stream = with_side(source, new)
-        assert py_decode(stream) is None, name
-        got, code = c_verdict(driver, tmp_path, stream)
-        assert got is None and code < 0, name
+    assert_sides_refused_alike(driver, tmp_path, source, crafted)
 
 
 def test_edited_escapes_and_fixes_decode_alike(driver, tmp_path, source):
@@ -172,8 +149,7 @@ def test_edited_escapes_and_fixes_decode_alike(driver, tmp_path, source):
         (esc, [i + 1 for i in idx[:-1]] + [idx[-1]], [1.5, -np.inf, np.nan] + vals[3:]),
         (esc, [], []),
     ]
-    for e, i, v in edits:
-        decodes_as_python(driver, tmp_path, with_side(source, _side(e, i, v)))
+    assert_sides_decode_alike(driver, tmp_path, source, [_side(*e) for e in edits])
 
 
 def test_mutated_payloads_agree_with_python(driver, tmp_path, source):

@@ -4,62 +4,24 @@ reversible integer 5/3 wavelet. The bound on every element (hypothesis: float16/
 transform's exactness, the fixes where rounding misses the bound, and damaged payloads
 with valid CRCs."""
 
-import pathlib
 import struct
 
 import numpy as np
 import pytest
 import tensorpress as tp
-import zstandard
 from hypothesis import given
-from hypothesis import strategies as st
 from tensorpress.compress.sz import wavelet
 from tensorpress.compress.sz.kernels.wavelet import lift_rows, unlift_rows
-from test_bound_properties import (
-    DTYPES,
-    FAST,
-    KINDS,
-    LAYOUTS,
-    Case,
-    log_uniform,
-    run_case,
-    shapes,
-)
-from test_sz_predictors import (
-    PREDICTOR_BYTE,
-    assert_flipped_bytes_handled,
-    stream_payloads,
-    sz_contents,
-    with_payloads,
-)
+from test_bound_properties import FAST, run_case
+from test_sz_predictors import PREDICTOR_BYTE, assert_flipped_bytes_handled, stream_payloads
+from transform_cases import assert_golden_bytes, rewrite_side, smooth, transform_cases
 
-PREDICTOR_BYTE.setdefault("wavelet", 14)
-
-
-@st.composite
-def wavelet_cases(draw):
-    """Relative bounds 1e-7 .. 1e-1 (and some absolute and pw_rel), the property kinds
-    (smooth, noise, constants, specials), layouts, radii, chunk sizes."""
-    mode = draw(st.sampled_from(["rel", "rel", "rel", "abs", "pw_rel"]))
-    return Case(
-        dtype=draw(st.sampled_from(DTYPES)),
-        shape=draw(shapes(1500)),
-        kind=draw(st.sampled_from(KINDS)),
-        seed=draw(st.integers(0, 2**32 - 1)),
-        specials=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
-        layout=draw(st.sampled_from(LAYOUTS)),
-        mode=mode,
-        bound=draw(log_uniform(1e-7, 1e-1)),
-        bound_scale="data" if mode == "abs" else "absolute",
-        predictor="wavelet",
-        radius=draw(st.sampled_from([32768, 32768, 16, 2])),
-        chunk_bytes=draw(st.sampled_from([None, None, 64, 4096])),
-        workers=draw(st.sampled_from([None, 1, 2])),
-    )
+WAVELET = 14
+PREDICTOR_BYTE.setdefault("wavelet", WAVELET)
 
 
 @FAST
-@given(case=wavelet_cases())
+@given(case=transform_cases("wavelet"))
 def test_bound_holds_on_every_element(case):
     run_case(case)
 
@@ -121,26 +83,9 @@ def test_fixes_where_the_bins_miss():
     assert np.all(np.abs(y.astype(np.float64) - x) <= eb)
 
 
-def _smooth(shape=(24, 30, 36)):
-    g = [np.linspace(0, 3, n) for n in shape]
-    grid = np.meshgrid(*g, indexing="ij")
-    return (np.sin(grid[0] + grid[1]) * np.cos(2 * grid[2])).astype(np.float32)
-
-
 def test_damaged_payloads_raise():
     """Flipped bytes reach the wavelet decoder: a FormatError or a whole array."""
-    assert_flipped_bytes_handled(tp.compress(_smooth(), rel=1e-4, predictor="wavelet"), "wavelet")
-
-
-def _rewrite_side(blob: bytes, side: bytes) -> bytes:
-    """``blob`` (one chunk coded by the wavelet) with its side information replaced and
-    every CRC rewritten."""
-    content = sz_contents(blob)[0]
-    assert content[0] == 14
-    at = 2 + 8 * 3 + 4
-    (n,) = struct.unpack_from("<Q", content, at)
-    content = content[:at] + struct.pack("<Q", len(side)) + side + content[at + 8 + n :]
-    return with_payloads(blob, [zstandard.ZstdCompressor().compress(content)])
+    assert_flipped_bytes_handled(tp.compress(smooth(), rel=1e-4, predictor="wavelet"), "wavelet")
 
 
 @pytest.mark.parametrize(
@@ -158,7 +103,7 @@ def test_crafted_side_information_raises(side, message):
     blob = tp.compress(x, rel=1e-3, predictor="wavelet")
     assert len(stream_payloads(blob)) == 1
     with pytest.raises(ValueError, match=message):
-        tp.decompress(_rewrite_side(blob, side))
+        tp.decompress(rewrite_side(blob, side, WAVELET))
 
 
 GOLDEN = ["sz_f32_wavelet_3d", "sz_f16_wavelet_2d", "sz_f64_wavelet_pw_rel"]
@@ -168,15 +113,4 @@ GOLDEN = ["sz_f32_wavelet_3d", "sz_f16_wavelet_2d", "sz_f64_wavelet_pw_rel"]
 def test_encoder_writes_the_golden_bytes(name):
     """The golden streams' inputs encode to the stored bytes: the transform and its
     codes are the same on every machine (pw_rel's log2 excepted by the golden test)."""
-    from test_golden import _golden_inputs
-
-    x, kw = _golden_inputs()[name]
-    blob = (pathlib.Path(__file__).parent / "data" / "v2" / f"{name}.tp").read_bytes()
-    assert sz_contents(blob)[0][0] == 14
-    if "pw_rel" not in kw:
-        assert tp.compress(x, **kw) == blob
-    y = tp.decompress(blob)
-    tol = tp.info(blob)["bound"]["tolerance"]
-    finite = np.isfinite(x)
-    err = np.abs(y[finite].astype(np.float64) - x[finite])
-    assert np.all(err <= tol * (np.abs(x[finite]) if "pw_rel" in kw else 1.0))
+    assert_golden_bytes(name, WAVELET)
