@@ -4,6 +4,7 @@ bound on every element (hypothesis: float16/32/64, 0-d to 5-d, odd shapes, NaN/I
 constants, bounds 1e-7 to 1e-1 of the range), the transform, the band order, the
 corrections and exact values, and damaged payloads with valid CRCs."""
 
+import contextlib
 import pathlib
 import struct
 import sys
@@ -38,6 +39,16 @@ PREDICTOR_BYTE.setdefault("cdf97", 15)
 #: the side information's u64 length in a predicted payload (after the predictor,
 #: flags, eb, alpha, beta and radius)
 SIDE_AT = 2 + 8 * 3 + 4
+
+
+@contextlib.contextmanager
+def coding(mode: str):
+    """``cdf97.CODING`` set to ``mode`` (``"codes"``, ``"planes"``) inside the block."""
+    before, cdf97.CODING = cdf97.CODING, mode
+    try:
+        yield
+    finally:
+        cdf97.CODING = before
 
 
 @st.composite
@@ -131,8 +142,11 @@ def _side(blob: bytes) -> bytes:
 def _counts(side: bytes) -> tuple[int, int, int]:
     """(escapes, corrections, exact values) of a chunk's side information."""
     (n_esc,) = struct.unpack_from("<Q", side, 0)
-    (m,) = struct.unpack_from("<Q", side, 8 + 8 * n_esc)
-    (e,) = struct.unpack_from("<Q", side, 16 + 8 * n_esc + 16 * m)
+    at = 8 + 8 * n_esc
+    if n_esc == cdf97.PLANES_MARK:  # the bit planes: no escapes
+        n_esc, at = 0, 17 + struct.unpack_from("<Q", side, 9)[0] + 8
+    (m,) = struct.unpack_from("<Q", side, at)
+    (e,) = struct.unpack_from("<Q", side, at + 8 + 16 * m)
     return n_esc, m, e
 
 
@@ -176,7 +190,8 @@ def test_exact_values_where_a_correction_cannot_reach():
 def test_escapes_from_a_small_radius():
     """Radius 2 leaves only the code of k = 0: every other coefficient is escaped."""
     x = _smooth((30, 20))
-    blob = tp.compress(x, abs=1e-3, predictor="cdf97", radius=2)
+    with coding("codes"):
+        blob = tp.compress(x, abs=1e-3, predictor="cdf97", radius=2)
     assert _counts(_side(blob))[0] > 100
     assert np.all(np.abs(tp.decompress(blob).astype(np.float64) - x) <= 1e-3)
 
@@ -259,20 +274,27 @@ def test_the_step_is_chosen_per_chunk(monkeypatch):
 
 
 GOLDEN = ["sz_f32_cdf97_3d", "sz_f16_cdf97_2d", "sz_f64_cdf97_pw_rel"]
+#: streams whose coefficients the bit planes code (sz/speck.py), by default
+GOLDEN_PLANES: list[str] = []
 
 
-@pytest.mark.parametrize("name", GOLDEN)
+@pytest.mark.parametrize("name", GOLDEN + GOLDEN_PLANES)
 def test_encoder_writes_the_golden_bytes(name):
-    """The golden streams' inputs encode to the stored bytes: the float64 transform, its
-    codes and corrections are the same on every machine (pw_rel's log2 excepted by the
-    golden test); the decoded values are within the bound."""
+    """The golden streams' inputs encode to the stored bytes (those written before the
+    bit planes, with the codes forced): the float64 transform, its codes and corrections
+    are the same on every machine (pw_rel's log2 excepted by the golden test); the
+    decoded values are within the bound."""
     from test_golden import _golden_inputs
 
     x, kw = _golden_inputs()[name]
     blob = (pathlib.Path(__file__).parent / "data" / "v2" / f"{name}.tp").read_bytes()
-    assert sz_contents(blob)[0][0] == 15
+    content = sz_contents(blob)[0]
+    assert content[0] == 15
+    planes = struct.unpack_from("<Q", content, SIDE_AT + 8)[0] == cdf97.PLANES_MARK
+    assert planes == (name in GOLDEN_PLANES)
     if "pw_rel" not in kw:
-        assert tp.compress(x, **kw) == blob
+        with coding("smaller" if name in GOLDEN_PLANES else "codes"):
+            assert tp.compress(x, **kw) == blob
     y = tp.decompress(blob)
     tol = tp.info(blob)["bound"]["tolerance"]
     finite = np.isfinite(x)

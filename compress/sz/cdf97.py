@@ -14,11 +14,15 @@ and Huffman codes where SPERR's set partitioning codes runs of insignificant
 coefficients); it pays at loose bounds (grayscott_u at rel 1e-1: 0.69x the bytes), where
 ``auto`` tries it (``cdf97_choice.pays``); ``predictor="cdf97"`` forces it.
 
-Codes are ``k + radius`` for ``|k| < radius - 1``; the code ``2 * radius - 1`` escapes
-a coefficient, whose ``k`` is in the side information (code 0 is never used: this
-predictor has no outliers). Side information (little-endian)::
+The coefficients' integers ``k`` are coded one of two ways, whichever is smaller per
+chunk. As codes ``k + radius`` for ``|k| < radius - 1``, in band order; the code
+``2 * radius - 1`` escapes a coefficient, whose ``k`` is in the side information (code 0
+is never used: this predictor has no outliers). Or as bit planes of sets that split
+where they hold a significant coefficient, as SPECK codes them (``sz/speck.py``), the
+codes then all ``radius``. Side information (little-endian)::
 
-    u64 n + n i64    escaped coefficients' k, in code order
+    u64 n + n i64    escaped coefficients' k, in code order, or
+    u64 2**64 - 1, u8 planes, u64 b + b bytes   the bit planes (sz/speck.py)
     u64 m + m u64    corrected elements: each flat index less the one before less 1
                      (the first: its index)
     m i64            their corrections k (0: the exact value follows)
@@ -32,7 +36,9 @@ import math
 import numpy as np
 
 from ..byteio import ByteReader, ByteWriter
-from . import lifting
+from ..zstd import zstd_compress
+from . import lifting, speck
+from .huffman import huffman_encode
 from .kernels.cdf97 import (
     apply,
     corrections,
@@ -51,6 +57,13 @@ NDIM = 4
 #: rel 1e-3 and 1e-4, larger ones at looser bounds (grayscott_u at rel 1e-1: 1.22x the
 #: ratio with 2.5, kolmogorov_grf 1.81x; at 3e-2: 1.11x and 1.0x with 2)
 STEPS = (1.5, 2.0, 2.5)
+#: how the coefficients are coded: ``"smaller"`` (the codes or the bit planes, whichever
+#: takes fewer bytes), ``"codes"`` or ``"planes"`` (forced); ``"codes"`` until the
+#: compiled HDF5 plugin reads the bit planes
+CODING = "codes"
+#: the side information's first u64 where the bit planes code the coefficients (in the
+#: first layout it counts the escapes, at most the element count)
+PLANES_MARK = (1 << 64) - 1
 #: most levels, and the fewest elements along a dimension that a level transforms
 LEVELS = 10
 MIN_LENGTH = 8
@@ -107,7 +120,8 @@ def _scatter(flat: np.ndarray, boxes, coef: np.ndarray) -> None:
 
 def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     """``(0, side information)``: the codes of the chunk ``data`` (4-d) into ``codes``;
-    no outliers."""
+    no outliers. The coefficients go to the codes or to the bit planes, whichever is
+    smaller (``CODING``)."""
     coef = data.astype(np.float64)
     forward(coef)
     boxes = band_boxes(coef.shape)
@@ -121,32 +135,60 @@ def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     else:
         quantize(band, step, radius, codes, escapes)
     _scatter(band, boxes, coef)
+    planes = _bit_planes(codes, escapes, radius, boxes, coef.shape)
     inverse(coef)
-    recon, flat = coef.reshape(-1), data.reshape(-1)
+    w = ByteWriter()
+    if planes is None:
+        w.u64(escapes.size)
+        w.array(escapes)
+    else:
+        codes[:] = radius
+        w.u64(PLANES_MARK)
+        w.u8(planes[0])
+        w.blob(planes[1])
+    _write_corrections(w, data.reshape(-1), coef.reshape(-1), eb, prec)
+    return 0, w.getvalue()
+
+
+def _bit_planes(codes, escapes, radius, boxes, shape) -> tuple[int, bytes] | None:
+    """``(planes, bytes)`` of the coefficients' integers coded by ``sz/speck.py``, where
+    ``CODING`` asks for them: forced, or fewer bytes through zstd than the codes' Huffman
+    stream and escapes (the payload goes through zstd: at a few thousand codes it
+    shortened their stream by a third, where the bit planes do not shrink)."""
+    if CODING == "codes":
+        return None
+    flat = codes.astype(np.int64) - radius
+    flat[codes == 2 * radius - 1] = escapes
+    k = np.empty(shape, np.int64)
+    _scatter(flat, boxes, k)
+    top = speck.planes(k)
+    if CODING == "planes":
+        return top, speck.encode(k, speck.box_array(boxes), top, 64 * codes.size + 1024)
+    # the marker, the planes and their length, and the Huffman stream of the zero codes
+    coded = len(zstd_compress(huffman_encode(codes) + escapes.tobytes(), 1)) - 24
+    data = speck.encode(k, speck.box_array(boxes), top, coded + 64)
+    if data is None or len(zstd_compress(data, 1)) > coded:
+        return None
+    return top, data
+
+
+def _write_corrections(w: ByteWriter, flat, recon, eb, prec) -> None:
+    """The corrections that bring ``round_to_storage(recon)`` within ``eb`` of ``flat``."""
     m = count_misses(flat, recon, eb, prec)
     idx, ks = np.empty(m, np.int64), np.empty(m, np.int64)
     corrections(flat, recon, eb, prec, idx, ks)
     gaps = np.diff(idx, prepend=-1) - 1
-    w = ByteWriter()
-    w.u64(escapes.size)
-    w.array(escapes)
     w.u64(m)
     w.array(gaps.astype(np.uint64))
     w.array(ks)
     exact = flat[idx[ks == 0]].astype(np.float64)
     w.u64(exact.size)
     w.array(exact)
-    return 0, w.getvalue()
 
 
-def _read_side(side, size: int) -> tuple:
-    """``(escapes, gaps, ks, exact)`` of the side information of a chunk of ``size``
+def _read_corrections(r: ByteReader, size: int) -> tuple:
+    """``(gaps, ks, exact)`` of the rest of the side information of a chunk of ``size``
     elements; ValueError where the counts cannot be right."""
-    r = ByteReader(side, "sz cdf97 side information")
-    n_esc = r.u64()
-    if n_esc > size:
-        raise ValueError("sz payload: more cdf97 escapes than elements")
-    escapes = r.array(np.int64, n_esc)
     m = r.u64()
     if m > size:
         raise ValueError("sz payload: more cdf97 corrections than elements")
@@ -159,22 +201,43 @@ def _read_side(side, size: int) -> tuple:
     r.done()
     if m and (gaps.max() >= size or int(gaps.astype(np.float64).sum()) + m > size):
         raise ValueError("sz payload: cdf97 correction indices out of range")
-    return escapes, gaps.astype(np.int64), ks, exact
+    return gaps.astype(np.int64), ks, exact
+
+
+def _coefficients(r: ByteReader, codes, radius, step, shape) -> np.ndarray:
+    """The float64 coefficients (Mallat layout) from the codes and their escapes, or
+    from the bit planes (the side information's first u64 ``PLANES_MARK``)."""
+    size = math.prod(shape)
+    if codes.size != size:
+        raise ValueError("sz payload: cdf97 codes do not cover the chunk")
+    boxes = band_boxes(shape)
+    n_esc = r.u64()
+    coef = np.empty(shape, np.float64)
+    if n_esc == PLANES_MARK:
+        top = r.u8()
+        data = r.blob()
+        if np.any(codes != radius):
+            raise ValueError("sz payload: cdf97 codes with bit planes must all be zero")
+        k = speck.decode(data, top, speck.box_array(boxes), shape)
+        np.multiply(k, step, out=coef)  # k converted to float64, one product
+        return coef
+    if n_esc > size:
+        raise ValueError("sz payload: more cdf97 escapes than elements")
+    escapes = r.array(np.int64, n_esc)
+    band = np.empty(size, np.float64)
+    if dequantize(codes, radius, escapes, step, band) != escapes.size:
+        raise ValueError("sz payload: cdf97 escapes do not match the codes")
+    _scatter(band, boxes, coef)
+    return coef
 
 
 def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
     """Invert :func:`encode_chunk` into the 4-d ``out`` (the kernel dtype)."""
-    size = out.size
-    escapes, gaps, ks, exact = _read_side(side, size)
-    if codes.size != size:
-        raise ValueError("sz payload: cdf97 codes do not cover the chunk")
     step = choice[1] * eb
     if not (math.isfinite(step) and step > 0):
         raise ValueError("sz payload: cdf97 step is not a positive number")
-    band = np.empty(size, np.float64)
-    if dequantize(codes, radius, escapes, step, band) != escapes.size:
-        raise ValueError("sz payload: cdf97 escapes do not match the codes")
-    coef = np.empty(out.shape, np.float64)
-    _scatter(band, band_boxes(out.shape), coef)
+    r = ByteReader(side, "sz cdf97 side information")
+    coef = _coefficients(r, codes, radius, step, out.shape)
+    gaps, ks, exact = _read_corrections(r, out.size)
     inverse(coef)
     apply(coef.reshape(-1), eb, prec, gaps, ks, exact, out.reshape(-1))
