@@ -207,6 +207,17 @@ class Codec(abc.ABC):
         payload = self.unstage(payload, shape, dtype)
         return self.decode(payload, shape, dtype, bound, out=out, threads=threads)
 
+    def chunk_decoder(self, shape: tuple, dtype: np.dtype, bound):
+        """``decode(payload, out)``: :meth:`decode_chunk` of one chunk of ``shape`` and
+        ``dtype`` under ``bound`` into ``out`` (C-contiguous, of that shape and dtype),
+        made once for many chunks alike (a codec may work out its per-chunk set-up here).
+        ValueError for a payload that does not decode."""
+
+        def decode(payload, out: np.ndarray) -> None:
+            self.decode_chunk(payload, shape, dtype, bound, out=out)
+
+        return decode
+
     # -- torch tensors (codecs with ``devices``) ----------------------------------
 
     def encode_tensor(self, t, bound: ErrorBound | None, chunk_rows: int):

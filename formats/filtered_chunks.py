@@ -14,6 +14,7 @@ import threading
 import h5py
 import numpy as np
 
+from .chunk_streams import OneChunkStreams
 from .errors import FormatError
 from .hdf5_filter import check_dataset, check_stream, is_tensorpress_filter
 from .stream_reader import ContainerReader
@@ -55,11 +56,14 @@ class FilteredChunks:
         self.shape = tuple(int(d) for d in ds.shape)
         self.dtype = np.dtype(ds.dtype).newbyteorder("=")
         self.chunks = tuple(int(c) for c in ds.chunks)
+        #: each chunk spans the trailing axes whole: chunks are runs of whole rows
+        self._rows_only = self.chunks[1:] == self.shape[1:]
         self.fillvalue = ds.fillvalue
         dcpl = ds.id.get_create_plist()
         self._values = check_dataset(list(dcpl.get_filter(0)[2]), ds.dtype, self.chunks)
         self._stored: dict | None = None  # chunk offset -> (mask, address, bytes), once listed
         self._lock = threading.Lock()
+        self._streams = OneChunkStreams(self._checked_reader)
 
     def _file(self) -> int | None:
         """This process's descriptor of ``path`` (None without a path), opened on first
@@ -145,6 +149,8 @@ class FilteredChunks:
         """Fill ``out`` with rows ``start .. stop-1``; returns the stored bytes read."""
         if stop <= start:
             return 0
+        if self._rows_only:
+            return self._read_chunk_rows(start, stop, out)
         masks, c0 = self._masks(), self.chunks[0]
         fd = self._file()
         fetched = 0
@@ -171,6 +177,27 @@ class FilteredChunks:
             out[dst] = chunk[src]
         return fetched
 
+    def _read_chunk_rows(self, start: int, stop: int, out: np.ndarray) -> int:
+        """:meth:`read_into` where each chunk holds whole rows (the loader's case: one
+        chunk a sample, or a few): the chunk at row ``o`` is keyed ``(o, 0, ...)``."""
+        masks, c0, fd = self._masks(), self.chunks[0], self._file()
+        zeros = (0,) * (len(self.shape) - 1)
+        fetched = 0
+        for o in range(start - start % c0, stop, c0):
+            a, b = max(start, o), min(stop, o + c0)
+            dst = out[a - start : b - start]
+            where = masks.get((o, *zeros))
+            if where is None:  # never written
+                dst[...] = self.fillvalue
+                continue
+            mask, data = self._stored_bytes(fd, (o, *zeros), where)
+            fetched += len(data)
+            if b - a == c0 and dst.flags.c_contiguous:  # decoded in place: no copy
+                self._decode((o, *zeros), mask, data, dst)
+            else:
+                dst[...] = self._decode((o, *zeros), mask, data)[a - o : b - o]
+        return fetched
+
     def _stored_bytes(self, fd: int | None, offset: tuple, where: tuple) -> tuple[int, bytes]:
         """(filter mask, stored bytes) of the chunk at ``offset``: read at its address
         ``where`` with ``fd``, or through h5py without one."""
@@ -195,10 +222,12 @@ class FilteredChunks:
                 return raw.reshape(self.chunks)
             out[...] = raw.reshape(self.chunks)
             return out
-        p = self._values
+        into = np.empty(self.chunks, self.dtype) if out is None else out
+        if self._streams.decode_into(data, into):
+            return into
         with ContainerReader(data, workers=1) as reader:
             try:  # from the header alone: nothing is allocated for a lying stream
-                check_stream(reader.header, self.dtype, self.chunks, p["codec"], p["bound"])
+                self._check(reader)
             except FormatError as exc:
                 raise FormatError(f"{self.ds.name}: chunk {offset}: {exc}") from None
             if out is None or out.dtype != reader.header.dtype:  # another byte order
@@ -210,3 +239,15 @@ class FilteredChunks:
             if reader.header.nchunks == 1:  # as the filter writes: no row plan needed
                 return reader.chunk(0, out=out)
             return reader.read_rows(0, self.chunks[0], out)
+
+    def _check(self, reader: ContainerReader) -> None:
+        """FormatError unless the stream holds one of this dataset's chunks, written with
+        the codec and bound of its cd_values."""
+        p = self._values
+        check_stream(reader.header, self.dtype, self.chunks, p["codec"], p["bound"])
+
+    def _checked_reader(self, data) -> ContainerReader:
+        """A reader of the chunk stream ``data``, checked by :meth:`_check`."""
+        reader = ContainerReader(data, workers=1)
+        self._check(reader)
+        return reader

@@ -65,4 +65,9 @@ class FileIdentity:
 
     def check_path(self, path: str) -> None:
         """``check`` the file now at ``path`` (FileNotFoundError when there is none)."""
-        self.check(FileIdentity.of(os.stat(path)))
+        st = os.stat(path)
+        # compared as a tuple first: a loader checks after every read of a sample, and
+        # building the dataclass to compare cost as much as the stat
+        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if now != (self.device, self.inode, self.size, self.mtime_ns):
+            self.check(FileIdentity.of(st))

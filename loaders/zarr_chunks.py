@@ -20,6 +20,8 @@ import threading
 
 import numpy as np
 
+from ..formats.chunk_streams import OneChunkStreams
+
 __all__ = ["LocalChunks"]
 
 OPEN_AHEAD = 256  # descriptors a read-ahead hint keeps open for the reads that follow
@@ -55,6 +57,10 @@ class LocalChunks:
         #: the chunk files are container streams, read without zarr's buffers
         self._streams = not self._arrays and not self._bytes and _is_tensorpress(md.codecs[0])
         self._dtype = np.dtype(arr.dtype)
+        self._fast = OneChunkStreams(self._checked_reader) if self._streams else None
+        #: (before, after): the path of the chunk file of rows k * chunks[0].. is
+        #: f"{before}{k}{after}", for chunk streams holding whole rows; else None
+        self._row_key = self._row_path_parts() if self._streams else None
         self._ahead: dict[str, int] = {}  # chunk file -> descriptor opened by a hint
         self._lock = threading.Lock()
 
@@ -74,6 +80,19 @@ class LocalChunks:
         if not all(isinstance(c, SupportsSyncCodec) for c in md.codecs):
             return None
         return cls(root, arr)
+
+    def _row_path_parts(self) -> tuple[str, str] | None:
+        """(before, after) of ``_row_key``, or None where the chunks do not hold whole
+        rows or the key encoding does not write a chunk index as its plain digits
+        (building each path through the encoding cost a tenth of decoding a sample)."""
+        if self.chunks[1:] != self.shape[1:]:
+            return None
+        zeros = (0,) * (len(self.shape) - 1)
+        mark = "918273645"
+        parts = self._path((int(mark), *zeros)).split(mark)
+        if len(parts) != 2 or self._path((37, *zeros)) != f"{parts[0]}37{parts[1]}":
+            return None
+        return parts[0], parts[1]
 
     def _path(self, coords: tuple[int, ...]) -> str:
         return os.path.join(self.dir, *self._key(coords).split("/"))
@@ -133,6 +152,8 @@ class LocalChunks:
         """Fill ``out`` with rows ``start .. stop-1``; returns the stored bytes read."""
         if stop <= start:
             return 0
+        if self._row_key is not None:
+            return self._read_chunk_rows(start, stop, out)
         fetched = 0
         for coords in self._coords(start, stop):
             origin = [i * c for i, c in zip(coords, self.chunks, strict=True)]
@@ -157,6 +178,29 @@ class LocalChunks:
             out[dst] = chunk[src]
         return fetched
 
+    def _read_chunk_rows(self, start: int, stop: int, out: np.ndarray) -> int:
+        """:meth:`read_into` for chunk streams that each hold whole rows (the loader's
+        case: one chunk a sample, or a few), their files named from ``_row_key``."""
+        c0, (before, after) = self.chunks[0], self._row_key
+        fetched = 0
+        for k in range(start // c0, (stop - 1) // c0 + 1):
+            o = k * c0
+            a, b = max(start, o), min(stop, o + c0)
+            dst = out[a - start : b - start]
+            try:
+                data = _read_file(self._open(f"{before}{k}{after}"))
+            except FileNotFoundError:  # never written: the fill value
+                dst[...] = self.fill
+                continue
+            fetched += len(data)
+            if b - a == c0 and self._fast.decode_into(data, dst):
+                continue
+            if dst.flags.c_contiguous:
+                self._checked_reader(data).read_rows(a - o, b - o, out=dst)
+            else:
+                dst[...] = self._decode(data)[a - o : b - o]
+        return fetched
+
     def _stream_into(self, data: bytes, rows: tuple, ends: list, origin: list, dst) -> bool:
         """Decode rows ``rows`` of the chunk stream ``data`` straight into ``dst``; False
         (nothing written) where the chunk's trailing axes are cut (an edge chunk, chunks
@@ -167,7 +211,15 @@ class LocalChunks:
         whole = all(e - o == c for o, e, c in cut)
         if not whole or not dst.flags.c_contiguous:
             return False
-        # the serializer's reader decodes as zarr would (a valid range's clamp included)
+        if rows == (0, self.chunks[0]) and self._fast.decode_into(data, dst):
+            return True
+        self._checked_reader(data).read_rows(*rows, out=dst)
+        return True
+
+    def _checked_reader(self, data):
+        """The serializer's reader of the chunk stream ``data`` (it decodes as zarr would,
+        a valid range's clamp included), checked to hold a chunk of the array's shape and
+        dtype (ValueError)."""
         reader = self._serializer[0].reader(np.frombuffer(data, np.uint8))
         h = reader.header
         if tuple(h.shape) != self.chunks or h.dtype != self._dtype:
@@ -175,8 +227,7 @@ class LocalChunks:
                 f"chunk holds a {h.dtype} array of shape {tuple(h.shape)}; the array needs "
                 f"{self._dtype} chunks of shape {self.chunks}: refused before decoding"
             )
-        reader.read_rows(*rows, out=dst)
-        return True
+        return reader
 
     def _decode(self, data: bytes) -> np.ndarray:
         """One chunk's stored bytes through the codecs, last first: a chunk-shaped array."""

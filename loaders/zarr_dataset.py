@@ -267,8 +267,6 @@ class ZarrDataset(SampleDataset):
                 pass
 
     def _read(self, arr, shape, dtype, start: int, stop: int, out: np.ndarray | None, x=False):
-        from zarr.core.buffer import cpu
-
         want = (stop - start, *shape[1:])
         if out is None:
             out = np.empty(want, dtype=dtype)
@@ -280,6 +278,8 @@ class ZarrDataset(SampleDataset):
                 if x and self._local is not None:  # in this thread: no hops through zarr's loop
                     fetched = self._local.read_into(start, stop, out)
                 else:  # decoded straight into out
+                    from zarr.core.buffer import cpu
+
                     nd = cpu.NDBuffer.from_numpy_array(out)
                     arr.get_basic_selection(slice(start, stop), out=nd)
             except OSError as exc:

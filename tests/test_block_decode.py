@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from numba import float32, njit
 from tensorpress.compress.kernels.rounding import (
@@ -49,3 +50,48 @@ def test_16bit_values_are_a_cast_of_their_float32_values():
     _rounded(x, PREC_BFLOAT16, via)
     as_bf16 = [torch.from_numpy(a).to(torch.bfloat16).view(torch.int16) for a in (via, x)]
     assert torch.equal(*as_bf16)
+
+
+def _block_payload(codec, x: np.ndarray) -> tuple:
+    bound = codec.require_bound().resolve(x)
+    return codec.encode_chunk(x, bound), bound
+
+
+@pytest.mark.parametrize(
+    "dtype, params",
+    [
+        (np.float32, {"abs": 1e-3}),
+        (np.float64, {"abs": 1e-6}),
+        (np.float32, {"pw_rel": 1e-2}),
+        (np.float32, {"abs": 1e-3, "entropy": "zstd"}),
+        (np.float32, {"abs": 0.0}),  # stored raw
+        (np.float16, {"abs": 1e-2}),
+    ],
+)
+def test_chunk_decoder_writes_what_decode_writes(dtype, params):
+    """The decoder made once per kind of chunk gives decode's bytes, into the caller's
+    array, for every mode of payload."""
+    from tensorpress.compress import get_codec
+
+    codec = get_codec("block", **params)
+    rng = np.random.default_rng(1)
+    for seed in range(3):
+        x = np.cumsum(np.random.default_rng(seed).normal(size=(3, 1000)), axis=1).astype(dtype)
+        x[0, 5:9] = [np.nan, np.inf, -np.inf, 0.0]
+        payload, bound = _block_payload(codec, x)
+        decode = codec.chunk_decoder(x.shape, x.dtype, bound)
+        out = np.asarray(rng.normal(size=x.shape), dtype)
+        decode(payload, out)
+        want = codec.decode_chunk(payload, x.shape, x.dtype, bound)
+        assert np.array_equal(out.view(np.uint8), want.view(np.uint8))
+
+
+def test_chunk_decoder_refuses_an_inconsistent_payload():
+    from tensorpress.compress import get_codec
+
+    codec = get_codec("block", abs=1e-3)
+    x = np.cumsum(np.random.default_rng(0).normal(size=4096)).astype(np.float32)
+    payload, bound = _block_payload(codec, x)
+    decode = codec.chunk_decoder(x.shape, x.dtype, bound)
+    with pytest.raises(ValueError, match="inconsistent"):
+        decode(payload[: len(payload) // 2], np.empty_like(x))

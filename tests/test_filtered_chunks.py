@@ -20,7 +20,8 @@ def _write(path, x, chunks, **kwargs):
 
 
 @pytest.mark.parametrize(
-    "shape, chunks", [((100,), (7,)), ((50, 13), (6, 5)), ((20, 6, 9), (3, 4, 9))]
+    "shape, chunks",
+    [((100,), (7,)), ((50, 13), (6, 5)), ((50, 13), (6, 13)), ((20, 6, 9), (3, 4, 9))],
 )
 def test_rows_equal_what_h5py_reads(tmp_path, shape, chunks):
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -34,11 +35,12 @@ def test_rows_equal_what_h5py_reads(tmp_path, shape, chunks):
         assert np.abs(reader.read_rows(0, shape[0]) - x).max() <= 1e-3
 
 
-def test_unwritten_chunks_are_the_fill_value(tmp_path):
+@pytest.mark.parametrize("chunks", [(10, 4), (10, 8)])
+def test_unwritten_chunks_are_the_fill_value(tmp_path, chunks):
     path = tmp_path / "f.h5"
     with h5py.File(path, "w") as f:
         opts = hdf5_filter.filter(abs=1e-3)
-        d = f.create_dataset("x", (40, 8), "f8", chunks=(10, 4), fillvalue=2.5, **opts)
+        d = f.create_dataset("x", (40, 8), "f8", chunks=chunks, fillvalue=2.5, **opts)
         d[10:20] = RNG.standard_normal((10, 8))
     with h5py.File(path, "r") as f:
         got = FilteredChunks(f["x"]).read_rows(0, 40)

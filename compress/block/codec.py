@@ -22,6 +22,7 @@ Byte layout: formats/SPEC.md.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -207,6 +208,29 @@ class BlockCodec(Codec):
         buf = unsqueeze(np.frombuffer(payload, np.uint8), n, dtype.itemsize, pw)
         self._decode_into(buf, n, dtype, pw, step, res)
         return out if direct else deliver(res, shape, out)
+
+    def chunk_decoder(self, shape: tuple, dtype: np.dtype, bound: ErrorBound):
+        """:meth:`decode` of chunks of ``shape`` and ``dtype`` into ``out``, the step, the
+        precision and the sizes worked out once: a packed payload of 32/64-bit values is
+        one kernel call on the caller's memory (the set-up :meth:`decode` does per call
+        cost as much as the kernel on a 256 KiB chunk: ``benchmarks/loader.py``'s (c))."""
+        dtype = np.dtype(dtype)
+        n, step = math.prod(shape), self.decode_step(bound)
+        pw = bound.resolved_mode == "pw_rel"
+        if self.stages or dtype.itemsize < 4 or dtype not in PREC_BY_DTYPE:
+            return super().chunk_decoder(shape, dtype, bound)
+        args = (n, dtype.itemsize, PREC_BY_DTYPE[dtype], pw, step)
+
+        def decode(payload, out: np.ndarray) -> None:
+            buf = np.frombuffer(payload, np.uint8)
+            if buf.size < 1 or buf[0] != bl.MODE_BLOCKS or not out.flags.c_contiguous:
+                self.decode(payload, shape, dtype, bound, out=out)
+                return
+            res = out.reshape(-1)
+            if not kb.decode_chunk(buf, *args, res, res.view(np.uint8), _pad(buf.size + 8)):
+                raise ValueError("block payload is inconsistent (corrupted or truncated)")
+
+        return decode
 
     @staticmethod
     def _decode_into(buf: np.ndarray, n: int, dtype, pw: bool, step: float, res: np.ndarray):
@@ -406,6 +430,18 @@ def _map_chunks(fn, items) -> list:
     import torch
 
     return map_grouped(fn, items, torch.get_num_threads())
+
+
+_pads = threading.local()
+
+
+def _pad(nbytes: int) -> np.ndarray:
+    """This thread's kernel scratch of at least ``nbytes`` bytes (kept for its next chunk:
+    the kernel holds it only during one call, which never calls back here)."""
+    pad = getattr(_pads, "buf", None)
+    if pad is None or pad.size < nbytes:
+        pad = _pads.buf = np.empty(max(nbytes, 1 << 16) * 5 // 4, np.uint8)
+    return pad
 
 
 def _bfloat16_bits(vals: np.ndarray) -> np.ndarray:
