@@ -17,7 +17,11 @@ and training several steps compiles as often as plain ``torch.compile`` does. Un
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import pathlib
 import shutil
+import sys
 
 import pytest
 
@@ -51,6 +55,19 @@ def _cases():
     return [wide, wide.t(), special, torch.relu(torch.randn(64, 65, generator=g))]
 
 
+def _assert_within_bound(x, y, rel):
+    """Every finite element of ``y`` within ``rel`` of ``x``'s finite range, NaN where
+    ``x`` has NaN, ``x``'s Inf exactly, its zeros zero."""
+    fin = x.isfinite()
+    lo, hi = x[fin].min().double(), x[fin].max().double()
+    err = (y.double() - x.double()).abs()[fin]
+    assert bool((err <= rel * (hi - lo)).all())  # every finite element
+    assert torch.equal(y.isnan(), x.isnan()) and torch.equal(
+        y[~fin & ~x.isnan()], x[~fin & ~x.isnan()]
+    )
+    assert bool((y[x == 0] == 0).all())
+
+
 @pytest.mark.parametrize("rel", [1e-1, 1e-2, 1e-3])
 def test_records_match_the_device_codes_and_keep_the_bound(rel):
     for x in _cases():
@@ -61,14 +78,7 @@ def test_records_match_the_device_codes_and_keep_the_bound(rel):
         assert torch.equal(record[: cops.HEADER].view(torch.float64), scalars)
         y = cops.decode(record, x.shape, x.stride(), x.dtype, rel)
         assert y.shape == x.shape and y.stride() == x.stride()
-        fin = x.isfinite()
-        lo, hi = x[fin].min().double(), x[fin].max().double()
-        err = (y.double() - x.double()).abs()[fin]
-        assert bool((err <= rel * (hi - lo)).all())  # every finite element
-        assert torch.equal(y.isnan(), x.isnan()) and torch.equal(
-            y[~fin & ~x.isnan()], x[~fin & ~x.isnan()]
-        )
-        assert bool((y[x == 0] == 0).all())
+        _assert_within_bound(x, y, rel)
 
 
 def _layouts():
@@ -91,14 +101,7 @@ def test_graph_codes_are_the_device_codes_in_memory_order_and_keep_the_bound(rel
         assert torch.equal(record[cops.HEADER :][: payload.numel()], payload)
         y = graph_codes.decode(record, x.shape, x.stride(), rel)
         assert y.shape == x.shape and y.stride() == x.stride()
-        fin = x.isfinite()
-        lo, hi = x[fin].min().double(), x[fin].max().double()
-        err = (y.double() - x.double()).abs()[fin]
-        assert bool((err <= rel * (hi - lo)).all())  # every finite element
-        assert torch.equal(y.isnan(), x.isnan()) and torch.equal(
-            y[~fin & ~x.isnan()], x[~fin & ~x.isnan()]
-        )
-        assert bool((y[x == 0] == 0).all())
+        _assert_within_bound(x, y, rel)
 
 
 @needs_gxx
@@ -149,27 +152,23 @@ def test_bad_settings_say_what_to_do():
         compile_with_compression(nn.Linear(2, 2), backend="aot_eager")
 
 
-class Block(nn.Module):
-    def __init__(self, d: int = D, heads: int = 4):
-        super().__init__()
-        self.heads = heads
-        self.n1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.n2, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        qkv = self.qkv(self.n1(x)).view(b, t, 3, self.heads, c // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
-        return x + self.fc2(F.gelu(self.fc1(self.n2(x))))
+@functools.cache
+def _block():
+    """benchmarks/compiled.py's pre-LayerNorm GPT-2 block (causal attention, GELU MLP):
+    the model this test trains is the one the benchmark measures, scaled down."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "compiled.py"
+    spec = importlib.util.spec_from_file_location("tp_benchmark_compiled", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.Block
 
 
 class LM(nn.Module):
     def __init__(self):
         super().__init__()
         self.emb = nn.Embedding(V, D)
-        self.blocks = nn.Sequential(Block(), Block())
+        self.blocks = nn.Sequential(_block()(D, 4), _block()(D, 4))
         self.norm, self.head = nn.LayerNorm(D), nn.Linear(D, V)
 
     def forward(self, idx, target):

@@ -6,9 +6,7 @@ from __future__ import annotations
 import doctest
 import json
 import pathlib
-import subprocess
 import sys
-import textwrap
 
 import dask
 import dask.array as da
@@ -21,6 +19,7 @@ from tensorpress.compress.quality import psnr
 from tensorpress.formats import zarr_api
 from tensorpress.formats.zarr_codecs import SZ as SZCodec
 from tensorpress.zarr import SZ, Block, Quant, Zstd, resolve_bound, value_range
+from test_zarr_codecs import _run
 
 
 def _field(shape, dtype=np.float32, seed=0, offset=0.0):
@@ -67,11 +66,7 @@ def test_the_face_loads_zarr_only_when_used():
         assert sorted(z.__all__) == sorted(n for n in dir(z) if not n.startswith("_"))
         print(SZ(abs=1).to_dict()["name"])
     """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["tensorpress.sz"]
+    assert _run(code, None).split() == ["tensorpress.sz"]
 
 
 def test_the_faces_names_are_the_registered_serializers():
@@ -381,15 +376,7 @@ def test_a_process_that_never_imports_tensorpress_reads_the_dataset(tmp_path):
         np.save("t.npy", back["t"].values)
         print(type(back["t"].encoding["serializer"]).__module__)
     """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["tensorpress.formats.zarr_codecs"]  # the entry point
+    assert _run(code, tmp_path).split() == ["tensorpress.formats.zarr_codecs"]  # entry point
     here = xr.open_zarr(tmp_path / "cf.zarr", consolidated=False)["t"].values
     assert np.array_equal(np.load(tmp_path / "t.npy"), here, equal_nan=True)
 
