@@ -87,6 +87,7 @@ TOTAL_S = 9 * 60  # the whole run, seconds: one command within a brief GPU slot
 GPT2_TINY = ["--layers", "2", "--width", "64", "--heads", "4", "--seq", "64", "--batch", "4"]
 GPT2_TINY += ["--steps", "4", "--turn", "4", "--warmup", "1", "--val-batches", "2"]
 GPT2_TINY += ["--max-batch", "4", "--store-gib", "0.25", "--budget-s", "540", "--search-s", "240"]
+GPT2 = "benchmarks/gpt2_memory.py"
 #: compiled.py's contenders: eager for reference, inductor, and the codes inside its graphs
 COMPILED = ["benchmarks/compiled.py", "--only", "eager", "compile", "tp compiled"]
 #: the compiled stage's lines for the summary: the two compiled rows and the targets
@@ -126,54 +127,60 @@ class Result:
 
 def stages(dry: bool) -> list[Stage]:
     """The stages in order, most important first; ``dry``: tiny, on the CPU."""
-    py = sys.executable
+    # in one process, one test at a time (the ini's -n needs pytest-xdist, and one GPU)
+    tests = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-rs", "-m", "not slow"]
+    tests += ["-k", "cuda", *TESTS]
     # the CNN's digits come from scikit-learn (the bench extra): without it, the LM only
     only = [] if importlib.util.find_spec("sklearn") else ["--only", "lm"]
-    # in one process, one test at a time (the ini's -n needs pytest-xdist, and one GPU)
-    tests = [py, "-m", "pytest", "-o", "addopts=", "-q", "-rs", "-m", "not slow"]
-    tests += ["-k", "cuda", *TESTS]
-    gpt2 = [py, "benchmarks/gpt2_memory.py"]
-    if dry:
-        return [
-            Stage("tests", "cuda tests (skip without CUDA)", tests, 120),
-            Stage("gpt2_memory", "gpt2_memory", [*gpt2, "--device", "cpu", *GPT2_TINY], 600),
-            Stage(
-                "compiled",
-                "compiled training",
-                [py, *COMPILED, "--device", "cpu", "--steps", "5", "--layers", "1"]
-                + ["--width", "64", "--heads", "2", "--seq", "64", "--batch", "2"],
-                600,
-                COMPILED_KEEP,
-            ),
-            Stage(
-                "tensor_latency",
-                "tensor_latency",
-                [py, "benchmarks/tensor_latency.py", "--device", "cpu", "--sizes", "64"]
-                + ["--runs", "3"],
-                120,
-            ),
-            # the synthetic arrays only, as on a GPU machine without the (uncommitted) corpus
-            Stage(
-                "gpu_check",
-                "gpu_check",
-                [py, "benchmarks/gpu_check.py", "--cpu-dry-run", "--corpus-dir"]
-                + [str(ROOT / "benchmarks" / ".cache" / "no-corpus")],
-                300,
-            ),
-            Stage(
-                "activations",
-                "activations",
-                [py, "benchmarks/activations.py", "--device", "cpu", "--quick", *only]
-                + ["--lm-batch", "8"],
-                600,
-            ),
-        ]
+    return _dry_stages(tests, only) if dry else _gpu_stages(tests, only)
+
+
+def _dry_stages(tests: list[str], only: list[str]) -> list[Stage]:
+    py = sys.executable
+    return [
+        Stage("tests", "cuda tests (skip without CUDA)", tests, 120),
+        Stage("gpt2_memory", "gpt2_memory", [py, GPT2, "--device", "cpu", *GPT2_TINY], 600),
+        Stage(
+            "compiled",
+            "compiled training",
+            [py, *COMPILED, "--device", "cpu", "--steps", "5", "--layers", "1"]
+            + ["--width", "64", "--heads", "2", "--seq", "64", "--batch", "2"],
+            600,
+            COMPILED_KEEP,
+        ),
+        Stage(
+            "tensor_latency",
+            "tensor_latency",
+            [py, "benchmarks/tensor_latency.py", "--device", "cpu", "--sizes", "64"]
+            + ["--runs", "3"],
+            120,
+        ),
+        # the synthetic arrays only, as on a GPU machine without the (uncommitted) corpus
+        Stage(
+            "gpu_check",
+            "gpu_check",
+            [py, "benchmarks/gpu_check.py", "--cpu-dry-run", "--corpus-dir"]
+            + [str(ROOT / "benchmarks" / ".cache" / "no-corpus")],
+            300,
+        ),
+        Stage(
+            "activations",
+            "activations",
+            [py, "benchmarks/activations.py", "--device", "cpu", "--quick", *only]
+            + ["--lm-batch", "8"],
+            600,
+        ),
+    ]
+
+
+def _gpu_stages(tests: list[str], only: list[str]) -> list[Stage]:
+    py = sys.executable
     return [
         Stage("tests", "cuda tests under sync debug mode", tests, 85),
         Stage(
             "gpt2_memory",
             "gpt2_memory",
-            [*gpt2, "--markdown", "--budget-s", "135", "--search-s", "50"],
+            [py, GPT2, "--markdown", "--budget-s", "135", "--search-s", "50"],
             155,
         ),
         # the CPU table's model (6 layers, width 384, seq 256), batch 8: two inductor
