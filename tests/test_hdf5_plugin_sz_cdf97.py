@@ -6,7 +6,9 @@ corrections and exact values, abs, rel and pw_rel) decode bit for bit as
 `tp.decompress` decodes them (the float64 inverse lifting included); crafted side
 information is refused as Python refuses it, and mutants decode to Python's values or
 are refused, never with a sanitizer report; h5py without tensorpress reads a
-filter-layout dataset whose chunks were coded with the cdf97 predictor."""
+filter-layout dataset whose chunks were coded with the cdf97 predictor. Both codings of
+the coefficients: the codes and the bit planes (formats/hdf5_plugin/sz_speck.c), each
+forced, and crafted or mutated bit planes refused alike."""
 
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ from plugin_tools import (
     predictors,
     py_decode,
     read_one_predictor_alike,
+    refused_alike,
     side_of,
     special_field,
     with_side,
 )
+from tensorpress.compress.sz.cdf97 import PLANES_MARK
 from tensorpress.formats import read_header
+from test_sz_cdf97 import coding
 
 CDF97 = 15
 
@@ -38,23 +43,32 @@ def driver(tmp_path_factory):
     return decode_driver(tmp_path_factory)
 
 
-def cdf97(x, bound, radius=32768, chunk_bytes=None) -> bytes:
+def cdf97(x, bound, radius=32768, chunk_bytes=None, how="smaller") -> bytes:
+    """``x`` coded by the cdf97 predictor, its coefficients as ``how`` says (cdf97.CODING)."""
     codec = {"id": "sz", "predictor": "cdf97", "radius": radius, **bound}
-    return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
+    with coding(how):
+        return tp.compress(x, codec=codec, chunk_bytes=chunk_bytes or max(64, x.nbytes // 3))
+
+
+def planes_of(stream: bytes) -> bool:
+    """Whether a one-chunk stream's coefficients are bit planes."""
+    side = side_of(stream)
+    return len(side) >= 8 and struct.unpack_from("<Q", side)[0] == PLANES_MARK
 
 
 SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
 BOUNDS = [{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}]
 
 
+@pytest.mark.parametrize("how", ["codes", "planes"])
 @pytest.mark.parametrize("dtype", ["<f2", "<f4", "<f8", ">f4", ">f8"])
-def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype):
+def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype, how):
     seen = set()
     for k, shape in enumerate(SHAPES):
         for b, bound in enumerate(BOUNDS):
             x = special_field(shape, dtype, k)
             radius = 16 if (k + b) % 2 else 32768  # a small radius: many escapes
-            stream = cdf97(x, bound, radius)
+            stream = cdf97(x, bound, radius, how=how)
             ids = predictors(stream)
             assert ids <= {0, CDF97}, (shape, bound, ids)
             seen |= ids
@@ -62,14 +76,15 @@ def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype):
     assert CDF97 in seen
 
 
-def test_large_chunks_use_every_level(driver, tmp_path):
+@pytest.mark.parametrize("how", ["codes", "planes"])
+def test_large_chunks_use_every_level(driver, tmp_path, how):
     """A 4-d chunk with 2**11 elements along an axis runs all ten levels, one axis under
     the minimum length is left alone."""
     for dtype, bound in (("<f4", {"abs": 1e-3}), ("<f2", {"abs": 1e-2}), ("<f8", {"abs": 1e-6})):
         x = special_field((2, 5, 9, 2100), dtype, 7)
-        stream = cdf97(x, bound, chunk_bytes=x.nbytes)
+        stream = cdf97(x, bound, chunk_bytes=x.nbytes, how=how)
         assert read_header(stream).nchunks == 1 and predictors(stream) == {CDF97}
-        assert _parts(side_of(stream))[1], dtype
+        assert planes_of(stream) == (how == "planes"), dtype
         decodes_as_python(driver, tmp_path, stream)
 
 
@@ -81,7 +96,8 @@ def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
         shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
         x = special_field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
         bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
-        stream = cdf97(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]))
+        how = rng.choice(["codes", "planes", "smaller"])
+        stream = cdf97(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]), how)
         decodes_as_python(driver, tmp_path, stream)
 
 
@@ -117,7 +133,7 @@ def source():
     """A one-chunk stream with escapes (radius 16) and corrections, four of them turned
     into exact values (the encoder writes those only where a correction cannot reach)."""
     x = special_field((6, 7, 40), "<f4", 3)
-    stream = cdf97(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes)
+    stream = cdf97(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes, how="codes")
     esc, gaps, ks, exact = _parts(side_of(stream))
     assert read_header(stream).nchunks == 1 and len(esc) > 4 and len(gaps) > 8
     assert not exact
@@ -186,8 +202,75 @@ def test_mutated_payloads_agree_with_python(driver, tmp_path, source):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
-def test_fuzz_mutated_payloads(driver, tmp_path, source, seed):
-    fuzz_bodies(driver, tmp_path, {"source": source}, seed=300 + seed, count=500)
+def test_fuzz_mutated_payloads(driver, tmp_path, source, planes_source, seed):
+    sources = {"source": source, "planes": planes_source}
+    fuzz_bodies(driver, tmp_path, sources, seed=300 + seed, count=500)
+
+
+# -- crafted bit planes -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planes_source():
+    """A one-chunk stream whose coefficients are bit planes, with corrections."""
+    for seed in range(4, 40):  # one whose bit planes end inside their last byte
+        x = special_field((6, 7, 40), "<f4", seed)
+        stream = cdf97(x, {"abs": 1e-2}, chunk_bytes=x.nbytes, how="planes")
+        if _planes(side_of(stream))[1][-1] & 1 == 0 and py_decode(_padded(stream)) is None:
+            break
+    assert read_header(stream).nchunks == 1 and planes_of(stream)
+    return stream
+
+
+def _padded(stream: bytes) -> bytes:
+    """``stream`` with the last bit of its bit planes' last byte set."""
+    top, data, rest = _planes(side_of(stream))
+    return with_side(stream, _planes_side(top, data[:-1] + bytes([data[-1] | 1]), rest))
+
+
+def _planes(side: bytes) -> tuple[int, bytes, bytes]:
+    """(planes, their bytes, the corrections' part) of bit-plane side information."""
+    top, n = struct.unpack_from("<BQ", side, 8)
+    return top, side[17 : 17 + n], side[17 + n :]
+
+
+def _planes_side(top: int, data: bytes, rest: bytes) -> bytes:
+    return struct.pack("<QBQ", PLANES_MARK, top, len(data)) + data + rest
+
+
+def test_crafted_bit_planes_are_refused(driver, tmp_path, planes_source):
+    side = side_of(planes_source)
+    top, data, rest = _planes(side)
+    assert _planes_side(top, data, rest) == side and data and rest
+    crafted = {
+        "planes above 53": _planes_side(54, data, rest),
+        "planes 255": _planes_side(255, data, rest),
+        "bits cut": _planes_side(top, data[:-1], rest),
+        "a byte past the end": _planes_side(top, data + b"\0", rest),
+        "padding bits set": _planes_side(top, data[:-1] + bytes([data[-1] | 1]), rest),
+        "length past the end": struct.pack("<QBQ", PLANES_MARK, top, len(side)) + data + rest,
+        "length huge": struct.pack("<QBQ", PLANES_MARK, top, 2**64 - 2) + data + rest,
+        "no length": struct.pack("<QB", PLANES_MARK, top),
+        "no corrections": _planes_side(top, data, b""),
+    }
+    for name, new in crafted.items():
+        assert py_decode(with_side(planes_source, new)) is None, name
+        refused_alike(driver, tmp_path, with_side(planes_source, new))
+    for fewer in range(top):  # other integers, or refused, alike
+        stream = with_side(planes_source, _planes_side(fewer, data, rest))
+        want = py_decode(stream)
+        got, code = c_verdict(driver, tmp_path, stream)
+        assert got == want and (code < 0) == (want is None), fewer
+
+
+def test_codes_beside_bit_planes_are_refused(driver, tmp_path, source, planes_source):
+    """The codes of a stream of the first layout under bit-plane side information."""
+    refused_alike(driver, tmp_path, with_side(source, side_of(planes_source)))
+
+
+def test_mutated_bit_planes_agree_with_python(driver, tmp_path, planes_source):
+    decoded, refused = fuzz_bodies(driver, tmp_path, {"planes": planes_source}, 6, 80)
+    assert decoded and refused
 
 
 # -- h5py through the compiled plugin ---------------------------------------------------

@@ -275,7 +275,7 @@ def test_the_step_is_chosen_per_chunk(monkeypatch):
 
 GOLDEN = ["sz_f32_cdf97_3d", "sz_f16_cdf97_2d", "sz_f64_cdf97_pw_rel"]
 #: streams whose coefficients the bit planes code (sz/speck.py), by default
-GOLDEN_PLANES: list[str] = []
+GOLDEN_PLANES = ["sz_f32_cdf97_planes_3d", "sz_f64_cdf97_planes_4d"]
 
 
 @pytest.mark.parametrize("name", GOLDEN + GOLDEN_PLANES)

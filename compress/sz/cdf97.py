@@ -58,9 +58,8 @@ NDIM = 4
 #: ratio with 2.5, kolmogorov_grf 1.81x; at 3e-2: 1.11x and 1.0x with 2)
 STEPS = (1.5, 2.0, 2.5)
 #: how the coefficients are coded: ``"smaller"`` (the codes or the bit planes, whichever
-#: takes fewer bytes), ``"codes"`` or ``"planes"`` (forced); ``"codes"`` until the
-#: compiled HDF5 plugin reads the bit planes
-CODING = "codes"
+#: takes fewer bytes), ``"codes"`` or ``"planes"`` (forced; tests)
+CODING = "smaller"
 #: the side information's first u64 where the bit planes code the coefficients (in the
 #: first layout it counts the escapes, at most the element count)
 PLANES_MARK = (1 << 64) - 1

@@ -54,6 +54,7 @@ SOURCES = (
     "sz_wavelet.c",
     "sz_cdf97.c",
     "codec_quant.c",
+    "sz_speck.c",
     "quant_encode.c",
 )
 #: strict C11; no -ffast-math: the float roundings must be IEEE's, as numpy's, and no

@@ -4,16 +4,23 @@
  * coefficient is k * (alpha * eb), the inverse lifting runs in double in the kernel's
  * operation order (the build has -ffp-contract=off), each value is rounded to the
  * storage precision, and the corrections add k * 2 * eb or put exact float64 values.
+ * Or the k come from bit planes (sz_speck.c), the codes then all radius.
  * Side information, little-endian:
- *   u64 n, n i64 escapes; u64 m, m u64 index gaps, m i64 corrections;
+ *   u64 n, n i64 escapes, or u64 2^64 - 1, u8 planes, u64 b, b bytes of bit planes;
+ *   u64 m, m u64 index gaps, m i64 corrections;
  *   u64 e, e f64 exact values (e = the corrections that are 0) */
 #include <stdlib.h>
 #include <string.h>
 
 #include "sz.h"
+#include "sz_speck.h"
 
 /* cdf97.py LEVELS, MIN_LENGTH */
 enum { LEVELS = 10, MIN_LENGTH = 8 };
+/* cdf97.py PLANES_MARK: the side information's first u64 where bit planes follow; the
+ * most band boxes (the low block and 15 bands per level) */
+#define PLANES_MARK UINT64_MAX
+enum { MAX_BOXES = 1 + 15 * LEVELS };
 
 /* kernels/cdf97.py's constants, bit for bit (INV_*: 1.0 / SCALE_*, rounded) */
 static const double LIFT_A = -0x1.960ce67635b8dp+0, LIFT_B = -0x1.b2035c937d7fbp-5;
@@ -166,8 +173,9 @@ static void unlift_axis(double *a, const uint64_t sh[4], const uint64_t dims[4],
 }
 
 typedef struct side {
-    const uint8_t *esc, *gaps, *ks, *exact;
-    uint64_t n_esc, m, e;
+    const uint8_t *esc, *gaps, *ks, *exact, *planes;
+    uint64_t n_esc, m, e, planes_len;
+    int top;
 } side;
 
 /* the side information's parts, every length, count and index checked as _read_side */
@@ -179,8 +187,16 @@ static int parse_side(const tp_sz_chunk *c, side *s, tp_err *err)
         return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
     s->n_esc = le64(p);
     p += 8, left -= 8;
-    if (s->n_esc > c->n)
+    if (s->n_esc == PLANES_MARK) {
+        if (left < 9 || (s->planes_len = le64(p + 1)) > left - 9)
+            return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+        s->top = p[0];
+        s->planes = p + 9;
+        p += 9 + s->planes_len, left -= 9 + s->planes_len;
+        s->n_esc = 0;
+    } else if (s->n_esc > c->n) {
         return tp_fail(err, TP_E_FORMAT, "sz payload: more cdf97 escapes than elements");
+    }
     if (left / 8 < s->n_esc + 1)
         return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
     s->esc = p;
@@ -236,6 +252,52 @@ static int coefficients(const tp_sz_chunk *c, const side *s, double step, double
     return 0;
 }
 
+/* cdf97.band_boxes: the boxes of scatter's order, each its starts then its lengths */
+static size_t band_boxes(const plan *p, uint64_t (*boxes)[8])
+{
+    size_t nb = 0;
+    for (int ax = 0; ax < 4; ax++)
+        boxes[nb][ax] = 0, boxes[nb][4 + ax] = p->low[ax];
+    nb++;
+    for (int l = p->levels - 1; l >= 0; l--) {
+        const uint64_t *dims = p->dims[l];
+        int k = p->naxes[l];
+        for (unsigned b = 1; b < 1u << k; b++, nb++) {
+            for (int ax = 0; ax < 4; ax++)
+                boxes[nb][ax] = 0, boxes[nb][4 + ax] = dims[ax];
+            for (int j = 0; j < k; j++) {
+                int ax = p->axes[l][j];
+                uint64_t half = (dims[ax] + 1) / 2;
+                int high = b >> (k - 1 - j) & 1;
+                boxes[nb][ax] = high ? half : 0;
+                boxes[nb][4 + ax] = high ? dims[ax] - half : half;
+            }
+        }
+    }
+    return nb;
+}
+
+/* the coefficients k * step (Mallat layout, into a) from the bit planes; every code
+ * must be that of 0; k: room for n int64 */
+static int from_planes(const tp_sz_chunk *c, const side *s, const plan *p, double step,
+                       int64_t *k, double *a, tp_err *err)
+{
+    for (uint64_t i = 0; i < c->n; i++)
+        if (c->codes[i] != c->radius)
+            return tp_fail(err, TP_E_FORMAT, "sz payload: cdf97 codes with bit planes must "
+                           "all be zero");
+    uint64_t boxes[MAX_BOXES][8];
+    size_t nb = band_boxes(p, boxes);
+    memset(k, 0, c->n * sizeof *k);
+    int rc = tp_sz_speck_decode(s->planes, s->planes_len, s->top, (const uint64_t(*)[8])boxes,
+                                nb, c->shape, k, err);
+    if (rc)
+        return rc;
+    for (uint64_t i = 0; i < c->n; i++)
+        a[i] = (double)k[i] * step;
+    return 0;
+}
+
 /* the inverse transform of a (levels and axes reversed) */
 static int inverse(double *a, const plan *p, const uint64_t sh[4], tp_err *err)
 {
@@ -270,7 +332,7 @@ static void finish(const tp_sz_chunk *c, const side *s, const double *a)
 
 int tp_sz_cdf97_decode(const tp_sz_chunk *c, tp_err *err)
 {
-    side s = {NULL, NULL, NULL, NULL, 0, 0, 0};
+    side s = {NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 0};
     int rc = parse_side(c, &s, err);
     if (rc)
         return rc;
@@ -285,11 +347,15 @@ int tp_sz_cdf97_decode(const tp_sz_chunk *c, tp_err *err)
     double *a = band + c->n;
     plan p;
     make_plan(c->shape, &p);
-    rc = coefficients(c, &s, step, band, err);
-    if (!rc) {
-        scatter(band, &p, c->shape, a);
-        rc = inverse(a, &p, c->shape, err);
+    if (s.planes) {
+        rc = from_planes(c, &s, &p, step, (int64_t *)(void *)band, a, err);
+    } else {
+        rc = coefficients(c, &s, step, band, err);
+        if (!rc)
+            scatter(band, &p, c->shape, a);
     }
+    if (!rc)
+        rc = inverse(a, &p, c->shape, err);
     if (!rc)
         finish(c, &s, a);
     free(band);

@@ -211,6 +211,12 @@ def cases():
         signs[:40] * 2.0 ** _smooth((30, 40), np.float64, 48) / 50,
         {"pw_rel": 1e-3, "predictor": "cdf97"},
     )
+    planes = _smooth((12, 14, 16), np.float32, 61)
+    planes[1, 2, 3] = np.nan
+    planes[4, 5, 6] = 3 * float(np.max(planes))  # a spike: corrections around it
+    yield "sz_f32_cdf97_planes_3d", planes, {"rel": 1e-3, "predictor": "cdf97"}
+    cube = _smooth((3, 5, 12, 16), np.float64, 62)
+    yield "sz_f64_cdf97_planes_4d", cube, {"rel": 1e-4, "predictor": "cdf97"}
 
 
 def _tokens(shape, seed, vocab=5):
