@@ -389,9 +389,15 @@ class LayerNormOfInput(Derived):
         self.mean, self.rstd, self.weight, self.bias = mean, rstd, weight, bias
 
     def _derive(self, x: torch.Tensor) -> torch.Tensor:
-        y = (x.reshape(self.source.shape) - self.mean).mul_(self.rstd)
-        if self.weight is not None:
+        # written in C order whatever the input's layout (a residual stream laid out
+        # token-fastest), as the norm wrote it: no copy to reshape it afterwards
+        x = x.reshape(self.source.shape)
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        torch.sub(x, self.mean, out=y).mul_(self.rstd)
+        if self.weight is not None and self.bias is not None:
+            torch.addcmul(self.bias, y, self.weight, out=y)  # one pass for both
+        elif self.weight is not None:
             y.mul_(self.weight)
-        if self.bias is not None:
+        elif self.bias is not None:
             y.add_(self.bias)
         return y.reshape(self.shape)

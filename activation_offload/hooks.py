@@ -315,14 +315,15 @@ class ActivationCompression:
             stored = rec.nbytes
         else:  # saved again: held once, under the tighter of the two bounds
             stored = 0
+            span = getattr(rec, "span", None)  # the same view: the same values
             if isinstance(rec, BlockCodes):  # a learned tolerance: the tighter one on the device
                 stored = rec.tighten(t, device_bound(self, t, module, name), self._compactor)
             elif isinstance(rec, Compressed) and rec.mode == "abs":
-                tol = self._tolerance(t, module, name)
+                tol = self._tolerance(t, module, name, span)
                 if tol < rec.tolerance:
                     stored = rec.tighten(t, tol)
             elif isinstance(rec, Derived):  # also a view of a region
-                tol = self._tolerance(t, module, name)
+                tol = self._tolerance(t, module, name, span)
                 if tol < rec.error:  # its derivation is not close enough: hold it too
                     rec = self._record(t, module, name, nbytes, excluded)
                     self._table.add(t, rec)
@@ -374,6 +375,7 @@ class ActivationCompression:
             rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store, span)
             if mode == "abs" and self._regions is not None:
                 self._regions.add_held(t, rec)
+        rec.span = span
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
         elif norm_inputs is not None and mode == "abs":

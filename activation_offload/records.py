@@ -33,7 +33,7 @@ class Held:
     """A saved tensor as held; ``nbytes`` counted as live until it is dropped
     (``offloaded``: held in a store, out of the device's memory)."""
 
-    __slots__ = ("nbytes", "offloaded", "packs", "_keep", "_stats", "__weakref__")
+    __slots__ = ("nbytes", "offloaded", "packs", "_keep", "_stats", "span", "__weakref__")
     store = None
     #: whether a tighter tolerance asked of this record's saver on one pass is held to
     #: on the next (records derived from it need it)
@@ -43,6 +43,9 @@ class Held:
         self.nbytes, self.offloaded = nbytes, offloaded
         self.packs, self._keep = 0, None
         self._stats = stats
+        #: the saved tensor's ValueRange where one was taken (a view of the same tensor,
+        #: saved again or read by a layer, has the same values: no second pass over them)
+        self.span = None
         if stats is not None:
             stats.hold(nbytes, offloaded)
             kind = type(self).__name__

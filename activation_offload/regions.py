@@ -30,6 +30,7 @@ view of it has taken it.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -173,14 +174,41 @@ class LayerRegion(Region):
     """The output of a linear or convolution layer, as the layer of its input's record.
 
     ``weight``: the layer's own (it saved it, so an in-place edit raises as autograd
-    does) or a copy; ``bias``: a copy (no layer saves it)."""
+    does) or a copy; ``bias``: a copy (no layer saves it). The bounds (``error``,
+    ``gain``, ``slack``, ``size``) are worked out when a view first asks for them: most
+    layers' outputs are never viewed, and the weight's sum costs a pass over it."""
 
-    def __init__(self, output, source, saved, module, weight, bias, error, gain, slack, size):
+    def __init__(self, output, source, saved, module, weight, bias, rounding):
         super().__init__(output, output.storage_offset(), output.numel(), source, saved)
-        self.error, self.gain, self.slack = error, gain, slack
+        # rounding: (input's bound, |input| bound, the rounding of one product, products)
         self.module, self.weight, self.version_of_weight = module, weight, weight._version
-        self.bias, self.size = bias, size  # size: a bound on |output| (rebuilt or not)
+        self.bias, self._rounding = bias, rounding
         self.watch = VersionWatch(output)  # (the output may be gone; its views not)
+
+    @functools.cached_property
+    def _bounds(self) -> tuple[float, float, float, float]:
+        """(error, gain, slack, size): the output's bound, the largest sum of |weight|
+        over an output's products, the rounding of computing it twice, and a bound on
+        |output|; no bound (infinities) if the weight changed since forward."""
+        if self.weight._version != self.version_of_weight:
+            return math.inf, math.inf, math.inf, math.inf
+        error, magnitude, eps, terms = self._rounding
+        with torch.no_grad():
+            gain = float(self.weight.detach().double().flatten(1).abs().sum(1).max())
+            reach = 0.0 if self.bias is None else float(self.bias.abs().max())
+        if not math.isfinite(gain):
+            return math.inf, math.inf, math.inf, math.inf
+        slack = 2.0 * (terms + 1) * eps * (magnitude * gain + reach)
+        error = gain * (1 + 2 * torch.finfo(self.dtype).eps) * error + slack
+        return error, gain, slack, magnitude * gain + reach + error
+
+    @property
+    def error(self) -> float:
+        return self._bounds[0]
+
+    @property
+    def size(self) -> float:
+        return self._bounds[3]
 
     def _rebuild(self) -> torch.Tensor:
         if self.weight._version != self.version_of_weight:
@@ -199,7 +227,8 @@ class LayerRegion(Region):
             return y.contiguous()
 
     def wanted(self, tol: float) -> float | None:
-        return needed_bound(tol, self.slack, self.gain)
+        _, gain, slack, _ = self._bounds
+        return needed_bound(tol, slack, gain)
 
 
 class Regions:
@@ -267,19 +296,16 @@ class Regions:
             held = weight.numel() * weight.element_size()
         else:
             return
+        span = getattr(rec, "span", None)  # the values of x, where its record took them
         with torch.no_grad():
-            lo, hi = torch.aminmax(x)
-            magnitude = max(-float(lo), float(hi)) + error
-            gain = float(weight.detach().double().flatten(1).abs().sum(1).max())
-            reach = 0.0 if bias is None else float(bias.detach().abs().max())
-        if not (math.isfinite(magnitude) and math.isfinite(gain)):
+            lo, hi = torch.aminmax(x) if span is None else span.ends
+        magnitude = max(-float(lo), float(hi)) + error
+        if not math.isfinite(magnitude):
             return
-        eps = _product_eps(x.dtype, x.device, conv=not linear)
-        slack = 2.0 * (terms + 1) * eps * (magnitude * gain + reach)
-        error = gain * (1 + 2 * torch.finfo(x.dtype).eps) * error + slack
+        eps = _product_eps(x.dtype, x.device, conv=not linear)  # the settings of forward
         bias = None if bias is None else bias.detach().clone()
-        size = magnitude * gain + reach + error
-        region = LayerRegion(output, rec, saved, module, weight, bias, error, gain, slack, size)
+        rounding = (error, magnitude, eps, terms)
+        region = LayerRegion(output, rec, saved, module, weight, bias, rounding)
         region.nbytes = held + (0 if bias is None else bias.numel() * bias.element_size())
         self._add(region)
         if output.grad_fn is not None:
