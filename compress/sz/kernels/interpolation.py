@@ -143,40 +143,41 @@ def code_phase(decode, fast, vbuf, pbuf, m, codes, ci, eb, two_eb, inv, lim, rad
     ``codes[ci:]``: decoding fills ``vbuf[:m]`` with the reconstructions, encoding
     quantizes ``vbuf[:m]`` (the values) and leaves the reconstructions there. Returns the
     number of outlier codes (0). The precision is chosen outside the loops so each one
-    runs without branches (``fast``: the branch-free quantizer applies)."""
+    runs without branches (``fast``: the branch-free quantizer applies). The code
+    indices are unsigned, so numba drops its check for negative ones from the loops."""
     nz = 0
     if decode:
         if fast and prec == PREC_FLOAT64:
             for t in range(m):
-                c = codes[ci + t]
+                c = codes[np.uint64(ci + t)]
                 vbuf[t] = dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT64)
                 nz += c == 0
         elif fast:
             for t in range(m):
-                c = codes[ci + t]
+                c = codes[np.uint64(ci + t)]
                 vbuf[t] = dequantize_sel(c, pbuf[t], two_eb, radius, PREC_FLOAT32)
                 nz += c == 0
         else:
             for t in range(m):
-                c = codes[ci + t]
+                c = codes[np.uint64(ci + t)]
                 vbuf[t] = dequantize(c, pbuf[t], two_eb, radius, prec)
                 nz += c == 0
     elif fast and prec == PREC_FLOAT64:
         for t in range(m):
             c, v = quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT64)
-            codes[ci + t] = c
+            codes[np.uint64(ci + t)] = c
             vbuf[t] = v
             nz += c == 0
     elif fast:
         for t in range(m):
             c, v = quantize_sel(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, PREC_FLOAT32)
-            codes[ci + t] = c
+            codes[np.uint64(ci + t)] = c
             vbuf[t] = v
             nz += c == 0
     else:
         for t in range(m):
             c, v = quantize(vbuf[t], pbuf[t], eb, two_eb, inv, lim, radius, prec)
-            codes[ci + t] = c
+            codes[np.uint64(ci + t)] = c
             vbuf[t] = v
             nz += c == 0
     return nz
