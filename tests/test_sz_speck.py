@@ -191,3 +191,16 @@ def test_codes_beside_bit_planes_raise():
     # the codes of the first layout with the side information of the bit planes
     with pytest.raises(ValueError, match="must all be zero"):
         tp.decompress(_rewrite_side(other, side))
+
+
+def test_auto_keeps_its_bytes():
+    """``auto``'s trial of the path codes the coefficients as before the bit planes
+    (cdf97_choice.CODES): where it takes the path, its bytes are those it wrote then."""
+    from test_sz_cdf97 import _gray_scott_u
+
+    x = _gray_scott_u()
+    blob = tp.compress(x, rel=0.1)
+    assert [c[0] for c in sz_contents(blob)] == [15]
+    with coding("codes"):
+        assert tp.compress(x, rel=0.1) == blob
+    assert struct.unpack_from("<Q", _side(blob))[0] != cdf97.PLANES_MARK

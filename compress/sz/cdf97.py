@@ -58,7 +58,8 @@ NDIM = 4
 #: ratio with 2.5, kolmogorov_grf 1.81x; at 3e-2: 1.11x and 1.0x with 2)
 STEPS = (1.5, 2.0, 2.5)
 #: how the coefficients are coded: ``"smaller"`` (the codes or the bit planes, whichever
-#: takes fewer bytes), ``"codes"`` or ``"planes"`` (forced; tests)
+#: takes fewer bytes), ``"codes"`` or ``"planes"`` (forced; tests). ``auto``'s trial of
+#: the path codes (cdf97_choice.py: its choices, bytes and speed as before the bit planes)
 CODING = "smaller"
 #: the side information's first u64 where the bit planes code the coefficients (in the
 #: first layout it counts the escapes, at most the element count)
@@ -119,8 +120,8 @@ def _scatter(flat: np.ndarray, boxes, coef: np.ndarray) -> None:
 
 def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     """``(0, side information)``: the codes of the chunk ``data`` (4-d) into ``codes``;
-    no outliers. The coefficients go to the codes or to the bit planes, whichever is
-    smaller (``CODING``)."""
+    no outliers. The coefficients go to the codes or to the bit planes as ``CODING``,
+    or the choice's fourth item, says."""
     coef = data.astype(np.float64)
     forward(coef)
     boxes = band_boxes(coef.shape)
@@ -134,7 +135,8 @@ def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     else:
         quantize(band, step, radius, codes, escapes)
     _scatter(band, boxes, coef)
-    planes = _bit_planes(codes, escapes, radius, boxes, coef.shape)
+    how = choice[3] if len(choice) > 3 else CODING
+    planes = _bit_planes(how, codes, escapes, radius, boxes, coef.shape)
     inverse(coef)
     w = ByteWriter()
     if planes is None:
@@ -149,19 +151,19 @@ def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     return 0, w.getvalue()
 
 
-def _bit_planes(codes, escapes, radius, boxes, shape) -> tuple[int, bytes] | None:
+def _bit_planes(how, codes, escapes, radius, boxes, shape) -> tuple[int, bytes] | None:
     """``(planes, bytes)`` of the coefficients' integers coded by ``sz/speck.py``, where
-    ``CODING`` asks for them: forced, or fewer bytes through zstd than the codes' Huffman
-    stream and escapes (the payload goes through zstd: at a few thousand codes it
-    shortened their stream by a third, where the bit planes do not shrink)."""
-    if CODING == "codes":
+    ``how`` (see ``CODING``) asks for them: forced, or fewer bytes through zstd than the
+    codes' Huffman stream and escapes (the payload goes through zstd: at a few thousand
+    codes it shortened their stream by a third, where the bit planes do not shrink)."""
+    if how == "codes":
         return None
     flat = codes.astype(np.int64) - radius
     flat[codes == 2 * radius - 1] = escapes
     k = np.empty(shape, np.int64)
     _scatter(flat, boxes, k)
     top = speck.planes(k)
-    if CODING == "planes":
+    if how == "planes":
         return top, speck.encode(k, speck.box_array(boxes), top, 64 * codes.size + 1024)
     # the marker, the planes and their length, and the Huffman stream of the zero codes
     coded = len(zstd_compress(huffman_encode(codes) + escapes.tobytes(), 1)) - 24
