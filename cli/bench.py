@@ -67,14 +67,21 @@ def _is_scale(ds) -> bool:
 
 class Missing:
     """The missing cells of a benchmarked array (formats/missing.py): ``spec`` finds them,
-    ``marks`` maps them to the NaN markers tensorpress's codecs keep exact, as
-    ``compress`` does."""
+    ``marks`` maps them to the NaN markers tensorpress's codecs keep exact and clamps
+    into the valid range, as ``compress`` does."""
 
     def __init__(self, x: np.ndarray, spec, name: str):
         from ..formats.missing import scan
 
         self.spec = spec
         self.marks = scan(x, max(1, len(x)), spec, name) if x.ndim else None
+        bounded = (spec.lo, spec.hi) != (None, None)
+        if (
+            self.marks is not None
+            and bounded
+            and (None in (spec.lo, spec.hi) or spec.lo <= spec.hi)
+        ):
+            self.marks.valid = (spec.lo, spec.hi)
 
 
 def _missing_of(ds, x: np.ndarray, name: str) -> Missing | None:
@@ -124,7 +131,7 @@ def bench_one(codec, x: np.ndarray, rel: float, span: float, repeat: int, missin
         blob, y, tc, td = _timed(codec, data, eb, repeat)
     except (ValueError, TypeError, RuntimeError) as exc:
         return {**row, "error": " ".join(str(exc).split())}
-    if marks:
+    if marks is not None:
         y = np.array(y)  # writable
         marks.restore(y)
     check = ErrorCheck({"mode": "abs", "value": eb, "tolerance": eb} if codec.lossy else None)
@@ -138,7 +145,8 @@ def bench_one(codec, x: np.ndarray, rel: float, span: float, repeat: int, missin
         "psnr_db": res["psnr_db"],
         "max_error": res["max_abs_error"] if not res["nonfinite_changed"] else math.inf,
         "max_error_over_bound": _over(res["max_abs_error"], eb, res["nonfinite_changed"]),
-        "violations": res["violations"] if codec.lossy else 0,
+        # the bound's: a peer's values just outside the valid range are within it
+        "violations": res["violations"] - res["left_valid_range"] if codec.lossy else 0,
         "nonfinite_changed": res["nonfinite_changed"],
         "compress_mb_s": x.nbytes / 1e6 / tc if tc > 0 else None,
         "decompress_mb_s": x.nbytes / 1e6 / td if td > 0 else None,

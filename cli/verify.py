@@ -86,6 +86,7 @@ class ErrorCheck:
         self.finite = 0
         self.lo, self.hi = math.inf, -math.inf
         self.missing_changed = 0
+        self.left_valid_range = 0  # valid cells decoded outside the CF valid range
         self.numbers = 0  # cells of the original that hold a value: not missing, not NaN
 
     def update(self, x: np.ndarray, y: np.ndarray, missing=None) -> None:
@@ -96,6 +97,7 @@ class ErrorCheck:
             raise UserError(f"shapes differ: {x.shape} in the original, {y.shape} compressed")
         if missing is not None and x.dtype.kind == y.dtype.kind == "f" and x.itemsize == y.itemsize:
             x, y = self._missing_cells(x, y, missing.mask(x))
+            self._valid_range(y, missing)
         if _nested(x) or _nested(y):
             self._update_nested(x, y)
             return
@@ -148,6 +150,17 @@ class ErrorCheck:
             self.count += xm.size
         return x[~mask], y[~mask]
 
+    def _valid_range(self, y: np.ndarray, missing) -> None:
+        """Count the valid cells ``y`` decoded outside the valid range as violations: CF
+        readers would take them for missing."""
+        with np.errstate(invalid="ignore"):
+            out = np.zeros(y.shape, bool) if missing.lo is None else y < missing.lo
+            if missing.hi is not None:
+                out |= y > missing.hi
+        crossed = int(np.count_nonzero(out))
+        self.left_valid_range += crossed
+        self.violations += crossed
+
     def _update_nested(self, x: np.ndarray, y: np.ndarray) -> None:
         """Compare elements that hold arrays (HDF5's variable-length sequences, alone or
         in compound fields): each pair value by value, as a dataset of its own (its values
@@ -199,6 +212,7 @@ class ErrorCheck:
             "value_range": span,
             "nonfinite_changed": self.nonfinite_changed,
             "missing_changed": self.missing_changed,
+            "left_valid_range": self.left_valid_range,
             "violations": self.violations,
             # nothing but missing values (or NaN) was compared: said, not failed
             "all_missing": self.count > 0 and self.numbers == 0,

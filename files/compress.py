@@ -79,7 +79,8 @@ def compress_stream(
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
-    source, missing = masked_source(source, rows, name)  # range and PSNR: valid cells
+    # range and PSNR over valid cells; a lossy codec's stream clamps into the valid range
+    source, missing = masked_source(source, rows, name, clamp=codec.lossy)
     bound, target = resolve_bound(source, codec, bound, rows, workers)
     writer = StreamWriter(
         sink,
@@ -463,7 +464,8 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
     chunk_bytes = _sample_bytes(plan, source)
     chunks = _sample_chunks(plan, shape, dtype.itemsize)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
-    masked, missing = masked_source(source, rows, path)  # range and PSNR: valid cells
+    # range and PSNR over valid cells; a lossy codec's chunks clamp into the valid range
+    masked, missing = masked_source(source, rows, path, clamp=plan.codec.lossy)
     bound, target = resolve_bound(masked, plan.codec, plan.bound_for(path), rows, workers)
     write = (plan.codec, bound, chunk_bytes, progress)
     out = write_filtered(

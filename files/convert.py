@@ -217,13 +217,13 @@ def _convert(reader: ContainerReader, marker: dict, fout, path: str, progress):
 
 
 def _one_chunk_stream(reader: ContainerReader, i: int, chunks: tuple) -> bytes:
-    """Chunk ``i`` of ``reader``'s stream as a stream of its own: the same codec, bound and
-    payload (checksum verified on reading; the new one is of its position there)."""
+    """Chunk ``i`` of ``reader``'s stream as a stream of its own: the same codec, bound,
+    missing values, valid range and payload (checksum verified on reading; the new one is
+    of its position there)."""
     h = reader.header
     buf = io.BytesIO()
-    writer = StreamWriter(
-        FileSink(buf), h.dtype.str, chunks, "C", h.codec, h.bound, chunks[0], h.target
-    )
+    head = (h.dtype.str, chunks, "C", h.codec, h.bound, chunks[0], h.target, h.missing)
+    writer = StreamWriter(FileSink(buf), *head)
     writer.add(reader.payload(i))
     writer.finish()
     return buf.getvalue()

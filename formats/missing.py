@@ -93,21 +93,48 @@ def _valid(attrs, dtype) -> tuple:
     rng = _attr(attrs, "valid_range", dtype)
     lo = rng[0] if len(rng) == 2 else (_attr(attrs, "valid_min", dtype) or [None])[0]
     hi = rng[1] if len(rng) == 2 else (_attr(attrs, "valid_max", dtype) or [None])[0]
-    lo = None if lo is None or math.isnan(lo) else float(lo)
-    hi = None if hi is None or math.isnan(hi) else float(hi)
+    # an infinite end (an attribute beyond the dtype's range) bounds nothing: open
+    lo = None if lo is None or not math.isfinite(lo) else float(lo)
+    hi = None if hi is None or not math.isfinite(hi) else float(hi)
+    return lo, hi
+
+
+def _is_hex(v) -> bool:
+    """Whether ``v`` is a string of 1 to 16 lowercase hex digits (as writers write bits)."""
+    return isinstance(v, str) and 0 < len(v) <= 16 and all(c in "0123456789abcdef" for c in v)
+
+
+def valid_from_header(field, dtype: np.dtype) -> tuple:
+    """Parse a header's ``valid`` field for a stream of float ``dtype``: (lo, hi), each a
+    finite number that is a value of ``dtype`` or None (an open side), not both None,
+    lo <= hi; ValueError otherwise."""
+    if not isinstance(field, list) or len(field) != 2:
+        raise ValueError("'valid' is not a list [lo, hi]")
+    for v in field:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ValueError(f"'valid' holds {v!r}, not a number or null")
+    lo, hi = (None if v is None else _dtype_value(v, dtype) for v in field)
+    if lo is None and hi is None:
+        raise ValueError("'valid' is [null, null]: it bounds nothing")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"'valid' is [{lo!r}, {hi!r}]: lo > hi")
     return lo, hi
 
 
 class MissingMap:
     """Marker bits -> original bits of one variable's missing values (unsigned ints of the
-    float's size), applied before encoding and undone after decoding."""
+    float's size), applied before encoding and undone after decoding; ``valid``: the CF
+    valid interval (lo, hi) that decoded values are clamped into (None: no clamp; a side
+    None: open), both values of the float type, so no valid cell decodes out of it and
+    reads as missing (the stream header's ``valid``, SPEC.md)."""
 
-    def __init__(self, itemsize: int, pairs):
+    def __init__(self, itemsize: int, pairs, valid: tuple | None = None):
         self.itemsize = itemsize
         self.uint = np.dtype(_UINT[itemsize])
         pairs = sorted((int(m), int(o)) for m, o in pairs)
         self.markers = np.array([m for m, _ in pairs], dtype=self.uint)
         self.originals = np.array([o for _, o in pairs], dtype=self.uint)
+        self.valid = valid
 
     def __bool__(self) -> bool:
         return bool(self.markers.size)
@@ -117,19 +144,21 @@ class MissingMap:
         return [[f"{m:x}", f"{o:x}"] for m, o in zip(self.markers, self.originals, strict=True)]
 
     @classmethod
-    def from_header(cls, field, itemsize: int) -> MissingMap:
+    def from_header(cls, field, itemsize: int, valid: tuple | None = None) -> MissingMap:
         """Parse a header's ``missing`` field for a stream of ``itemsize``-byte floats;
-        ValueError when it is malformed or a marker is not a NaN."""
+        ValueError when it is malformed (a pair not two lowercase hex strings, bits wider
+        than the dtype, a marker twice) or a marker is not a NaN."""
         if itemsize not in _UINT or not isinstance(field, list) or len(field) > MAX_MARKERS:
             raise ValueError("'missing' is not a list of [marker, original] pairs")
-        try:
-            pairs = [(int(m, 16), int(o, 16)) for m, o in field]
-        except (TypeError, ValueError):
-            raise ValueError("'missing' holds a pair that is not two hex strings") from None
+        if not all(isinstance(p, list) and len(p) == 2 and all(map(_is_hex, p)) for p in field):
+            raise ValueError("'missing' holds a pair that is not two lowercase hex strings")
+        pairs = [(int(m, 16), int(o, 16)) for m, o in field]
         top = 1 << (8 * itemsize)
-        if any(not (0 <= m < top and 0 <= o < top) for m, o in pairs):
+        if any(not (m < top and o < top) for m, o in pairs):
             raise ValueError("'missing' holds bits wider than the stream's dtype")
-        out = cls(itemsize, pairs)
+        if len({m for m, _ in pairs}) < len(pairs):
+            raise ValueError("'missing' maps a marker twice")
+        out = cls(itemsize, pairs, valid)
         if not np.isnan(out.markers.view(f"f{itemsize}")).all():
             raise ValueError("'missing' holds a marker that is not a NaN")
         return out
@@ -151,8 +180,12 @@ class MissingMap:
         return out
 
     def restore(self, block: np.ndarray) -> None:
-        """Put the original bits back in place of the markers in ``block`` (native
-        floats, written in place)."""
+        """Clamp the numbers of ``block`` (native floats, written in place) into the valid
+        interval, then put the original bits back in place of the markers (NaN: the
+        clamp leaves them)."""
+        if self.valid is not None:
+            lo, hi = (None if v is None else block.dtype.type(v) for v in self.valid)
+            np.clip(block, lo, hi, out=block)
         nan = np.isnan(block)
         if not self or not nan.any():
             return
@@ -220,11 +253,32 @@ class MissingRows:
         return self.missing.substitute(np.ascontiguousarray(block))
 
 
-def masked_source(source, rows: int, name: str = ""):
+def _dtype_value(v, dtype: np.dtype) -> float:
+    """``v`` (a JSON number) as a float, when it is a finite value of ``dtype`` exactly;
+    ValueError otherwise."""
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond float64
+        f = math.inf
+    if not math.isfinite(f):
+        raise ValueError(f"'valid' holds {v!r}, not a finite number or null")
+    if f != v or abs(f) > float(np.finfo(dtype).max) or float(dtype.type(f)) != f:
+        raise ValueError(f"'valid' holds {v!r}, not a value of the stream's {dtype}")
+    return f
+
+
+def masked_source(source, rows: int, name: str = "", clamp: bool = False):
     """(``source`` with its missing values marked, their map), or (``source``, None)
-    when it marks none."""
+    when it marks none. ``clamp`` (lossy codecs): the map also holds the CF valid
+    interval, which the stream's header then records and readers clamp into, even when
+    no cell lies outside it."""
     spec = spec_of(source)
     if spec is None:
         return source, None
     missing = scan(source, rows, spec, name)
-    return (MissingRows(source, missing), missing) if missing else (source, None)
+    valid = (spec.lo, spec.hi)
+    if clamp and valid != (None, None) and (None in valid or spec.lo <= spec.hi):
+        missing.valid = valid  # lo > hi: every cell is missing and kept exactly already
+    if missing:
+        return MissingRows(source, missing), missing
+    return source, (missing if missing.valid is not None else None)

@@ -32,6 +32,9 @@ from .errors import ChecksumError, FormatError, TruncatedError, UnsupportedVersi
 MAGIC = b"\x89TPRESS\n"
 #: the version written; version 1 (chunk CRCs of the payload alone) still decodes
 FORMAT_VERSION = 2
+#: the version written when the header has ``valid`` (a CF valid range readers must clamp
+#: into): readers that predate the field refuse such streams instead of ignoring it
+VALID_VERSION = 3
 PREAMBLE = struct.Struct("<8sHHI")  # magic, version, flags, header length (bytes)
 CRC = struct.Struct("<I")
 INDEX_ENTRY = struct.Struct("<QI")  # payload length (bytes), CRC-32 of the chunk (below)
@@ -179,7 +182,8 @@ def encode_preamble(
 ) -> bytes:
     """Preamble, JSON header and the header's CRC: the bytes before the chunk index;
     ``target``: the quality target the bound was chosen for, if any; ``missing``: the
-    ``MissingMap`` of the values' missing cells, written only when it maps any."""
+    ``MissingMap`` of the values' missing cells, written only when it maps any, and its
+    valid interval (format version 3) when it has one."""
     header = {
         "dtype": dtype,
         "shape": [int(d) for d in shape],
@@ -193,8 +197,12 @@ def encode_preamble(
         header["target"] = target
     if missing:
         header["missing"] = missing.to_header()
+    valid = getattr(missing, "valid", None)
+    if valid is not None:
+        header["valid"] = list(valid)
     head = json.dumps(header, separators=(",", ":")).encode()
-    pre = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(head)) + head
+    version = FORMAT_VERSION if valid is None else VALID_VERSION
+    pre = PREAMBLE.pack(MAGIC, version, 0, len(head)) + head
     return pre + CRC.pack(crc32(pre))
 
 
@@ -283,6 +291,8 @@ def _parse_in_full(source) -> tuple[Header, bytes]:
     if flags != 0:
         raise FormatError(f"unknown header flags {flags:#x}")
     fields = _copied(_checked_fields(mv[PREAMBLE.size : end]))
+    if version < VALID_VERSION and getattr(fields[8], "valid", None) is not None:
+        raise FormatError(f"invalid stream header: 'valid' in a format version {version} stream")
     check_fits_in_memory(_largest_chunk_bytes(fields), "one chunk of the stream")
     return _with_index(source, mv, end + CRC.size, version, fields), bytes(mv)
 
@@ -304,10 +314,10 @@ def _check_preamble(source) -> tuple[int, int, int]:
             raise TruncatedError("stream is truncated inside its preamble")
         raise FormatError("not a tensorpress stream (bad magic number)")
     _, version, flags, hlen = PREAMBLE.unpack_from(pre)
-    if version > FORMAT_VERSION:
+    if version > VALID_VERSION:
         raise UnsupportedVersionError(
             f"stream is format version {version}; this tensorpress reads up to version "
-            f"{FORMAT_VERSION}: upgrade tensorpress to read it"
+            f"{VALID_VERSION}: upgrade tensorpress to read it"
         )
     if version < 1:
         raise FormatError(f"invalid format version {version}")
@@ -373,19 +383,22 @@ def _header_fields(text) -> tuple:
         raise FormatError("invalid stream header: the codec config has no string 'id'")
     writer = h.get("writer", "")
     target = h.get("target") if isinstance(h.get("target"), dict) else None
-    missing = _missing(h["missing"], dtype) if "missing" in h else None
+    missing = _missing(h, dtype) if "missing" in h or "valid" in h else None
     bound = _bound(h["bound"])
     return dtype, tuple(shape), h["order"], codec, bound, rows, str(writer), target, missing
 
 
-def _missing(field, dtype):
-    """The header's ``missing`` map, checked (FormatError): float16/32/64 streams only."""
-    from .missing import MissingMap
+def _missing(h: dict, dtype):
+    """The header's ``missing`` map with its ``valid`` interval, checked (FormatError):
+    float16/32/64 streams only."""
+    from .missing import MissingMap, valid_from_header
 
     if dtype.kind != "f" or is_bfloat16(dtype):
-        raise FormatError(f"invalid stream header: 'missing' in a {dtype} stream")
+        key = "missing" if "missing" in h else "valid"
+        raise FormatError(f"invalid stream header: '{key}' in a {dtype} stream")
     try:
-        return MissingMap.from_header(field, dtype.itemsize)
+        valid = valid_from_header(h["valid"], dtype) if "valid" in h else None
+        return MissingMap.from_header(h.get("missing", []), dtype.itemsize, valid)
     except ValueError as exc:
         raise FormatError(f"invalid stream header: {exc}") from None
 

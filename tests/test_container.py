@@ -15,7 +15,7 @@ from tensorpress.formats import (
     UnsupportedVersionError,
     read_header,
 )
-from tensorpress.formats.stream_header import FORMAT_VERSION
+from tensorpress.formats.stream_header import VALID_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def _rewrite_header(blob, version=None, edit=None):
 
 def test_newer_version_refused(blob):
     with pytest.raises(UnsupportedVersionError, match="upgrade"):
-        tp.decompress(_rewrite_header(blob, version=FORMAT_VERSION + 1))
+        tp.decompress(_rewrite_header(blob, version=VALID_VERSION + 1))
 
 
 def test_unknown_codec_refused(blob):

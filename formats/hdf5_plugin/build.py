@@ -31,6 +31,7 @@ SOURCES = (
     "crc32.c",
     "json.c",
     "header.c",
+    "missing.c",
     "stream.c",
     "zstd_dl.c",
     "codec_zstd.c",

@@ -322,7 +322,7 @@ static int fields(const tp_json *j, tp_header *h, tp_err *err)
         return bad(err, "order is not 'C' or 'F'");
     if ((rc = codec(j, at[3], h, err)) || (rc = bound(j, at[4], h, err)))
         return rc;
-    return 0; /* writer and target are informative: decoding does not read them */
+    return tp_missing_fields(j, h, err); /* writer, target: informative, not read */
 }
 
 int tp_header_fields(const uint8_t *text, size_t n, tp_header *h, tp_err *err)

@@ -304,6 +304,25 @@ int tp_json_str_eq(const tp_json *j, uint32_t t, const char *lit)
     return i == k->end;
 }
 
+int tp_json_hex(const tp_json *j, uint32_t t, uint64_t *v)
+{
+    const tp_jtok *k = &j->tok[t];
+    if (k->type != TP_J_STRING || k->end == k->start)
+        return 0;
+    uint64_t x = 0;
+    int n = 0;
+    for (size_t i = k->start; i < k->end; n++) {
+        long c = next_char(j->text, &i);
+        int d = c >= '0' && c <= '9' ? (int)(c - '0') : c >= 'a' && c <= 'f' ? (int)(c - 'a' + 10)
+                                                                             : -1;
+        if (d < 0 || n == 16)
+            return 0;
+        x = x << 4 | (uint64_t)d;
+    }
+    *v = x;
+    return 1;
+}
+
 static locale_t c_locale;
 static pthread_once_t c_once = PTHREAD_ONCE_INIT;
 

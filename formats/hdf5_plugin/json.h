@@ -27,6 +27,9 @@ int tp_json_parse(const uint8_t *text, size_t n, tp_json *j, tp_err *err);
 void tp_json_free(tp_json *j);
 /* the string token t, unescaped, equals the ASCII literal lit */
 int tp_json_str_eq(const tp_json *j, uint32_t t, const char *lit);
+/* a string token of 1 to 16 lowercase hex digits (escapes undone): 1 and *v its value;
+ * else 0 */
+int tp_json_hex(const tp_json *j, uint32_t t, uint64_t *v);
 /* the number token t's value (+-inf past double's range, NaN for NaN) */
 double tp_json_number(const tp_json *j, uint32_t t);
 /* an integer token >= 0 that fits 63 bits: 1 and *v; else 0 */
@@ -35,5 +38,9 @@ int tp_json_count(const tp_json *j, uint32_t t, uint64_t *v);
 int tp_json_truthy(const tp_json *j, uint32_t t);
 /* the value of key lit in object token obj (the last one, as Python's dict keeps), or 0 */
 uint32_t tp_json_get(const tp_json *j, uint32_t obj, const char *lit);
+
+/* the stream header's missing and valid fields, checked as formats/missing.py checks
+ * them (missing.c); h->version and h->dtype already read */
+int tp_missing_fields(const tp_json *j, tp_header *h, tp_err *err);
 
 #endif

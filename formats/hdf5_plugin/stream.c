@@ -136,9 +136,9 @@ int tp_parse_stream(const uint8_t *buf, size_t size, tp_header *h, tp_err *err)
         return tp_fail(err, TP_E_FORMAT, "not a tensorpress stream (bad magic number)");
     }
     h->version = buf[8] | buf[9] << 8;
-    if (h->version > 2)
+    if (h->version > 3)
         return tp_fail(err, TP_E_VERSION, "stream is format version %d; this plugin reads up "
-                       "to version 2: upgrade tensorpress", h->version);
+                       "to version 3: upgrade tensorpress", h->version);
     if (h->version < 1)
         return tp_fail(err, TP_E_FORMAT, "invalid format version %d", h->version);
     size_t end = 16 + (size_t)u32le(buf + 12);
@@ -241,6 +241,7 @@ int tp_decode_stream(const uint8_t *buf, const tp_header *h, uint8_t *out, tp_er
         int rc = decode_chunk(h, p, (size_t)len, n, out + done * h->itemsize, err);
         if (rc)
             return rc;
+        tp_missing_apply(h, out + done * h->itemsize, n);
         done += n;
         offset += len;
     }

@@ -42,9 +42,10 @@ enum tp_bound_mode { TP_BOUND_NONE, TP_BOUND_ABS, TP_BOUND_REL, TP_BOUND_PW_REL 
 
 #define TP_MAX_RANK 64   /* streams of more dimensions are refused here */
 #define TP_MAX_STAGES 16 /* likewise codec configs with more stages */
+#define TP_MAX_MARKERS 256 /* missing values a header maps, at most (SPEC.md) */
 
 typedef struct tp_header {
-    int version;           /* format version, 1 or 2 */
+    int version;           /* format version, 1 to 3 */
     int dtype;             /* enum tp_dtype */
     size_t itemsize;       /* bytes a value */
     int rank;
@@ -59,6 +60,14 @@ typedef struct tp_header {
     uint32_t q_seed;       /* quant: the noise's and the signs' seed, below 2**31 */
     int b_stochastic;      /* block: stochastic rounding, codes on tol / 2's step */
     double bound_value, tolerance;
+    /* the header's missing and valid (SPEC.md; missing.c): decoded numbers clamped into
+     * [lo, hi] (a side only when has_lo / has_hi), then each marker NaN (ascending)
+     * given back its original bits */
+    int has_lo, has_hi;
+    double lo, hi;
+    uint64_t lo_bits, hi_bits; /* lo and hi as values of the dtype */
+    uint32_t nmissing;
+    uint64_t markers[TP_MAX_MARKERS], originals[TP_MAX_MARKERS];
     uint64_t nchunks;
     const uint8_t *index;  /* the chunk index entries: u64 length, u32 CRC each */
     uint64_t payload_offset, total; /* first payload, stream length (bytes) */
@@ -77,6 +86,9 @@ uint64_t tp_chunk_bytes(const tp_header *h);
 /* decode every chunk of a parsed stream into out (tp_elements * itemsize bytes, C order,
  * little-endian values) */
 int tp_decode_stream(const uint8_t *buf, const tp_header *h, uint8_t *out, tp_err *err);
+
+/* a decoded chunk's n values at out: clamped into the valid range, markers restored */
+void tp_missing_apply(const tp_header *h, uint8_t *out, uint64_t n);
 
 /* codecs: one chunk payload (stages undone) of n values into out (n * itemsize bytes) */
 int tp_zstd_codec_decode(const tp_header *h, const uint8_t *p, size_t len, uint64_t n,
