@@ -130,12 +130,12 @@ def _warn_copied_overrides(overrides: dict, reports: list) -> None:
 
 
 def _warn_all_missing(reports) -> None:
-    """Warn (stderr) for every compressed dataset none of whose cells holds a value: a
-    fill value or valid range that covers it all is more likely a mistake than data."""
+    """Warn (stderr) for every dataset none of whose cells holds a value (its note says
+    so): a fill value or valid range that covers it all is more likely a mistake."""
     from ..files.compress import ALL_MISSING
 
     for r in reports:
-        if r.note == ALL_MISSING:
+        if ALL_MISSING in (r.note or ""):
             print(
                 f"tensorpress: warning: {r.name}: {ALL_MISSING}; check its _FillValue, "
                 "missing_value and valid range",
@@ -256,6 +256,7 @@ def run_compress(args) -> int:
         doc.update(bound=given, overrides=given_overrides)
         doc["datasets"] = [report_dict(r) for r in reports]
         _warn_copied_overrides(overrides, reports)
+        _warn_all_missing(reports)
         if args.json:
             emit_json(doc)
         elif not args.quiet:

@@ -23,6 +23,7 @@ import numpy as np
 from ..compress.bounds import ErrorBound
 from ..formats.missing import MAX_MARKERS
 from ..formats.stream_writer import DEFAULT_CHUNK_BYTES
+from .compress import ALL_MISSING
 from .dask_engine import task_runner
 from .output import DatasetReport
 from .plan import Plan, PsnrTarget
@@ -375,6 +376,11 @@ def _report(partial: str, vp: VarPlan, recorded: dict) -> DatasetReport:
     stats = [marked(partial, vp.var.path, vp.index_of(r)) or {} for r in vp.regions()]
     bound = recorded["variables"][vp.var.path]["bound"]
     var = vp.var
+    # as the HDF5 path says it (files/compress.py); chunks marked without a count (by an
+    # earlier version) say nothing
+    counts = [s.get("numbers") for s in stats]
+    empty = bool(var.shape) and bool(counts) and all(c == 0 for c in counts)
+    note = vp.note if not empty else f"{vp.note}; {ALL_MISSING}" if vp.note else ALL_MISSING
     return DatasetReport(
         var.path,
         vp.lossy,
@@ -385,5 +391,5 @@ def _report(partial: str, vp: VarPlan, recorded: dict) -> DatasetReport:
         var.nbytes if var.dtype != "str" else sum(s.get("in", 0) for s in stats),
         sum(s.get("out", 0) for s in stats),
         0.0,
-        vp.note,
+        note,
     )

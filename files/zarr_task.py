@@ -66,8 +66,19 @@ def write_task(spec: dict) -> dict:
         "out": _stored_bytes(spec["partial"], spec["path"], spec["index"]),
         "max_error": worst,
     }
+    if block.dtype.kind == "f":
+        stats["numbers"] = _numbers(block, spec.get("missing"))
     mark(spec["partial"], spec["path"], spec["index"], stats)
     return stats
+
+
+def _numbers(block: np.ndarray, missing) -> int:
+    """Cells of float ``block`` that hold a number: neither NaN nor missing (CF or HDF5
+    fill value, outside the valid range): none in every chunk, and the report says so."""
+    has = ~np.isnan(block)
+    if missing is not None:
+        has &= ~missing.mask(block)
+    return int(np.count_nonzero(has))
 
 
 def _nbytes(block: np.ndarray) -> int:

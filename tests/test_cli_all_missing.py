@@ -1,7 +1,7 @@
 """A variable none of whose cells holds a value (every cell its _FillValue, outside its
 valid range, or NaN) is compressed as any other, and said: the report's note, a warning
-of ``tensorpress compress`` and a note of ``tensorpress verify``; a variable with some
-values, missing or not, says nothing."""
+of ``tensorpress compress`` and a note of ``tensorpress verify``, to HDF5 and to zarr
+alike; a variable with some values, missing or not, says nothing."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def source(tmp_path):
         part = f.create_dataset("some", data=some)
         part.attrs["_FillValue"] = np.float32(-999.0)
         f["plain"] = rng.standard_normal((60, 50)).astype("f4")
+        big = f.create_dataset("big", data=np.full((200, 100), 1e20, "f4"))  # 80 kB: lossy
+        big.attrs["_FillValue"] = np.float32(1e20)  # in zarr (smaller variables: lossless)
     return path
 
 
-EMPTY = {"fill", "ranged", "nan"}
+EMPTY = {"fill", "ranged", "nan", "big"}
 
 
 @pytest.mark.parametrize("layout", ["filter", "stream"])
@@ -58,7 +60,8 @@ def test_compress_warns_and_verify_notes(source, tmp_path, capsys):
     noted = {d["name"].lstrip("/") for d in doc["datasets"] if d["note"] == ALL_MISSING}
     assert noted == EMPTY
     warned = [line for line in cap.err.splitlines() if "every cell is missing" in line]
-    assert len(warned) == 3 and all(line.startswith("tensorpress: warning: ") for line in warned)
+    assert len(warned) == len(EMPTY)
+    assert all(line.startswith("tensorpress: warning: ") for line in warned)
     assert not any("some" in line or "plain" in line for line in warned)
     assert main(["verify", str(source), str(out), "--json"]) == 0
     checked = {d["name"].lstrip("/"): d for d in json.loads(capsys.readouterr().out)["datasets"]}
@@ -70,3 +73,23 @@ def test_compress_warns_and_verify_notes(source, tmp_path, capsys):
     assert sorted(notes) == sorted(
         f"note: {n}: every cell is missing (its fill value or NaN)" for n in EMPTY
     )
+
+
+def test_zarr_output_reports_them_as_the_hdf5_path_does(source, tmp_path, capsys):
+    pytest.importorskip("zarr")
+    pytest.importorskip("dask")
+    out = tmp_path / "out.zarr"
+    argv = ["compress", str(source), str(out), "--abs", "1e-3", "--scheduler", "inline"]
+    assert main([*argv, "--json"]) == 0
+    cap = capsys.readouterr()
+    notes = {d["name"].lstrip("/"): d for d in json.loads(cap.out)["datasets"]}
+    assert {n for n, d in notes.items() if ALL_MISSING in d["note"]} == EMPTY
+    assert notes["big"]["compressed"] and notes["big"]["note"] == ALL_MISSING
+    assert not notes["fill"]["compressed"]  # small: lossless, and the note says both
+    assert notes["fill"]["note"].startswith("lossless: ")
+    assert ALL_MISSING not in notes["some"]["note"] + notes["plain"]["note"]
+    warned = [line for line in cap.err.splitlines() if "every cell is missing" in line]
+    assert sorted(line.split(": ")[2] for line in warned) == sorted(EMPTY)
+    assert main(["verify", str(source), str(out), "--json"]) == 0
+    checked = {d["name"].lstrip("/"): d for d in json.loads(capsys.readouterr().out)["datasets"]}
+    assert {n for n, d in checked.items() if d.get("all_missing")} == EMPTY
