@@ -107,3 +107,28 @@ def test_ncdump_without_the_plugin_lists_the_file_and_says_why_values_fail(tmp_p
         ["ncdump", "-v", "temp", str(out)], capture_output=True, text=True, env=env
     )
     assert values.returncode != 0 and "filter" in values.stderr.lower()
+
+
+def test_ncdump_prints_valid_cells_inside_the_valid_range(plugin_dir, tmp_path):
+    """A CF valid range: netCDF-C, through the plugin, prints every valid cell inside it
+    (the stream header's ``valid`` clamp) and the cells outside it exactly."""
+    src, out = tmp_path / "frac.nc", tmp_path / "frac.tp.nc"
+    y, x = np.meshgrid(np.linspace(0, 6, 45), np.linspace(0, 9, 70), indexing="ij")
+    frac = np.clip(0.5 + 0.8 * np.sin(y) * np.cos(x), 0, 1).astype("<f4")
+    frac[0, :3] = [-1.0, 2.5, 7.0]
+    with h5netcdf.File(src, "w") as f:
+        f.dimensions = {"y": 45, "x": 70}
+        var = f.create_variable("frac", ("y", "x"), dtype="<f4", chunks=(16, 32))
+        var[...] = frac
+        var.attrs["valid_range"] = np.array([0, 1], np.float32)
+    compress_file(src, out, {"rel": 2e-2}, codec="sz", layout="filter", chunk_bytes=None)
+    got = _ncdump(plugin_dir, out, "frac").astype("f4")
+    want = frac.reshape(-1)
+    outside = (want < 0) | (want > 1)
+    assert np.array_equal(got[outside], want[outside])
+    assert got[~outside].min() >= 0 and got[~outside].max() <= 1
+    assert np.abs(got[~outside] - want[~outside]).max() <= 2e-2
+    with h5py.File(out) as f:  # the Python filter gives the same values
+        assert np.array_equal(f["frac"][...].reshape(-1), got)
+        stream = f["frac"].id.read_direct_chunk((0, 0))[1]
+        assert read_header(stream).missing.valid == (0.0, 1.0)
