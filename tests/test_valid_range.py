@@ -290,3 +290,19 @@ def test_verify_counts_valid_cells_decoded_outside_the_range(cf_file, tmp_path, 
     rc, text, _ = run_cli(capsys, "verify", src, out, "--json")
     frac = next(d for d in json.loads(text)["datasets"] if d["name"].lstrip("/") == "frac")
     assert rc == 1 and frac["left_valid_range"] > 0 and frac["status"].startswith("FAIL")
+
+
+@pytest.mark.parametrize(
+    "valid, says",
+    [
+        ([1.0, 0.0], "lo > hi"),
+        ([float("nan"), 1.0], "not a finite number"),
+        ([0.0, float("inf")], "not a finite number"),
+        ([0.1, 1.0], "not a value of the stream's float32"),
+        ([None, None], "bounds nothing"),
+        ("0,1", "not a list"),
+    ],
+)
+def test_hostile_valid_fields_raise_a_clear_error(valid, says):
+    with pytest.raises(FormatError, match=f"invalid stream header: 'valid' .*{says}"):
+        tp.decompress(rewrite_header(_stream(), _valid(valid)))
