@@ -183,9 +183,13 @@ class MissingMap:
         """Clamp the numbers of ``block`` (native floats, written in place) into the valid
         interval, then put the original bits back in place of the markers (NaN: the
         clamp leaves them)."""
-        if self.valid is not None:
+        if self.valid is not None:  # by comparisons, as SPEC.md says: NaN is never moved
             lo, hi = (None if v is None else block.dtype.type(v) for v in self.valid)
-            np.clip(block, lo, hi, out=block)
+            with np.errstate(invalid="ignore"):
+                if lo is not None:
+                    np.copyto(block, lo, where=block < lo)
+                if hi is not None:
+                    np.copyto(block, hi, where=block > hi)
         nan = np.isnan(block)
         if not self or not nan.any():
             return
