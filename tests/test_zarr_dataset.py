@@ -258,3 +258,23 @@ def test_a_valid_range_is_kept_by_the_rows_decoded_into_the_batch(tmp_path):
     assert np.array_equal(got, zarr.open_array(path, path="x", mode="r")[...])
     assert got.min() >= 0 and got.max() <= 1
     assert np.abs(got - x).max() <= 0.05 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("encoding", [{"name": "v2", "separator": "."}, {"name": "default"}])
+def test_chunk_files_named_by_any_key_encoding_read_as_zarr_reads(tmp_path, encoding):
+    """Chunk files are found whatever the key encoding names them (the names built from
+    a chunk's number where the encoding writes it as plain digits), edge chunks and
+    files never written included."""
+    path = str(tmp_path / "k.zarr")
+    x = np.cumsum(RNG.standard_normal((23, FEATURES)), axis=1).astype(np.float32)
+    a = zarr.create_array(
+        path, shape=x.shape, dtype="f4", chunks=(2, FEATURES), chunk_key_encoding=encoding,
+        serializer=BlockSerializer(abs=BOUND), compressors=None, fill_value=0.0,
+    )  # fmt: skip
+    a[:20] = x[:20]  # rows 20.. never written
+    ref = zarr.open_array(path, mode="r")[...]
+    ds = ZarrDataset(path)
+    for start, stop in [(0, 23), (3, 4), (4, 6), (19, 23)]:
+        assert np.array_equal(ds.read_range(start, stop), ref[start:stop])
+    assert ds._local._row_key is not None
+    assert np.abs(ref[:20] - x[:20]).max() <= BOUND and not ref[20:].any()
