@@ -17,6 +17,7 @@ import pytest
 import tensorpress as tp
 from cli_runs import run_cli, run_json
 from plugin_tools import (
+    DATA,
     c_decode,
     decode_driver,
     edits_agree,
@@ -306,3 +307,22 @@ def test_verify_counts_valid_cells_decoded_outside_the_range(cf_file, tmp_path, 
 def test_hostile_valid_fields_raise_a_clear_error(valid, says):
     with pytest.raises(FormatError, match=f"invalid stream header: 'valid' .*{says}"):
         tp.decompress(rewrite_header(_stream(), _valid(valid)))
+
+
+#: a format version 3 stream kept as written (4 sz chunks of a (40, 30) float32 field
+#: clipped to its valid range [0, 1], -1.0 and 2.5 outside it, one NaN): its decoded bytes
+GOLDEN_V3 = "5d2d7d483e73e255d44eae31d2aab1af6636888cd85b297e48250030d00a29ff"
+
+
+def test_the_version_3_golden_stream_decodes_as_written(driver, tmp_path):
+    import hashlib
+
+    blob = (DATA / "v3_sz_valid_missing_f32.tp").read_bytes()
+    h = read_header(blob)
+    assert (h.version, h.nchunks, h.missing.valid) == (3, 4, (0.0, 1.0))
+    got = py_decode(blob)
+    assert hashlib.sha256(got).hexdigest() == GOLDEN_V3
+    assert c_decode(driver, tmp_path, blob) == got
+    y = np.frombuffer(got, "<f4").reshape(40, 30)
+    assert y[0, :2].tolist() == [-1.0, 2.5] and np.isnan(y[0, 2])
+    assert np.nanmin(y[1:]) >= 0 and np.nanmax(y[1:]) <= 1
