@@ -26,7 +26,8 @@ Lorenzo's neighbours in the current plane point at rows and columns already writ
 import numpy as np
 from numba import njit
 
-from .quantizer import decode_value, encode_value, qparams
+from ...kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
+from .quantizer import decode_value, dequantize_sel, encode_value, fast, qparams
 
 
 @njit(cache=True, nogil=True)
@@ -48,11 +49,40 @@ def reach(offsets):
 _TILE_ROWS = 4
 
 
-@njit(cache=True, nogil=True)
-def _accumulate(dst, src, w):
-    """``dst += w * src`` (one vector loop; views of the same length)."""
-    for q in range(dst.size):
-        dst[q] += w * src[q]
+@njit(cache=True, nogil=True, inline="always")
+def _accumulate_terms(part, buf, a, b, i, ring, width, offsets, weights, idx):
+    """``part[a:b] +=`` the terms ``idx`` (of the earlier planes or rows, in the
+    offsets' order) for plane ``i``, four in a loop: the same sums, with a quarter of
+    the loads and stores of ``part``; unsigned indices spare numba's check for
+    negative ones."""
+    cnt = idx.size
+    g = 0
+    while g < cnt:
+        four = g + 4 <= cnt
+        t0 = idx[g]
+        t1, t2, t3 = (idx[g + 1], idx[g + 2], idx[g + 3]) if four else (t0, t0, t0)
+        p0 = buf[(i + offsets[t0, 0]) % ring]
+        p1 = buf[(i + offsets[t1, 0]) % ring]
+        p2 = buf[(i + offsets[t2, 0]) % ring]
+        p3 = buf[(i + offsets[t3, 0]) % ring]
+        s0 = offsets[t0, 1] * width + offsets[t0, 2]
+        s1 = offsets[t1, 1] * width + offsets[t1, 2]
+        s2 = offsets[t2, 1] * width + offsets[t2, 2]
+        s3 = offsets[t3, 1] * width + offsets[t3, 2]
+        w0, w1, w2, w3 = weights[t0], weights[t1], weights[t2], weights[t3]
+        if four:
+            for q in range(a, b):
+                u = np.uint64(q)
+                x = part[u] + w0 * p0[np.uint64(q + s0)]
+                x = x + w1 * p1[np.uint64(q + s1)]
+                x = x + w2 * p2[np.uint64(q + s2)]
+                part[u] = x + w3 * p3[np.uint64(q + s3)]
+            g += 4
+        else:
+            for q in range(a, b):
+                u = np.uint64(q)
+                part[u] = part[u] + w0 * p0[np.uint64(q + s0)]
+            g += 1
 
 
 @njit(cache=True, nogil=True)
@@ -75,6 +105,8 @@ def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, 
             w1 = weights[t]
         elif kind[t] == 2 and offsets[t, 2] == -2:
             w2 = weights[t]
+    planes_t = np.flatnonzero(kind == 0)
+    rows_t = np.flatnonzero(kind == 1)
     far = (kind == 2) & (offsets[:, 2] < -2)
     far_w = weights[far]
     far_d = -offsets[far, 2]
@@ -82,6 +114,8 @@ def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, 
     planes = depth <= n0 and up + down < n1 and lo < hi
     oi = 0
     f = 0
+    flat = dst.reshape(-1)
+    sel = fast(inv, radius) and (prec == PREC_FLOAT32 or prec == PREC_FLOAT64)
     for i in range(n0):
         s = i % ring
         sp = (i + ring - 1) % ring
@@ -94,27 +128,20 @@ def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, 
                 a = (j0 + 1) * width + lo + 1
                 b = min(j0 + _TILE_ROWS, n1 - down) * width + hi + 1
                 part[a:b] = 0.0
-                for t in range(offsets.shape[0]):
-                    if kind[t] == 0:
-                        shift = offsets[t, 1] * width + offsets[t, 2]
-                        pl = buf[(i + offsets[t, 0]) % ring]
-                        _accumulate(part[a:b], pl[a + shift : b + shift], weights[t])
+                _accumulate_terms(part, buf, a, b, i, ring, width, offsets, weights, planes_t)
         for j in range(n1):
             fitted = fitted_plane and up <= j < n1 - down
             rb = (j + 1) * width + 1  # (j, 0)
             if fitted:
-                for t in range(offsets.shape[0]):
-                    if kind[t] == 1:
-                        shift = offsets[t, 1] * width + offsets[t, 2]
-                        a, b = rb + lo, rb + hi
-                        _accumulate(part[a:b], cur[a + shift : b + shift], weights[t])
+                a, b = rb + lo, rb + hi
+                _accumulate_terms(part, buf, a, b, i, ring, width, offsets, weights, rows_t)
             prev1 = prev2 = 0.0  # the row's last two values (the padding before it)
             for k in range(n2):
                 q = rb + k
                 if fitted and lo <= k < hi:
-                    p = part[q]
+                    p = part[np.uint64(q)]
                     for u in range(far_w.size):
-                        p += far_w[u] * cur[q - far_d[u]]
+                        p += far_w[u] * cur[np.uint64(q - far_d[u])]
                     p += w2 * prev2
                     p += w1 * prev1
                 elif planar:  # Lorenzo, zero padding
@@ -130,14 +157,18 @@ def _run(src, dst, codes, outliers, offsets, weights, planar, eb, radius, prec, 
                         + prv[q - width - 1]
                     )
                 if decode:
-                    v, oi = decode_value(codes[f], p, outliers, oi, two_eb, radius, prec)
-                    dst[i, j, k] = v
+                    c = codes[np.uint64(f)]
+                    if sel and c != 0:  # the branch-free dequantizer, inlined
+                        v = dequantize_sel(c, p, two_eb, radius, prec)
+                    else:
+                        v, oi = decode_value(c, p, outliers, oi, two_eb, radius, prec)
+                    flat[np.uint64(f)] = v
                 else:
                     c, v, oi = encode_value(
                         src[i, j, k], p, outliers, oi, eb, two_eb, inv, lim, radius, prec
                     )
                     codes[f] = c
-                cur[q] = v
+                cur[np.uint64(q)] = v
                 prev2 = prev1
                 prev1 = v
                 f += 1
