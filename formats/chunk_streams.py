@@ -25,6 +25,7 @@ from .stream_reader import ContainerReader
 __all__ = ["OneChunkStreams"]
 
 _INDEX = 8 + INDEX_ENTRY.size + CRC.size  # a one-chunk index: count, entry, CRC (bytes)
+_UNKNOWN = object()  # a head not seen yet (None: seen, not decoded here)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,9 @@ class OneChunkStreams:
             return False
         n = PREAMBLE.size + PREAMBLE.unpack_from(mv)[3] + CRC.size + 8  # the head's bytes
         head = bytes(mv[:n])
-        plan = self._plans[head] if head in self._plans else self._plan(head, data)
+        plan = self._plans.get(head, _UNKNOWN)  # one look-up: another thread may clear it
+        if plan is _UNKNOWN:
+            plan = self._plan(head, data)
         if plan is None or size < n - 8 + _INDEX:
             return False
         if out.shape != plan.shape or out.dtype != plan.dtype or not out.flags.c_contiguous:
