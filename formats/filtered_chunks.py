@@ -135,6 +135,9 @@ class FilteredChunks:
     def _offsets(self, start: int, stop: int):
         """Offsets of the chunks that rows ``start .. stop-1`` touch."""
         c0 = self.chunks[0]
+        if self._rows_only:  # one chunk across the trailing axes
+            zeros = (0,) * (len(self.shape) - 1)
+            return [(o, *zeros) for o in range(start - start % c0, stop, c0)]
         grids = [range(0, s, c) for s, c in zip(self.shape[1:], self.chunks[1:], strict=True)]
         return itertools.product(range(start - start % c0, stop, c0), *grids)
 

@@ -99,6 +99,12 @@ class LocalChunks:
 
     def paths(self, start: int, stop: int):
         """The files of the chunks that rows ``start .. stop-1`` touch."""
+        if self._row_key is not None:  # named from the chunk's number: no key encoding
+            before, after = self._row_key
+            c0 = self.chunks[0]
+            for k in range(start // c0, (stop - 1) // c0 + 1):
+                yield f"{before}{k}{after}"
+            return
         for coords in self._coords(start, stop):
             yield self._path(coords)
 

@@ -124,3 +124,42 @@ def test_corrupted_payload_of_a_chunk_with_a_known_header_raises(tmp_path):
         reader.read_rows(0, 8)  # chunk (0, 0)'s header is known now
         with pytest.raises(ChecksumError, match="checksum"):
             reader.read_rows(8, 16)
+
+
+@pytest.mark.parametrize("chunks", [(3, 8), (3, 4)])
+def test_read_ahead_hint_names_the_chunks_of_the_rows(tmp_path, monkeypatch, chunks):
+    """``will_read_rows`` asks the kernel for exactly the stored bytes of the chunks the
+    rows touch (chunks never written skipped)."""
+    import os
+
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", (20, 8), "f4", chunks=chunks, **hdf5_filter.filter(abs=1e-3))
+        d[:15] = RNG.standard_normal((15, 8))  # rows 15.. never written
+    hinted = []
+    real = os.posix_fadvise
+
+    def fadvise(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_WILLNEED:
+            hinted.append((offset, length))
+        return real(fd, offset, length, advice)
+
+    with h5py.File(path, "r") as f:
+        reader = FilteredChunks(f["x"], str(path))
+        where = {}
+
+        def note(c) -> None:  # chunk_iter stops at a callback that returns a value
+            where[c.chunk_offset] = (c.byte_offset, c.size)
+
+        f["x"].id.chunk_iter(note)
+        monkeypatch.setattr(os, "posix_fadvise", fadvise)
+        reader.will_read_rows([(4, 7), (13, 19)])
+        want = [
+            where[(r, c)]
+            for r in (3, 6, 12, 15, 18)
+            for c in range(0, 8, chunks[1])
+            if (r, c) in where
+        ]
+        assert len(want) == 3 * 8 // chunks[1]  # rows 3.., 6.., 12..: 15.. never written
+        assert sorted(hinted) == sorted(want)
+        reader.close()
