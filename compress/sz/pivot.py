@@ -14,8 +14,9 @@ The prediction is exact on every machine. The columns enter as integers ``z``, t
 of their reconstructions from their centres (``rint((x - centre) / (2 eb))``, clipped
 to ``+-2**15``), the weights ``W`` as integers of at most 16 bits, so every sum in
 ``z @ W`` is an integer below ``2**53`` that float64 holds exactly whatever the order of
-the sums (BLAS). Column ``j`` is then predicted by ``offset[j] + scale[j] * (z @ W)[:, j]``
-in float64 (two element-wise steps) and rounded to the values' dtype.
+the sums (``kernels/pivot.py``'s ``exact_product``, one thread). Column ``j`` is then
+predicted by ``offset[j] + scale[j] * (z @ W)[:, j]`` in float64 (two element-wise
+steps) and rounded to the values' dtype.
 
 Model bytes, little-endian::
 
@@ -45,7 +46,7 @@ import numpy as np
 from ..byteio import ByteReader, ByteWriter
 from .huffman import huffman_decode, huffman_encode
 from .kernels.match import pack_refs, unpack_refs
-from .kernels.pivot import level_bins, predicted_decode, predicted_encode
+from .kernels.pivot import exact_product, level_bins, predicted_decode, predicted_encode
 
 #: dimensions a chunk is folded to
 NDIM = 2
@@ -201,9 +202,9 @@ def _level_sums(rec, centres, level: Level, eb) -> tuple:
     # summation in float64 (below 2**53), and in float32 (twice as fast) below 2**24
     bound = np.abs(z).max(axis=0, initial=0.0) @ np.abs(level.weights)
     if bound.max(initial=0.0) <= _FLOAT32_EXACT:
-        sums = z.astype(np.float32) @ level.weights.astype(np.float32)
+        sums = exact_product(z.astype(np.float32), level.weights.astype(np.float32))
     else:
-        sums = z @ level.weights
+        sums = exact_product(z, np.ascontiguousarray(level.weights, np.float64))
     return sums, level.scales, level.offsets
 
 

@@ -74,6 +74,45 @@ def level_bins(rec, start, centres, inv, zmax):
     return z
 
 
+#: columns of ``w`` per pass of :func:`exact_product` (at most 128 rows of 128 float64:
+#: 128 KiB, within the second-level cache)
+_TILE = 128
+
+
+@njit(cache=True, nogil=True)
+def exact_product(z, w):
+    """``z @ w`` (2-d, one dtype) for integer-valued operands whose every partial sum
+    is exact in that dtype: any order of summation gives the same bits, so one thread
+    summing four rows of ``w`` a pass gives the product BLAS would, without BLAS's
+    threads (which a busy machine stalls) or its fixed costs on these shapes."""
+    rows, n = z.shape
+    m = w.shape[1]
+    out = np.zeros((rows, m), w.dtype)
+    fo = out.reshape(-1)
+    fw = w.reshape(-1)
+    n4 = n - n % 4
+    for j0 in range(0, m, _TILE):  # columns of w that stay in the second-level cache
+        j1 = min(j0 + _TILE, m)
+        for t in range(rows):
+            o = np.uint64(t * m)
+            for k in range(0, n4, 4):
+                a0, a1, a2, a3 = z[t, k], z[t, k + 1], z[t, k + 2], z[t, k + 3]
+                w0 = np.uint64(k * m)
+                w1, w2, w3 = w0 + np.uint64(m), w0 + np.uint64(2 * m), w0 + np.uint64(3 * m)
+                for j in range(j0, j1):
+                    u = np.uint64(j)
+                    fo[o + u] += (
+                        a0 * fw[w0 + u] + a1 * fw[w1 + u] + a2 * fw[w2 + u] + a3 * fw[w3 + u]
+                    )
+            for k in range(n4, n):
+                a0 = z[t, k]
+                w0 = np.uint64(k * m)
+                for j in range(j0, j1):
+                    u = np.uint64(j)
+                    fo[o + u] += a0 * fw[w0 + u]
+    return out
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _fill(row, t, level):
     """Row ``t``'s predictions ``offsets + scales * sums[t]``, computed in float64 and
