@@ -31,6 +31,7 @@ from plugin_tools import (
     special_field,
     with_side,
 )
+from tensorpress.compress.sz import speck
 from tensorpress.compress.sz.cdf97 import PLANES_MARK
 from tensorpress.formats import read_header
 from test_sz_cdf97 import coding
@@ -53,14 +54,14 @@ def cdf97(x, bound, radius=32768, chunk_bytes=None, how="smaller") -> bytes:
 def planes_of(stream: bytes) -> bool:
     """Whether a one-chunk stream's coefficients are bit planes."""
     side = side_of(stream)
-    return len(side) >= 8 and struct.unpack_from("<Q", side)[0] == PLANES_MARK
+    return len(side) >= 8 and struct.unpack_from("<Q", side)[0] in (PLANES_MARK, PLANES_MARK - 1)
 
 
 SHAPES = [(301,), (37, 23), (9, 11, 13), (5, 6, 7, 8), (3, 1, 40), (17, 9, 8, 10)]
 BOUNDS = [{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}]
 
 
-@pytest.mark.parametrize("how", ["codes", "planes"])
+@pytest.mark.parametrize("how", ["codes", "planes", "codes+", "planes+", "smaller"])
 @pytest.mark.parametrize("dtype", ["<f2", "<f4", "<f8", ">f4", ">f8"])
 def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype, how):
     seen = set()
@@ -76,7 +77,7 @@ def test_cdf97_streams_decode_bit_for_bit(driver, tmp_path, dtype, how):
     assert CDF97 in seen
 
 
-@pytest.mark.parametrize("how", ["codes", "planes"])
+@pytest.mark.parametrize("how", ["codes", "planes", "codes+", "planes+", "smaller"])
 def test_large_chunks_use_every_level(driver, tmp_path, how):
     """A 4-d chunk with 2**11 elements along an axis runs all ten levels, one axis under
     the minimum length is left alone."""
@@ -84,7 +85,8 @@ def test_large_chunks_use_every_level(driver, tmp_path, how):
         x = special_field((2, 5, 9, 2100), dtype, 7)
         stream = cdf97(x, bound, chunk_bytes=x.nbytes, how=how)
         assert read_header(stream).nchunks == 1 and predictors(stream) == {CDF97}
-        assert planes_of(stream) == (how == "planes"), dtype
+        if how != "smaller":
+            assert planes_of(stream) == how.startswith("planes"), dtype
         decodes_as_python(driver, tmp_path, stream)
 
 
@@ -96,7 +98,7 @@ def test_random_shapes_and_settings_decode_bit_for_bit(driver, tmp_path, seed):
         shape = tuple(rng.choice([1, 2, 3, 7, 8, 9, 17, 33, 64]) for _ in range(rng.randint(1, 4)))
         x = special_field(shape, rng.choice(["<f2", "<f4", "<f8"]), case)
         bound = rng.choice([{"abs": 1e-2}, {"rel": 1e-3}, {"pw_rel": 1e-2}, {"abs": 1e-5}])
-        how = rng.choice(["codes", "planes", "smaller"])
+        how = rng.choice(["codes", "planes", "codes+", "planes+", "smaller"])
         stream = cdf97(x, bound, rng.choice([2, 16, 32768]), rng.choice([64, 1000, 10**6]), how)
         decodes_as_python(driver, tmp_path, stream)
 
@@ -202,8 +204,8 @@ def test_mutated_payloads_agree_with_python(driver, tmp_path, source):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
-def test_fuzz_mutated_payloads(driver, tmp_path, source, planes_source, seed):
-    sources = {"source": source, "planes": planes_source}
+def test_fuzz_mutated_payloads(driver, tmp_path, source, planes_source, fixes_source, seed):
+    sources = {"source": source, "planes": planes_source, **fixes_source}
     fuzz_bodies(driver, tmp_path, sources, seed=300 + seed, count=500)
 
 
@@ -282,3 +284,84 @@ def test_h5py_without_tensorpress_reads_cdf97_chunks(tmp_path):
     the dataset's bound; the in-process filter and the compiled plugin read the same
     bytes, the latter in a process that never imports tensorpress."""
     read_one_predictor_alike(tmp_path, "cdf97", CDF97)
+
+
+# -- crafted corrections' bit planes ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fixes_source():
+    """One-chunk streams whose corrections are bit planes, with an exact value: beside the
+    coefficients' bit planes (planes+) and beside their codes (codes+)."""
+    x = special_field((6, 7, 40), "<f4", 5, specials=False)
+    x.reshape(-1)[9] = 3e38  # no correction reaches it: exact
+    streams = {}
+    for how in ("planes+", "codes+"):
+        streams[how] = cdf97(x, {"abs": 1e-2}, radius=16, chunk_bytes=x.nbytes, how=how)
+        assert read_header(streams[how]).nchunks == 1
+    return streams
+
+
+def _fixes_parts(side: bytes) -> tuple[bytes, int, bytes, bytes]:
+    """(the coefficients' part, the corrections' planes, their bytes, the exact part)."""
+    (first,) = struct.unpack_from("<Q", side)
+    if first == PLANES_MARK - 1:
+        at = 17 + struct.unpack_from("<Q", side, 9)[0]
+    else:
+        at = 16 + 8 * struct.unpack_from("<Q", side, 8)[0]
+    top, n = struct.unpack_from("<BQ", side, at)
+    return side[:at], top, side[at + 9 : at + 9 + n], side[at + 9 + n :]
+
+
+def _fixes_side(head: bytes, top: int, data: bytes, tail: bytes) -> bytes:
+    return head + struct.pack("<BQ", top, len(data)) + data + tail
+
+
+def test_crafted_corrections_planes_are_refused(driver, tmp_path, fixes_source):
+    for how, stream in fixes_source.items():
+        head, top, data, tail = _fixes_parts(side_of(stream))
+        assert _fixes_side(head, top, data, tail) == side_of(stream) and data
+        assert struct.unpack_from("<Q", tail)[0] == 1  # the exact value
+        size = 6 * 7 * 40
+        crafted = {
+            "planes above 53": _fixes_side(head, 54, data, tail),
+            "bits cut": _fixes_side(head, top, data[:-1], tail),
+            "a byte past the end": _fixes_side(head, top, data + b"\0", tail),
+            "length past the end": head + struct.pack("<BQ", top, 2**64 - 1) + data + tail,
+            "exact count past the end": _fixes_side(head, top, data, struct.pack("<Q", 2)),
+            "exact count huge": _fixes_side(head, top, data, struct.pack("<Q", size + 1)),
+            "exact index out of range": _fixes_side(
+                head, top, data, struct.pack("<QQd", 1, size, 1.0)
+            ),
+            "exact value short": _fixes_side(head, top, data, tail[:-1]),
+            "extra byte": _fixes_side(head, top, data, tail + b"\0"),
+            "no exact part": _fixes_side(head, top, data, b""),
+        }
+        if how == "codes+":
+            crafted["escape count huge"] = head[:8] + struct.pack("<Q", size + 1) + head[16:]
+            crafted["a marker as the count"] = head[:8] + struct.pack("<Q", PLANES_MARK)
+        for name, new in crafted.items():
+            assert py_decode(with_side(stream, new)) is None, (how, name)
+            refused_alike(driver, tmp_path, with_side(stream, new))
+
+
+def test_exact_value_on_a_correction_is_refused(driver, tmp_path, fixes_source):
+    """Each element has one value: an exact one where the planes hold a correction too
+    is refused by both decoders."""
+    stream = fixes_source["planes+"]
+    head, top, data, tail = _fixes_parts(side_of(stream))
+    (gap,) = struct.unpack_from("<Q", tail, 8)
+    k = np.zeros((1, 6, 7, 40), np.int64)
+    k.reshape(-1)[gap] = -3
+    whole = speck.box_array([tuple(slice(0, n) for n in k.shape)])
+    new = _fixes_side(head, speck.planes(k), speck.encode(k, whole, speck.planes(k), 4096), tail)
+    refused_alike(driver, tmp_path, with_side(stream, new))
+    k.reshape(-1)[gap] = 0
+    k.reshape(-1)[gap + 1] = -3  # beside it: decodes, alike
+    new = _fixes_side(head, speck.planes(k), speck.encode(k, whole, speck.planes(k), 4096), tail)
+    decodes_as_python(driver, tmp_path, with_side(stream, new))
+
+
+def test_mutated_corrections_planes_agree_with_python(driver, tmp_path, fixes_source):
+    decoded, refused = fuzz_bodies(driver, tmp_path, fixes_source, 7, 60)
+    assert decoded and refused

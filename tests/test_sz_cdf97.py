@@ -140,7 +140,8 @@ def _side(blob: bytes) -> bytes:
 
 
 def _counts(side: bytes) -> tuple[int, int, int]:
-    """(escapes, corrections, exact values) of a chunk's side information."""
+    """(escapes, corrections, exact values) of a chunk's side information (the
+    corrections listed)."""
     (n_esc,) = struct.unpack_from("<Q", side, 0)
     at = 8 + 8 * n_esc
     if n_esc == cdf97.PLANES_MARK:  # the bit planes: no escapes
@@ -164,8 +165,9 @@ def test_corrections_bring_every_element_within_the_bound(dtype):
     rng = np.random.default_rng(3)
     x = (_smooth((40, 50), np.float64) + 0.01 * rng.standard_normal((40, 50))).astype(dtype)
     eb = 1e-3 * float(np.ptp(x.astype(np.float64)))
-    blob = tp.compress(x, abs=eb, predictor="cdf97")
-    assert tp.compress(x, abs=eb, predictor="cdf97") == blob
+    with coding("planes"):  # the corrections listed
+        blob = tp.compress(x, abs=eb, predictor="cdf97")
+        assert tp.compress(x, abs=eb, predictor="cdf97") == blob
     _, m, _ = _counts(_side(blob))
     assert m > 0
     y = tp.decompress(blob)
@@ -180,7 +182,8 @@ def test_exact_values_where_a_correction_cannot_reach():
     x[10] = 1e7 + 1
     x[20] = 3e38
     eb = 1e-6
-    blob = tp.compress(x, abs=eb, predictor="cdf97")
+    with coding("codes"):  # the corrections listed
+        blob = tp.compress(x, abs=eb, predictor="cdf97")
     assert _counts(_side(blob))[2] >= 1
     y = tp.decompress(blob)
     assert y[10] == x[10] and y[20] == x[20]
@@ -274,11 +277,13 @@ def test_the_step_is_chosen_per_chunk(monkeypatch):
 
 
 GOLDEN = ["sz_f32_cdf97_3d", "sz_f16_cdf97_2d", "sz_f64_cdf97_pw_rel"]
-#: streams whose coefficients the bit planes code (sz/speck.py), by default
+#: streams whose coefficients the bit planes code (sz/speck.py), the corrections listed
 GOLDEN_PLANES = ["sz_f32_cdf97_planes_3d", "sz_f64_cdf97_planes_4d"]
+#: streams whose coefficients and corrections the bit planes code, by default
+GOLDEN_FIXES = ["sz_f32_cdf97_fixes_3d", "sz_f16_cdf97_fixes_2d"]
 
 
-@pytest.mark.parametrize("name", GOLDEN + GOLDEN_PLANES)
+@pytest.mark.parametrize("name", GOLDEN + GOLDEN_PLANES + GOLDEN_FIXES)
 def test_encoder_writes_the_golden_bytes(name):
     """The golden streams' inputs encode to the stored bytes (those written before the
     bit planes, with the codes forced): the float64 transform, its codes and corrections
@@ -290,10 +295,12 @@ def test_encoder_writes_the_golden_bytes(name):
     blob = (pathlib.Path(__file__).parent / "data" / "v2" / f"{name}.tp").read_bytes()
     content = sz_contents(blob)[0]
     assert content[0] == 15
-    planes = struct.unpack_from("<Q", content, SIDE_AT + 8)[0] == cdf97.PLANES_MARK
-    assert planes == (name in GOLDEN_PLANES)
+    first = struct.unpack_from("<Q", content, SIDE_AT + 8)[0]
+    assert (first == cdf97.PLANES_MARK) == (name in GOLDEN_PLANES)
+    assert (first == cdf97.FIXES_MARK) == (name in GOLDEN_FIXES)
+    how = "planes" if name in GOLDEN_PLANES else "smaller" if name in GOLDEN_FIXES else "codes"
     if "pw_rel" not in kw:
-        with coding("smaller" if name in GOLDEN_PLANES else "codes"):
+        with coding(how):
             assert tp.compress(x, **kw) == blob
     y = tp.decompress(blob)
     tol = tp.info(blob)["bound"]["tolerance"]

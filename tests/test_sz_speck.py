@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorpress as tp
 from hypothesis import given
+from hypothesis import strategies as st
 from tensorpress.compress.sz import cdf97, speck
 from tensorpress.compress.sz.kernels import speck as kernels
 from test_bound_properties import FAST, run_case
@@ -99,19 +100,27 @@ def test_padding_bits_must_be_zero():
         speck.decode(bytes([data[0] | 1]) + data[1:], 3, boxes, k.shape)
 
 
+#: the side information's first u64 each forced coding writes (None: a count)
+FIRST = {
+    "planes": cdf97.PLANES_MARK,
+    "planes+": cdf97.FIXES_MARK,
+    "codes+": cdf97.CODES_FIXES_MARK,
+}
+
+
 @FAST
-@given(case=cdf97_cases())
-def test_bound_holds_through_the_bit_planes(case):
-    """Forced through the bit planes, every element is within the bound, and every
-    chunk the wavelet codes carries them."""
-    with coding("planes"):
+@given(case=cdf97_cases(), how=st.sampled_from(sorted(FIRST)))
+def test_bound_holds_through_the_bit_planes(case, how):
+    """Forced through the bit planes (of the coefficients, the corrections or both),
+    every element is within the bound, and every chunk the wavelet codes carries them."""
+    with coding(how):
         run_case(case)
         kw = case.kwargs(case.array())
         blob = tp.compress(case.array(), **kw)
     for content in sz_contents(blob):
         if content[0] == 15:
             (n,) = struct.unpack_from("<Q", content, SIDE_AT + 8)
-            assert n == cdf97.PLANES_MARK
+            assert n == FIRST[how]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
@@ -128,6 +137,8 @@ def test_the_smaller_coding_is_kept(dtype, shape):
     with coding("smaller"):
         blob = tp.compress(x, abs=eb, predictor="cdf97")
     assert len(blob) <= min(sizes.values()) + 24
+    with coding("planes+"):
+        assert len(blob) <= len(tp.compress(x, abs=eb, predictor="cdf97")) + 24
     y = tp.decompress(blob)
     assert np.all(np.abs(y.astype(np.float64) - x.astype(np.float64)) <= eb)
 
@@ -140,7 +151,7 @@ def test_bit_planes_pay_on_a_smooth_field():
         codes = tp.compress(x, rel=1e-3, predictor="cdf97")
     with coding("smaller"):
         planes = tp.compress(x, rel=1e-3, predictor="cdf97")
-    assert struct.unpack_from("<Q", _side(planes))[0] == cdf97.PLANES_MARK
+    assert struct.unpack_from("<Q", _side(planes))[0] in (cdf97.PLANES_MARK, cdf97.FIXES_MARK)
     assert len(planes) < 0.9 * len(codes)
 
 
@@ -204,3 +215,72 @@ def test_auto_keeps_its_bytes():
     with coding("codes"):
         assert tp.compress(x, rel=0.1) == blob
     assert struct.unpack_from("<Q", _side(blob))[0] != cdf97.PLANES_MARK
+
+
+def test_planar_corrections_pay():
+    """On a smooth 3-d field at rel 1e-3 the corrections' bit planes write fewer bytes
+    than their list."""
+    x = _smooth((48, 40, 56))
+    with coding("planes"):
+        listed = tp.compress(x, rel=1e-3, predictor="cdf97")
+    with coding("planes+"):
+        planar = tp.compress(x, rel=1e-3, predictor="cdf97")
+    assert struct.unpack_from("<Q", _side(planar))[0] == cdf97.FIXES_MARK
+    assert len(planar) < len(listed)
+    y = tp.decompress(planar)
+    assert np.all(np.abs(y.astype(np.float64) - x) <= 1e-3 * float(np.ptp(x.astype(np.float64))))
+
+
+def _fixes_source():
+    """A one-chunk stream with planar corrections and an exact value; its side parts."""
+    x = np.linspace(0, 1, 500).astype(np.float32)
+    x[7] = 3e38  # no correction reaches it: exact
+    with coding("planes+"):
+        blob = tp.compress(x, abs=1e-3, predictor="cdf97")
+    side = _side(blob)
+    top, n = struct.unpack_from("<BQ", side, 8)
+    head, rest = side[: 17 + n], side[17 + n :]
+    ftop, fn = struct.unpack_from("<BQ", rest, 0)
+    fixes, tail = rest[9 : 9 + fn], rest[9 + fn :]
+    (e,) = struct.unpack_from("<Q", tail)
+    assert e == 1 and struct.unpack_from("<Q", tail, 8)[0] == 7
+    return blob, head, ftop, fixes, tail
+
+
+def _fixes_side(head, ftop, fixes, tail) -> bytes:
+    return head + struct.pack("<BQ", ftop, len(fixes)) + fixes + tail
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda h, t, f, e: (h, 54, f, e), "bit planes 54"),
+        (lambda h, t, f, e: (h, t, f[:-1], e), "end early"),
+        (lambda h, t, f, e: (h, t, f + b"\0", e), "past their end"),
+        (lambda h, t, f, e: (h, t, f, e + b"\0"), "trailing"),
+        (lambda h, t, f, e: (h, t, f, e[:-1]), "truncated"),
+        (lambda h, t, f, e: (h, t, f, struct.pack("<QQd", 1, 500, 1.0)), "out of range"),
+        (lambda h, t, f, e: (h, t, f, struct.pack("<Q", 2**40)), "more cdf97 exact"),
+        (lambda h, t, f, e: (h[:8] + b"\xff" * 8, t, f, e), "more cdf97 escapes"),
+    ],
+)
+def test_crafted_planar_corrections_raise(edit, message):
+    blob, head, ftop, fixes, tail = _fixes_source()
+    if message == "more cdf97 escapes":  # the codes' layout: a count after the marker
+        head = struct.pack("<Q", cdf97.CODES_FIXES_MARK) + b"\xff" * 8
+    new = _fixes_side(*edit(head, ftop, fixes, tail))
+    with pytest.raises(ValueError, match=message):
+        tp.decompress(_rewrite_side(blob, new))
+
+
+def test_exact_values_where_corrections_are_raise():
+    """An exact element must have no correction in the bit planes (one value each)."""
+    blob, head, ftop, fixes, tail = _fixes_source()
+    assert tp.decompress(blob)[7] == np.float32(3e38)  # the exact value, element 7
+    k = np.zeros((1, 1, 1, 500), np.int64)
+    k[..., 7] = 1
+    whole = speck.box_array([tuple(slice(0, n) for n in k.shape)])
+    data = speck.encode(k, whole, 1, 4096)
+    new = _fixes_side(head, 1, data, tail)
+    with pytest.raises(ValueError, match="where corrections are"):
+        tp.decompress(_rewrite_side(blob, new))

@@ -22,11 +22,10 @@ where they hold a significant coefficient, as SPECK codes them (``sz/speck.py``)
 codes then all ``radius``. Side information (little-endian)::
 
     u64 n + n i64    escaped coefficients' k, in code order, or
-    u64 2**64 - 1, u8 planes, u64 b + b bytes   the bit planes (sz/speck.py)
-    u64 m + m u64    corrected elements: each flat index less the one before less 1
-                     (the first: its index)
-    m i64            their corrections k (0: the exact value follows)
-    u64 e + e f64    the exact values of the elements whose k is 0, in order
+    u64 2**64 - 1, u8 planes, u64 b + b bytes   the bit planes (sz/speck.py), or
+    u64 2**64 - 2, u8 planes, u64 b + b bytes   the same, the corrections planar
+    u64 2**64 - 3, u64 n + n i64                 the codes' escapes, the corrections planar
+    the corrections, listed or planar (sz/cdf97_fixes.py)
 """
 
 from __future__ import annotations
@@ -37,13 +36,12 @@ import numpy as np
 
 from ..byteio import ByteReader, ByteWriter
 from ..zstd import zstd_compress
+from . import cdf97_fixes as fixes
 from . import lifting, speck
 from .huffman import huffman_encode
 from .kernels.cdf97 import (
     apply,
-    corrections,
     count_escapes,
-    count_misses,
     dequantize,
     lift_rows,
     quantize,
@@ -58,12 +56,19 @@ NDIM = 4
 #: ratio with 2.5, kolmogorov_grf 1.81x; at 3e-2: 1.11x and 1.0x with 2)
 STEPS = (1.5, 2.0, 2.5)
 #: how the coefficients are coded: ``"smaller"`` (the codes or the bit planes, whichever
-#: takes fewer bytes), ``"codes"`` or ``"planes"`` (forced; tests). ``auto``'s trial of
+#: takes fewer bytes, and likewise for the corrections), or forced (tests): ``"codes"``
+#: and ``"planes"`` (the corrections listed), ``"codes+"`` and ``"planes+"`` (the
+#: corrections' bit planes). ``auto``'s trial of
 #: the path codes (cdf97_choice.py: its choices, bytes and speed as before the bit planes)
 CODING = "smaller"
 #: the side information's first u64 where the bit planes code the coefficients (in the
 #: first layout it counts the escapes, at most the element count)
 PLANES_MARK = (1 << 64) - 1
+#: the same where the corrections are bit planes too (sz/cdf97_fixes.py)
+FIXES_MARK = (1 << 64) - 2
+#: the first u64 where the codes and escapes (their count next) and planar corrections
+#: follow
+CODES_FIXES_MARK = (1 << 64) - 3
 #: most levels, and the fewest elements along a dimension that a level transforms
 LEVELS = 10
 MIN_LENGTH = 8
@@ -138,17 +143,21 @@ def encode_chunk(choice, data, eb, radius, prec, codes, outliers, pool=None):
     how = choice[3] if len(choice) > 3 else CODING
     planes = _bit_planes(how, codes, escapes, radius, boxes, coef.shape)
     inverse(coef)
+    flat = data.reshape(-1)
+    idx, ks = fixes.misses(flat, coef.reshape(-1), eb, prec)
+    planar, tail = fixes.encode(how, flat, idx, ks, data.shape)
     w = ByteWriter()
     if planes is None:
+        if planar:
+            w.u64(CODES_FIXES_MARK)
         w.u64(escapes.size)
         w.array(escapes)
     else:
         codes[:] = radius
-        w.u64(PLANES_MARK)
+        w.u64(FIXES_MARK if planar else PLANES_MARK)
         w.u8(planes[0])
         w.blob(planes[1])
-    _write_corrections(w, data.reshape(-1), coef.reshape(-1), eb, prec)
-    return 0, w.getvalue()
+    return 0, w.getvalue() + tail
 
 
 def _bit_planes(how, codes, escapes, radius, boxes, shape) -> tuple[int, bytes] | None:
@@ -156,14 +165,14 @@ def _bit_planes(how, codes, escapes, radius, boxes, shape) -> tuple[int, bytes] 
     ``how`` (see ``CODING``) asks for them: forced, or fewer bytes through zstd than the
     codes' Huffman stream and escapes (the payload goes through zstd: at a few thousand
     codes it shortened their stream by a third, where the bit planes do not shrink)."""
-    if how == "codes":
+    if how in ("codes", "codes+"):
         return None
     flat = codes.astype(np.int64) - radius
     flat[codes == 2 * radius - 1] = escapes
     k = np.empty(shape, np.int64)
     _scatter(flat, boxes, k)
     top = speck.planes(k)
-    if how == "planes":
+    if how in ("planes", "planes+"):
         return top, speck.encode(k, speck.box_array(boxes), top, 64 * codes.size + 1024)
     # the marker, the planes and their length, and the Huffman stream of the zero codes
     coded = len(zstd_compress(huffman_encode(codes) + escapes.tobytes(), 1)) - 24
@@ -173,48 +182,15 @@ def _bit_planes(how, codes, escapes, radius, boxes, shape) -> tuple[int, bytes] 
     return top, data
 
 
-def _write_corrections(w: ByteWriter, flat, recon, eb, prec) -> None:
-    """The corrections that bring ``round_to_storage(recon)`` within ``eb`` of ``flat``."""
-    m = count_misses(flat, recon, eb, prec)
-    idx, ks = np.empty(m, np.int64), np.empty(m, np.int64)
-    corrections(flat, recon, eb, prec, idx, ks)
-    gaps = np.diff(idx, prepend=-1) - 1
-    w.u64(m)
-    w.array(gaps.astype(np.uint64))
-    w.array(ks)
-    exact = flat[idx[ks == 0]].astype(np.float64)
-    w.u64(exact.size)
-    w.array(exact)
-
-
-def _read_corrections(r: ByteReader, size: int) -> tuple:
-    """``(gaps, ks, exact)`` of the rest of the side information of a chunk of ``size``
-    elements; ValueError where the counts cannot be right."""
-    m = r.u64()
-    if m > size:
-        raise ValueError("sz payload: more cdf97 corrections than elements")
-    gaps = r.array(np.uint64, m)
-    ks = r.array(np.int64, m)
-    e = r.u64()
-    if e != int(np.count_nonzero(ks == 0)):
-        raise ValueError("sz payload: cdf97 exact values do not match the corrections")
-    exact = r.array(np.float64, e)
-    r.done()
-    if m and (gaps.max() >= size or int(gaps.astype(np.float64).sum()) + m > size):
-        raise ValueError("sz payload: cdf97 correction indices out of range")
-    return gaps.astype(np.int64), ks, exact
-
-
-def _coefficients(r: ByteReader, codes, radius, step, shape) -> np.ndarray:
-    """The float64 coefficients (Mallat layout) from the codes and their escapes, or
-    from the bit planes (the side information's first u64 ``PLANES_MARK``)."""
+def _coefficients(r: ByteReader, n_esc: int, codes, radius, step, shape) -> np.ndarray:
+    """The float64 coefficients (Mallat layout) from the codes and their ``n_esc``
+    escapes, or from the bit planes (``n_esc`` ``PLANES_MARK`` or ``FIXES_MARK``)."""
     size = math.prod(shape)
     if codes.size != size:
         raise ValueError("sz payload: cdf97 codes do not cover the chunk")
     boxes = band_boxes(shape)
-    n_esc = r.u64()
     coef = np.empty(shape, np.float64)
-    if n_esc == PLANES_MARK:
+    if n_esc in (PLANES_MARK, FIXES_MARK):
         top = r.u8()
         data = r.blob()
         if np.any(codes != radius):
@@ -238,7 +214,16 @@ def decode_chunk(choice, side, codes, outliers, eb, radius, prec, out) -> None:
     if not (math.isfinite(step) and step > 0):
         raise ValueError("sz payload: cdf97 step is not a positive number")
     r = ByteReader(side, "sz cdf97 side information")
-    coef = _coefficients(r, codes, radius, step, out.shape)
-    gaps, ks, exact = _read_corrections(r, out.size)
+    first = r.u64()
+    planar = first in (FIXES_MARK, CODES_FIXES_MARK)
+    if first == CODES_FIXES_MARK:
+        first = r.u64()  # the escapes' count
+        if first > out.size:
+            raise ValueError("sz payload: more cdf97 escapes than elements")
+    coef = _coefficients(r, first, codes, radius, step, out.shape)
+    if planar:
+        gaps, ks, exact = fixes.decode_planar(r, out.shape)
+    else:
+        gaps, ks, exact = fixes.decode_listed(r, out.size)
     inverse(coef)
     apply(coef.reshape(-1), eb, prec, gaps, ks, exact, out.reshape(-1))

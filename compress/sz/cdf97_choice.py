@@ -10,6 +10,7 @@ import numpy as np
 
 from ..zstd import zstd_compress
 from . import cdf97 as sz_cdf97
+from .huffman import huffman_encode
 from .ids import CDF97, CONSTANT, MATCH, PIVOT
 from .steps import code_bits, encode_with
 
@@ -75,8 +76,21 @@ def _coded_bits(candidate, values, eb, prec, radius, pool, coded) -> float:
 
 def _step(box: np.ndarray, eb, prec, radius) -> tuple[float, float]:
     """``(bits, step)``: the quantization step of ``sz_cdf97.STEPS`` whose codes cost
-    fewest bits on ``box`` (see ``sz_cdf97.STEPS``)."""
-    return min((_box_cost((CDF97, s, 1.0), box, eb, prec, radius), s) for s in sz_cdf97.STEPS)
+    fewest bits on ``box`` (see ``sz_cdf97.STEPS``): their bytes through zstd, as the
+    payload has them, where the coding may be the bit planes (with their corrections, a
+    coarser step's estimate missed by 6% on small chunks)."""
+    if sz_cdf97.CODING == "codes":
+        cost = _box_cost
+    else:
+        cost = _box_bytes
+    return min((cost((CDF97, s, 1.0), box, eb, prec, radius), s) for s in sz_cdf97.STEPS)
+
+
+def _box_bytes(cand: tuple, box: np.ndarray, eb, prec, radius) -> float:
+    """Bits of ``cand``'s Huffman stream and side information on ``box``, through zstd."""
+    side = []
+    codes, _ = encode_with(cand, box.reshape(-1), box.shape, eb, prec, radius, None, side)
+    return 8.0 * len(zstd_compress(huffman_encode(codes) + b"".join(side), 1))
 
 
 def _central_box(data: np.ndarray) -> np.ndarray:

@@ -20,6 +20,9 @@ enum { LEVELS = 10, MIN_LENGTH = 8 };
 /* cdf97.py PLANES_MARK: the side information's first u64 where bit planes follow; the
  * most band boxes (the low block and 15 bands per level) */
 #define PLANES_MARK UINT64_MAX
+/* the same with the corrections as bit planes; the codes' escapes with them */
+#define FIXES_MARK (UINT64_MAX - 1)
+#define CODES_FIXES_MARK (UINT64_MAX - 2)
 enum { MAX_BOXES = 1 + 15 * LEVELS };
 
 /* kernels/cdf97.py's constants, bit for bit (INV_*: 1.0 / SCALE_*, rounded) */
@@ -173,34 +176,17 @@ static void unlift_axis(double *a, const uint64_t sh[4], const uint64_t dims[4],
 }
 
 typedef struct side {
-    const uint8_t *esc, *gaps, *ks, *exact, *planes;
-    uint64_t n_esc, m, e, planes_len;
-    int top;
+    const uint8_t *esc, *gaps, *ks, *exact, *planes, *fix_planes;
+    uint64_t n_esc, m, e, planes_len, fix_len;
+    int top, fix_top, planar;
 } side;
 
-/* the side information's parts, every length, count and index checked as _read_side */
-static int parse_side(const tp_sz_chunk *c, side *s, tp_err *err)
+/* the listed corrections (from p, left bytes), every count and index checked */
+static int parse_listed(const tp_sz_chunk *c, side *s, const uint8_t *p, size_t left,
+                        tp_err *err)
 {
-    const uint8_t *p = c->side;
-    size_t left = c->side_len;
     if (left < 8)
         return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
-    s->n_esc = le64(p);
-    p += 8, left -= 8;
-    if (s->n_esc == PLANES_MARK) {
-        if (left < 9 || (s->planes_len = le64(p + 1)) > left - 9)
-            return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
-        s->top = p[0];
-        s->planes = p + 9;
-        p += 9 + s->planes_len, left -= 9 + s->planes_len;
-        s->n_esc = 0;
-    } else if (s->n_esc > c->n) {
-        return tp_fail(err, TP_E_FORMAT, "sz payload: more cdf97 escapes than elements");
-    }
-    if (left / 8 < s->n_esc + 1)
-        return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
-    s->esc = p;
-    p += 8 * s->n_esc, left -= 8 * s->n_esc;
     s->m = le64(p);
     p += 8, left -= 8;
     if (s->m > c->n)
@@ -227,6 +213,72 @@ static int parse_side(const tp_sz_chunk *c, side *s, tp_err *err)
         return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information has the wrong length");
     s->exact = p;
     return 0;
+}
+
+/* the planar corrections: u8 planes, u64 b, b bytes, u64 e, e u64 gaps, e f64 values */
+static int parse_planar(const tp_sz_chunk *c, side *s, const uint8_t *p, size_t left,
+                        tp_err *err)
+{
+    if (left < 9 || (s->fix_len = le64(p + 1)) > left - 9)
+        return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+    s->fix_top = p[0];
+    s->fix_planes = p + 9;
+    p += 9 + s->fix_len, left -= 9 + s->fix_len;
+    if (left < 8)
+        return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+    s->e = le64(p);
+    p += 8, left -= 8;
+    if (s->e > c->n)
+        return tp_fail(err, TP_E_FORMAT, "sz payload: more cdf97 exact values than elements");
+    if (left != 16 * s->e)
+        return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information has the wrong length");
+    s->gaps = p;
+    s->exact = p + 8 * s->e;
+    uint64_t pos = 0;
+    for (uint64_t j = 0; j < s->e; j++) {
+        uint64_t g = le64(s->gaps + 8 * j);
+        if (g >= c->n || (pos += g + (j > 0)) >= c->n)
+            return tp_fail(err, TP_E_FORMAT, "sz payload: cdf97 correction indices out of "
+                           "range");
+    }
+    return 0;
+}
+
+/* the side information's parts: the escapes or the coefficients' bit planes, then the
+ * corrections, every length, count and index checked as cdf97.py checks them */
+static int parse_side(const tp_sz_chunk *c, side *s, tp_err *err)
+{
+    const uint8_t *p = c->side;
+    size_t left = c->side_len;
+    if (left < 8)
+        return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+    uint64_t first = le64(p);
+    p += 8, left -= 8;
+    s->planar = first == FIXES_MARK || first == CODES_FIXES_MARK;
+    if (first == CODES_FIXES_MARK) { /* the escapes' count follows */
+        if (left < 8)
+            return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+        first = le64(p);
+        p += 8, left -= 8;
+        if (first > c->n)
+            return tp_fail(err, TP_E_FORMAT, "sz payload: more cdf97 escapes than elements");
+    }
+    s->n_esc = first;
+    if (first == PLANES_MARK || first == FIXES_MARK) {
+        if (left < 9 || (s->planes_len = le64(p + 1)) > left - 9)
+            return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+        s->top = p[0];
+        s->planes = p + 9;
+        p += 9 + s->planes_len, left -= 9 + s->planes_len;
+        s->n_esc = 0;
+    } else if (s->n_esc > c->n) {
+        return tp_fail(err, TP_E_FORMAT, "sz payload: more cdf97 escapes than elements");
+    }
+    if (left / 8 < s->n_esc)
+        return tp_fail(err, TP_E_FORMAT, "sz cdf97 side information is truncated");
+    s->esc = p;
+    p += 8 * s->n_esc, left -= 8 * s->n_esc;
+    return s->planar ? parse_planar(c, s, p, left, err) : parse_listed(c, s, p, left, err);
 }
 
 /* dequantize: the codes and escapes into band (k * step); every escape used exactly */
@@ -330,9 +382,42 @@ static void finish(const tp_sz_chunk *c, const side *s, const double *a)
     }
 }
 
+/* finish with planar corrections: k (room for n) from their bit planes, the chunk one
+ * set; no exact value where a correction is */
+static int finish_planar(const tp_sz_chunk *c, const side *s, const double *a, int64_t *k,
+                         tp_err *err)
+{
+    uint64_t whole[1][8] = {{0, 0, 0, 0, c->shape[0], c->shape[1], c->shape[2], c->shape[3]}};
+    memset(k, 0, c->n * sizeof *k);
+    int rc = tp_sz_speck_decode(s->fix_planes, s->fix_len, s->fix_top,
+                                (const uint64_t(*)[8])whole, 1, c->shape, k, err);
+    if (rc)
+        return rc;
+    uint64_t pos = 0;
+    for (uint64_t j = 0; j < s->e; j++) {
+        pos += le64(s->gaps + 8 * j) + (j > 0);
+        if (k[pos])
+            return tp_fail(err, TP_E_FORMAT, "sz payload: cdf97 exact values where "
+                           "corrections are");
+    }
+    double two_eb = 2.0 * c->eb;
+    for (uint64_t i = 0; i < c->n; i++) {
+        double v = k[i] ? tp_sz_round(a[i] + (double)k[i] * two_eb, c->prec)
+                        : tp_sz_round(a[i], c->prec);
+        tp_sz_put(c->out, c->f64, i, v);
+    }
+    pos = 0;
+    for (uint64_t j = 0; j < s->e; j++) {
+        pos += le64(s->gaps + 8 * j) + (j > 0);
+        tp_sz_put(c->out, c->f64, pos, led(s->exact + 8 * j));
+    }
+    return 0;
+}
+
 int tp_sz_cdf97_decode(const tp_sz_chunk *c, tp_err *err)
 {
-    side s = {NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 0};
+    side s;
+    memset(&s, 0, sizeof s);
     int rc = parse_side(c, &s, err);
     if (rc)
         return rc;
@@ -356,7 +441,9 @@ int tp_sz_cdf97_decode(const tp_sz_chunk *c, tp_err *err)
     }
     if (!rc)
         rc = inverse(a, &p, c->shape, err);
-    if (!rc)
+    if (!rc && s.planar)
+        rc = finish_planar(c, &s, a, (int64_t *)(void *)band, err);
+    else if (!rc)
         finish(c, &s, a);
     free(band);
     return rc;

@@ -217,6 +217,15 @@ def cases():
     yield "sz_f32_cdf97_planes_3d", planes, {"rel": 1e-3, "predictor": "cdf97"}
     cube = _smooth((3, 5, 12, 16), np.float64, 62)
     yield "sz_f64_cdf97_planes_4d", cube, {"rel": 1e-4, "predictor": "cdf97"}
+    fixes = _smooth((16, 18, 20), np.float32, 63)
+    fixes[2, 3, 4] = np.inf
+    fixes[5, 6, 7] = -2 * float(np.max(np.abs(fixes)))
+    yield "sz_f32_cdf97_fixes_3d", fixes, {"rel": 1e-3, "predictor": "cdf97"}
+    yield (
+        "sz_f16_cdf97_fixes_2d",
+        _smooth((30, 31), np.float16, 67),
+        {"rel": 1e-3, "predictor": "cdf97"},
+    )
 
 
 def _tokens(shape, seed, vocab=5):
