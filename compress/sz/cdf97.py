@@ -2,16 +2,13 @@
 of the chunk in every dimension (Mallat layout: each level transforms the low-pass
 block of the one before), the coefficients quantized with the step ``alpha * eb``
 (alpha of ``STEPS``, the cheapest on a central box of the chunk: see ``choice.py``)
-and coded as the quantizer's codes in band order (coarsest first, so the fine bands'
-runs of zeros sit together for zstd), then the inverse
-transform, as the decoder computes it, and a correction of ``k * 2 * eb`` at every
-element still past the bound ``eb`` (or its exact value where that misses too), so
-every element is within the bound.
+and coded (below), then the inverse transform, as the decoder computes it, and a
+correction of ``k * 2 * eb`` at every element still past the bound ``eb`` (or its exact
+value where that misses too), so every element is within the bound.
 
 At the same point-wise bound this path costs more bits than ``auto``'s predictors on
-the smooth fields of benchmarks/compressors.py at rel 1e-3 and 1e-4 (the corrections,
-and Huffman codes where SPERR's set partitioning codes runs of insignificant
-coefficients); it pays at loose bounds (grayscott_u at rel 1e-1: 0.69x the bytes), where
+most smooth fields of benchmarks/compressors.py at rel 1e-3 and 1e-4, about what SPERR
+costs; it pays at loose bounds (grayscott_u at rel 1e-1: 0.69x the bytes), where
 ``auto`` tries it (``cdf97_choice.pays``); ``predictor="cdf97"`` forces it.
 
 The coefficients' integers ``k`` are coded one of two ways, whichever is smaller per
