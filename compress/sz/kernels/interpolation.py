@@ -288,36 +288,40 @@ def _pass(
             q0 = p0 + (seg_lo[g] - k0) // k_st
             mode = seg_mode[g] if d == 2 else mode0
             # predict
+            # unsigned indices: numba then skips its check for negative ones, which
+            # kept these loops from vectorizing
+            u1, u3 = np.uint64(st), np.uint64(3 * st)
             if mode == _CUBIC:
                 for t in range(cnt):
-                    f = f0 + t * fst
-                    pbuf[q0 + t] = (
-                        -float(r[f - 3 * st]) + 9.0 * r[f - st] + 9.0 * r[f + st]
-                        - r[f + 3 * st]
-                    ) / 16.0  # fmt: skip
+                    f = np.uint64(f0 + t * fst)
+                    pbuf[np.uint64(q0 + t)] = (
+                        -float(r[f - u3]) + 9.0 * r[f - u1] + 9.0 * r[f + u1] - r[f + u3]
+                    ) / 16.0
             elif mode == _LINEAR:
                 for t in range(cnt):
-                    f = f0 + t * fst
-                    pbuf[q0 + t] = (float(r[f - st]) + r[f + st]) / 2.0
+                    f = np.uint64(f0 + t * fst)
+                    pbuf[np.uint64(q0 + t)] = (float(r[f - u1]) + r[f + u1]) / 2.0
             elif mode == _CUBIC_LEFT:
                 for t in range(cnt):
-                    f = f0 + t * fst
-                    pbuf[q0 + t] = (3.0 * r[f - st] + 6.0 * r[f + st] - r[f + 3 * st]) / 8.0
+                    f = np.uint64(f0 + t * fst)
+                    pbuf[np.uint64(q0 + t)] = (3.0 * r[f - u1] + 6.0 * r[f + u1] - r[f + u3]) / 8.0
             elif mode == _CUBIC_RIGHT:
                 for t in range(cnt):
-                    f = f0 + t * fst
-                    pbuf[q0 + t] = (-float(r[f - 3 * st]) + 6.0 * r[f - st] + 3.0 * r[f + st]) / 8.0
+                    f = np.uint64(f0 + t * fst)
+                    pbuf[np.uint64(q0 + t)] = (
+                        -float(r[f - u3]) + 6.0 * r[f - u1] + 3.0 * r[f + u1]
+                    ) / 8.0
             elif mode == _EXTRAP:
                 for t in range(cnt):
-                    f = f0 + t * fst
-                    pbuf[q0 + t] = 1.5 * r[f - st] - 0.5 * r[f - 3 * st]
+                    f = np.uint64(f0 + t * fst)
+                    pbuf[np.uint64(q0 + t)] = 1.5 * r[f - u1] - 0.5 * r[f - u3]
             else:
                 for t in range(cnt):
-                    pbuf[q0 + t] = float(r[f0 + t * fst - st])
+                    pbuf[np.uint64(q0 + t)] = float(r[np.uint64(f0 + t * fst) - u1])
         if not decode:
             fb = base + k0
             for t in range(cl):
-                vbuf[p0 + t] = sr[fb + t * fst]
+                vbuf[np.uint64(p0 + t)] = sr[np.uint64(fb + t * fst)]
         nl += 1
         if nl < lpc and ln + 1 < ln_hi:
             continue
@@ -333,7 +337,7 @@ def _pass(
                 fb = lbase[b]
                 p0 = b * cl
                 for t in range(cl):
-                    r[fb + t * fst] = vbuf[p0 + t]
+                    r[np.uint64(fb + t * fst)] = vbuf[np.uint64(p0 + t)]
         # outliers, in traversal order
         if nz:
             for b in range(nl):
