@@ -134,6 +134,22 @@ class GeluInputs(_Inputs):
         most ``magnitude`` in size."""
         self._note(t, rec, magnitude)
 
+    def output_span(self, t: torch.Tensor):
+        """For GELU's output ``t`` whose input is held with its range: a stand-in for
+        ``t``'s ValueRange whose span is at most ``t``'s (so a bound relative to it is no
+        looser), from GELU of the input's ends, which are outputs ``t`` holds (no pass
+        over ``t``); else None."""
+        made = self._made_by(t, GELU_NODE)
+        span = None if made is None else getattr(made[1], "span", None)
+        if span is None:
+            return None
+        lo, hi = span.finite
+        ends = torch.tensor([lo, hi], dtype=torch.float64)
+        ends = F.gelu(ends, approximate=made[0]._saved_approximate).tolist()
+        # less the float error of t's own GELU of those ends, each way
+        width = abs(ends[1] - ends[0]) - 2 * rounding_slack(t.dtype, max(map(abs, ends)))
+        return _Span((0.0, max(width, 0.0)))
+
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
         """A :class:`GeluOfInput` record for ``t`` if it is GELU's output whose input is held
         tightly enough for ``tol``; else None."""
@@ -145,6 +161,13 @@ class GeluInputs(_Inputs):
         if not error <= tol:
             return None
         return GeluOfInput(t, rec, fn._saved_approximate, tol, error, stats, name, debug)
+
+
+class _Span:
+    """Ends standing in for a :class:`ValueRange`'s (``finite``)."""
+
+    def __init__(self, finite: tuple[float, float]):
+        self.finite = finite
 
 
 class _NormInputs(_Inputs):

@@ -75,7 +75,7 @@ class ActivationCompression:
     moves out of device memory until backward.
     ``min_bytes``: smaller tensors are kept as they are.
     ``zstd``: payloads in host memory go through zstd at this level (lossless) where it
-    saves a fifth of their bytes (``zstd_stage.py``), or None.
+    saves a third of their bytes (``zstd_stage.py``), or None.
     ``exclude``: module names (glob patterns) or types whose saved tensors are kept.
     ``model``: names the rows of ``stats`` through hooks on its modules (otherwise torch's
     global module hooks find modules on the fly, and torch.compile(model) warns of them).
@@ -287,12 +287,11 @@ class ActivationCompression:
         return self.bound is not None and self.bound.mode != "pw_rel"
 
     def _excluded(self, name: str, module) -> bool:
-        for e in self.exclude:
-            if isinstance(e, str) and fnmatch.fnmatchcase(name, e):
-                return True
-            if isinstance(e, type) and isinstance(module, e):
-                return True
-        return False
+        return any(
+            (isinstance(e, str) and fnmatch.fnmatchcase(name, e))
+            or (isinstance(e, type) and isinstance(module, e))
+            for e in self.exclude
+        )
 
     # -- pack / unpack -----------------------------------------------------------------
 
@@ -315,15 +314,14 @@ class ActivationCompression:
             stored = rec.nbytes
         else:  # saved again: held once, under the tighter of the two bounds
             stored = 0
-            span = getattr(rec, "span", None)  # the same view: the same values
             if isinstance(rec, BlockCodes):  # a learned tolerance: the tighter one on the device
                 stored = rec.tighten(t, device_bound(self, t, module, name), self._compactor)
-            elif isinstance(rec, Compressed) and rec.mode == "abs":
-                tol = self._tolerance(t, module, name, span)
+            elif isinstance(rec, Compressed) and rec.mode == "abs":  # the same view: its range
+                tol = self._tolerance(t, module, name, rec.span)
                 if tol < rec.tolerance:
                     stored = rec.tighten(t, tol)
             elif isinstance(rec, Derived):  # also a view of a region
-                tol = self._tolerance(t, module, name, span)
+                tol = self._tolerance(t, module, name, rec.span)
                 if tol < rec.error:  # its derivation is not close enough: hold it too
                     rec = self._record(t, module, name, nbytes, excluded)
                     self._table.add(t, rec)
@@ -363,9 +361,16 @@ class ActivationCompression:
         elif self.bound.mode == "pw_rel":
             mode, tol = "pw_rel", self.bound.value
         else:
+            mode, guess = "abs", None  # GELU's output: tried with no pass over it first
+            if self._gelu_inputs is not None and self.bound.mode == "rel" and norm_inputs is None:
+                guess = self._gelu_inputs.output_span(t)
+            if guess is not None:
+                tol = self._tolerance(t, module, name, guess)
+                rec = self._gelu_inputs.derive(t, tol, self.stats, name, self.debug)
+        if mode == "abs" and rec is None:
             # one pass over t, in memory order, for all that needs its range
             span = ValueRange(memory_order(t))
-            mode, tol = "abs", self._tolerance(t, module, name, span)
+            tol = self._tolerance(t, module, name, span)
             if self._gelu_inputs is not None and isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.bound, span)
             elif norm_inputs is not None:
@@ -428,10 +433,9 @@ class ActivationCompression:
         now = rec.current_version()
         if now != rec.version:
             raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by "
-                f"an inplace operation: it is at version {now}; expected version "
-                f"{rec.version} instead (checked by tensorpress activation compression, as "
-                "autograd does without it)"
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: it is at version {now}; expected version {rec.version} "
+                "instead (checked by tensorpress activation compression, as autograd does)"
             )
         position = self._positions.get(rec) if rec.store is not None else None
         if position is not None:

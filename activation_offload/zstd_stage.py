@@ -29,7 +29,11 @@ from ..compress.tensor import CompressedTensor
 from ..compress.zstd import zstd_compress, zstd_decompress
 
 PIECE_BYTES = 1 << 18  # payload bytes per zstd frame (about 1.5 MiB of float32 input)
-MIN_SAVING = 0.2  # zstd stays on for a kind of tensor while it saves this share of bytes
+#: zstd stays on for a kind of tensor while it saves this share of bytes: at level 1 it
+#: takes about 4 ns of CPU a byte it reads (both ways), so a third holds it to about 12 ns
+#: a byte saved, what fixed-width codes hold the codec's packings to (``codec.py``,
+#: FIXED_MIN_GAIN; ``benchmarks/activations.py``, the ViTs)
+MIN_SAVING = 1 / 3
 RETRY_AFTER = 32  # a kind it did not pay for is tried again after this many tensors
 MAX_KINDS = 4096  # kinds remembered (shapes that vary from step to step add kinds)
 

@@ -1,0 +1,82 @@
+"""Value ranges the hooks take without a pass over a saved tensor (activation_offload)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload.derived import GeluInputs
+from tensorpress.compress.tensor import ValueRange
+
+
+def _held(t: torch.Tensor):
+    """A stand-in for a record held for ``t`` under an absolute bound, with its range."""
+    return SimpleNamespace(
+        span=ValueRange(t), mode="abs", dtype=t.dtype, shape=tuple(t.shape),
+        version=0, current_version=lambda: 0,
+    )  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    scale=st.floats(1e-3, 1e3),
+    offset=st.floats(-20.0, 20.0),
+    n=st.sampled_from([1, 2, 17, 1000]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    approximate=st.sampled_from(["none", "tanh"]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_gelu_outputs_stand_in_span_is_no_wider_than_its_range(
+    scale, offset, n, dtype, approximate, seed
+):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.ones(1, 1, dtype=dtype, requires_grad=True)
+    x = torch.randn(n, 1, generator=g, dtype=dtype) * scale + offset
+    h = x @ w  # a node for GELU's input, as a layer's output has
+    y = F.gelu(h, approximate=approximate)
+    inputs = GeluInputs()
+    inputs.add(h, _held(h.detach()), math.inf)
+    span = inputs.output_span(y)
+    assert span is not None
+    lo, hi = span.finite
+    true_lo, true_hi = ValueRange(y.detach()).finite
+    assert 0.0 <= hi - lo <= true_hi - true_lo  # a bound relative to it is no looser
+
+
+def test_a_tensor_that_is_not_a_gelus_output_has_no_stand_in():
+    w = torch.ones(3, 3, requires_grad=True)
+    h = torch.randn(4, 3) @ w
+    inputs = GeluInputs()
+    inputs.add(h, _held(h.detach()), math.inf)
+    assert inputs.output_span(torch.relu(h)) is None
+    assert inputs.output_span(F.gelu(torch.randn(4, 3, requires_grad=True))) is None
+
+
+@pytest.mark.parametrize("rel", [1e-2, 5e-2])
+def test_an_mlps_gelu_output_is_derived_without_a_pass_over_it(rel, monkeypatch):
+    """Linear -> GELU -> Linear under rel: the GELU's output is restored as GELU of its
+    input within its bound (debug check) and no range is taken of it."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(32, 256), nn.GELU(), nn.Linear(256, 32))
+    x = torch.randn(512, 32, requires_grad=True)
+    ranged = []
+    real = ValueRange.__init__
+
+    def counting(self, t):
+        ranged.append(t.numel())
+        real(self, t)
+
+    monkeypatch.setattr(ValueRange, "__init__", counting)
+    ac = ActivationCompression(codec="block", rel=rel, min_bytes=0, debug=True)
+    with ac:
+        out = mlp(x)
+    out.square().mean().backward()
+    assert ac.stats.records.get("GeluOfInput") == 1
+    assert ranged.count(512 * 256) == 1  # GELU's input only, not its output
