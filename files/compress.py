@@ -57,6 +57,7 @@ from .output import (
     report_progress,
 )
 from .plan import LAYOUTS, Plan, PsnrTarget
+from .psnr_paths import search_paths
 
 #: a PSNR target searches its bound on the whole dataset up to this many bytes, beyond
 #: that on evenly spaced chunks of about this many bytes in all (the reached PSNR is then
@@ -70,27 +71,28 @@ def compress_stream(
     """Write ``source`` (array-like, rows by slicing) as a container stream into ``sink``.
 
     Returns (resolved bound, stream length in bytes, the PSNR target dict or None,
-    whether every cell is missing: :func:`all_missing`).
+    whether every cell is missing: :func:`all_missing`, the codec written with).
     ``rel`` bounds take one extra pass over the data for the value range, as
     :func:`tensorpress.compress` resolves them; a :class:`PsnrTarget` searches an abs
-    bound (:func:`psnr_bound`). ``order``: the layout a reader hands back ("F" for a
-    Fortran-ordered input; the values are stored in C order either way).
+    bound and the codec's path (:func:`psnr_bound`). ``order``: the layout a reader
+    hands back ("F" for a Fortran-ordered input; the values are stored in C order
+    either way).
     """
     dtype = np.dtype(source.dtype)
     shape = tuple(int(d) for d in source.shape)
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
     # range and PSNR over valid cells; a lossy codec's stream clamps into the valid range
     source, missing = masked_source(source, rows, name, clamp=codec.lossy)
-    bound, target = resolve_bound(source, codec, bound, rows, workers)
+    bound, target, codec = resolve_bound(source, codec, bound, rows, workers)
     writer = StreamWriter(
         sink,
         dtype.newbyteorder("<").str,
         shape,
         order,
-        codec.get_config(),
+        codec.get_config(),  # names the path a PSNR search kept (e.g. its predictor)
         bound,
         rows,
-        target,
+        header_target(target),
         missing,
     )
     total = math.prod(shape) * dtype.itemsize
@@ -102,7 +104,13 @@ def compress_stream(
         report_progress(
             progress, name, min(total, (i + 1) * rows * row_bytes) if shape else total, total
         )
-    return bound, writer.finish(), target, all_missing(source, rows)
+    return bound, writer.finish(), target, all_missing(source, rows), codec
+
+
+def header_target(target: dict | None) -> dict | None:
+    """The PSNR target record as a stream header holds it (formats/SPEC.md): without
+    the search's ``path``, which the header's codec config names already."""
+    return None if target is None else {k: v for k, v in target.items() if k != "path"}
 
 
 #: the note of a compressed dataset that holds no value at all (the summary says it)
@@ -123,19 +131,22 @@ def all_missing(source, rows: int) -> bool:
 
 
 def resolve_bound(source, codec, bound, rows: int, workers) -> tuple:
-    """(``bound`` resolved on the whole of ``source``, the PSNR target record or None)."""
+    """(``bound`` resolved on the whole of ``source``, the PSNR target record or None,
+    the codec to write with: ``codec``, or the path a PSNR search kept)."""
     target = None
     if isinstance(bound, PsnrTarget):
-        bound, target = psnr_bound(source, codec, bound.psnr, rows, workers)
+        bound, target, codec = psnr_bound(source, codec, bound.psnr, rows, workers)
     if bound is not None:
         bound = bound.resolve_rows(source, rows)
-    return bound, target
+    return bound, target, codec
 
 
-def psnr_bound(source, codec, target: float, rows: int, workers) -> tuple[ErrorBound, dict]:
-    """The loosest abs bound found for ``codec`` to reach ``target`` dB on ``source``
-    (``compress/quality.py``), and the stream's target record. The search compresses
-    chunks of ``rows`` rows as the stream does, so on a dataset of at most
+def psnr_bound(source, codec, target: float, rows: int, workers) -> tuple:
+    """(the loosest abs bound found to reach ``target`` dB on ``source``, the stream's
+    target record, the codec to write with) for ``codec`` and each path it offers at
+    the rate reached (files/psnr_paths.py: the fewest bytes kept, the record's ``path``
+    says which where there was a choice). The search (``compress/quality.py``)
+    compresses chunks of ``rows`` rows as the stream does, so on a dataset of at most
     :data:`PSNR_SEARCH_BYTES` the PSNR reached is the written stream's; a larger one is
     searched on evenly spaced chunks, and the record says how many (``sample_chunks``:
     [searched, of])."""
@@ -151,16 +162,19 @@ def psnr_bound(source, codec, target: float, rows: int, workers) -> tuple[ErrorB
         sample = np.concatenate([np.asarray(source[i * rows : (i + 1) * rows]) for i in picks])
     sample = np.ascontiguousarray(sample, dtype=sample.dtype.newbyteorder("="))
 
-    def trial(value):
-        c = codec.with_bound(ErrorBound("abs", value))
-        blob = encode_array(sample, c, c.resolve_bound(sample), chunk_bytes=chunk_bytes)
-        return None, ContainerReader(blob, workers=workers).read()
+    def search(candidate):
+        def trial(value):
+            c = candidate.with_bound(ErrorBound("abs", value))
+            blob = encode_array(sample, c, c.resolve_bound(sample), chunk_bytes=chunk_bytes)
+            return len(blob), ContainerReader(blob, workers=workers).read()
 
-    best = search_bound(sample, target, trial)
+        return search_bound(sample, target, trial)
+
+    codec, best, path = search_paths(codec, sample.size, search)
     record = {"psnr": target, "psnr_reached": best.psnr if math.isfinite(best.psnr) else None}
     if len(picks) < n:
         record["sample_chunks"] = [len(picks), n]
-    return ErrorBound("abs", best.bound), record
+    return ErrorBound("abs", best.bound), {**record, **path}, codec
 
 
 def _compressed_report(
@@ -318,7 +332,7 @@ def _compress_single(array, src, dst, plan, workers, overwrite, progress):
         if is_hdf5_path(dst):
             with hdf5_output(tmp) as fout:
                 sink = DatasetSink(fout, "data")
-                bound, nbytes, target, empty = compress_stream(
+                stream = compress_stream(
                     array, sink, "data", plan.codec, bound, chunk_bytes, workers, progress
                 )
                 sink.close().attrs[MARKER] = make_marker(
@@ -330,8 +344,8 @@ def _compress_single(array, src, dst, plan, workers, overwrite, progress):
                 sink = FileSink(f)
                 write = (plan.codec, bound, chunk_bytes, workers, progress)
                 stream = compress_stream(array, sink, "data", *write, order=order)
-                bound, nbytes, target, empty = stream
-    return _compressed_report("data", array, plan.codec, bound, nbytes, t0, target, empty)
+    bound, nbytes, target, empty, codec = stream
+    return _compressed_report("data", array, codec, bound, nbytes, t0, target, empty)
 
 
 def _fortran(array) -> bool:
@@ -425,7 +439,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         return _compress_filtered(source, group, path, write, t0)
     chunk_bytes = _sample_bytes(plan, source)
     sink = DatasetSink(group, path)
-    bound, nbytes, target, empty = compress_stream(
+    bound, nbytes, target, empty, codec = compress_stream(
         source, sink, path, plan.codec, plan.bound_for(path), chunk_bytes, workers, progress
     )
     original = math.prod(source.shape) * np.dtype(source.dtype).itemsize
@@ -433,7 +447,7 @@ def _compress_dataset(source, group, path, marker: str, write: tuple, t0: float)
         sink.discard()
         return None
     sink.close().attrs[MARKER] = marker
-    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target, empty)
+    return _compressed_report(path, source, codec, bound, nbytes, t0, target, empty)
 
 
 def _sample_chunks(plan, shape: tuple, itemsize: int) -> tuple | None:
@@ -466,14 +480,17 @@ def _compress_filtered(source, group, path, write: tuple, t0: float):
     rows = chunk_rows_for(shape, dtype.itemsize, chunk_bytes)
     # range and PSNR over valid cells; a lossy codec's chunks clamp into the valid range
     masked, missing = masked_source(source, rows, path, clamp=plan.codec.lossy)
-    bound, target = resolve_bound(masked, plan.codec, plan.bound_for(path), rows, workers)
-    write = (plan.codec, bound, chunk_bytes, progress)
+    bound, target, codec = resolve_bound(masked, plan.codec, plan.bound_for(path), rows, workers)
+    # the filter's cd_values name the codec only: a path a PSNR search kept travels in
+    # each chunk's stream (its payloads name their predictor), which any reader decodes
+    params = None if codec is plan.codec else codec.parameters()
+    write = (codec, bound, chunk_bytes, progress)
     out = write_filtered(
-        masked, group, path, *write, workers=workers, missing=missing, chunks=chunks
+        masked, group, path, *write, workers=workers, missing=missing, chunks=chunks, params=params
     )
     nbytes = out.id.get_storage_size()
     if plan.raw_when_larger and nbytes + CHUNK_INDEX_BYTES >= original:
         del group[path]
         return None
     empty = all_missing(masked, rows)
-    return _compressed_report(path, source, plan.codec, bound, nbytes, t0, target, empty)
+    return _compressed_report(path, source, codec, bound, nbytes, t0, target, empty)

@@ -140,13 +140,13 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
         zarr.create_group(store=partial, path=path, attributes=attrs)
     recorded = {"job": secrets.token_hex(6), "variables": {}}
     for vp in vplans:
-        bound, span, target = bounds.get(vp.var.path, (None, None, None))
-        bound = _create_array(partial, vp, plan, bound, span, target)
+        bound, span, target, codec = bounds.get(vp.var.path, (None, None, None, plan.codec))
+        bound = _create_array(partial, vp, codec, bound, span, target)
         recorded["variables"][vp.var.path] = {
             "chunks": list(vp.chunks),
             "shards": None if vp.shards is None else list(vp.shards),
             "bound": _bound_record(bound, target),
-            "codec": plan.codec.get_config() if vp.lossy else None,
+            "codec": codec.get_config() if vp.lossy else None,
             "note": vp.note,
         }
     hide_root(partial)
@@ -156,9 +156,10 @@ def _setup(runner, src, kind, partial, groups, vplans: list, plan: Plan) -> dict
 
 def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
     """{path: (resolved ErrorBound, the (lo, hi) a rel bound was resolved on or None, the
-    PSNR target record or None)} of the lossy variables: rel and PSNR on the whole
-    variable's valid cells (one min/max task per region, reduced here; then, for a PSNR
-    target, the search of zarr_psnr.py over every region)."""
+    PSNR target record or None, the codec to write with)} of the lossy variables: rel
+    and PSNR on the whole variable's valid cells (one min/max task per region, reduced
+    here; then, for a PSNR target, the search of zarr_psnr.py over every region, which
+    may keep another path of the codec)."""
     specs = [
         _spec(src, kind, vp, r)
         for vp in vplans
@@ -181,9 +182,9 @@ def _resolve_bounds(runner, src, kind, vplans: list, plan: Plan) -> dict:
         if isinstance(vp.bound, PsnrTarget):
             out[vp.var.path] = _psnr_bound(runner, src, kind, vp, plan, span)
         elif vp.bound.mode == "rel":
-            out[vp.var.path] = (vp.bound.resolve_range(*span), span, None)
+            out[vp.var.path] = (vp.bound.resolve_range(*span), span, None, plan.codec)
         else:
-            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None, None)
+            out[vp.var.path] = (vp.bound.resolve_range(0.0, 0.0), None, None, plan.codec)
     return out
 
 
@@ -211,11 +212,12 @@ def _gather(runner, fn, specs: list, name: str) -> list:
 
 
 def _psnr_bound(runner, src, kind, vp: VarPlan, plan: Plan, span: tuple) -> tuple:
-    """(abs ErrorBound, None, target record) reaching the variable's PSNR target over
-    the whole variable, each trial compressed on the workers (zarr_psnr.py)."""
+    """(abs ErrorBound, None, target record, codec kept) reaching the variable's PSNR
+    target over the whole variable, each trial compressed on the workers (zarr_psnr.py);
+    the codec's other paths are searched too and the fewest bytes kept."""
 
-    def layout(bound: ErrorBound) -> dict:
-        serializer, _ = _serializer(plan, bound, None, vp)
+    def layout(codec, bound: ErrorBound) -> dict:
+        serializer, _ = _serializer(codec, bound, None, vp)
         return {
             "chunks": vp.chunks,
             "shards": vp.shards,
@@ -224,14 +226,15 @@ def _psnr_bound(runner, src, kind, vp: VarPlan, plan: Plan, span: tuple) -> tupl
         }
 
     specs = [_spec(src, kind, vp, r) for r in vp.regions()]
-    bound, target = search_psnr(
+    bound, target, codec = search_psnr(
         lambda fn, s, name: _gather(runner, fn, s, name),
         specs,
         span[1] - span[0],
         vp.bound.psnr,
+        plan.codec,
         layout,
     )
-    return bound.resolve_range(0.0, 0.0), None, target
+    return bound.resolve_range(0.0, 0.0), None, target, codec
 
 
 def _bound_record(bound: ErrorBound | None, target: dict | None) -> dict | None:
@@ -265,21 +268,19 @@ def _spec(src: str, kind: str, vp: VarPlan, region: tuple) -> dict:
     }
 
 
-def _create_array(
-    partial: str, vp: VarPlan, plan: Plan, bound, span, target=None
-) -> ErrorBound | None:
-    """The zarr v3 array of ``vp`` in ``partial``: the plan's codec as serializer for a
-    lossy (or lossless tensorpress) variable, its metadata recording the bound as given,
-    the value range a rel bound was resolved on and the resolved abs (and a PSNR
-    ``target`` record); zarr's default codecs for the others. Returns the bound the
-    chunks are held to."""
+def _create_array(partial: str, vp: VarPlan, codec, bound, span, target=None) -> ErrorBound | None:
+    """The zarr v3 array of ``vp`` in ``partial``: ``codec`` (the plan's, or the path a
+    PSNR search kept) as serializer for a lossy (or lossless tensorpress) variable, its
+    metadata recording the bound as given, the value range a rel bound was resolved on
+    and the resolved abs (and a PSNR ``target`` record); zarr's default codecs for the
+    others. Returns the bound the chunks are held to."""
     import zarr
 
     var = vp.var
     attrs = dict(var.attrs)
     kwargs = {}
     if vp.lossy:
-        serializer, bound = _serializer(plan, bound, span, vp)
+        serializer, bound = _serializer(codec, bound, span, vp)
         if bound is not None:
             attrs[BOUND_ATTR] = json.dumps(_bound_record(bound, target))
         kwargs = {"serializer": serializer, "compressors": None}
@@ -299,25 +300,26 @@ def _create_array(
     return bound
 
 
-def _serializer(plan: Plan, bound, span, vp: VarPlan) -> tuple:
-    """(the plan codec's zarr serializer for variable ``vp``, its bound with the tolerance
-    the serializer resolved): a rel bound with the whole variable's ``span`` (lo, hi),
-    other bounds as resolved; missing values kept bit for bit; a CF valid range kept
-    (cells outside it exact, decoded values clamped into it)."""
+def _serializer(codec, bound, span, vp: VarPlan) -> tuple:
+    """(``codec``'s zarr serializer for variable ``vp``, its config naming the path a
+    PSNR search kept (e.g. its predictor); its bound with the tolerance the serializer
+    resolved): a rel bound with the whole variable's ``span`` (lo, hi), other bounds as
+    resolved; missing values kept bit for bit; a CF valid range kept (cells outside it
+    exact, decoded values clamped into it)."""
     from ..formats.zarr_codecs import SERIALIZERS
 
-    params = {k: v for k, v in plan.codec.get_config().items() if k != "id"}
+    params = {k: v for k, v in codec.get_config().items() if k != "id"}
     missing = _missing_values(vp)
     if missing:
         params["missing"] = missing
     spec = vp.var.missing
-    if plan.codec.lossy and spec is not None and (spec.lo is not None or spec.hi is not None):
+    if codec.lossy and spec is not None and (spec.lo is not None or spec.hi is not None):
         params["valid_range"] = [spec.lo, spec.hi]
     if bound is not None and span is not None:
         params.update(rel=bound.value, value_range=list(span))
     elif bound is not None:
         params[bound.resolved_mode] = bound.tolerance
-    serializer = SERIALIZERS[f"tensorpress.{plan.codec.name}"](**params)
+    serializer = SERIALIZERS[f"tensorpress.{codec.name}"](**params)
     resolved = serializer.to_dict()["configuration"].get("resolved_abs")
     if resolved is not None:  # the one the chunks are encoded with
         bound = ErrorBound(bound.mode, bound.value, float(resolved))

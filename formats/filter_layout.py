@@ -251,13 +251,14 @@ def read_chunk(source, offset: tuple, chunks: tuple, dtype, fillvalue) -> np.nda
 
 
 def write_chunks(
-    source, out: h5py.Dataset, path: str, progress, workers: int = 1, missing=None
+    source, out: h5py.Dataset, path: str, progress, workers: int = 1, missing=None, params=None
 ) -> None:
     """Encode every chunk of ``source`` for filtered dataset ``out`` (same shape) and
     store it with ``write_direct_chunk``: ``workers`` threads encode (the codecs release
     the GIL), this thread reads one chunk at a time and writes in chunk order, so the
     file is the same for any ``workers`` and at most ``2 * workers`` chunks are held.
-    ``missing``: the ``MissingMap`` whose markers ``source`` gives (missing.py)."""
+    ``missing``: the ``MissingMap`` whose markers ``source`` gives (missing.py);
+    ``params``: codec parameters in place of the defaults (``encode_chunk``)."""
     cd = filter_values(out)
     shape, chunks = tuple(int(d) for d in out.shape), tuple(int(c) for c in out.chunks)
     dtype, fill = out.dtype, out.fillvalue
@@ -280,7 +281,7 @@ def write_chunks(
     offsets = chunk_offsets(shape, chunks)
     if workers <= 1:
         for offset in offsets:
-            store(offset, encode_chunk(read(offset), cd, missing))
+            store(offset, encode_chunk(read(offset), cd, missing, params))
         return
     pending: deque = deque()
     with ThreadPoolExecutor(workers, thread_name_prefix="tensorpress-h5chunk") as pool:
@@ -288,7 +289,8 @@ def write_chunks(
             if len(pending) >= 2 * workers:
                 first, job = pending.popleft()
                 store(first, job.result())
-            pending.append((offset, pool.submit(encode_chunk, read(offset), cd, missing)))
+            future = pool.submit(encode_chunk, read(offset), cd, missing, params)
+            pending.append((offset, future))
         while pending:
             first, job = pending.popleft()
             store(first, job.result())
@@ -305,13 +307,15 @@ def write_filtered(
     workers=1,
     missing=None,
     chunks=None,
+    params=None,
 ):
     """Write ``source`` (array-like with shape and dtype, at least 1-d) as the filtered
     dataset ``group[path]`` with ``bound`` (resolved: abs or pw_rel, or None for a
     lossless codec), its chunks encoded by ``workers`` threads; ``missing``: the
     ``MissingMap`` whose markers ``source`` gives; ``chunks``: the chunk shape (None:
-    :func:`filter_chunks`). Returns the dataset; its stored bytes are
-    ``ds.id.get_storage_size()``."""
+    :func:`filter_chunks`); ``params``: codec parameters the chunks are encoded with in
+    place of the defaults (:func:`write_chunks`). Returns the dataset; its stored bytes
+    are ``ds.id.get_storage_size()``."""
     dtype = np.dtype(source.dtype)  # either byte order: cd_values record it, chunks byteswap
     out = group.create_dataset(
         path,
@@ -321,7 +325,7 @@ def write_filtered(
         **creation_options(getattr(source, "source", source)),  # under missing.MissingRows
         **filter_keywords(codec, bound),
     )
-    write_chunks(source, out, path, progress, workers, missing)
+    write_chunks(source, out, path, progress, workers, missing, params)
     return out
 
 

@@ -227,17 +227,19 @@ def _within(has, bound: dict) -> bool:
     return kind == mode and has.tolerance <= value
 
 
-def encode_chunk(data, cd: list[int], missing=None) -> np.ndarray:
+def encode_chunk(data, cd: list[int], missing=None, params=None) -> np.ndarray:
     """One HDF5 chunk (bytes-like, floats in the byte order cd_values give) as a
     container stream (little-endian, as every stream); ``missing``: the ``MissingMap``
-    whose markers the chunk holds (missing.py)."""
+    whose markers the chunk holds (missing.py); ``params``: codec parameters in place
+    of the defaults (e.g. the ``sz`` predictor a PSNR search kept: each payload names
+    its predictor, so the filter decodes it whatever cd_values say)."""
     p = chunk_values(cd)
     dtype = np.dtype(f"{p['byteorder']}f{p['itemsize']}")
     x = np.frombuffer(data, dtype=dtype)
     if x.size != math.prod(p["chunks"]):
         raise ValueError(f"the chunk holds {x.size} values, cd_values say {p['chunks']}")
     x = x.reshape(p["chunks"]).astype(dtype.newbyteorder("<"), copy=False)
-    codec = get_codec(p["codec"], **p["bound"])
+    codec = get_codec(p["codec"], **(params or {}), **p["bound"])
     stream = encode_array(
         x,
         codec,
