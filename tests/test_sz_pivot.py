@@ -15,7 +15,7 @@ from tensorpress.compress.kernels.rounding import PREC_FLOAT32, PREC_FLOAT64
 from tensorpress.compress.sz import pivot as sz_pivot
 from tensorpress.compress.sz import pivot_fit as sz_pivot_fit
 from tensorpress.compress.sz import steps as sz_steps
-from tensorpress.compress.sz.kernels.pivot import level_bins, predicted_decode
+from tensorpress.compress.sz.kernels.pivot import exact_product, level_bins, predicted_decode
 from test_bound_properties import FAST, LAYOUTS, bounds, cases, run_case, run_values
 from test_sz_predictors import assert_flipped_bytes_handled
 
@@ -127,6 +127,21 @@ def _level(rng, start, end, bits):
         rng.uniform(0, 1e-3, end - start).astype(np.float32),
         rng.integers(-top, top + 1, (start, end - start)).astype(np.float64),
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 3, 7), (9, 13, 300), (6, 130, 2), (4, 0, 3)])
+def test_exact_product_is_blas_product(shape, dtype):
+    """The levels' products: the bits of ``z @ w`` for integer operands whose sums are
+    exact in the dtype, at depths that are and are not multiples of four and column
+    counts past one tile."""
+    rows, depth, columns = shape
+    rng = np.random.default_rng(sum(shape))
+    z = rng.integers(-(2**7), 2**7, (rows, depth)).astype(dtype)
+    w = rng.integers(-(2**7), 2**7, (depth, columns)).astype(dtype)
+    got = exact_product(z, w)
+    assert got.dtype == dtype and got.shape == (rows, columns)
+    np.testing.assert_array_equal(got, z @ w)
 
 
 def test_low_rank_columns_code_smaller():
