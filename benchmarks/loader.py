@@ -371,6 +371,14 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _usage() -> tuple[float, int]:
+    """(kernel CPU seconds, minor page faults) so far, this process and reaped children:
+    where a first epoch's extra time goes (first touch of memory shows in both)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_stime + kids.ru_stime, own.ru_minflt + kids.ru_minflt
+
+
 def run_epochs(
     name: str, loader, path: Path, epochs: int, workers: int, persistent: bool = False
 ) -> Result:
@@ -382,11 +390,12 @@ def run_epochs(
     for e in range(epochs):
         drop_cache(path)
         before = Reads.now(stat)
-        t0, c0 = time.perf_counter(), _cpu_seconds()
+        t0, c0, u0 = time.perf_counter(), _cpu_seconds(), _usage()
         seen = 0
         for _x, y in loader:
             seen += len(y)
         dt, cpu = time.perf_counter() - t0, _cpu_seconds() - c0
+        sys_s, faults = (b - a for a, b in zip(u0, _usage(), strict=True))
         children, own, disk = Reads.now(stat).since(before)
         if in_process and own is not None:
             res.bytes.append(own)
@@ -410,7 +419,8 @@ def run_epochs(
         if stats is not None:
             res.stats.append(dict(stats))
         print(
-            f"  {name}: epoch {e + 1}/{epochs} {seen} samples in {dt:.1f} s",
+            f"  {name}: epoch {e + 1}/{epochs} {seen} samples in {dt:.1f} s "
+            f"(CPU {cpu:.1f} s, of it kernel {sys_s:.1f} s; {faults:.0f} minor faults)",
             file=sys.stderr,
             flush=True,
         )
@@ -429,10 +439,19 @@ def run_torch(path: Path, epochs: int, workers: int) -> Result:
     return run_epochs("(a) torch + h5py", loader, path, epochs, workers)
 
 
+ONLY: list[str] = []  # --only: the (c) rows to run (empty: all)
+
+
 def c_variants():
     """(row name, maker of the compressed copy: path -> (copy's path, note)) of the (c)
     rows: both codecs in the HDF5 filter layout and in zarr, one sample per chunk; and
-    ``block`` as ``compress_file`` writes it by default (the input's chunks)."""
+    ``block`` as ``compress_file`` writes it by default (the input's chunks); only those
+    named by ``--only``, if given."""
+    out = [(name, make) for name, make in _all_c_variants() if not ONLY or name in ONLY]
+    return out
+
+
+def _all_c_variants():
     out = []
     for codec in C_CODECS:
         out.append((f"{codec}, HDF5", functools.partial(copies.h5_copy, codec=codec, rel=C_REL)))
@@ -960,6 +979,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="rounds of (b) and the (c) rows, interleaved; targets take the median ratio",
     )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ROW",
+        help="run only this (c) row (repeatable), e.g. --only 'block, zarr'",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: smaller file, 2 epochs")
     p.add_argument("--markdown", action="store_true", help="print tables as Markdown")
     args = p.parse_args(argv)
@@ -969,6 +995,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--epochs must be >= 2 (hit rates are taken after the first)")
     if args.workers < 0:
         p.error("--workers must be >= 0")
+    names = [name for name, _ in _all_c_variants()]
+    if any(name not in names for name in args.only):
+        p.error(f"--only takes (c) row names: {', '.join(map(repr, names))}")
+    ONLY[:] = args.only
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     if not 0 < args.buffer_fraction <= 1:
