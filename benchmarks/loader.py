@@ -86,6 +86,7 @@ split over 2 ranks (each rank's buffer = its half; target >= 99%).
     python benchmarks/loader.py --markdown       # tables for RESULTS.md
     python benchmarks/loader.py --memory-limit-mib 1024 --size-mib 4096   # larger than memory
     python benchmarks/loader.py --size-mib 2048 --epochs 2 --memory-limit-mib 1024 --rounds 3
+    python benchmarks/loader.py ... --only 'block, HDF5' --only 'block, zarr'   # two (c) rows
 """
 
 from __future__ import annotations
