@@ -146,8 +146,10 @@ class GeluInputs(_Inputs):
         lo, hi = span.finite
         ends = torch.tensor([lo, hi], dtype=torch.float64)
         ends = F.gelu(ends, approximate=made[0]._saved_approximate).tolist()
-        # less the float error of t's own GELU of those ends, each way
-        width = abs(ends[1] - ends[0]) - 2 * rounding_slack(t.dtype, max(map(abs, ends)))
+        # less the float error of t's own GELU of those ends, each way: its terms
+        # (x / 2 and x / 2 * erf) are of the input's size, not the output's
+        terms = max(abs(lo), abs(hi), *map(abs, ends))
+        width = abs(ends[1] - ends[0]) - 2 * rounding_slack(t.dtype, terms)
         return _Span((0.0, max(width, 0.0)))
 
     def derive(self, t, tol: float, stats: ActivationStats, name: str, debug: bool):
