@@ -14,19 +14,9 @@ import pytest
 import tensorpress as tp
 import zstandard
 from hypothesis import given
-from hypothesis import strategies as st
 from tensorpress.compress.sz import cdf97, cdf97_choice
 from tensorpress.compress.sz.kernels.cdf97 import lift_rows, unlift_rows
-from test_bound_properties import (
-    DTYPES,
-    FAST,
-    KINDS,
-    LAYOUTS,
-    Case,
-    log_uniform,
-    run_case,
-    shapes,
-)
+from test_bound_properties import FAST, run_case
 from test_sz_predictors import (
     PREDICTOR_BYTE,
     assert_flipped_bytes_handled,
@@ -34,11 +24,9 @@ from test_sz_predictors import (
     sz_contents,
     with_payloads,
 )
+from transform_cases import SIDE_AT, transform_cases
 
 PREDICTOR_BYTE.setdefault("cdf97", 15)
-#: the side information's u64 length in a predicted payload (after the predictor,
-#: flags, eb, alpha, beta and radius)
-SIDE_AT = 2 + 8 * 3 + 4
 
 
 @contextlib.contextmanager
@@ -51,30 +39,8 @@ def coding(mode: str):
         cdf97.CODING = before
 
 
-@st.composite
-def cdf97_cases(draw):
-    """Relative bounds 1e-7 .. 1e-1 (and some absolute and pw_rel), the property kinds
-    (smooth, noise, constants, specials), layouts, radii, chunk sizes."""
-    mode = draw(st.sampled_from(["rel", "rel", "rel", "abs", "pw_rel"]))
-    return Case(
-        dtype=draw(st.sampled_from(DTYPES)),
-        shape=draw(shapes(1500)),
-        kind=draw(st.sampled_from(KINDS)),
-        seed=draw(st.integers(0, 2**32 - 1)),
-        specials=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
-        layout=draw(st.sampled_from(LAYOUTS)),
-        mode=mode,
-        bound=draw(log_uniform(1e-7, 1e-1)),
-        bound_scale="data" if mode == "abs" else "absolute",
-        predictor="cdf97",
-        radius=draw(st.sampled_from([32768, 32768, 16, 2])),
-        chunk_bytes=draw(st.sampled_from([None, None, 64, 4096])),
-        workers=draw(st.sampled_from([None, 1, 2])),
-    )
-
-
 @FAST
-@given(case=cdf97_cases())
+@given(case=transform_cases("cdf97"))
 def test_bound_holds_on_every_element(case):
     run_case(case)
 
