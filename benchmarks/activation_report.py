@@ -143,7 +143,7 @@ def print_transformer_targets(task: Task, results: list[Result]) -> None:
 
 
 def print_device_target(task: Task, results: list[Result]) -> None:
-    """The device path's target (issue 30): 8x at no more than 1% more val loss (LM) or
+    """The device path's target: 8x at no more than 1% more val loss (LM) or
     0.5 accuracy points less (CNN); its step time is measured on a GPU."""
     base = results[0]
     r = next((r for r in results if r.variant == TP_DEVICE_ADAPTIVE), None)

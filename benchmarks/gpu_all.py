@@ -20,7 +20,7 @@ and the others run all the same:
    eager, ``torch.compile`` and ``compile_with_compression`` (saved activations as codes
    inside inductor's graphs) on the GPT-2-shaped byte LM of the CPU table (6 layers,
    width 384, sequence 256), batch 8, 30 steps: saved activation bytes, peak memory,
-   step time and validation loss, and issue 49's targets (``tp compiled`` against
+   step time and validation loss, and the compiled path's targets (``tp compiled`` against
    ``compile``: saved bytes, step time ratio, val loss); the summary repeats those lines;
 4. ``tensor_latency``: ``benchmarks/tensor_latency.py --device cuda``, wall and host
    time per call, the container path beside the device codes, and the device codes'
@@ -34,7 +34,7 @@ and the others run all the same:
 
 The limits are estimates for an H100/H200, not measurements: a GPT-2-small step at
 sequence 1024, batch 8, in bf16 takes about 50-100 ms there, a step on the paths with
-host waits about a second (some 150 saved tensors at issue 30's per-call cost of a few
+host waits about a second (some 150 saved tensors at tensor_latency.py's per-call cost of a few
 ms), plus numba's and Triton's compile times in each process; the compiled stage's
 steps take milliseconds, its two inductor compiles (forward and backward each) most of
 its 110 s; ``gpt2_memory.py`` trains until its budget's last 50 s, which the batch

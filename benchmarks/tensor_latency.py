@@ -45,8 +45,8 @@ from tensorpress.activation_offload.device.tiles import compress_blocks, restore
 from tensorpress.compress import compress_tensor, decompress_tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-FIXED_COST_US = 50  # issue 30: the device codes' cost per call, whatever the size
-HOST_TIME_US = 30  # issue 30: host time per call, what a step pays while the GPU works
+FIXED_COST_US = 50  # target: the device codes' cost per call, whatever the size
+HOST_TIME_US = 30  # target: host time per call, what a step pays while the GPU works
 CASES = (
     ("block rel=1e-2", {"codec": "block", "rel": 1e-2}),
     ("block abs=1e-2", {"codec": "block", "abs": 1e-2}),
@@ -109,7 +109,7 @@ def device_codes_rows(sizes, dev: torch.device, runs: int, g: torch.Generator) -
 
 def print_fixed_cost(found: dict, rel: float = 1e-2) -> None:
     """The device codes' fixed cost per call: the wall time at the smallest size (its
-    bytes take a fraction of a microsecond on a GPU), against issue 30's targets."""
+    bytes take a fraction of a microsecond on a GPU), against its targets."""
     kib = min(k for r, k in found if r == rel)
     comp, dec, host_c, host_d = found[rel, kib]
 
