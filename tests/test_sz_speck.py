@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from tensorpress.compress.sz import cdf97, speck
 from tensorpress.compress.sz.kernels import speck as kernels
 from test_bound_properties import FAST, run_case
-from test_sz_cdf97 import SIDE_AT, _rewrite_side, _side, _smooth, cdf97_cases, coding
+from test_sz_cdf97 import SIDE_AT, _rewrite_side, _side, _smooth, coding
 from test_sz_predictors import assert_flipped_bytes_handled, sz_contents
+from transform_cases import transform_cases
 
 
 def _ints(shape, seed, scale):
@@ -109,7 +110,7 @@ FIRST = {
 
 
 @FAST
-@given(case=cdf97_cases(), how=st.sampled_from(sorted(FIRST)))
+@given(case=transform_cases("cdf97"), how=st.sampled_from(sorted(FIRST)))
 def test_bound_holds_through_the_bit_planes(case, how):
     """Forced through the bit planes (of the coefficients, the corrections or both),
     every element is within the bound, and every chunk the wavelet codes carries them."""
