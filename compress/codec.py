@@ -218,6 +218,12 @@ class Codec(abc.ABC):
 
         return decode
 
+    def rows_decoder(self, shape: tuple, dtype: np.dtype, bound):
+        """An object whose ``index(payload)`` and ``decode(pages, ids, size, index, r0,
+        r1, out)`` decode rows (along axis 0) of one chunk of ``shape`` without the
+        others (``compress/block/rows.py``), or None: this codec decodes whole chunks."""
+        return None
+
     # -- torch tensors (codecs with ``devices``) ----------------------------------
 
     def encode_tensor(self, t, bound: ErrorBound | None, chunk_rows: int):

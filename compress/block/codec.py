@@ -43,6 +43,7 @@ from .entropy import (
 from .kernels import cpu as kb
 from .kernels import layout as bl
 from .kernels.layout import STEP_MARGIN, steps_for
+from .rows import RowsDecoder
 from .stochastic import levels, stochastic_steps
 
 #: precision code by numpy dtype, native and little-endian (keyed by the dtype: numpy
@@ -231,6 +232,17 @@ class BlockCodec(Codec):
                 raise ValueError("block payload is inconsistent (corrupted or truncated)")
 
         return decode
+
+    def rows_decoder(self, shape: tuple, dtype: np.dtype, bound: ErrorBound):
+        """A :class:`~.rows.RowsDecoder` of one-chunk payloads of ``shape``: 32/64-bit
+        floats packed without a zstd stage; None otherwise (decode whole chunks)."""
+        dtype = np.dtype(dtype)
+        if self.stages or self.entropy != "none" or dtype.itemsize < 4 or len(shape) < 1:
+            return None
+        if dtype not in PREC_BY_DTYPE:
+            return None
+        pw = bound.resolved_mode == "pw_rel"
+        return RowsDecoder(shape, dtype.newbyteorder("="), pw, self.decode_step(bound))
 
     @staticmethod
     def _decode_into(buf: np.ndarray, n: int, dtype, pw: bool, step: float, res: np.ndarray):
