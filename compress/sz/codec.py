@@ -24,7 +24,9 @@ Pipeline per chunk (SZ3's design, our code):
 3. the quantizer turns each prediction error into an integer code within the
    bound, reconstructing exactly as the decoder will; what cannot be
    quantized is stored exactly as an outlier;
-4. the codes are Huffman coded and the whole payload goes through zstd.
+4. the codes are Huffman coded (where long runs of one code are common, by a code fitted
+   to the codes outside them where that pays: sz/runs.py) and the whole payload goes
+   through zstd.
 
 Which of these ideas paid, on which kinds of data, and what was tried and left out is
 docs/compressors.md's "What was tried and why it was left"; ``auto``'s thresholds
@@ -91,8 +93,9 @@ from ..kernels.rounding import PREC_FLOAT64, prec_of
 from ..registry import register_codec
 from ..zstd import byte_shuffle, byte_unshuffle, check_level, zstd_compress, zstd_decompress
 from . import pivot as sz_pivot
+from . import runs as sz_runs
 from .choice import PREDICTOR_IDS, choose
-from .huffman import HuffmanDecoder, huffman_encode
+from .huffman import HuffmanDecoder
 from .ids import (
     CDF97,
     CONSTANT,
@@ -301,7 +304,7 @@ class SZCodec(Codec):
             blob, last = side[0] if side else b"", codes
             if choice[0] == PIVOT:  # each level's codes: a Huffman table of their own
                 blob, last = sz_pivot.side_info(blob, codes, fold_shape(shape, 2), pool)
-            stream = huffman_encode(last, pool)
+            streams = sz_runs.streams(last, pool)
 
         if log_domain:
             logs = decode_with(
@@ -323,19 +326,29 @@ class SZCodec(Codec):
         w.u32(self.radius)
         if pred in WITH_SIDE:
             w.blob(blob)
-        w.blob(stream)
-        w.u64(outliers.size)
-        w.array(outliers)
-        write_patches(w, patch_idx, flat[patch_idx])
+        tail = ByteWriter()
+        tail.u64(outliers.size)
+        tail.array(outliers)
+        write_patches(tail, patch_idx, flat[patch_idx])
         if log_domain:
-            w.blob(signs.tobytes())
-        body = w.getvalue()
-        payload = zstd_compress(body, _zstd_level(self.level, len(body), flat.size))
+            tail.blob(signs.tobytes())
+        payload = self._smallest(w.getvalue(), streams, tail.getvalue(), flat.size)
         if len(payload) > flat.nbytes:  # prediction did not pay: keep the chunk exactly
             raw = self._raw(flat)
             if len(raw) < len(payload):
                 return raw
         return payload
+
+    def _smallest(self, head: bytes, streams: list, tail: bytes, elements: int) -> bytes:
+        """The zstd payload of ``head``, a Huffman stream (as a blob) and ``tail``, for a
+        chunk of ``elements`` elements: of the first of ``streams``, or of the second
+        where that is at most ``RUN_GAIN`` of its bytes (sz/runs.py)."""
+        payloads = []
+        for stream in streams:
+            body = b"".join((head, len(stream).to_bytes(8, "little"), stream, tail))
+            payloads.append(zstd_compress(body, _zstd_level(self.level, len(body), elements)))
+        plain, *others = payloads
+        return next((p for p in others if len(p) <= sz_runs.RUN_GAIN * len(plain)), plain)
 
     def _raw(self, flat: np.ndarray) -> bytes:
         """The lossless payload (predictor 0) of the flat chunk."""

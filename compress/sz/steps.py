@@ -25,6 +25,7 @@ from . import (
     match,
     pivot,
     regression,
+    runs,
     wavelet,
 )
 from .huffman import huffman_encode
@@ -190,7 +191,10 @@ def code_bits(codes: np.ndarray) -> float:
     bits = _huffman_bits(np.sort(freqs))
     if bits < _ZSTD_BELOW * codes.size:
         return 8.0 * len(zstd_compress(huffman_encode(codes, hist=hist), 1))
-    return bits
+    # but zstd shortens long runs of one code, and the payload may take a Huffman code
+    # fitted to the codes outside them (sz/runs.py)
+    in_runs = runs.run_bits(codes, hist, 0)
+    return bits if in_runs is None else min(bits, in_runs)
 
 
 #: bits per code below which the cost estimate runs zstd over the Huffman stream
