@@ -14,7 +14,8 @@ import threading
 import h5py
 import numpy as np
 
-from .chunk_streams import OneChunkStreams
+from ..compress import get_codec
+from .chunk_streams import OneChunkStreams, StoredRows
 from .errors import FormatError
 from .hdf5_filter import check_dataset, check_stream, is_tensorpress_filter
 from .stream_reader import ContainerReader
@@ -200,6 +201,51 @@ class FilteredChunks:
             else:
                 dst[...] = self._decode((o, *zeros), mask, data)[a - o : b - o]
         return fetched
+
+    @property
+    def rows_apart(self) -> bool:
+        """Whether chunks are runs of whole rows, more than one, whose codec decodes rows
+        on their own: a chunk's stored bytes may then be kept and its rows decoded one
+        run at a time (:meth:`stored_rows`, :meth:`decode_stored`)."""
+        if not self._rows_only or self.chunks[0] < 2:
+            return False
+        try:
+            codec = get_codec(self._values["codec"], **self._values["bound"])
+            bound = codec.bound.resolve_range(0.0, 1.0)
+            return codec.rows_decoder(self.chunks, self.dtype, bound) is not None
+        except (ValueError, TypeError, KeyError):
+            return False
+
+    def stored_rows(self, row: int, take) -> tuple[StoredRows | None, int]:
+        """For whole-row chunks: the chunk holding row ``row``, its stored bytes read into
+        ``take(nbytes)`` (a uint8 array the caller provides) and checked: (its
+        ``StoredRows``, valid while that array is, or None where it decodes only whole:
+        never written, stored without the filter, or a codec that decodes whole chunks;
+        the stored bytes read)."""
+        o = row - row % self.chunks[0]
+        key = (o, *(0,) * (len(self.shape) - 1))
+        where = self._masks().get(key)
+        if where is None or where[0] & 1:
+            return None, 0
+        fd = self._file()
+        if fd is None:
+            data = np.frombuffer(self.ds.id.read_direct_chunk(key)[1], np.uint8)
+        else:
+            data = take(where[2])
+            got = os.preadv(fd, [data], where[1])
+            if got != where[2]:
+                raise FormatError(
+                    f"{self.ds.name}: chunk {key}: {got} of its {where[2]} bytes in the file"
+                )
+        return self._streams.stored_rows(data), int(data.size)
+
+    def decode_stored(self, stored: StoredRows, pages, ids, r0: int, r1: int, out) -> None:
+        """Rows ``r0 .. r1 - 1`` of a chunk (counted within it) from the payload of
+        ``stored`` laid in ``pages`` in the order ``ids`` (``OneChunkStreams.decode_rows``)."""
+        try:
+            self._streams.decode_rows(stored, pages, ids, r0, r1, out)
+        except ValueError as exc:
+            raise FormatError(f"{self.ds.name}: a kept chunk: {exc}") from None
 
     def _stored_bytes(self, fd: int | None, offset: tuple, where: tuple) -> tuple[int, bytes]:
         """(filter mask, stored bytes) of the chunk at ``offset``: read at its address

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ChunkedDataset", "is_chunked"]
+__all__ = ["ChunkedDataset", "KeptRowsDataset", "is_chunked", "keeps_rows"]
 
 
 @runtime_checkable
@@ -86,3 +86,34 @@ class ChunkedDataset(Protocol):
 def is_chunked(dataset: Any) -> bool:
     """Whether ``dataset`` offers ``ChunkedDataset``'s members (the loader's fast path)."""
     return isinstance(dataset, ChunkedDataset)
+
+
+@runtime_checkable
+class KeptRowsDataset(ChunkedDataset, Protocol):
+    """A ``ChunkedDataset`` whose chunks' stored bytes can be kept and any of their
+    samples decoded from them alone (``H5Dataset`` over chunks of several samples
+    compressed with ``block``): the loader then buffers stored chunks
+    (``kept_chunks.py``)."""
+
+    @property
+    def keeps_rows(self) -> bool:
+        """Whether ``stored_chunk`` and ``decode_stored`` apply to this dataset."""
+
+    def stored_chunk(self, chunk: int, take: Callable[[int], np.ndarray]) -> Any:
+        """Chunk ``chunk``'s stored bytes read into ``take(nbytes)`` and checked: a handle
+        with ``payload`` (uint8) and ``size`` (bytes), or None where the chunk must be
+        read with ``read_range``; thread-safe."""
+
+    def decode_stored(self, stored: Any, pages, ids, r0: int, r1: int, out) -> None:
+        """Samples ``r0 .. r1 - 1`` of a chunk (counted within it) into ``out`` from the
+        payload of ``stored`` laid in ``pages`` in the order ``ids``; thread-safe."""
+
+
+def keeps_rows(dataset: Any) -> bool:
+    """Whether the loader should buffer ``dataset``'s stored chunks (several samples a
+    chunk, each decodable alone) instead of its decoded samples."""
+    return (
+        isinstance(dataset, KeptRowsDataset)
+        and bool(dataset.keeps_rows)
+        and dataset.chunk_samples > 1
+    )

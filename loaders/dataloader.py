@@ -46,7 +46,8 @@ from torch.utils.data import IterableDataset, Sampler, default_collate
 
 from .batches import ItemBatches, PlanBatches, SamplerBatches, pass_collated
 from .chunk_reader import TORCH_DTYPES, ChunkedBatches
-from .chunked import is_chunked
+from .chunked import is_chunked, keeps_rows
+from .kept_chunks import KeptChunkBatches
 from .plan import EPOCHS, ShufflePlan
 from .reading_threads import ReadingThreads
 
@@ -224,9 +225,8 @@ class DataLoader:
             return ItemBatches(ds)
         per_process = self.buffer_bytes // max(1, self.num_workers)
         batches = 0 if self.plan is None else len(self)  # what the lookahead plans with
-        wrapped = ChunkedBatches(
-            ds, self.plan, self.batch_size, batches, per_process, self.read_threads
-        )
+        kind = KeptChunkBatches if keeps_rows(ds) else ChunkedBatches
+        wrapped = kind(ds, self.plan, self.batch_size, batches, per_process, self.read_threads)
         dtypes = (ds.dtype,) if ds.label_shape is None else (ds.dtype, ds.label_dtype)
         wrapped.collated = (
             collate_fn in (None, default_collate)
@@ -239,7 +239,7 @@ class DataLoader:
         """The threads that stand in for worker processes: one reader they share, its
         buffer the whole ``buffer_bytes``, planned with every batch (``worker=(0, 1)``)."""
         w = self._wrapped
-        reader = ChunkedBatches(
+        reader = type(w)(
             w.dataset,
             w.plan,
             w.batch_size,

@@ -94,6 +94,9 @@ class H5Dataset(SampleDataset):
             x = lookup(f, key, self.path, "key")
             source, self._shape, self._dtype, self._chunks = samples(x)
             self._packed = isinstance(source, (ContainerReader, FilteredChunks))
+            #: chunks of several samples whose stored bytes may be kept and decoded a
+            #: sample at a time (``keeps_rows``)
+            self._rows_apart = isinstance(source, FilteredChunks) and source.rows_apart
             #: unfiltered chunks spanning whole samples: a sample's bytes lie contiguous in
             #: the file, so a run of samples of one chunk is one positioned read
             self._partial = (
@@ -218,6 +221,39 @@ class H5Dataset(SampleDataset):
             self._x.will_read_rows(ranges)
         except OSError:
             pass
+
+    @property
+    def keeps_rows(self) -> bool:
+        """Whether a chunk's stored bytes can be kept (``stored_chunk``) and any run of
+        its samples decoded from them on its own (``decode_stored``): chunks of several
+        samples compressed by a codec that decodes rows apart (``block``)."""
+        return self._rows_apart
+
+    def stored_chunk(self, chunk: int, take) -> Any:
+        """Chunk ``chunk``'s stored bytes, read into ``take(nbytes)`` (a uint8 array the
+        caller provides) and checked: a handle for ``decode_stored`` whose ``payload``
+        (uint8) is what to keep, or None where the chunk must be read with
+        ``read_range`` (never written, or it decodes only whole); thread-safe."""
+        where = f"chunk {chunk}"
+        self._check_range(chunk * self.chunk_samples, chunk * self.chunk_samples + 1)
+        try:
+            self._open(where)
+            stored, nbytes = self._x.stored_rows(chunk * self.chunk_samples, take)
+            self._identity.check_path(self.path)
+        except OSError as exc:
+            self._failed(exc, where)
+        with self._lock:
+            self._chunk_bytes_read += nbytes
+        return stored
+
+    def decode_stored(self, stored, pages, ids, r0: int, r1: int, out: np.ndarray) -> None:
+        """Samples ``r0 .. r1 - 1`` of a chunk (counted within it) into ``out``
+        (C-contiguous), from the payload of ``stored`` (``stored_chunk``'s) laid in
+        ``pages`` (uint8, (count, page bytes)) in the order ``ids``."""
+        self._open(f"samples {r0}..{r1 - 1} of a kept chunk")
+        self._x.decode_stored(stored, pages, ids, r0, r1, out)
+        with self._lock:
+            self._bytes_read += out.nbytes
 
     def labels_range(self, start: int, stop: int) -> np.ndarray:
         """Labels of samples ``start .. stop-1`` (ValueError without labels): a copy from

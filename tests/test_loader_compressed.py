@@ -28,19 +28,31 @@ def _write(path, chunks, codec="block", n=N):
 
 
 class PreadCounter:
-    """Counts the bytes ``os.pread`` returns (the stored chunks' reads)."""
+    """Counts the bytes ``os.pread`` and ``os.preadv`` read (the stored chunks' reads),
+    and the reads of each file offset (``at``)."""
 
     def __init__(self, monkeypatch):
         self.bytes = self.calls = 0
-        real = os.pread
+        self.at: dict[int, int] = {}
+        real, realv = os.pread, os.preadv
 
         def pread(fd, n, offset):
             data = real(fd, n, offset)
-            self.bytes += len(data)
-            self.calls += 1
+            self._count(len(data), offset)
             return data
 
+        def preadv(fd, buffers, offset, *flags):
+            got = realv(fd, buffers, offset, *flags)
+            self._count(got, offset)
+            return got
+
         monkeypatch.setattr(os, "pread", pread)
+        monkeypatch.setattr(os, "preadv", preadv)
+
+    def _count(self, nbytes: int, offset: int) -> None:
+        self.bytes += nbytes
+        self.calls += 1
+        self.at[offset] = self.at.get(offset, 0) + 1
 
 
 def _stored(path) -> tuple[int, int]:
@@ -200,3 +212,89 @@ def test_chunks_of_several_samples_under_a_small_buffer_give_every_sample(tmp_pa
             seen.extend(yb.tolist())
         assert sorted(seen) == list(range(N))
     assert 0 < loader.stats["buffer_bytes_held"] <= budget
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_chunks_kept_compressed_are_read_once_an_epoch_by_a_buffer_that_holds_them_so(
+    tmp_path, monkeypatch, workers
+):
+    """Chunks of 4 samples, a buffer of 1.2x the stored chunks (a third of the decoded
+    samples): the buffer keeps stored chunks and decodes each sample from its chunk when
+    it is needed, so every chunk is read at most once an epoch, none in the second;
+    every sample once per epoch, the filter's values, the budget kept."""
+    path = tmp_path / "c4.h5"
+    _write(path, (4, FEATURES))
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    stored, nchunks = _stored(path)
+    ds = H5Dataset(path, "x", label_key="y")
+    assert ds.keeps_rows and ds.chunk_samples == 4
+    budget = int(stored * 1.2)
+    assert budget < N * FEATURES * 4 // 2  # the decoded samples would not fit
+    loader = DataLoader(
+        ds, batch_size=8, shuffle=True, num_workers=workers, seed=5, buffer_bytes=budget
+    )
+    count = PreadCounter(monkeypatch)
+    for epoch in range(2):
+        count.at.clear()
+        seen = []
+        for xb, yb in loader:
+            ids = yb.numpy()
+            assert np.array_equal(xb.numpy(), ref[ids])
+            seen.extend(ids.tolist())
+        assert sorted(seen) == list(range(N))
+        assert max(count.at.values(), default=0) <= 1  # no chunk read twice in the epoch
+        assert len(count.at) == (nchunks if epoch == 0 else 0)
+    stats = loader.stats
+    assert stats["hits"] + stats["misses"] == 2 * N and stats["hits"] >= N + N // 2
+    assert 0 < stats["buffer_bytes_held"] <= budget
+
+
+def test_chunks_kept_compressed_under_a_small_buffer_stay_within_its_memory(tmp_path):
+    """A buffer of a sixth of the stored chunks: chunks are read again, samples never
+    lost or mixed up; the buffer holds at most its budget and its pages are made once,
+    the budget and one chunk."""
+    path = tmp_path / "c4.h5"
+    _write(path, (4, FEATURES))
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    stored, _ = _stored(path)
+    ds = H5Dataset(path, "x", label_key="y")
+    budget = stored // 6
+    loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=0, seed=6, buffer_bytes=budget)
+    for _ in range(3):
+        seen = []
+        for xb, yb in loader:
+            assert np.array_equal(xb.numpy(), ref[yb.numpy()])
+            seen.extend(yb.tolist())
+        assert sorted(seen) == list(range(N))
+        reader = loader._wrapped
+        assert 0 < reader.buffer.bytes_held <= budget
+        assert reader._arena.pages.nbytes <= budget + 4 * FEATURES * 4 + 2 * reader._arena.page
+
+
+def test_kept_chunks_with_unwritten_chunks_and_other_codecs(tmp_path):
+    """Chunks never written read as the fill value next to kept ones; a codec that
+    decodes only whole chunks (``sz``) is buffered as decoded samples."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset(
+            "x",
+            (24, 70),
+            "f4",
+            chunks=(4, 70),
+            fillvalue=5.0,
+            **hdf5_filter.filter(abs=1e-3, codec="block"),
+        )
+        d[4:12] = np.arange(8 * 70, dtype=np.float32).reshape(8, 70)
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    ds = H5Dataset(path, "x")
+    assert ds.keeps_rows
+    loader = DataLoader(ds, batch_size=6, shuffle=True, num_workers=0, seed=7)
+    got = np.concatenate([xb.numpy() for xb in loader])
+    order = loader.plan.indices(0)
+    assert np.array_equal(got, ref[order])
+    sz = tmp_path / "sz.h5"
+    _write(sz, (4, FEATURES), codec="sz")
+    assert not H5Dataset(sz, "x").keeps_rows
