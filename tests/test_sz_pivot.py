@@ -130,11 +130,15 @@ def _level(rng, start, end, bits):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 3, 7), (9, 13, 300), (6, 130, 2), (4, 0, 3)])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 1, 1), (5, 3, 7), (9, 13, 300), (6, 130, 2), (4, 0, 3), (7, 9, 200), (3, 130, 256)],
+)
 def test_exact_product_is_blas_product(shape, dtype):
     """The levels' products: the bits of ``z @ w`` for integer operands whose sums are
-    exact in the dtype, at depths that are and are not multiples of four and column
-    counts past one tile."""
+    exact in the dtype, at depths that are and are not multiples of four, row counts
+    that are not, and column counts below one panel, of whole panels, and with a part
+    panel that is padded (72 columns) or summed row by row (44)."""
     rows, depth, columns = shape
     rng = np.random.default_rng(sum(shape))
     z = rng.integers(-(2**7), 2**7, (rows, depth)).astype(dtype)
@@ -142,6 +146,24 @@ def test_exact_product_is_blas_product(shape, dtype):
     got = exact_product(z, w)
     assert got.dtype == dtype and got.shape == (rows, columns)
     np.testing.assert_array_equal(got, z @ w)
+
+
+@pytest.mark.parametrize("dtype, top", [(np.float32, 2**24), (np.float64, 2**52)])
+def test_exact_product_at_the_exact_limit(dtype, top):
+    """Sums whose every partial sum reaches up to the dtype's last exact integer, with
+    sums of zero among them: the same bits as the sums taken in integers (zeros +0)."""
+    rng = np.random.default_rng(3)
+    rows, depth, columns = 11, 10, 300
+    zmax = 2**7
+    wmax = top // (zmax * depth)
+    z = rng.choice([-zmax, zmax, 0, 1], (rows, depth)).astype(np.int64)
+    w = rng.integers(-wmax, wmax + 1, (depth, columns))
+    w[:, 5] = 0
+    z[2] = 0
+    got = exact_product(z.astype(dtype), w.astype(dtype))
+    want = (z @ w).astype(dtype)
+    np.testing.assert_array_equal(got, want)
+    assert not np.signbit(got[got == 0]).any()
 
 
 def test_low_rank_columns_code_smaller():

@@ -74,43 +74,97 @@ def level_bins(rec, start, centres, inv, zmax):
     return z
 
 
-#: columns of ``w`` per pass of :func:`exact_product` (at most 128 rows of 128 float64:
-#: 128 KiB, within the second-level cache)
-_TILE = 128
+#: columns of ``w`` per panel of :func:`exact_product`; a compile-time stride lets the
+#: compiler see that the panel and the accumulators never overlap, so it vectorizes the
+#: inner loop with one overlap check instead of giving up (more than 8 checks)
+_PANEL = 128
+#: rows of ``z`` per pass over a panel: each load of the weights feeds four rows
+_ROWS = 4
+#: depth summed in registers between loads and stores of the accumulators
+_DEPTH = 4
 
 
 @njit(cache=True, nogil=True)
 def exact_product(z, w):
     """``z @ w`` (2-d, one dtype) for integer-valued operands whose every partial sum
     is exact in that dtype: any order of summation gives the same bits, so one thread
-    summing four rows of ``w`` a pass gives the product BLAS would, without BLAS's
-    threads (which a busy machine stalls) or its fixed costs on these shapes."""
+    gives the product BLAS would, without BLAS's threads (which a busy machine stalls)
+    or its fixed costs on these shapes. Sums start from +0, so a zero sum is +0 as
+    BLAS's is. Panels of columns; the columns past the last full panel row by row
+    where they are fewer than half a panel or than one (padding would cost more)."""
     rows, n = z.shape
     m = w.shape[1]
     out = np.zeros((rows, m), w.dtype)
+    tail = m % _PANEL if m < _PANEL or m % _PANEL < _PANEL // 2 else 0
+    depth = (n + _DEPTH - 1) // _DEPTH * _DEPTH  # zero-padded: adds +-0 to the sums
+    panel = np.zeros(depth * _PANEL, w.dtype)
+    acc = np.empty(_ROWS * _PANEL, w.dtype)
+    zt = np.zeros(_ROWS * depth, w.dtype)
+    for j0 in range(0, m - tail, _PANEL):
+        jn = min(_PANEL, m - j0)
+        for k in range(n):
+            for j in range(_PANEL):
+                panel[k * _PANEL + j] = w[k, j0 + j] if j < jn else 0
+        for t0 in range(0, rows, _ROWS):
+            tn = min(_ROWS, rows - t0)
+            for i in range(_ROWS):
+                for k in range(n):
+                    zt[i * depth + k] = z[t0 + i, k] if i < tn else 0
+            acc[:] = 0
+            for k0 in range(0, depth, _DEPTH):
+                _panel_step(acc, panel, zt, k0, depth)
+            for i in range(tn):
+                for j in range(jn):
+                    out[t0 + i, j0 + j] = acc[i * _PANEL + j]
+    _rows_product(z, w, out, m - tail)
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def _panel_step(acc, panel, zt, k0, depth):
+    """Add depths ``k0 .. k0 + _DEPTH`` of four rows of ``zt`` times ``panel`` to the
+    four rows of ``acc``. Unsigned indices: no negative-index checks, which would stop
+    the vectorizer. A fused multiply-add rounds once, like the product and sum it
+    replaces, whose results are exact here."""
+    p1, p2, p3 = np.uint64(_PANEL), np.uint64(2 * _PANEL), np.uint64(3 * _PANEL)
+    d1, d2, d3 = np.uint64(depth), np.uint64(2 * depth), np.uint64(3 * depth)
+    for j in range(_PANEL):
+        u = np.uint64(j)
+        s0, s1, s2, s3 = acc[u], acc[p1 + u], acc[p2 + u], acc[p3 + u]
+        for d in range(_DEPTH):
+            k = np.uint64(k0 + d)
+            b = panel[k * p1 + u]
+            s0 += zt[k] * b
+            s1 += zt[d1 + k] * b
+            s2 += zt[d2 + k] * b
+            s3 += zt[d3 + k] * b
+        acc[u], acc[p1 + u], acc[p2 + u], acc[p3 + u] = s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True)
+def _rows_product(z, w, out, j0):
+    """Add ``z @ w[:, j0:]`` to ``out[:, j0:]`` (zeros) a row at a time, four rows of
+    ``w`` a pass."""
+    rows, n = z.shape
+    m = w.shape[1]
     fo = out.reshape(-1)
     fw = w.reshape(-1)
     n4 = n - n % 4
-    for j0 in range(0, m, _TILE):  # columns of w that stay in the second-level cache
-        j1 = min(j0 + _TILE, m)
-        for t in range(rows):
-            o = np.uint64(t * m)
-            for k in range(0, n4, 4):
-                a0, a1, a2, a3 = z[t, k], z[t, k + 1], z[t, k + 2], z[t, k + 3]
-                w0 = np.uint64(k * m)
-                w1, w2, w3 = w0 + np.uint64(m), w0 + np.uint64(2 * m), w0 + np.uint64(3 * m)
-                for j in range(j0, j1):
-                    u = np.uint64(j)
-                    fo[o + u] += (
-                        a0 * fw[w0 + u] + a1 * fw[w1 + u] + a2 * fw[w2 + u] + a3 * fw[w3 + u]
-                    )
-            for k in range(n4, n):
-                a0 = z[t, k]
-                w0 = np.uint64(k * m)
-                for j in range(j0, j1):
-                    u = np.uint64(j)
-                    fo[o + u] += a0 * fw[w0 + u]
-    return out
+    for t in range(rows):
+        o = np.uint64(t * m)
+        for k in range(0, n4, 4):
+            a0, a1, a2, a3 = z[t, k], z[t, k + 1], z[t, k + 2], z[t, k + 3]
+            w0 = np.uint64(k * m)
+            w1, w2, w3 = w0 + np.uint64(m), w0 + np.uint64(2 * m), w0 + np.uint64(3 * m)
+            for j in range(j0, m):
+                u = np.uint64(j)
+                fo[o + u] += a0 * fw[w0 + u] + a1 * fw[w1 + u] + a2 * fw[w2 + u] + a3 * fw[w3 + u]
+        for k in range(n4, n):
+            a0 = z[t, k]
+            w0 = np.uint64(k * m)
+            for j in range(j0, m):
+                u = np.uint64(j)
+                fo[o + u] += a0 * fw[w0 + u]
 
 
 @njit(cache=True, nogil=True, inline="always")
