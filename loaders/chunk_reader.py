@@ -118,8 +118,7 @@ class ChunkedBatches(ItemBatches):
         else:
             info = get_worker_info()
             self._worker, self._workers = (info.id, info.num_workers) if info else (0, 1)
-        self._slots = slots_for(self.dataset, self.buffer_bytes)
-        self.buffer = BeladyBuffer(self.buffer_bytes, on_drop=self._slots.free)
+        self._new_buffer()
         self._ahead = None
         if self.plan is not None:
             self._ahead = Lookahead(
@@ -128,6 +127,11 @@ class ChunkedBatches(ItemBatches):
         self._lock = threading.Lock()  # one held at fork time stays held in the child
         self._reading = {}
         self._pid = pid  # last: a thread that sees the pid sees the rest
+
+    def _new_buffer(self) -> None:
+        """This process's empty buffer (of decoded samples, in slots made once)."""
+        self._slots = slots_for(self.dataset, self.buffer_bytes)
+        self.buffer = BeladyBuffer(self.buffer_bytes, on_drop=self._slots.free)
 
     def _next_uses(self, token: BatchToken, indices: np.ndarray) -> tuple[np.ndarray, Any]:
         """(next use of each of the batch's accesses, window position after the batch or

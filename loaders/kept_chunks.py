@@ -104,8 +104,7 @@ class KeptChunkBatches(ChunkedBatches):
         state.update(_arena=None)
         return state
 
-    def _fresh_state(self, pid: int) -> None:
-        super()._fresh_state(pid)
+    def _new_buffer(self) -> None:
         ds = self.dataset
         self._slots = None  # no decoded samples are kept
         chunk = ds.chunk_samples * math.prod(ds.sample_shape) * ds.dtype.itemsize
@@ -228,7 +227,7 @@ class KeptChunkBatches(ChunkedBatches):
             return
         whole = stored.payload.reshape(1, -1)
         self._decode_rows(stored, whole, np.zeros(1, np.int64), rows, xo)
-        if use >= self._never():
+        if self._ahead is not None and use >= self._never():
             return  # not needed again in the window
         with self._lock:
             nbytes = self._arena.pages_for(stored.size) * self._arena.page

@@ -298,3 +298,27 @@ def test_kept_chunks_with_unwritten_chunks_and_other_codecs(tmp_path):
     sz = tmp_path / "sz.h5"
     _write(sz, (4, FEATURES), codec="sz")
     assert not H5Dataset(sz, "x").keeps_rows
+
+
+def _no_init(worker_id: int) -> None:
+    """A worker_init_fn that does nothing: it makes the workers processes."""
+
+
+def test_kept_chunks_in_worker_processes_give_every_sample(tmp_path):
+    """Worker processes each start with an empty buffer of stored chunks of their own."""
+    path = tmp_path / "c4.h5"
+    _write(path, (4, FEATURES))
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    stored, _ = _stored(path)
+    ds = H5Dataset(path, "x", label_key="y")
+    loader = DataLoader(
+        ds, batch_size=6, shuffle=True, num_workers=2, seed=8, buffer_bytes=stored,
+        worker_init_fn=_no_init,
+    )  # fmt: skip
+    for _ in range(2):
+        seen = []
+        for xb, yb in loader:
+            assert np.array_equal(xb.numpy(), ref[yb.numpy()])
+            seen.extend(yb.tolist())
+        assert sorted(seen) == list(range(N))
