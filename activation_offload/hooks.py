@@ -37,7 +37,7 @@ from .device.code_offload import graph_hooks, graph_hooks_apply
 from .device.code_records import check_device_path, device_codes_apply, keeps_log_probs
 from .device.tile_records import BlockCodes, Compactor, check_device_layout, device_record
 from .identity import ParameterStorages, SavedTable
-from .records import Compressed, Kept, Offloaded, memory_order
+from .records import Compressed, Kept, Offloaded, known_range, memory_order
 from .rules import ALL_RULES, RULES, Rules
 from .settings import Adaptive, Offload, adaptive_ceiling, as_adaptive, as_offload
 from .stats import ActivationStats
@@ -380,7 +380,7 @@ class ActivationCompression:
             rec = Compressed(t, self._codec, mode, tol, self.stats, name, self.debug, store, span)
             if mode == "abs" and self._regions is not None:
                 self._regions.add_held(t, rec)
-        rec.span = span
+        rec.span = known_range(span)  # the ends, not the tensor: t is freed after forward
         if gelu_input is not None:
             self._gelu_inputs.add(t, rec, gelu_input)
         elif norm_inputs is not None and mode == "abs":

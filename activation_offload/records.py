@@ -43,8 +43,8 @@ class Held:
         self.nbytes, self.offloaded = nbytes, offloaded
         self.packs, self._keep = 0, None
         self._stats = stats
-        #: the saved tensor's ValueRange where one was taken (a view of the same tensor,
-        #: saved again or read by a layer, has the same values: no second pass over them)
+        #: the saved tensor's :class:`KnownRange` where one was taken (a view of the same
+        #: tensor, saved again or read by a layer, has the same values: no second pass)
         self.span = None
         if stats is not None:
             stats.hold(nbytes, offloaded)
@@ -77,6 +77,27 @@ class Held:
         stats = getattr(self, "_stats", None)  # None too when __init__ failed part-way
         if stats is not None:
             stats.release(self.nbytes, self.offloaded)
+
+
+class KnownRange:
+    """The ends of a saved tensor's values as a ``ValueRange`` gave them (``ends``: over
+    all elements; ``finite``: over the finite ones), without the tensor: a record that
+    kept the ``ValueRange`` itself would keep the tensor it holds codes for alive until
+    backward, and hold its memory besides the codes."""
+
+    __slots__ = ("ends", "finite")
+
+    def __init__(self, ends: tuple[float, float], finite: tuple[float, float]):
+        self.ends, self.finite = ends, finite
+
+
+def known_range(span) -> KnownRange | None:
+    """What a record keeps of ``span``, a ``ValueRange`` of a tensor still alive: its
+    ends where a pass took them (its finite ends are taken now where the ends are not
+    finite, NaN or infinities: a second pass, rare); None where none was taken."""
+    if span is None or "ends" not in vars(span):  # (ValueRange caches each end pair)
+        return None
+    return KnownRange(span.ends, span.finite)
 
 
 def memory_order(t: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from types import SimpleNamespace
 
@@ -11,9 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensorpress.activation_offload import ActivationCompression
+from tensorpress.activation_offload import ActivationCompression, Adaptive
 from tensorpress.activation_offload.derived import GeluInputs
 from tensorpress.compress.tensor import ValueRange
+from torch.multiprocessing.reductions import StorageWeakRef
 
 
 def _held(t: torch.Tensor):
@@ -80,3 +82,30 @@ def test_an_mlps_gelu_output_is_derived_without_a_pass_over_it(rel, monkeypatch)
     out.square().mean().backward()
     assert ac.stats.records.get("GeluOfInput") == 1
     assert ranged.count(512 * 256) == 1  # GELU's input only, not its output
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rel": 1e-2}, {"rel": 5e-3}, {"rel": 1e-4}, {"rel": 2e-2, "adaptive": Adaptive()}],
+)
+def test_the_tensors_a_pass_holds_codes_for_are_freed_after_forward(kwargs):
+    """A record keeps its tensor's range, never the tensor: each activation saved (block,
+    int8 and fixed-width codes, GELU and view records over three passes) is freed when
+    the forward pass lets go of it, and backward still restores it."""
+    torch.manual_seed(0)
+    fc1, fc2 = nn.Linear(32, 256), nn.Linear(256, 32)
+    ac = ActivationCompression(codec="block", min_bytes=0, debug=True, **kwargs)
+    for _ in range(3):  # fixed-width codes are chosen from a kind's second tensor on
+        x = torch.randn(512, 32, requires_grad=True)
+        with ac:
+            h = fc1(x)
+            g = F.gelu(h)
+            t = torch.tanh(g * 3)  # tanh saves its output, fc2 its input: one record
+            out = fc2(t)
+        refs = [StorageWeakRef(v.untyped_storage()) for v in (h, g, t)]
+        del h, g, t
+        gc.collect()
+        assert [r.expired() for r in refs] == [True, True, True]
+        out.square().mean().backward()  # restored within the bound (debug=True checks)
+        assert x.grad is not None and bool(torch.isfinite(x.grad).all())
+    assert ac.stats.records.get("Compressed", 0) >= 1
