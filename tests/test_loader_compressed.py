@@ -322,3 +322,23 @@ def test_kept_chunks_in_worker_processes_give_every_sample(tmp_path):
             assert np.array_equal(xb.numpy(), ref[yb.numpy()])
             seen.extend(yb.tolist())
         assert sorted(seen) == list(range(N))
+
+
+def test_a_corrupted_chunk_under_the_kept_chunk_buffer_raises_not_wrong_values(tmp_path):
+    """A chunk whose payload fails its checksum is never kept nor decoded by rows: the
+    loader raises the checksum error the whole-chunk read gives."""
+    from tensorpress.formats import ChecksumError
+
+    path = tmp_path / "c4.h5"
+    _write(path, (4, FEATURES))
+    with h5py.File(path, "r+") as f:
+        _, raw = f["x"].id.read_direct_chunk((8, 0))
+        bad = bytearray(raw)
+        bad[-2] ^= 0x20  # in the payload: header and index are a good chunk's
+        f["x"].id.write_direct_chunk((8, 0), bytes(bad), 0)
+    ds = H5Dataset(path, "x", label_key="y")
+    assert ds.keeps_rows
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=0, seed=9)
+    with pytest.raises(ChecksumError, match="checksum"):
+        for _ in loader:
+            pass
