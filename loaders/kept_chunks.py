@@ -219,7 +219,8 @@ class KeptChunkBatches(ChunkedBatches):
             self._decode_rows(kept.stored, self._arena.pages, kept.ids, rows, xo)
             return
         stored = ds.stored_chunk(c, _read_buffer)
-        if stored is None:  # decoded whole: nothing to keep
+        if stored is None:  # never written, stored unfiltered, or failing a check: the
+            # whole-chunk read decodes it (or raises what is wrong); nothing is kept
             start = c * ds.chunk_samples
             x = ds.read_range(start, min(start + ds.chunk_samples, len(ds)))
             for r, js in rows.items():
