@@ -14,7 +14,7 @@ from plugin_tools import c_verdict, decode_driver
 from tensorpress.compress.sz import choice, runs
 from tensorpress.compress.sz.huffman import huffman_decode, huffman_encode
 from tensorpress.compress.sz.ids import CONSTANT, LORENZO, REGRESSION
-from tensorpress.compress.sz.kernels.runs import run_weights
+from tensorpress.compress.sz.kernels.runs import long_runs
 from tensorpress.compress.sz.steps import huffman_bits
 from tensorpress.compress.zstd import zstd_compress
 from test_bound_properties import FAST, LAYOUTS, bounds, run_values
@@ -40,24 +40,28 @@ def run_codes(seed, rows=100, width=200, symbols=40):
     return codes.reshape(-1)
 
 
-def reference_weights(codes, lo, width, min_run):
-    weights, in_runs, count = np.zeros(width, np.int64), 0, 0
+def reference_runs(codes, lo, width, min_run):
+    """``long_runs`` by itertools: per code, what its long runs hold beyond one code."""
+    beyond, in_runs, count = np.zeros(width, np.int64), 0, 0
     for c, group in itertools.groupby(codes.tolist()):
         length = len(list(group))
-        weights[c - lo] += 1 if length >= min_run else length
-        in_runs += length if length >= min_run else 0
-        count += length >= min_run
-    return weights, in_runs, count
+        if length >= min_run:
+            beyond[c - lo] += length - 1
+            in_runs += length
+            count += 1
+    return beyond, in_runs, count
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("min_run", [1, 2, 16])
-def test_run_weights_match_a_reference(seed, min_run):
+def test_long_runs_match_a_reference(seed, min_run):
     codes = run_codes(seed)
+    codes[-40:] = codes[-41]  # a long run at the end too
     lo, width = int(codes.min()), int(codes.max()) - int(codes.min()) + 1
-    got = run_weights(codes, lo, width, min_run)
-    want = reference_weights(codes, lo, width, min_run)
+    got = long_runs(codes, lo, width, min_run)
+    want = reference_runs(codes, lo, width, min_run)
     assert np.array_equal(got[0], want[0]) and got[1:] == want[1:]
+    assert long_runs(np.zeros(0, np.uint16), 0, 1, min_run)[1:] == (0, 0)
 
 
 @pytest.mark.parametrize("seed", range(4))

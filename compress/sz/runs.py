@@ -20,7 +20,7 @@ import numpy as np
 
 from .huffman import _HEADER, MAX_CODE_LEN, code_lengths, huffman_encode
 from .kernels import huffman as _k
-from .kernels.runs import run_weights
+from .kernels.runs import long_runs
 
 #: runs of at least this many equal codes count once towards their code's length (of
 #: 16, 32 and 64, 16 coded tf_attn_probs and cnn_relu1_out shortest at rel 1e-4)
@@ -37,19 +37,16 @@ RUN_BITS = 24
 RUN_GAIN = 0.95
 
 
-def _priced(codes: np.ndarray, counts: np.ndarray, lo: int):
-    """``(syms, lengths, bits)`` of the run-weighted code of the uint16 ``codes``
-    (``counts``: their counts from the value ``lo`` on) and ``bits`` its estimated cost
-    with every run of at least ``MIN_RUN`` equal codes at ``RUN_BITS`` (2 bytes per
-    distinct code for the table, as ``steps.huffman_bits``), or the plain code's where
-    the weighted one does not cost under ``RUN_GAIN`` of it (then ``lengths`` is None);
-    None where under ``RUN_SHARE`` of the codes lie in such runs."""
+def _priced(counts: np.ndarray, lo: int, found: tuple):
+    """``(syms, lengths, bits)``: the codes present (``counts``: the counts of the codes
+    from the value ``lo`` on), the lengths of their run-weighted code and ``bits`` its
+    estimated cost with every run of at least ``MIN_RUN`` equal codes at ``RUN_BITS``
+    (2 bytes per distinct code for the table, as ``steps.huffman_bits``); or the plain
+    code's cost where the weighted one's is not under ``RUN_GAIN`` of it (``lengths``
+    None then). ``found``: ``long_runs``'s ``(beyond, in_runs, runs)`` for ``counts``."""
+    beyond, _, runs = found
     present = np.flatnonzero(counts)
-    if present.size < 2:
-        return None
-    weights, in_runs, runs = run_weights(codes, lo, counts.size, MIN_RUN)
-    if in_runs < RUN_SHARE * codes.size:
-        return None
+    weights = counts - beyond  # each long run counted once
     syms = (present + lo).astype(np.int64)
     cost = []
     for freqs in (counts[present], weights[present]):
@@ -64,26 +61,38 @@ def _priced(codes: np.ndarray, counts: np.ndarray, lo: int):
     return syms, None, plain
 
 
+def _enough(codes: np.ndarray, found: tuple) -> bool:
+    """Whether ``found`` (``long_runs``'s) puts ``RUN_SHARE`` of the ``codes`` in long
+    runs, of two codes or more."""
+    return found[1] >= RUN_SHARE * codes.size and found[1] < codes.size
+
+
 def run_bits(codes: np.ndarray, counts: np.ndarray, lo: int) -> float | None:
     """Estimated bits of the uint16 ``codes`` (``counts``: their counts from the value
     ``lo`` on) where zstd shortens every run of at least ``MIN_RUN`` equal codes to
     ``RUN_BITS``, under the code the encoder would take; None where under ``RUN_SHARE``
     of the codes lie in such runs."""
-    priced = _priced(codes, counts, lo) if codes.size else None
-    return None if priced is None else priced[2]
+    if np.count_nonzero(counts) < 2:
+        return None
+    found = long_runs(codes, lo, counts.size, MIN_RUN)
+    return _priced(counts, lo, found)[2] if _enough(codes, found) else None
 
 
 def weighted_stream(codes: np.ndarray) -> bytes | None:
     """The Huffman stream of the uint16 ``codes`` (1-d) whose code lengths are built from
     the counts with every run of at least ``MIN_RUN`` equal codes counted once; None
     where ``_priced`` does not expect it to pay."""
-    if codes.size == 0:
+    # the runs first, over the whole alphabet: most chunks have none, and stop here
+    beyond, in_runs, runs = long_runs(codes, 0, 1 << 16, MIN_RUN)
+    if not _enough(codes, (beyond, in_runs, runs)):
         return None
     counts, lo = _k.histogram_span(codes)
-    priced = _priced(codes, counts, lo)
-    if priced is None or priced[1] is None:
+    if np.count_nonzero(counts) < 2:
         return None
-    syms, lengths, _ = priced
+    found = (beyond[lo : lo + counts.size], in_runs, runs)
+    syms, lengths, _ = _priced(counts, lo, found)
+    if lengths is None:
+        return None
     present = syms - lo
     table = _k.canonical_table(lengths, syms, MAX_CODE_LEN)
     nbits = int(np.dot(counts[present], lengths.astype(np.int64)))
