@@ -92,10 +92,13 @@ class KnownRange:
 
 
 def known_range(span) -> KnownRange | None:
-    """What a record keeps of ``span``, a ``ValueRange`` of a tensor still alive: its
+    """What a record keeps of ``span``, a ``ValueRange`` of a tensor still alive (or
+    another record's :class:`KnownRange` of the same values, kept as it is): its
     ends where a pass took them (its finite ends are taken now where the ends are not
     finite, NaN or infinities: a second pass, rare); None where none was taken."""
-    if span is None or "ends" not in vars(span):  # (ValueRange caches each end pair)
+    if span is None or isinstance(span, KnownRange):
+        return span
+    if "ends" not in vars(span):  # (ValueRange caches each end pair in its __dict__)
         return None
     return KnownRange(span.ends, span.finite)
 

@@ -262,6 +262,17 @@ class Regions:
         if t.dtype in _EXACT and t.numel() > 0 and _dense(t):
             self._add(HeldRegion(t, rec))
 
+    def known_range(self, t: torch.Tensor):
+        """The range a held record took of exactly ``t``'s elements (``t`` a dense view
+        covering all of its memory, such as attention's probabilities reshaped for a
+        batched product), or None: the same values, no second pass over them."""
+        if t.dtype not in _EXACT or t.numel() == 0:
+            return None
+        for region in self._by_storage.get(StorageWeakRef(t.untyped_storage()).cdata, ()):
+            if isinstance(region, HeldRegion) and region.numel == t.numel() and region.holds(t):
+                return region.source.span if _dense(t) else None
+        return None
+
     def add_layer(self, module, args, output, table) -> None:
         """Note the output of ``module`` (an ``nn.Linear`` or ``nn.Conv1d/2d/3d``) as a
         region if its input is held under an absolute bound (``table``: the records of

@@ -109,3 +109,27 @@ def test_the_tensors_a_pass_holds_codes_for_are_freed_after_forward(kwargs):
         out.square().mean().backward()  # restored within the bound (debug=True checks)
         assert x.grad is not None and bool(torch.isfinite(x.grad).all())
     assert ac.stats.records.get("Compressed", 0) >= 1
+
+
+def test_attentions_probabilities_reshaped_for_a_product_take_no_second_range(monkeypatch):
+    """Softmax saves its output, the batched product a reshaped view of the same memory:
+    one range is taken of those values, and both are restored within the bound."""
+    torch.manual_seed(0)
+    b, h, t, d = 4, 4, 64, 32
+    q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for _ in range(3))
+    ranged = []
+    real = ValueRange.__init__
+
+    def counting(self, x):
+        ranged.append(x.numel())
+        real(self, x)
+
+    monkeypatch.setattr(ValueRange, "__init__", counting)
+    ac = ActivationCompression(codec="block", rel=1e-2, min_bytes=0, debug=True)
+    with ac:
+        att = (q @ k.transpose(-2, -1)).softmax(dim=-1)
+        out = att @ v
+    out.square().mean().backward()
+    assert ac.stats.records.get("ViewOfRegion", 0) >= 1  # the product's view of att
+    assert ranged.count(b * h * t * t) == 1
+    assert all(bool(torch.isfinite(x.grad).all()) for x in (q, k, v))
