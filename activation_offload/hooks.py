@@ -368,11 +368,8 @@ class ActivationCompression:
                 tol = self._tolerance(t, module, name, guess)
                 rec = self._gelu_inputs.derive(t, tol, self.stats, name, self.debug)
         if mode == "abs" and rec is None:
-            # one pass over t, in memory order, for all that needs its range (none where
-            # a record holds the same elements and took theirs)
-            if self._regions is not None:
-                span = self._regions.known_range(t)
-            span = span or ValueRange(memory_order(t))
+            # t's range in one pass (memory order), or that of a record of the same elements
+            span = self._regions and self._regions.known_range(t) or ValueRange(memory_order(t))
             tol = self._tolerance(t, module, name, span)
             if self._gelu_inputs is not None and isinstance(module, torch.nn.GELU):
                 tol, gelu_input = input_tolerance(t, tol, self.bound, span)
