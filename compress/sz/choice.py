@@ -250,7 +250,7 @@ def choose(
     rest = [c for c in every if c not in first]
     lines = [tc for tc in scored if tc[1][0][0] in LINE_INTERP]
     if lines:  # the higher orders: sampled on the layout and in the order linear did best
-        if _regression_margin(sorted(scored, key=_bits))[0][1][0][0] == CONSTANT:
+        if min(scored, key=_bits)[1][0][0] == CONSTANT:
             rest = []
         layout = min(lines, key=_bits)[1][1]
         twins = [c for c in firsts((LINEAR_REV,)) if c[1] is layout and c in rest]
