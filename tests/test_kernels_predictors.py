@@ -13,6 +13,9 @@ from tensorpress.compress.sz.kernels.interpolation import (
 from tensorpress.compress.sz.kernels.lorenzo import lorenzo_decode, lorenzo_encode
 
 RADIUS = 32768
+# the dimension order, passed as the library passes it: calls that leave it out compile
+# kernels of their own that nothing else uses (a minute of compiling)
+ORDER = 0
 
 
 def _as_nd(x, nd):
@@ -58,9 +61,11 @@ def interp_roundtrip(x, eb, cubic=True, radius=RADIUS, eb_levels=None):
         x3,
         eb,
         radius,
-        lambda codes, outliers: interp_encode(x3, eb_levels, radius, prec, cubic, codes, outliers),
+        lambda codes, outliers: interp_encode(
+            x3, eb_levels, radius, prec, cubic, codes, outliers, ORDER
+        ),
         lambda codes, outliers, out: interp_decode(
-            codes, outliers, eb_levels, radius, prec, cubic, out
+            codes, outliers, eb_levels, radius, prec, cubic, out, ORDER
         ),
     )
 
@@ -334,9 +339,11 @@ def test_interp_encoder_reconstruction_is_bit_identical_to_decoder():
             codes = np.empty(data.size, np.uint16)
             outl = np.empty(data.size)
             rec = np.empty_like(data)
-            n = interp_code(data, rec, codes, outl, ebl, RADIUS, 0, cubic, False, 0, ALL, 0, ALL, 0)
+            n = interp_code(
+                data, rec, codes, outl, ebl, RADIUS, 0, cubic, False, 0, ALL, 0, ALL, 0, ORDER
+            )
             out = np.empty_like(data)
-            interp_decode(codes, outl[:n].copy(), ebl, RADIUS, 0, cubic, out)
+            interp_decode(codes, outl[:n].copy(), ebl, RADIUS, 0, cubic, out, ORDER)
             assert np.array_equal(rec.view(np.uint64), out.view(np.uint64))
 
 
@@ -367,9 +374,9 @@ def test_argument_validation():
         lorenzo_encode(x, 1e-3, RADIUS, 1, codes[:4], outl)
     x3 = x.reshape(1, 1, 8)
     with pytest.raises(ValueError):
-        interp_encode(x3, np.full(2, 1e-3), RADIUS, 1, True, codes, outl)  # needs L+1 = 4
+        interp_encode(x3, np.full(2, 1e-3), RADIUS, 1, True, codes, outl, ORDER)  # needs L+1 = 4
     with pytest.raises(ValueError):
-        interp_encode(x3, np.full(4, 1e-3), RADIUS, 0, True, codes, outl)
+        interp_encode(x3, np.full(4, 1e-3), RADIUS, 0, True, codes, outl, ORDER)
 
 
 def test_corrupt_outlier_count_is_detected():
@@ -383,9 +390,9 @@ def test_corrupt_outlier_count_is_detected():
     x3 = x.reshape(1, 1, 64)
     L = interp_num_levels(x3.shape)
     ebl = np.full(L + 1, 1e-3)
-    n = interp_encode(x3, ebl, 4, 0, True, codes, outl)
+    n = interp_encode(x3, ebl, 4, 0, True, codes, outl, ORDER)
     with pytest.raises(ValueError):
-        interp_decode(codes, outl[: n - 1].copy(), ebl, 4, 0, True, np.empty_like(x3))
+        interp_decode(codes, outl[: n - 1].copy(), ebl, 4, 0, True, np.empty_like(x3), ORDER)
 
 
 def test_threads_give_identical_results():
@@ -393,11 +400,11 @@ def test_threads_give_identical_results():
     x = _noisy((9, 33, 17)).astype(np.float32)
     ebl = np.full(interp_num_levels(x.shape) + 1, 0.5)
     ref = np.empty(x.size, np.uint16)
-    interp_encode(x, ebl, RADIUS, 1, True, ref, np.empty(x.size, np.float32))
+    interp_encode(x, ebl, RADIUS, 1, True, ref, np.empty(x.size, np.float32), ORDER)
     results = [np.empty(x.size, np.uint16) for _ in range(4)]
 
     def work(c):
-        interp_encode(x, ebl, RADIUS, 1, True, c, np.empty(x.size, np.float32))
+        interp_encode(x, ebl, RADIUS, 1, True, c, np.empty(x.size, np.float32), ORDER)
 
     threads = [threading.Thread(target=work, args=(c,)) for c in results]
     for t in threads:
@@ -445,12 +452,12 @@ def test_interp_known_codes(x, eb_levels, radius, prec, cubic, codes, outliers):
     x3 = x.reshape((1,) * (3 - x.ndim) + x.shape)
     c = np.zeros(x.size, np.uint16)
     o = np.zeros(x.size, x.dtype)
-    n = interp_encode(x3, np.array(eb_levels, float), radius, prec, cubic, c, o)
+    n = interp_encode(x3, np.array(eb_levels, float), radius, prec, cubic, c, o, ORDER)
     assert c.tolist() == codes
     exp = np.array(outliers, x.dtype)
     assert n == exp.size and np.array_equal(o[:n].view(np.uint8), exp.view(np.uint8))
     out = np.empty_like(x3)
-    interp_decode(c, o[:n].copy(), np.array(eb_levels, float), radius, prec, cubic, out)
+    interp_decode(c, o[:n].copy(), np.array(eb_levels, float), radius, prec, cubic, out, ORDER)
     assert np.signbit(out.reshape(-1)[6]) == np.signbit(x.reshape(-1)[6])
 
 

@@ -26,6 +26,9 @@ from tensorpress.compress.sz.kernels.interpolation import (
 )
 from tensorpress.compress.zstd import zstd_compress, zstd_decompress
 
+# the dimension order, passed as the library passes it: calls that leave it out compile
+# kernels of their own that nothing else uses
+ORDER = 0
 SHAPES = [(1, 1, 1000), (1, 37, 64), (5, 17, 33), (16, 16, 16), (1, 2, 4097), (9, 1, 130)]
 
 
@@ -45,7 +48,7 @@ def many_parts(monkeypatch):
 
 def test_pass_sizes_add_up_to_the_array():
     for shape in SHAPES + [(0, 4, 4), (1, 1, 1), (2, 3, 1)]:
-        sizes = interp_pass_sizes(*shape)
+        sizes = interp_pass_sizes(*shape, ORDER)
         assert len(sizes) == 3 * interp_num_levels(shape) + 1
         assert int((sizes[:, 0] * sizes[:, 1]).sum()) == int(np.prod(shape))
 
@@ -61,19 +64,19 @@ def test_line_ranges_in_any_split_give_the_one_call_codes(shape, dtype, cubic):
     levels = np.full(interp_num_levels(shape) + 1, 1e-3)
     codes = np.empty(x.size, np.uint16)
     outliers = np.empty(x.size, dtype)
-    k = interp_encode(x, levels, 32768, prec, cubic, codes, outliers)
+    k = interp_encode(x, levels, 32768, prec, cubic, codes, outliers, ORDER)
     assert k > 0
 
     codes2 = np.full(x.size, 7, np.uint16)
     rec = np.empty_like(x)
     found = []
-    for q, (lines, _) in enumerate(interp_pass_sizes(*shape).tolist()):
+    for q, (lines, _) in enumerate(interp_pass_sizes(*shape, ORDER).tolist()):
         cuts = sorted({0, lines // 3, (2 * lines) // 3, lines})
         parts = []
         for a, b in reversed(list(zip(cuts, cuts[1:], strict=False))):
             buf = np.empty(x.size, dtype)
             n = interp_code(
-                x, rec, codes2, buf, levels, 32768, prec, cubic, False, q, q + 1, a, b, 0
+                x, rec, codes2, buf, levels, 32768, prec, cubic, False, q, q + 1, a, b, 0, ORDER
             )
             parts.append(buf[:n])
         found.extend(reversed(parts))
@@ -83,11 +86,12 @@ def test_line_ranges_in_any_split_give_the_one_call_codes(shape, dtype, cubic):
     # decoding the passes piece by piece, outlier index carried along
     out = np.empty_like(x)
     oi = 0
-    for q, (lines, _) in enumerate(interp_pass_sizes(*shape).tolist()):
+    for q, (lines, _) in enumerate(interp_pass_sizes(*shape, ORDER).tolist()):
         for a, b in ((0, lines // 2), (lines // 2, ALL)):
             oi = interp_code(
-                out, out, codes, outliers[:k], levels, 32768, prec, cubic, True, q, q + 1, a, b, oi
-            )
+                out, out, codes, outliers[:k], levels, 32768, prec, cubic, True,
+                q, q + 1, a, b, oi, ORDER,
+            )  # fmt: skip
     assert oi == k
     assert np.array_equal(out.view(np.uint8), rec.view(np.uint8))
 
@@ -113,6 +117,7 @@ def test_encoding_more_outliers_than_room_raises_instead_of_writing_past():
                 ln,
                 ALL,
                 oi,
+                ORDER,
             )
     with pytest.raises(ValueError, match="capacity"):
         interp_code(
@@ -130,6 +135,7 @@ def test_encoding_more_outliers_than_room_raises_instead_of_writing_past():
             0,
             ALL,
             0,
+            ORDER,
         )
 
 
