@@ -4,9 +4,8 @@ zstd, after the Huffman stream, shortens a long run of one code to a few bytes, 
 long the run; the codes inside such runs cost next to nothing. A Huffman code built from
 the plain counts still gives the run's code a short length, and so every other code a
 longer one than its share outside the runs asks for: on causal attention probabilities
-the upper triangle's zeros are half the codes, and every other code paid about a bit
-more for them (benchmarks/compressors.py, tf_attn_probs at rel 1e-4: 3.65 bits per value
-with the plain code, 3.24 with the code of the counts that count each long run once).
+the upper triangle's zeros are half the codes, and every other code pays about a bit
+more for them. Counting each long run once gives the other codes their share.
 
 The stream is an ordinary one of ``sz/huffman.py`` (any complete prefix code decodes),
 so the decoder, the payload layout and every older stream are unchanged. The encoder
@@ -22,18 +21,16 @@ from .huffman import _HEADER, MAX_CODE_LEN, code_lengths, huffman_encode
 from .kernels import huffman as _k
 from .kernels.runs import long_runs
 
-#: runs of at least this many equal codes count once towards their code's length (of
-#: 16, 32 and 64, 16 coded tf_attn_probs and cnn_relu1_out shortest at rel 1e-4)
+#: runs of at least this many equal codes count once towards their code's length
 MIN_RUN = 16
 #: the share of the codes in such runs from which the run-weighted code is tried
 RUN_SHARE = 0.05
-#: what zstd's coding of one long run costs, in bits (a match: its length and offset;
-#: 10-50 bits measured on tf_attn_probs, cnn_relu1_out and retina_grey at rel 1e-4)
+#: what zstd's coding of one long run costs, in bits (a match: its length and offset)
 RUN_BITS = 24
 #: the run-weighted code is taken where it makes the payload at most this share of the
 #: plain code's: it decodes slower (longer codes per lookup, and zstd decoding matches
-#: and literals where it copied the plain stream's incompressible blocks): cnn_relu1_out
-#: at rel 1e-4 3% fewer bytes, 8% more decode time; tf_attn_probs 11% fewer, 6% more
+#: and literals where it copied the plain stream's incompressible blocks), so a small
+#: gain does not pay for it
 RUN_GAIN = 0.95
 
 
