@@ -1,16 +1,14 @@
 """A buffer of compressed chunks, each sample decoded from its kept chunk when needed.
 
-Where a chunk holds several samples, a buffer of decoded samples holds a quarter as many
-samples as a buffer of their compressed chunks (at a ratio of 4), so a chunk-mate needed
-later than the buffer can keep it is read again: 1.38 reads a chunk an epoch for 4
-samples a chunk and a buffer of 1/4 of the data (``benchmarks/loader.py``). Here the
-buffer holds each chunk's stored bytes instead, under Belady's rule at chunk level (a
-chunk's next use is the first next use of its samples), and every access decodes only
-its own sample from them (``Codec.rows_decoder``: a sample costs what it costs in a whole
-chunk decode, not the chunk's 4). The kept bytes live in one array of fixed-size pages
-made once (``PageArena``): no allocation per chunk, no fragmentation, the memory of a
-dropped chunk reused by the next (touching fresh memory costs about 14-27 us per 4 KiB
-page here).
+Where a chunk holds several samples, a buffer of decoded samples holds a ratio's worth
+fewer samples than a buffer of their compressed chunks, so a chunk-mate needed later than
+the buffer can keep it is read again. Here the buffer holds each chunk's stored bytes
+instead, under Belady's rule at chunk level (a chunk's next use is the first next use of
+its samples), and every access decodes only its own sample from them
+(``Codec.rows_decoder``: a sample costs what it costs in a whole-chunk decode, not the
+whole chunk). The kept bytes live in one array of fixed-size pages made once
+(``PageArena``): no allocation per chunk, no fragmentation, the memory of a dropped chunk
+reused by the next (first touches of fresh memory are slow).
 """
 
 from __future__ import annotations
