@@ -253,6 +253,8 @@ def decode_range(pages, ids, n, itemsize, pw, step, e0, e1, st, out, outb, buf):
             code = buf[cpos]
             cpos += 1
             cnt = CODE_COUNT[code]
+            if cnt < 1 or cnt > m:
+                return False
             nbits = cnt * w
             ib = index_size(m, code)
             if pos + (nbits + ib + 7) // 8 > end:
