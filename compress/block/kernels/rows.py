@@ -246,40 +246,18 @@ def decode_range(pages, ids, n, itemsize, pw, step, e0, e1, st, out, outb, buf):
             bstep = math.ldexp(1.0, k)
         else:
             bstep = step
-        cnt = m
         nbits = m * w
-        mask = np.uint64(0)
+        code = 0
         if h & SPARSE:
             code = buf[cpos]
             cpos += 1
             cnt = CODE_COUNT[code]
             if cnt < 1 or cnt > m:
                 return False
-            nbits = cnt * w
-            ib = index_size(m, code)
-            if pos + (nbits + ib + 7) // 8 > end:
-                return False
-            mask, ok = decode_index(get_bits(buf, pos, nbits, ib), code, m)
-            nbits += ib
-            if not ok:
-                return False
+            nbits = cnt * w + index_size(m, code)
         nbytes = (nbits + 7) // 8
-        if pos + nbytes > end:
+        if pos + nbytes > end or not _block_codes(buf, pos, code, h, m, w, qb, cb):
             return False
-        if h & SPARSE:  # the non-zero codes, spread back to their places
-            _unpack(buf, pos, cnt, w, cb)
-            if h & SIGNED:
-                _unzigzag(cb, cnt)
-            for j in range(m):
-                qb[j] = 0
-            t = mask
-            for i in range(cnt):
-                qb[trailing_zeros(t)] = cb[i]
-                t &= t - np.uint64(1)
-        else:
-            _unpack(buf, pos, m, w, qb)
-            if h & SIGNED:
-                _unzigzag(qb, m)
         if h & DELTA:
             if m == BLOCK:  # as decode_chunk sums: four vectors of running sums
                 v = np.int32(prev)
